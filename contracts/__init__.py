@@ -1,0 +1,43 @@
+"""The PVM wire contract: nouns only, no I/O.
+
+Everything a producer in any language needs to speak to PVM lives here: the
+`Minute`, its validation rules, the msgpack codec with a schema version, and
+every Redis key, stream and queue name.
+"""
+
+from __future__ import annotations
+
+from contracts.codec import (
+    SCHEMA_VERSION,
+    DecodeError,
+    MalformedMinute,
+    UnsupportedSchemaVersion,
+    decode_minute,
+    encode_minute,
+)
+from contracts.errors import ContractError, InvalidMinute
+from contracts.ids import new_minute_id
+from contracts.minute import (
+    KNOWN_EVENT_TYPES,
+    MAX_ENCODED_BYTES,
+    EventType,
+    Minute,
+    Scope,
+)
+
+__all__ = [
+    "KNOWN_EVENT_TYPES",
+    "MAX_ENCODED_BYTES",
+    "SCHEMA_VERSION",
+    "ContractError",
+    "DecodeError",
+    "EventType",
+    "InvalidMinute",
+    "MalformedMinute",
+    "Minute",
+    "Scope",
+    "UnsupportedSchemaVersion",
+    "decode_minute",
+    "encode_minute",
+    "new_minute_id",
+]

@@ -1,0 +1,20 @@
+"""Errors a producer can cause, each naming the field and the fix."""
+
+from __future__ import annotations
+
+
+class ContractError(ValueError):
+    """Base of every error raised for input that breaks the wire contract."""
+
+
+class InvalidMinute(ContractError):
+    """A minute field is missing, mistyped or out of range.
+
+    `field` is the dotted path of the offending field (e.g. ``data.success_criteria_met``)
+    so callers and dead-letter readers can tell exactly what to fix.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"invalid minute: {field}: {problem}")

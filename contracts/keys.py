@@ -1,0 +1,79 @@
+"""Every Redis key, stream, group and queue name PVM uses, in one place.
+
+Stream keys carry a ``{s<N>}`` hash tag so each shard's stream and dead-letter
+stream share a Redis Cluster slot; per-project cache keys carry ``{p:<project>}``
+so a project's caches can be updated by one script.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+PREFIX = "pvm"
+
+# Consumer group every dispatcher joins on every shard stream.
+DISPATCH_GROUP = "pvm-dispatch"
+
+# Stream entry field holding the msgpack-encoded minute.
+MINUTE_FIELD = b"m"
+
+# RQ queues, one per pool. Later pools add theirs here.
+LOG_QUEUE = "pvm-log"
+QUEUES = {
+    "log": LOG_QUEUE,
+}
+
+
+def shard_of(project_id: str, shards: int) -> int:
+    """Stable shard number for a project: CRC-32 of its UTF-8 bytes modulo the shard count."""
+    return zlib.crc32(project_id.encode("utf-8")) % shards
+
+
+def stream(shard: int) -> str:
+    """The minutes stream of one shard."""
+    return f"{PREFIX}:{{s{shard}}}:minutes"
+
+
+def dead_letter_stream(shard: int) -> str:
+    """Entries of one shard that could not be processed, with the reason and original bytes."""
+    return f"{PREFIX}:{{s{shard}}}:dead"
+
+
+def recent_window(project_id: str) -> str:
+    """Sorted set of the newest minute ids of a project, scored by log sequence."""
+    return f"{PREFIX}:{{p:{project_id}}}:recent"
+
+
+def agent_recent_window(project_id: str, agent_id: str) -> str:
+    """Sorted set of the newest minute ids of one agent in a project."""
+    return f"{PREFIX}:{{p:{project_id}}}:agent:{agent_id}:recent"
+
+
+def minute_by_id(project_id: str) -> str:
+    """Hash minute id -> msgpack minute, bounded in size by `minute_by_id_order`."""
+    return f"{PREFIX}:{{p:{project_id}}}:byid"
+
+
+def minute_by_id_order(project_id: str) -> str:
+    """Sorted set of the ids held in `minute_by_id`, scored by log sequence, for trimming."""
+    return f"{PREFIX}:{{p:{project_id}}}:byid:order"
+
+
+def log_head(project_id: str) -> str:
+    """Hash of the newest durable minute of a project: its id, sequence and durable time."""
+    return f"{PREFIX}:{{p:{project_id}}}:log:head"
+
+
+def projects() -> str:
+    """Set of every project that has minutes in the log."""
+    return f"{PREFIX}:projects"
+
+
+def worker_alive(worker_name: str) -> str:
+    """Short-lived key a running PVM worker keeps refreshed; its absence means the worker died."""
+    return f"{PREFIX}:worker:{worker_name}:alive"
+
+
+def dispatcher_alive(consumer: str) -> str:
+    """Short-lived key a running dispatcher keeps refreshed."""
+    return f"{PREFIX}:dispatcher:{consumer}:alive"

@@ -1,0 +1,233 @@
+"""The coordination minute: one thing that happened in a fleet of agents."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from contracts.errors import InvalidMinute
+from contracts.ids import new_minute_id
+
+MAX_ENCODED_BYTES = 64 * 1024
+MAX_ID_LENGTH = 64
+MAX_NAME_LENGTH = 128
+MAX_REFERENCES = 256
+
+ID_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:\-]*")
+# project_id names a directory of the log, so it must be a safe path component.
+PROJECT_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.\-]*")
+EVENT_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_.:\-]*")
+
+
+class EventType(StrEnum):
+    """Event types PVM knows how to categorize; producers may send others."""
+
+    TASK_ASSIGNED = "task_assigned"
+    TASK_STARTED = "task_started"
+    TASK_COMPLETED = "task_completed"
+    TASK_FAILED = "task_failed"
+    CONFLICT_DETECTED = "conflict_detected"
+    CONFLICT_RESOLVED = "conflict_resolved"
+    DECISION = "decision"
+    MESSAGE = "message"
+    HANDOFF = "handoff"
+    CAPABILITY_OBSERVED = "capability_observed"
+    EVALUATION = "evaluation"
+    KNOWLEDGE = "knowledge"
+
+
+KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)
+
+
+class Scope(StrEnum):
+    """How widely a minute's memory applies."""
+
+    TASK = "task"
+    PROJECT = "project"
+    GLOBAL = "global"
+
+
+_SCOPES = frozenset(s.value for s in Scope)
+
+# data keys with a contract type; any other key is free-form and passes through.
+_DATA_TEXT_KEYS = ("task_id", "assignment_reasoning", "conflict_type", "resolution")
+
+
+def utc_now_iso() -> str:
+    """The current time as an ISO 8601 UTC timestamp with microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse a minute timestamp; it must be ISO 8601 with a UTC offset."""
+    if not isinstance(value, str):
+        raise InvalidMinute("timestamp", f"must be an ISO 8601 string, got {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidMinute(
+            "timestamp", f"{value[:40]!r} is not ISO 8601 (e.g. 2026-11-26T10:00:00.000Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        raise InvalidMinute("timestamp", f"{value[:40]!r} has no UTC offset; append 'Z' or '+00:00'")
+    return parsed
+
+
+def _check_id(field_name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise InvalidMinute(field_name, f"must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidMinute(field_name, "must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidMinute(field_name, f"is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
+    if ID_PATTERN.fullmatch(value) is None:
+        raise InvalidMinute(
+            field_name, f"{value[:40]!r} may only hold letters, digits and _ . : - (and start with a letter or digit)"
+        )
+
+
+def _check_optional_text(field_name: str, value: Any, limit: int = MAX_NAME_LENGTH) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidMinute(field_name, f"must be a string or null, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidMinute(field_name, f"is {len(value)} characters; the limit is {limit}")
+
+
+def validate_data(data: Any) -> None:
+    """Check the typed keys of `Minute.data`; free keys pass through unchecked."""
+    if not isinstance(data, dict):
+        raise InvalidMinute("data", f"must be a mapping, got {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            raise InvalidMinute("data", f"keys must be strings, got {key!r}")
+    for key in _DATA_TEXT_KEYS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidMinute(f"data.{key}", f"must be a string or null, got {type(value).__name__}")
+    score = data.get("success_criteria_met")
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise InvalidMinute(
+                "data.success_criteria_met", f"must be a number from 0 to 100, got {type(score).__name__}"
+            )
+        if not 0 <= score <= 100:
+            raise InvalidMinute("data.success_criteria_met", f"{score} is outside 0-100")
+
+
+@dataclass(frozen=True, slots=True)
+class Minute:
+    """A coordination minute, validated on construction.
+
+    Build one with keyword arguments; `id` and `timestamp` default to a new
+    sortable id and the current UTC time. Any invalid field raises
+    `InvalidMinute` naming the field.
+    """
+
+    project_id: str
+    event_type: str
+    id: str = field(default_factory=new_minute_id)
+    timestamp: str = field(default_factory=utc_now_iso)
+    agent_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    context_references: tuple[str, ...] = ()
+    memory_note: str | None = None
+    thread_id: str | None = None
+    scope: str = Scope.PROJECT.value
+
+    def __post_init__(self) -> None:
+        _check_id("id", self.id)
+        parse_timestamp(self.timestamp)
+        if not isinstance(self.event_type, str) or not self.event_type:
+            raise InvalidMinute("event_type", "is required: one of " + ", ".join(sorted(KNOWN_EVENT_TYPES)))
+        if self.event_type not in KNOWN_EVENT_TYPES and (
+            len(self.event_type) > MAX_ID_LENGTH or EVENT_TYPE_PATTERN.fullmatch(self.event_type) is None
+        ):
+            raise InvalidMinute(
+                "event_type", f"{self.event_type[:40]!r} must be lower_snake_case, at most {MAX_ID_LENGTH} chars"
+            )
+        if not isinstance(self.project_id, str) or not self.project_id:
+            raise InvalidMinute("project_id", "is required: every minute belongs to one project")
+        if len(self.project_id) > MAX_NAME_LENGTH or PROJECT_PATTERN.fullmatch(self.project_id) is None:
+            raise InvalidMinute(
+                "project_id",
+                f"{self.project_id[:40]!r} may only hold letters, digits and _ . - "
+                f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)",
+            )
+        _check_optional_text("agent_id", self.agent_id)
+        _check_optional_text("thread_id", self.thread_id)
+        _check_optional_text("memory_note", self.memory_note, limit=MAX_ENCODED_BYTES)
+        validate_data(self.data)
+        refs = self.context_references
+        if isinstance(refs, list):
+            refs = tuple(refs)
+            object.__setattr__(self, "context_references", refs)
+        if not isinstance(refs, tuple):
+            raise InvalidMinute("context_references", f"must be a list of minute ids, got {type(refs).__name__}")
+        if len(refs) > MAX_REFERENCES:
+            raise InvalidMinute("context_references", f"has {len(refs)} ids; the limit is {MAX_REFERENCES}")
+        for i, ref in enumerate(refs):
+            _check_id(f"context_references[{i}]", ref)
+        if not isinstance(self.scope, str) or self.scope not in _SCOPES:
+            raise InvalidMinute("scope", f"{self.scope!r} must be one of task, project, global")
+
+    @property
+    def known_event_type(self) -> bool:
+        """True when PVM has rules for this event type."""
+        return self.event_type in KNOWN_EVENT_TYPES
+
+    def to_dict(self) -> dict[str, Any]:
+        """The minute as a plain mapping in wire field order, optional fields omitted when null."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "timestamp": self.timestamp,
+            "event_type": self.event_type,
+            "project_id": self.project_id,
+        }
+        if self.agent_id is not None:
+            out["agent_id"] = self.agent_id
+        out["data"] = self.data
+        out["context_references"] = list(self.context_references)
+        if self.memory_note is not None:
+            out["memory_note"] = self.memory_note
+        if self.thread_id is not None:
+            out["thread_id"] = self.thread_id
+        out["scope"] = self.scope
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Minute:
+        """Build a minute from a mapping (JSON or msgpack), rejecting unknown top-level fields."""
+        if not isinstance(raw, dict):
+            raise InvalidMinute("minute", f"must be a mapping, got {type(raw).__name__}")
+        unknown = set(raw) - _FIELDS
+        if unknown:
+            name = sorted(str(k) for k in unknown)[0]
+            raise InvalidMinute(name, "is not a minute field; put free-form values under 'data'")
+        for required in ("id", "timestamp", "event_type", "project_id"):
+            if raw.get(required) is None:
+                raise InvalidMinute(required, "is required")
+        kwargs = {k: v for k, v in raw.items() if v is not None}
+        if "data" in kwargs and not isinstance(kwargs["data"], dict):
+            raise InvalidMinute("data", f"must be a mapping, got {type(kwargs['data']).__name__}")
+        return cls(**kwargs)
+
+
+_FIELDS = frozenset(
+    (
+        "id",
+        "timestamp",
+        "event_type",
+        "agent_id",
+        "project_id",
+        "data",
+        "context_references",
+        "memory_note",
+        "thread_id",
+        "scope",
+    )
+)

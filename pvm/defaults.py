@@ -1,0 +1,44 @@
+"""Every tunable default of PVM, in one place. `pvm.config.Settings` reads overrides from the environment."""
+
+from __future__ import annotations
+
+# Streams
+SHARDS = 4
+STREAM_FIELD_LIMIT_BYTES = 64 * 1024
+
+# Emitter
+EMIT_BUFFER_SIZE = 100_000  # minutes held in memory before spilling to the spool file
+EMIT_BATCH_SIZE = 500  # XADDs per pipeline round trip
+EMIT_FLUSH_INTERVAL_S = 0.002  # how long the flusher sleeps when the buffer is empty
+EMIT_RECONNECT_INTERVAL_S = 0.5  # how often a producer with Redis down probes it again
+EMIT_SOCKET_TIMEOUT_S = 2.0
+SPOOL_DIR = "var/spool"
+
+# Dispatcher
+DISPATCH_BATCH_SIZE = 500  # minutes per RQ job (and per XREADGROUP)
+DISPATCH_BLOCK_MS = 500
+DISPATCH_CLAIM_IDLE_MS = 30_000  # an entry pending this long with a silent consumer is reclaimed
+DISPATCH_CLAIM_INTERVAL_S = 5.0
+DISPATCH_MAX_DELIVERIES = 5  # more deliveries than this and an entry goes to the dead-letter stream
+DISPATCH_TRIM_INTERVAL_S = 5.0
+DEAD_LETTER_MAXLEN = 1_000_000
+
+# RQ jobs and workers
+JOB_TIMEOUT_S = 120
+JOB_RETRIES = 3
+JOB_RESULT_TTL_S = 600
+JOB_FAILURE_TTL_S = 7 * 24 * 3600
+WORKER_ALIVE_TTL_S = 10  # a worker whose alive key lapses this long is dead; its job is requeued
+WORKER_ALIVE_REFRESH_S = 2.0
+REAPER_INTERVAL_S = 3.0
+
+# Durable log
+LOG_DIR = "var/log"
+LOG_SEGMENT_BYTES = 64 * 1024 * 1024
+
+# Redis caches the reader uses
+RECENT_WINDOW = 200  # newest minutes per project (and per agent) kept in Redis
+MINUTE_CACHE_SIZE = 20_000  # minutes per project kept by id in Redis
+
+# Embedded stack
+EMBEDDED_DATA_DIR = "var/valkey"

@@ -1,0 +1,85 @@
+"""Checksummed, length-framed records for append-only files (the log and the spool).
+
+A frame is ``MAGIC(2) | length(u32) | crc32(u32) | payload | length(u32)``. The
+leading header lets a reader walk forward and detect a torn or corrupt tail (a
+short header, a short payload, a bad checksum); the trailing length lets a
+reader walk backward from the end to the newest records without an index.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+MAGIC = b"\xa7\x01"
+_HEADER = struct.Struct("<2sII")
+_TRAILER = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size
+OVERHEAD = _HEADER.size + _TRAILER.size
+MAX_PAYLOAD = 16 * 1024 * 1024
+
+
+def pack_frame(payload: bytes) -> bytes:
+    """Frame one payload."""
+    n = len(payload)
+    return _HEADER.pack(MAGIC, n, zlib.crc32(payload)) + payload + _TRAILER.pack(n)
+
+
+def iter_frames(f: BinaryIO, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(offset, next_offset, payload)`` for each intact frame from `start`.
+
+    Stops silently at the first frame that is incomplete or fails its checksum:
+    that is where the intact part of the file ends (a writer may be mid-append,
+    or a crash tore the tail). `end` bounds the read (exclusive).
+    """
+    f.seek(start)
+    offset = start
+    while end is None or offset + OVERHEAD <= end:
+        header = f.read(HEADER_SIZE)
+        if len(header) < HEADER_SIZE:
+            return
+        magic, length, crc = _HEADER.unpack(header)
+        if magic != MAGIC or length > MAX_PAYLOAD:
+            return
+        body = f.read(length + _TRAILER.size)
+        if len(body) < length + _TRAILER.size:
+            return
+        payload = body[:length]
+        if zlib.crc32(payload) != crc or _TRAILER.unpack_from(body, length)[0] != length:
+            return
+        next_offset = offset + HEADER_SIZE + len(body)
+        if end is not None and next_offset > end:
+            return
+        yield offset, next_offset, payload
+        offset = next_offset
+
+
+def intact_end(f: BinaryIO, start: int = 0) -> int:
+    """Offset just past the last intact frame at or after `start`."""
+    end = start
+    for _, next_offset, _ in iter_frames(f, start):
+        end = next_offset
+    return end
+
+
+def iter_frames_backward(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(offset, payload)`` walking backward from `end` (an intact frame boundary)."""
+    offset = end
+    while offset > 0:
+        if offset < OVERHEAD:
+            return
+        f.seek(offset - _TRAILER.size)
+        (length,) = _TRAILER.unpack(f.read(_TRAILER.size))
+        start = offset - OVERHEAD - length
+        if start < 0 or length > MAX_PAYLOAD:
+            return
+        f.seek(start)
+        frame = f.read(OVERHEAD + length)
+        magic, hlen, crc = _HEADER.unpack_from(frame)
+        payload = frame[HEADER_SIZE : HEADER_SIZE + length]
+        if magic != MAGIC or hlen != length or zlib.crc32(payload) != crc:
+            return
+        yield start, payload
+        offset = start

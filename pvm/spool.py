@@ -1,0 +1,114 @@
+"""The emitter's local spool: an append-only file of minutes Redis could not take yet.
+
+Each spool file belongs to one emitter, which holds an exclusive ``flock`` on it
+while it lives. A spool whose lock is free belongs to a producer that exited or
+crashed; the next emitter started with the same spool directory adopts it and
+replays it. Frames (see `pvm.frames`) make a torn tail harmless: replay stops at
+the last intact frame. The replay position is kept in a ``.pos`` file beside the
+spool so a restarted replay resumes instead of starting over (a minute replayed
+twice is dropped by the log's idempotency).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgpack
+
+from pvm.frames import iter_frames, pack_frame
+
+SPOOL_SUFFIX = ".spool"
+
+
+class SpoolFile:
+    """One locked spool file: append at the end, replay from a remembered position."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd  # holds the flock
+        self.pos_path = path.with_suffix(".pos")
+        self.position = self._load_position()
+        self.appended = 0
+
+    @classmethod
+    def create(cls, directory: Path) -> SpoolFile:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{uuid.uuid4().hex}{SPOOL_SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return cls(path, fd)
+
+    @classmethod
+    def adopt_orphans(cls, directory: Path) -> list[SpoolFile]:
+        """Lock and return every spool in `directory` that no living emitter holds, oldest first."""
+        if not directory.exists():
+            return []
+        found = []
+        for path in sorted(directory.glob(f"*{SPOOL_SUFFIX}"), key=lambda p: p.stat().st_mtime):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            found.append(cls(path, fd))
+        return found
+
+    def _load_position(self) -> int:
+        try:
+            return int(self.pos_path.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def append(self, items: Iterable[tuple[int, bytes]]) -> int:
+        """Append ``(shard, minute_bytes)`` items; returns how many."""
+        frames = [pack_frame(msgpack.packb((shard, raw), use_bin_type=True)) for shard, raw in items]
+        if frames:
+            os.write(self.fd, b"".join(frames))
+            self.appended += len(frames)
+        return len(frames)
+
+    def read(self, limit: int) -> tuple[list[tuple[int, bytes]], int]:
+        """Up to `limit` items after the replay position, and the position after them."""
+        items: list[tuple[int, bytes]] = []
+        end = self.position
+        with open(self.path, "rb") as f:
+            for _, next_offset, payload in iter_frames(f, self.position):
+                shard, raw = msgpack.unpackb(payload, raw=False)
+                items.append((shard, raw))
+                end = next_offset
+                if len(items) >= limit:
+                    break
+        return items, end
+
+    def advance(self, position: int) -> None:
+        """Record that everything before `position` reached Redis."""
+        self.position = position
+        tmp = self.pos_path.with_suffix(".pos.tmp")
+        tmp.write_text(str(position))
+        os.replace(tmp, self.pos_path)
+
+    def exhausted(self) -> bool:
+        return self.position >= os.fstat(self.fd).st_size
+
+    def remove(self) -> None:
+        """Delete a fully replayed spool and release it."""
+        for p in (self.path, self.pos_path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        os.close(self.fd)
+        self.fd = -1
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

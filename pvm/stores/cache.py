@@ -1,0 +1,122 @@
+"""Redis caches the reader uses: recent windows per project and agent, minutes by id.
+
+All of a project's keys share the ``{p:<project>}`` hash tag and are written by
+one Lua script per batch, so an update is atomic and idempotent: windows are
+sorted sets scored by log sequence, so re-applying a batch changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+
+from contracts import keys
+from pvm import defaults
+
+_UPDATE = """
+-- KEYS: recent, byid, byid_order, head, projects, agent windows...
+-- ARGV: project, window, cache_size, durable_at, n, then n x (id, seq, bytes, agent_index)
+local window = tonumber(ARGV[2])
+local cache_size = tonumber(ARGV[3])
+local n = tonumber(ARGV[5])
+local top_seq = tonumber(redis.call('HGET', KEYS[4], 'seq') or '0')
+local top_id = nil
+local touched = {}
+for i = 0, n - 1 do
+  local base = 6 + i * 4
+  local id, seq, body, agent = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2], tonumber(ARGV[base + 3])
+  redis.call('ZADD', KEYS[1], seq, id)
+  redis.call('HSET', KEYS[2], id, body)
+  redis.call('ZADD', KEYS[3], seq, id)
+  if agent > 0 then
+    redis.call('ZADD', KEYS[5 + agent], seq, id)
+    touched[agent] = true
+  end
+  if seq > top_seq then top_seq = seq; top_id = id end
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -window - 1)
+for agent, _ in pairs(touched) do
+  redis.call('ZREMRANGEBYRANK', KEYS[5 + agent], 0, -window - 1)
+end
+local excess = redis.call('ZCARD', KEYS[3]) - cache_size
+while excess > 0 do
+  local chunk = math.min(excess, 1000)
+  local old = redis.call('ZRANGE', KEYS[3], 0, chunk - 1)
+  redis.call('HDEL', KEYS[2], unpack(old))
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, chunk - 1)
+  excess = excess - chunk
+end
+if top_id then
+  redis.call('HSET', KEYS[4], 'id', top_id, 'seq', top_seq, 'durable_at', ARGV[4])
+end
+redis.call('SADD', KEYS[5], ARGV[1])
+return top_seq
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedMinute:
+    """A minute as a cache update carries it."""
+
+    id: str
+    seq: int
+    minute_bytes: bytes
+    agent_id: str | None
+
+
+class MinuteCache:
+    """Writes and reads the per-project minute caches in Redis."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        window: int = defaults.RECENT_WINDOW,
+        cache_size: int = defaults.MINUTE_CACHE_SIZE,
+    ) -> None:
+        self.connection = connection
+        self.window = window
+        self.cache_size = max(cache_size, window)
+        self._update = connection.register_script(_UPDATE)
+
+    def update(
+        self, project_id: str, minutes: Sequence[CachedMinute], durable_at: float, pipeline: redis.client.Pipeline | None = None
+    ) -> None:
+        """Record durable minutes of one project (idempotent)."""
+        if not minutes:
+            return
+        agents: dict[str, int] = {}
+        args: list[object] = [project_id, self.window, self.cache_size, repr(durable_at), len(minutes)]
+        for m in minutes:
+            agent_index = 0
+            if m.agent_id:
+                agent_index = agents.setdefault(m.agent_id, len(agents) + 1)
+            args.extend((m.id, m.seq, m.minute_bytes, agent_index))
+        key_list = [
+            keys.recent_window(project_id),
+            keys.minute_by_id(project_id),
+            keys.minute_by_id_order(project_id),
+            keys.log_head(project_id),
+            keys.projects(),
+        ]
+        key_list.extend(keys.agent_recent_window(project_id, a) for a in agents)
+        self._update(keys=key_list, args=args, client=pipeline if pipeline is not None else self.connection)
+
+    def recent_ids(self, project_id: str, n: int, agent_id: str | None = None) -> list[str]:
+        """Ids of the newest `n` cached minutes, oldest first."""
+        key = keys.agent_recent_window(project_id, agent_id) if agent_id else keys.recent_window(project_id)
+        raw = self.connection.zrange(key, -n, -1) if n > 0 else []
+        return [r.decode() for r in raw]
+
+    def get_many(self, project_id: str, ids: Sequence[str]) -> dict[str, bytes]:
+        """Cached minute bytes by id; ids not cached are absent."""
+        if not ids:
+            return {}
+        values = self.connection.hmget(keys.minute_by_id(project_id), list(ids))
+        return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
+
+    def head(self, project_id: str) -> dict[str, str]:
+        """The newest durable minute of the project: id, seq, durable_at (empty when none)."""
+        raw = self.connection.hgetall(keys.log_head(project_id))
+        return {k.decode(): v.decode() for k, v in raw.items()}

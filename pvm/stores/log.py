@@ -1,0 +1,317 @@
+"""The durable chronological log: append-only, checksummed segment files per project.
+
+Layout: ``<log_dir>/<project_id>/<first_seq:020d>.seg`` holding frames (see
+`pvm.frames`) whose payload is a msgpack map::
+
+    {"seq": n, "id": minute_id, "sid": stream_id, "at": durable_unix_time, "m": minute_bytes}
+
+``seq`` numbers a project's records 1, 2, 3… in append order, so a project's
+record count is the last record's ``seq``. ``m`` holds the minute exactly as the
+producer encoded it. Writers of one project take an exclusive ``flock`` on
+``<project>/.lock``; before appending they read whatever other writers added, so
+the minute id stays an idempotency key across processes. Readers take no lock:
+they read the intact prefix of each segment, which is always a whole number of
+records.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+from contracts import Minute, decode_minute
+from pvm import defaults
+from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
+
+SEGMENT_SUFFIX = ".seg"
+
+
+class LogError(RuntimeError):
+    """The log directory is unusable (permissions, a corrupt segment in the middle)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One durable minute as the log holds it."""
+
+    seq: int
+    id: str
+    stream_id: str
+    durable_at: float
+    minute_bytes: bytes
+
+    @property
+    def minute(self) -> Minute:
+        """The decoded minute."""
+        return decode_minute(self.minute_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where one minute of an appended batch stands in the log."""
+
+    id: str
+    seq: int
+    new: bool  # False when the log already held this id (a redelivery or a retry)
+
+
+def _decode_record(payload: bytes) -> LogRecord:
+    body = msgpack.unpackb(payload, raw=False)
+    return LogRecord(body["seq"], body["id"], body["sid"], body["at"], body["m"])
+
+
+def _segments(project_dir: Path) -> list[Path]:
+    try:
+        names = sorted(p for p in os.listdir(project_dir) if p.endswith(SEGMENT_SUFFIX))
+    except FileNotFoundError:
+        return []
+    return [project_dir / n for n in names]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _ProjectWriter:
+    """Append state of one project inside one process."""
+
+    def __init__(self, project_dir: Path, segment_bytes: int) -> None:
+        self.dir = project_dir
+        self.segment_bytes = segment_bytes
+        self.ids: dict[str, int] = {}
+        self.last_seq = 0
+        self.segment: Path | None = None
+        self.segment_end = 0  # how far this process has read `segment`
+        self.repaired_bytes = 0
+        project_dir.mkdir(parents=True, exist_ok=True)
+        self.lock_fd = os.open(project_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self.thread_lock = threading.Lock()
+
+    def _catch_up(self) -> None:
+        """Read what other writers appended since we last looked; repair a torn tail."""
+        segments = _segments(self.dir)
+        if not segments:
+            return
+        if self.segment is not None and self.segment in segments:
+            pending = segments[segments.index(self.segment) :]
+        else:
+            pending = segments
+            self.segment_end = 0
+        for i, seg in enumerate(pending):
+            start = self.segment_end if seg == self.segment else 0
+            with open(seg, "rb") as f:
+                end = start
+                for _, next_offset, payload in iter_frames(f, start):
+                    record = _decode_record(payload)
+                    self.ids[record.id] = record.seq
+                    self.last_seq = record.seq
+                    end = next_offset
+                size = os.fstat(f.fileno()).st_size
+            if end < size:
+                if i != len(pending) - 1:
+                    raise LogError(f"{seg}: corrupt record at byte {end} in a sealed segment; restore it from backup")
+                # We hold the project lock, so no writer is mid-append: the tail is torn.
+                with open(seg, "r+b") as f:
+                    f.truncate(end)
+                    os.fsync(f.fileno())
+                self.repaired_bytes += size - end
+            self.segment, self.segment_end = seg, end
+
+    def append(self, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
+        with self.thread_lock:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            try:
+                self._catch_up()
+                return self._append_locked(entries)
+            finally:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    def _append_locked(self, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
+        out: list[Appended] = []
+        frames: list[bytes] = []
+        now = time.time()
+        first_new_seq = self.last_seq + 1
+        for minute_id, stream_id, minute_bytes in entries:
+            seq = self.ids.get(minute_id)
+            if seq is not None:
+                out.append(Appended(minute_id, seq, False))
+                continue
+            self.last_seq += 1
+            seq = self.last_seq
+            self.ids[minute_id] = seq
+            payload = msgpack.packb(
+                {"seq": seq, "id": minute_id, "sid": stream_id, "at": now, "m": minute_bytes}, use_bin_type=True
+            )
+            frames.append(pack_frame(payload))
+            out.append(Appended(minute_id, seq, True))
+        if not frames:
+            return out
+        blob = b"".join(frames)
+        new_segment = self.segment is None or self.segment_end + len(blob) > self.segment_bytes and self.segment_end > 0
+        if new_segment:
+            self.segment = self.dir / f"{first_new_seq:020d}{SEGMENT_SUFFIX}"
+            self.segment_end = 0
+        assert self.segment is not None
+        fd = os.open(self.segment, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            written = 0
+            while written < len(blob):
+                written += os.write(fd, blob[written:])
+            os.fsync(fd)
+        except BaseException:
+            # Forget the ids we did not make durable, so a retry writes them.
+            for a in out:
+                if a.new:
+                    self.ids.pop(a.id, None)
+            self.last_seq = first_new_seq - 1
+            self.segment = None
+            raise
+        finally:
+            os.close(fd)
+        if new_segment:
+            _fsync_dir(self.dir)
+        self.segment_end += len(blob)
+        return out
+
+    def close(self) -> None:
+        os.close(self.lock_fd)
+
+
+class LogWriter:
+    """Appends batches of minutes to the log of each project, idempotently by minute id."""
+
+    def __init__(self, log_dir: Path | str, segment_bytes: int = defaults.LOG_SEGMENT_BYTES) -> None:
+        self.log_dir = Path(log_dir)
+        self.segment_bytes = segment_bytes
+        self._projects: dict[str, _ProjectWriter] = {}
+        self._lock = threading.Lock()
+
+    def _project(self, project_id: str) -> _ProjectWriter:
+        with self._lock:
+            writer = self._projects.get(project_id)
+            if writer is None:
+                writer = _ProjectWriter(self.log_dir / project_id, self.segment_bytes)
+                self._projects[project_id] = writer
+            return writer
+
+    def open(self, project_id: str) -> int:
+        """Open a project's log now (scan, repair a torn tail); return bytes cut from a torn tail."""
+        writer = self._project(project_id)
+        with writer.thread_lock:
+            fcntl.flock(writer.lock_fd, fcntl.LOCK_EX)
+            try:
+                writer._catch_up()
+            finally:
+                fcntl.flock(writer.lock_fd, fcntl.LOCK_UN)
+        return writer.repaired_bytes
+
+    def append(self, project_id: str, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
+        """Durably append ``(minute_id, stream_id, minute_bytes)`` entries; fsync once.
+
+        Ids the log already holds are skipped and reported with ``new=False``.
+        """
+        return self._project(project_id).append(entries)
+
+    def close(self) -> None:
+        with self._lock:
+            for writer in self._projects.values():
+                writer.close()
+            self._projects.clear()
+
+
+class LogReader:
+    """Reads the log while writers append. Safe to share between threads of one process."""
+
+    def __init__(self, log_dir: Path | str) -> None:
+        self.log_dir = Path(log_dir)
+        # project -> (id -> (segment, offset)), and how far each segment was indexed
+        self._index: dict[str, dict[str, tuple[Path, int]]] = {}
+        self._indexed_to: dict[str, dict[Path, int]] = {}
+        self._lock = threading.Lock()
+
+    def projects(self) -> list[str]:
+        """Every project with a log."""
+        try:
+            return sorted(p.name for p in self.log_dir.iterdir() if p.is_dir() and _segments(p))
+        except FileNotFoundError:
+            return []
+
+    def _newest_backward(self, project_id: str) -> Iterator[LogRecord]:
+        for seg in reversed(_segments(self.log_dir / project_id)):
+            with open(seg, "rb") as f:
+                end = intact_end(f)
+                for _, payload in iter_frames_backward(f, end):
+                    yield _decode_record(payload)
+
+    def count(self, project_id: str) -> int:
+        """How many minutes the project's log holds."""
+        for record in self._newest_backward(project_id):
+            return record.seq
+        return 0
+
+    def get_recent(self, project_id: str, n: int) -> list[LogRecord]:
+        """The newest `n` records, oldest first."""
+        out: list[LogRecord] = []
+        if n <= 0:
+            return out
+        for record in self._newest_backward(project_id):
+            out.append(record)
+            if len(out) >= n:
+                break
+        out.reverse()
+        return out
+
+    def history(self, project_id: str, after_seq: int = 0) -> Iterator[LogRecord]:
+        """Every record in append order, starting after `after_seq`."""
+        for seg in _segments(self.log_dir / project_id):
+            first_seq = int(seg.stem)
+            with open(seg, "rb") as f:
+                for _, _, payload in iter_frames(f):
+                    if first_seq > after_seq:
+                        yield _decode_record(payload)
+                    else:
+                        record = _decode_record(payload)
+                        if record.seq > after_seq:
+                            yield record
+
+    def _refresh_index(self, project_id: str) -> dict[str, tuple[Path, int]]:
+        index = self._index.setdefault(project_id, {})
+        done = self._indexed_to.setdefault(project_id, {})
+        for seg in _segments(self.log_dir / project_id):
+            start = done.get(seg, 0)
+            with open(seg, "rb") as f:
+                if start >= os.fstat(f.fileno()).st_size:
+                    continue
+                end = start
+                for offset, next_offset, payload in iter_frames(f, start):
+                    index[msgpack.unpackb(payload, raw=False)["id"]] = (seg, offset)
+                    end = next_offset
+            done[seg] = end
+        return index
+
+    def get_by_ids(self, project_id: str, ids: Iterable[str]) -> dict[str, LogRecord]:
+        """The records with these minute ids (missing ids are absent from the result)."""
+        wanted = list(ids)
+        with self._lock:
+            index = self._index.get(project_id, {})
+            if any(i not in index for i in wanted):
+                index = self._refresh_index(project_id)
+            places = [(i, index[i]) for i in wanted if i in index]
+        out: dict[str, LogRecord] = {}
+        for minute_id, (seg, offset) in places:
+            with open(seg, "rb") as f:
+                for _, _, payload in iter_frames(f, offset):
+                    out[minute_id] = _decode_record(payload)
+                    break
+        return out
