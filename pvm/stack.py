@@ -1,0 +1,85 @@
+"""The embedded PVM stack: Redis (embedded Valkey unless PVM_REDIS_URL is set), dispatcher and worker pools as processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pvm import defaults
+from pvm.config import Settings
+from pvm.embedded import EmbeddedRedis
+
+log = logging.getLogger(__name__)
+
+# Pools `pvm up` runs, in start order. Later pools join here as they land.
+STACK_POOLS = ("log",)
+
+
+class Stack:
+    """Starts and stops the processes of a PVM deployment on this machine."""
+
+    def __init__(self, settings: Settings, processes: Mapping[str, int] | None = None, dispatchers: int = 1) -> None:
+        self.settings = settings
+        self.processes = {pool: 1 for pool in STACK_POOLS}
+        self.processes.update(processes or {})
+        self.dispatchers = dispatchers
+        self.redis: EmbeddedRedis | None = None
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> Settings:
+        """Start everything; returns the settings children use (with the Redis URL filled in)."""
+        if not self.settings.redis_url:
+            data_dir = Path(self.settings.home) / defaults.EMBEDDED_DATA_DIR
+            self.redis = EmbeddedRedis(data_dir=data_dir).start()
+            self.settings = self.settings.with_(redis_url=self.redis.url)
+        for i in range(self.dispatchers):
+            self.children[f"dispatcher-{i}"] = self._spawn(["dispatch", "--consumer", f"{os.uname().nodename}-up-{i}"])
+        for pool, n in self.processes.items():
+            self.children[f"worker-{pool}"] = self._spawn(["worker", pool, "--processes", str(n)])
+        return self.settings
+
+    def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        return subprocess.Popen([sys.executable, "-m", "pvm.cli", *args], env=env)
+
+    def restart_dead(self) -> list[str]:
+        """Restart children that exited; returns their names."""
+        restarted = []
+        for name, child in list(self.children.items()):
+            if child.poll() is not None:
+                log.warning("%s (pid %d) exited with %s; restarting", name, child.pid, child.returncode)
+                args = child.args[3:] if isinstance(child.args, list) else []
+                self.children[name] = self._spawn([str(a) for a in args])
+                restarted.append(name)
+        return restarted
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM every child (workers finish their batch), then stop Redis."""
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for child in self.children.values():
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        self.children.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

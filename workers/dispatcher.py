@@ -1,0 +1,317 @@
+"""Moves minutes from the shard streams into RQ batch jobs, acknowledging each entry exactly when its job is stored.
+
+One consumer group (`keys.DISPATCH_GROUP`) spans every shard stream; any number
+of dispatchers join it. Each batch read becomes one job on the log queue, and
+the job, any dead letters and the XACK of every entry go to Redis in one
+MULTI/EXEC: an entry is never acknowledged without its job, and a job never
+exists without its entries being acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis
+from rq import Queue, Retry
+
+from contracts import ContractError, decode_minute, keys
+from pvm import defaults
+from pvm.config import Settings
+from pvm.queues import pool_queue
+
+log = logging.getLogger(__name__)
+
+LOG_JOB = "workers.log_pool.run"
+
+
+def default_consumer_name() -> str:
+    """A consumer name unique to this process; pass a stable one to resume its pending entries after a restart."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _parse_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _parse_id(entry_id)
+    return f"{ms}-{seq + 1}"
+
+
+@dataclass
+class DeadLetter:
+    """An entry that cannot be processed, with why."""
+
+    entry_id: str
+    reason: str
+    raw: bytes
+
+
+@dataclass
+class Triage:
+    """One read batch sorted into what goes to the log pool and what goes to the dead-letter stream."""
+
+    good: list[tuple[str, bytes]] = field(default_factory=list)  # (entry id, minute bytes)
+    dead: list[DeadLetter] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # pending ids whose entry was trimmed away
+
+
+def triage(
+    entries: Sequence[tuple[bytes | str, dict[bytes, bytes] | None]],
+    deliveries: dict[str, int] | None = None,
+    max_deliveries: int = defaults.DISPATCH_MAX_DELIVERIES,
+) -> Triage:
+    """Sort stream entries: decode and validate each minute; poison or over-delivered entries become dead letters."""
+    out = Triage()
+    for raw_id, fields in entries:
+        entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+        if fields is None:
+            out.deleted.append(entry_id)
+            continue
+        times = (deliveries or {}).get(entry_id, 1)
+        raw = fields.get(keys.MINUTE_FIELD)
+        if times > max_deliveries:
+            out.dead.append(DeadLetter(entry_id, f"delivered {times} times (limit {max_deliveries})", raw or b""))
+            continue
+        if raw is None:
+            names = ", ".join(sorted(k.decode(errors="replace") for k in fields))
+            out.dead.append(DeadLetter(entry_id, f"entry has no 'm' field (fields: {names})", b""))
+            continue
+        try:
+            decode_minute(raw)
+        except ContractError as exc:
+            out.dead.append(DeadLetter(entry_id, str(exc), raw))
+            continue
+        out.good.append((entry_id, raw))
+    return out
+
+
+@dataclass
+class DispatcherStats:
+    batches: int = 0
+    minutes: int = 0
+    dead: int = 0
+    reclaimed: int = 0
+    trimmed: int = 0
+
+
+class Dispatcher:
+    """Reads the shard streams through the consumer group and turns batches into log jobs."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        settings: Settings,
+        consumer: str | None = None,
+        shards: Sequence[int] | None = None,
+        block_ms: int = defaults.DISPATCH_BLOCK_MS,
+    ) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.consumer = consumer or default_consumer_name()
+        self.shards = list(shards) if shards is not None else list(range(settings.shards))
+        self.streams = {keys.stream(s): s for s in self.shards}
+        self.block_ms = block_ms
+        self.batch = settings.dispatch_batch
+        self.log_queue: Queue = pool_queue("log", connection)
+        self.stats = DispatcherStats()
+        self.stop_event = threading.Event()
+        self._next_claim = 0.0
+        self._next_trim = 0.0
+
+    # -- set-up ------------------------------------------------------------
+
+    def ensure_groups(self) -> None:
+        """Create the consumer group on every shard stream (from the start, so nothing emitted earlier is missed)."""
+        for stream in self.streams:
+            try:
+                self.connection.xgroup_create(stream, keys.DISPATCH_GROUP, id="0", mkstream=True)
+            except redis.exceptions.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    # -- the loop ------------------------------------------------------------
+
+    def run(self, max_idle_s: float | None = None) -> DispatcherStats:
+        """Dispatch until `stop_event` is set (or, with `max_idle_s`, until nothing arrived for that long)."""
+        self.ensure_groups()
+        self.drain_own_pending()
+        idle_since = time.monotonic()
+        while not self.stop_event.is_set():
+            now = time.monotonic()
+            if now >= self._next_claim:
+                self.reclaim()
+                self._next_claim = now + defaults.DISPATCH_CLAIM_INTERVAL_S
+            if now >= self._next_trim:
+                self.trim()
+                self._next_trim = now + defaults.DISPATCH_TRIM_INTERVAL_S
+            n = self.poll_once()
+            if n:
+                idle_since = time.monotonic()
+            elif max_idle_s is not None and time.monotonic() - idle_since >= max_idle_s:
+                break
+        return self.stats
+
+    def poll_once(self) -> int:
+        """Read and dispatch one round of new entries; returns how many entries were handled."""
+        response = self.connection.xreadgroup(
+            keys.DISPATCH_GROUP,
+            self.consumer,
+            {stream: ">" for stream in self.streams},
+            count=self.batch,
+            block=self.block_ms,
+        )
+        handled = 0
+        for stream_name, entries in response or []:
+            stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
+            handled += self.dispatch(self.streams[stream], entries)
+        return handled
+
+    def drain_own_pending(self) -> int:
+        """Re-dispatch entries this consumer read but never acknowledged (it crashed mid-batch)."""
+        handled = 0
+        for stream, shard in self.streams.items():
+            start = "0"
+            while True:
+                response = self.connection.xreadgroup(
+                    keys.DISPATCH_GROUP, self.consumer, {stream: start}, count=self.batch
+                )
+                entries = response[0][1] if response else []
+                if not entries:
+                    break
+                handled += self.dispatch(shard, entries, self._deliveries(stream, entries))
+                last = entries[-1][0]
+                start = last.decode() if isinstance(last, bytes) else last
+        if handled:
+            log.info("dispatcher %s: re-dispatched %d pending entries of its own", self.consumer, handled)
+        return handled
+
+    def reclaim(self) -> int:
+        """Take over entries that other (dead or stuck) consumers left pending past the idle timeout."""
+        claimed_total = 0
+        for stream, shard in self.streams.items():
+            start = "0-0"
+            while True:
+                try:
+                    next_start, entries, *_ = self.connection.xautoclaim(
+                        stream,
+                        keys.DISPATCH_GROUP,
+                        self.consumer,
+                        min_idle_time=self.settings.claim_idle_ms,
+                        start_id=start,
+                        count=self.batch,
+                    )
+                except redis.exceptions.ResponseError as exc:
+                    if "NOGROUP" in str(exc):
+                        self.ensure_groups()
+                        break
+                    raise
+                if entries:
+                    claimed_total += self.dispatch(shard, entries, self._deliveries(stream, entries))
+                start = next_start.decode() if isinstance(next_start, bytes) else next_start
+                if start == "0-0":
+                    break
+        if claimed_total:
+            self.stats.reclaimed += claimed_total
+            log.info("dispatcher %s: reclaimed %d entries from silent consumers", self.consumer, claimed_total)
+        return claimed_total
+
+    def _deliveries(self, stream: str, entries: Sequence[tuple[bytes | str, object]]) -> dict[str, int]:
+        if not entries:
+            return {}
+        first = entries[0][0]
+        last = entries[-1][0]
+        rows = self.connection.xpending_range(
+            stream, keys.DISPATCH_GROUP, min=first, max=last, count=len(entries) + 10
+        )
+        out = {}
+        for row in rows:
+            mid = row["message_id"]
+            out[mid.decode() if isinstance(mid, bytes) else mid] = int(row["times_delivered"])
+        return out
+
+    # -- one batch -------------------------------------------------------------
+
+    def dispatch(
+        self,
+        shard: int,
+        entries: Sequence[tuple[bytes | str, dict[bytes, bytes] | None]],
+        deliveries: dict[str, int] | None = None,
+    ) -> int:
+        """Enqueue the batch's log job, dead-letter its poison, and XACK all of it in one MULTI/EXEC."""
+        if not entries:
+            return 0
+        sorted_ = triage(entries, deliveries, self.settings.max_deliveries)
+        stream = keys.stream(shard)
+        ack_ids = [e for e, _ in sorted_.good] + [d.entry_id for d in sorted_.dead] + sorted_.deleted
+        with self.connection.pipeline(transaction=True) as pipe:
+            if sorted_.good:
+                job = Queue.prepare_data(
+                    LOG_JOB,
+                    args=(shard, [[entry_id, raw] for entry_id, raw in sorted_.good]),
+                    timeout=self.settings.job_timeout,
+                    result_ttl=defaults.JOB_RESULT_TTL_S,
+                    failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                    retry=Retry(max=defaults.JOB_RETRIES),
+                    description=f"log {len(sorted_.good)} minutes of shard {shard} "
+                    f"({sorted_.good[0][0]}..{sorted_.good[-1][0]})",
+                )
+                self.log_queue.enqueue_many([job], pipeline=pipe)
+            now = repr(time.time())
+            for dead in sorted_.dead:
+                pipe.xadd(
+                    keys.dead_letter_stream(shard),
+                    {
+                        "reason": dead.reason,
+                        "raw": dead.raw,
+                        "stream": stream,
+                        "entry_id": dead.entry_id,
+                        "consumer": self.consumer,
+                        "at": now,
+                    },
+                    maxlen=defaults.DEAD_LETTER_MAXLEN,
+                    approximate=True,
+                )
+            pipe.xack(stream, keys.DISPATCH_GROUP, *ack_ids)
+            pipe.execute()
+        self.stats.batches += 1
+        self.stats.minutes += len(sorted_.good)
+        self.stats.dead += len(sorted_.dead)
+        if sorted_.dead:
+            log.warning("dispatcher %s: %d entries of shard %d dead-lettered", self.consumer, len(sorted_.dead), shard)
+        return len(entries)
+
+    # -- housekeeping ------------------------------------------------------------
+
+    def trim(self) -> int:
+        """Trim each stream below what every consumer group has acknowledged; returns entries removed."""
+        removed = 0
+        for stream in self.streams:
+            try:
+                groups = self.connection.xinfo_groups(stream)
+            except redis.exceptions.ResponseError:
+                continue
+            if not groups:
+                continue
+            boundary: tuple[int, int] | None = None
+            for group in groups:
+                name = group["name"]
+                if int(group["pending"]) > 0:
+                    summary = self.connection.xpending(stream, name)
+                    low = summary["min"]
+                    point = _parse_id(low.decode() if isinstance(low, bytes) else low)
+                else:
+                    last = group["last-delivered-id"]
+                    point = _parse_id(_next_id(last.decode() if isinstance(last, bytes) else last))
+                boundary = point if boundary is None else min(boundary, point)
+            if boundary is not None and boundary > (0, 0):
+                removed += int(self.connection.xtrim(stream, minid=f"{boundary[0]}-{boundary[1]}"))
+        self.stats.trimmed += removed
+        return removed

@@ -1,0 +1,151 @@
+"""The log pool: makes each batch durable in the chronological log, then updates the caches and fans it out.
+
+This is the commit point of PVM. Everything after the fsync (Redis caches,
+downstream pools) is derived from what the log holds and can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import msgpack
+import redis
+from rq import Queue, Retry, get_current_job
+
+from pvm import defaults
+from pvm.config import Settings
+from pvm.queues import pool_queue
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import Appended, LogWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One minute of a batch as the dispatcher handed it over."""
+
+    entry_id: str
+    minute_id: str
+    project_id: str
+    agent_id: str | None
+    raw: bytes
+
+
+@dataclass
+class LogBatchResult:
+    """What one batch did to the log."""
+
+    appended: int = 0
+    duplicates: int = 0
+    projects: dict[str, list[tuple[Incoming, Appended]]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"appended": self.appended, "duplicates": self.duplicates, "projects": sorted(self.projects)}
+
+
+def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
+    """Group a batch's ``[entry_id, minute_bytes]`` pairs by project, keeping stream order.
+
+    The dispatcher validated every minute already; here we read only the fields
+    the log and caches need.
+    """
+    by_project: dict[str, list[Incoming]] = {}
+    for entry_id, raw in entries:
+        body = msgpack.unpackb(raw, raw=False)
+        item = Incoming(entry_id, body["id"], body["project_id"], body.get("agent_id"), raw)
+        by_project.setdefault(item.project_id, []).append(item)
+    return by_project
+
+
+def process(writer: LogWriter, entries: Sequence[Sequence[Any]]) -> LogBatchResult:
+    """Append a batch to the log (idempotent by minute id, one fsync per project)."""
+    result = LogBatchResult()
+    for project_id, items in plan(entries).items():
+        appended = writer.append(project_id, [(i.minute_id, i.entry_id, i.raw) for i in items])
+        result.projects[project_id] = list(zip(items, appended, strict=True))
+        for a in appended:
+            if a.new:
+                result.appended += 1
+            else:
+                result.duplicates += 1
+    return result
+
+
+# -- RQ entry point -------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    settings: Settings
+    writer: LogWriter
+    cache: MinuteCache
+    downstream: list[Queue]
+
+
+@lru_cache(maxsize=4)
+def _context(connection: redis.Redis) -> _Context:
+    settings = Settings.from_env()
+    return _Context(
+        settings=settings,
+        writer=LogWriter(settings.log_dir),
+        cache=MinuteCache(connection, settings.recent_window, settings.minute_cache_size),
+        downstream=[pool_queue(p, connection) for p in settings.downstream],
+    )
+
+
+def _update_caches(cache: MinuteCache, result: LogBatchResult, durable_at: float) -> None:
+    pipe = cache.connection.pipeline(transaction=False)
+    for project_id, pairs in result.projects.items():
+        cache.update(
+            project_id,
+            [CachedMinute(a.id, a.seq, item.raw, item.agent_id) for item, a in pairs],
+            durable_at,
+            pipeline=pipe,
+        )
+    pipe.execute()
+
+
+def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redis) -> None:
+    if not queues:
+        return
+    records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
+    with connection.pipeline(transaction=True) as pipe:
+        for queue in queues:
+            pool = queue.name.removeprefix("pvm-")
+            queue.enqueue_many(
+                [
+                    Queue.prepare_data(
+                        f"workers.{pool}_pool.run",
+                        args=(records,),
+                        retry=Retry(max=defaults.JOB_RETRIES),
+                        result_ttl=defaults.JOB_RESULT_TTL_S,
+                        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                    )
+                ],
+                pipeline=pipe,
+            )
+        pipe.execute()
+
+
+def run(shard: int, entries: list[list[Any]]) -> dict[str, Any]:
+    """RQ job: log one dispatcher batch, then refresh caches and enqueue downstream work."""
+    job = get_current_job()
+    assert job is not None, "workers.log_pool.run runs inside an RQ worker"
+    ctx = _context(job.connection)
+    started = time.time()
+    result = process(ctx.writer, entries)
+    durable_at = time.time()
+    # Caches and fan-out cover the whole batch, duplicates included: a retried job
+    # whose first attempt died after the fsync still refreshes them (both idempotent).
+    _update_caches(ctx.cache, result, durable_at)
+    _fan_out(ctx.downstream, result, job.connection)
+    summary = result.summary()
+    summary["shard"] = shard
+    summary["seconds"] = round(durable_at - started, 6)
+    return summary
