@@ -312,6 +312,6 @@ class Dispatcher:
                     point = _parse_id(_next_id(last.decode() if isinstance(last, bytes) else last))
                 boundary = point if boundary is None else min(boundary, point)
             if boundary is not None and boundary > (0, 0):
-                removed += int(self.connection.xtrim(stream, minid=f"{boundary[0]}-{boundary[1]}"))
+                removed += int(self.connection.xtrim(stream, minid=f"{boundary[0]}-{boundary[1]}", approximate=False))
         self.stats.trimmed += removed
         return removed

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from contracts import Minute, encode_minute
+from pvm.stores.log import LogError, LogReader, LogWriter
+
+
+def entries(project: str, n: int, start: int = 0) -> list[tuple[str, str, bytes]]:
+    out = []
+    for i in range(start, start + n):
+        m = Minute(project_id=project, event_type="message", id=f"m{i:06d}", memory_note=f"note {i}")
+        out.append((m.id, f"{1000 + i}-0", encode_minute(m)))
+    return out
+
+
+def test_append_then_read_back(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    result = writer.append("p", entries("p", 10))
+    assert [a.seq for a in result] == list(range(1, 11))
+    assert all(a.new for a in result)
+    reader = LogReader(tmp_path)
+    assert reader.count("p") == 10
+    assert [r.id for r in reader.get_recent("p", 3)] == ["m000007", "m000008", "m000009"]
+    assert [r.seq for r in reader.history("p")] == list(range(1, 11))
+    assert [r.seq for r in reader.history("p", after_seq=8)] == [9, 10]
+    got = reader.get_by_ids("p", ["m000004", "nope", "m000000"])
+    assert set(got) == {"m000004", "m000000"}
+    assert got["m000004"].minute.memory_note == "note 4"
+    assert got["m000004"].stream_id == "1004-0"
+    assert reader.projects() == ["p"]
+
+
+def test_redelivered_ids_are_skipped(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    writer.append("p", entries("p", 5))
+    again = writer.append("p", entries("p", 8))  # 5 old + 3 new
+    assert [a.new for a in again] == [False] * 5 + [True] * 3
+    assert [a.seq for a in again] == [1, 2, 3, 4, 5, 6, 7, 8]
+    # a new writer (a restarted process) knows the ids from the files
+    fresh = LogWriter(tmp_path)
+    assert not any(a.new for a in fresh.append("p", entries("p", 8)))
+    assert LogReader(tmp_path).count("p") == 8
+
+
+def test_a_torn_last_record_is_repaired_on_open(tmp_path: Path) -> None:
+    LogWriter(tmp_path).append("p", entries("p", 4))
+    (segment,) = sorted((tmp_path / "p").glob("*.seg"))
+    size = segment.stat().st_size
+    with open(segment, "ab") as f:  # a crash mid-append: half a record
+        f.write(open(segment, "rb").read()[:40])
+    reader = LogReader(tmp_path)
+    assert reader.count("p") == 4  # readers see the intact prefix
+    writer = LogWriter(tmp_path)
+    assert writer.open("p") == 40
+    assert segment.stat().st_size == size
+    writer.append("p", entries("p", 2, start=4))
+    assert [r.seq for r in reader.history("p")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_corruption_inside_a_sealed_segment_is_an_error(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=600)
+    writer.append("p", entries("p", 3))
+    writer.append("p", entries("p", 3, start=3))
+    segments = sorted((tmp_path / "p").glob("*.seg"))
+    assert len(segments) >= 2
+    data = bytearray(segments[0].read_bytes())
+    data[-5] ^= 0xFF
+    segments[0].write_bytes(bytes(data))
+    with pytest.raises(LogError, match="sealed segment"):
+        LogWriter(tmp_path).open("p")
+
+
+def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    for start in range(0, 60, 6):
+        writer.append("p", entries("p", 6, start=start))
+    assert len(list((tmp_path / "p").glob("*.seg"))) > 3
+    reader = LogReader(tmp_path)
+    assert reader.count("p") == 60
+    assert [r.seq for r in reader.history("p")] == list(range(1, 61))
+    assert [r.seq for r in reader.get_recent("p", 15)] == list(range(46, 61))
+    assert reader.get_by_ids("p", ["m000001", "m000059"])["m000059"].seq == 60
+
+
+def _write_overlapping(log_dir: str, worker: int) -> None:
+    writer = LogWriter(log_dir)
+    # every process appends the same 300 ids in batches: only one copy may land
+    for start in range(0, 300, 25):
+        writer.append("shared", entries("shared", 25, start=start))
+
+
+def test_concurrent_writer_processes_never_duplicate(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_overlapping, args=(str(tmp_path), i)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    records = list(LogReader(tmp_path).history("shared"))
+    assert len(records) == 300
+    assert len({r.id for r in records}) == 300
+    assert [r.seq for r in records] == list(range(1, 301))
+
+
+def test_reader_sees_a_consistent_prefix_while_a_writer_appends(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    writer.append("p", entries("p", 1))
+    reader = LogReader(tmp_path)
+    done = threading.Event()
+    seen: list[int] = []
+    broken: list[list[int]] = []
+
+    def read() -> None:
+        while not done.is_set():
+            seqs = [r.seq for r in reader.history("p")]
+            if seqs != list(range(1, len(seqs) + 1)):
+                broken.append(seqs)
+            seen.append(len(seqs))
+
+    t = threading.Thread(target=read)
+    t.start()
+    for start in range(1, 2000, 50):
+        writer.append("p", entries("p", 50, start=start))
+    done.set()
+    t.join()
+    assert reader.count("p") == 2001
+    assert not broken
+    assert len(seen) > 1 and max(seen) <= 2001
+
+
+def test_log_files_are_only_appended(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    writer.append("p", entries("p", 5))
+    (segment,) = (tmp_path / "p").glob("*.seg")
+    before = segment.read_bytes()
+    writer.append("p", entries("p", 5, start=5))
+    assert segment.read_bytes().startswith(before)
+    assert os.access(segment, os.R_OK)

@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import msgpack
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import strategies as st
+
+from contracts import Minute, encode_minute, keys
+from pvm.config import Settings
+from pvm.queues import pool_queue
+from workers.dispatcher import Dispatcher, triage
+
+
+def minute(project: str = "p1", i: int = 0, **kw: object) -> Minute:
+    return Minute(project_id=project, event_type="message", memory_note=f"n{i}", **kw)  # type: ignore[arg-type]
+
+
+def xadd(r: redis.Redis, shard: int, raw: bytes) -> str:
+    return r.xadd(keys.stream(shard), {keys.MINUTE_FIELD: raw}).decode()
+
+
+def log_jobs(r: redis.Redis) -> list[list[list[object]]]:
+    """Entries carried by each job queued on pvm-log."""
+    q = pool_queue("log", r)
+    return [job.args[1] for job in q.get_jobs()]
+
+
+def test_triage_sorts_good_poison_and_over_delivered() -> None:
+    good = encode_minute(minute())
+    out = triage(
+        [
+            (b"1-0", {b"m": good}),
+            (b"2-0", {b"m": b"\xc1junk"}),
+            (b"3-0", {b"x": b"no m field"}),
+            (b"4-0", None),
+            (b"5-0", {b"m": good}),
+        ],
+        deliveries={"5-0": 9},
+        max_deliveries=5,
+    )
+    assert [e for e, _ in out.good] == ["1-0"]
+    assert {d.entry_id: d.reason.split(" ")[0] for d in out.dead} == {"2-0": "not", "3-0": "entry", "5-0": "delivered"}
+    assert out.deleted == ["4-0"]
+
+
+def test_a_batch_becomes_one_job_and_is_acked_with_it(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    ids = [xadd(redis_client, 0, encode_minute(minute(i=i))) for i in range(20)]
+    assert d.poll_once() == 20
+    jobs = log_jobs(redis_client)
+    assert len(jobs) == 1
+    assert [e[0] for e in jobs[0]] == ids
+    pending = redis_client.xpending(keys.stream(0), keys.DISPATCH_GROUP)
+    assert pending["pending"] == 0
+
+
+def test_the_job_the_dead_letters_and_the_ack_go_in_one_transaction(
+    redis_client: redis.Redis, settings: Settings, redis_url: str
+) -> None:
+    """Watch the server (MONITOR): the job's RPUSH, the dead letter's XADD and the XACK sit between one MULTI and EXEC."""
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    xadd(redis_client, 0, encode_minute(minute()))
+    xadd(redis_client, 0, b"\xc1")
+    commands: list[str] = []
+    monitor_client = redis.Redis.from_url(redis_url)
+    with monitor_client.monitor() as m:
+        d.poll_once()
+        redis_client.ping()
+        for event in m.listen():
+            cmd = event["command"].split(" ")[0].upper()
+            commands.append(cmd)
+            if cmd == "PING":
+                break
+    monitor_client.close()
+    multi, exec_ = commands.index("MULTI"), commands.index("EXEC")
+    inside = commands[multi:exec_]
+    assert "RPUSH" in inside or "LPUSH" in inside  # the job lands on rq:queue:pvm-log
+    assert "XADD" in inside  # the dead letter
+    assert "XACK" in inside
+    assert "XACK" not in commands[:multi] + commands[exec_:]
+    assert len(log_jobs(redis_client)) == 1
+    assert redis_client.xlen(keys.dead_letter_stream(0)) == 1
+
+
+def test_a_restarted_dispatcher_drains_its_own_pending_entries(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    for i in range(3):
+        xadd(redis_client, 2, encode_minute(minute(i=i)))
+    # c1 read them and was killed before its transaction
+    redis_client.xreadgroup(keys.DISPATCH_GROUP, "c1", {keys.stream(2): ">"}, count=10)
+    assert log_jobs(redis_client) == []
+    restarted = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    assert restarted.drain_own_pending() == 3
+    assert sum(len(j) for j in log_jobs(redis_client)) == 3
+    assert redis_client.xpending(keys.stream(2), keys.DISPATCH_GROUP)["pending"] == 0
+
+
+def test_entries_of_a_dead_consumer_are_reclaimed(redis_client: redis.Redis, settings: Settings) -> None:
+    settings = settings.with_(claim_idle_ms=50)
+    dead = Dispatcher(redis_client, settings, consumer="dead", block_ms=10)
+    dead.ensure_groups()
+    for i in range(5):
+        xadd(redis_client, 1, encode_minute(minute(i=i)))
+    # the dead consumer read them and died before its transaction
+    redis_client.xreadgroup(keys.DISPATCH_GROUP, "dead", {keys.stream(1): ">"}, count=10)
+    import time
+
+    time.sleep(0.1)
+    alive = Dispatcher(redis_client, settings, consumer="alive", block_ms=10)
+    assert alive.reclaim() == 5
+    assert sum(len(j) for j in log_jobs(redis_client)) == 5
+    assert redis_client.xpending(keys.stream(1), keys.DISPATCH_GROUP)["pending"] == 0
+
+
+def test_over_delivered_entries_go_to_dead_letters(redis_client: redis.Redis, settings: Settings) -> None:
+    settings = settings.with_(max_deliveries=2)
+    d = Dispatcher(redis_client, settings, consumer="crashy", block_ms=10)
+    d.ensure_groups()
+    xadd(redis_client, 0, encode_minute(minute()))
+    for _ in range(3):  # three crashes after reading
+        redis_client.xreadgroup(keys.DISPATCH_GROUP, "crashy", {keys.stream(0): "0" if _ else ">"}, count=10)
+    d.drain_own_pending()
+    dead = redis_client.xrange(keys.dead_letter_stream(0))
+    assert len(dead) == 1
+    assert b"delivered" in dead[0][1][b"reason"]
+    assert log_jobs(redis_client) == []
+
+
+def test_trim_removes_only_what_every_group_acknowledged(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    for i in range(10):
+        xadd(redis_client, 0, encode_minute(minute(i=i)))
+    # a second group (another reader of the stream) has read only 3 and acked 1
+    redis_client.xgroup_create(keys.stream(0), "audit", id="0")
+    read = redis_client.xreadgroup("audit", "a", {keys.stream(0): ">"}, count=3)[0][1]
+    redis_client.xack(keys.stream(0), "audit", read[0][0])
+    d.poll_once()
+    assert d.trim() == 1  # only the entry both groups are done with
+    assert redis_client.xlen(keys.stream(0)) == 9
+    info = {g["name"]: g for g in redis_client.xinfo_groups(keys.stream(0))}
+    assert info[b"audit"]["lag"] is not None
+    redis_client.xack(keys.stream(0), "audit", *[e[0] for e in read[1:]])
+    redis_client.xreadgroup("audit", "a", {keys.stream(0): ">"}, count=100)
+    redis_client.xack(keys.stream(0), "audit", *[e[0] for e in redis_client.xrange(keys.stream(0))])
+    assert d.trim() == 9
+    assert redis_client.xlen(keys.stream(0)) == 0
+
+
+near_valid = st.fixed_dictionaries(
+    {
+        "v": st.sampled_from([1, 1, 1, 2, "1", None]),
+        "id": st.one_of(st.just("ok-id"), st.text(max_size=80), st.integers(-(2**40), 2**40)),
+        "timestamp": st.sampled_from(["2026-11-26T10:00:00Z", "2026-11-26T10:00:00", "yesterday", 5]),
+        "event_type": st.sampled_from(["message", "", "Bad Type", None]),
+        "project_id": st.sampled_from(["p1", "", "../etc", None, "a/b"]),
+        "data": st.one_of(
+            st.just({}), st.fixed_dictionaries({"success_criteria_met": st.integers(-50, 150)}), st.just([])
+        ),
+    }
+)
+
+
+def _is_valid(body: dict[str, object]) -> bool:
+    try:
+        from contracts import decode_minute
+
+        decode_minute(msgpack.packb(body))
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_thousand_malformed_entries_are_dead_lettered_and_neighbours_logged(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    poison: list[bytes] = []
+
+    @hsettings(max_examples=500, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.binary(max_size=200))
+    def collect_bytes(b: bytes) -> None:
+        if not _is_valid_bytes(b):
+            poison.append(b)
+
+    @hsettings(max_examples=700, suppress_health_check=list(HealthCheck), database=None)
+    @given(near_valid)
+    def collect_maps(body: dict[str, object]) -> None:
+        if not _is_valid(body):
+            poison.append(msgpack.packb(body))
+
+    collect_bytes()
+    collect_maps()
+    poison = poison[:1000]
+    while len(poison) < 1000:
+        poison.append(b"\xc1" * (len(poison) % 7 + 1))
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    good_ids = []
+    for i, raw in enumerate(poison):
+        redis_client.xadd(keys.stream(i % 4), {keys.MINUTE_FIELD: raw})
+        if i % 10 == 0:
+            m = minute(i=i)
+            redis_client.xadd(keys.stream(i % 4), {keys.MINUTE_FIELD: encode_minute(m)})
+            good_ids.append(m.id)
+    while d.poll_once():
+        pass
+    dead = [e for s in range(4) for e in redis_client.xrange(keys.dead_letter_stream(s))]
+    assert len(dead) == 1000
+    assert all(fields[b"reason"] for _, fields in dead)
+    assert sorted(fields[b"raw"] for _, fields in dead) == sorted(poison)
+    logged = [e[1] for job in log_jobs(redis_client) for e in job]
+    assert sorted(msgpack.unpackb(raw)["id"] for raw in logged) == sorted(good_ids)
+
+
+def _is_valid_bytes(b: bytes) -> bool:
+    try:
+        from contracts import decode_minute
+
+        decode_minute(b)
+        return True
+    except ValueError:
+        return False
