@@ -40,11 +40,47 @@ class MinuteTooLarge(InvalidMinute):
 
 
 def encode_minute(minute: Minute) -> bytes:
-    """Encode a validated minute; raises `InvalidMinute` for unencodable data or excess size."""
-    body: dict[str, Any] = {"v": SCHEMA_VERSION}
-    body.update(minute.to_dict())
+    """Encode a validated minute; raises `InvalidMinute` for unencodable data or excess size.
+
+    Packs field by field instead of building a dict first: `emit()` runs this in
+    the agent's thread, and allocating no containers here keeps the garbage
+    collector (and its pauses) out of the agent's way. The bytes are identical
+    to packing `{"v": 1, **minute.to_dict()}` (see the golden vectors).
+    """
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    pack = packer.pack
+    agent_id, memory_note, thread_id = minute.agent_id, minute.memory_note, minute.thread_id
+    fields = 8 + (agent_id is not None) + (memory_note is not None) + (thread_id is not None)
     try:
-        raw: bytes = msgpack.packb(body, use_bin_type=True)
+        packer.pack_map_header(fields)
+        pack("v")
+        pack(SCHEMA_VERSION)
+        pack("id")
+        pack(minute.id)
+        pack("timestamp")
+        pack(minute.timestamp)
+        pack("event_type")
+        pack(minute.event_type)
+        pack("project_id")
+        pack(minute.project_id)
+        if agent_id is not None:
+            pack("agent_id")
+            pack(agent_id)
+        pack("data")
+        pack(minute.data)
+        pack("context_references")
+        packer.pack_array_header(len(minute.context_references))
+        for ref in minute.context_references:
+            pack(ref)
+        if memory_note is not None:
+            pack("memory_note")
+            pack(memory_note)
+        if thread_id is not None:
+            pack("thread_id")
+            pack(thread_id)
+        pack("scope")
+        pack(minute.scope)
+        raw: bytes = packer.bytes()
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidMinute("data", f"holds a value msgpack cannot encode ({exc})") from None
     if len(raw) > MAX_ENCODED_BYTES:

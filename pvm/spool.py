@@ -1,6 +1,6 @@
 """The emitter's local spool: an append-only file of minutes Redis could not take yet.
 
-Each spool file belongs to one emitter, which holds an exclusive ``flock`` on it
+A frame holds a 2-byte shard number and the minute's wire bytes. Each spool file belongs to one emitter, which holds an exclusive ``flock`` on it
 while it lives. A spool whose lock is free belongs to a producer that exited or
 crashed; the next emitter started with the same spool directory adopts it and
 replays it. Frames (see `pvm.frames`) make a torn tail harmless: replay stops at
@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
 import uuid
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
-
-import msgpack
 
 from pvm.frames import iter_frames, pack_frame
 
 SPOOL_SUFFIX = ".spool"
+# A spool frame's payload: the shard number, then the minute's wire bytes.
+_SHARD = struct.Struct(">H")
 
 
 class SpoolFile:
@@ -67,26 +68,32 @@ class SpoolFile:
         except (FileNotFoundError, ValueError):
             return 0
 
-    def append(self, items: Iterable[tuple[int, bytes]]) -> int:
-        """Append ``(shard, minute_bytes)`` items; returns how many."""
-        frames = [pack_frame(msgpack.packb((shard, raw), use_bin_type=True)) for shard, raw in items]
+    def append(self, batch: Sequence[Sequence[bytes]]) -> int:
+        """Append a batch (encoded minutes per shard); returns how many minutes."""
+        frames = []
+        for shard, minutes in enumerate(batch):
+            tag = _SHARD.pack(shard)
+            for raw in minutes:
+                frames.append(pack_frame(tag + raw))
         if frames:
             os.write(self.fd, b"".join(frames))
             self.appended += len(frames)
         return len(frames)
 
-    def read(self, limit: int) -> tuple[list[tuple[int, bytes]], int]:
-        """Up to `limit` items after the replay position, and the position after them."""
-        items: list[tuple[int, bytes]] = []
+    def read(self, limit: int, shards: int) -> tuple[list[list[bytes]], int, int]:
+        """Up to `limit` minutes after the replay position as a batch, their count, and the position after them."""
+        batch: list[list[bytes]] = [[] for _ in range(shards)]
+        count = 0
         end = self.position
         with open(self.path, "rb") as f:
             for _, next_offset, payload in iter_frames(f, self.position):
-                shard, raw = msgpack.unpackb(payload, raw=False)
-                items.append((shard, raw))
+                (shard,) = _SHARD.unpack_from(payload)
+                batch[shard % shards].append(payload[_SHARD.size :])
+                count += 1
                 end = next_offset
-                if len(items) >= limit:
+                if count >= limit:
                     break
-        return items, end
+        return batch, count, end
 
     def advance(self, position: int) -> None:
         """Record that everything before `position` reached Redis."""

@@ -1,0 +1,612 @@
+#!/usr/bin/env python
+"""Ingest benchmark: emit latency, producer throughput, dispatch+log throughput, emit->durable latency.
+
+Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valkey
+(AOF on, appendfsync everysec, as `pvm up` runs it):
+
+1. emit latency     `Emitter.emit()` on pre-built `Minute` objects, timed one call at
+                    a time with time.perf_counter_ns, at a paced rate that never
+                    fills the buffer.                   target: p99 <= 20 us
+2. producer         minutes/s from the first emit() until flush() returns (every
+                    minute XADDed); the loop waits while the buffer is over half a
+                    shard's capacity, so nothing spills to the spool
+                    (stats().spooled is reported and must be 0).
+                                                        target: >= 50,000/s
+3. pipeline         minutes pre-loaded into the streams with nothing running, then
+                    ONE `pvm dispatch` process and ONE `pvm worker log` process
+                    (pvm.stack.Stack) drain them into the durable log. The rate is
+                    measured inside the log, excluding process start-up: minutes
+                    made durable after the first record's durable_at, divided by
+                    (last durable_at - first durable_at). Wall-clock rates from
+                    process spawn are reported too.     target: >= 10,000/s
+4. durable latency  the whole stack running (embedded Valkey + 1 dispatcher + 1 log
+                    worker); minutes emitted at a fixed offered load of 5,000/s for
+                    ~10 s, time.time() recorded per minute id at emit; afterwards
+                    every log record is read back and record.durable_at - emit time
+                    is taken per id. durable_at is stamped by the log writer just
+                    before the batch's write+fsync.     target: p99 <= 250 ms
+
+Workload: pvm.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
+references to recent minutes) over 2 projects per shard, interleaved, with project
+names chosen so every shard gets the same share. All minutes are built before any
+phase starts and then moved out of the garbage collector's way (gc.freeze()), as an
+agent holds a handful of minutes, not 200,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    # Run as `python bench/ingest.py`: make the repository root importable for `bench.machine`.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis
+
+from bench.machine import machine
+from contracts import Minute, keys
+from pvm import defaults
+from pvm.config import Settings
+from pvm.demo import sample_session
+from pvm.embedded import EmbeddedRedis
+from pvm.emitter import Emitter
+from pvm.stack import Stack
+from pvm.stores.log import LogReader
+
+PHASES = 4
+
+# Counts at --minutes-scale 1.0.
+EMIT_CALLS = 50_000
+EMIT_RATE = 10_000  # phase 1 pacing, minutes/s
+PRODUCER_MINUTES = 200_000
+PIPELINE_MINUTES = 100_000
+DURABLE_RATE = 5_000  # phase 4 offered load, minutes/s
+DURABLE_SECONDS = 10.0
+PROJECTS_PER_SHARD = 2
+WARMUP_MINUTES = 2_000
+MIN_COUNT = 500
+
+TARGETS: dict[str, tuple[str, float, str]] = {
+    "emit_p99_us": ("<=", 20, "us"),
+    "producer_per_s": (">=", 50_000, "/s"),
+    "pipeline_per_s": (">=", 10_000, "/s"),
+    "durable_p99_ms": ("<=", 250, "ms"),
+}
+
+
+class BenchError(RuntimeError):
+    """A phase could not produce a valid measurement."""
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+class Progress:
+    """Human-readable progress on stderr, at most about once a second per phase."""
+
+    def __init__(self) -> None:
+        self.phase_no = 0
+        self.name = ""
+        self._last = 0.0
+
+    def phase(self, number: int, name: str, detail: str) -> None:
+        self.phase_no, self.name, self._last = number, name, 0.0
+        say(f"phase {number}/{PHASES}: {name}: {detail}")
+
+    def tick(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= 1.0:
+            self._last = now
+            say(f"phase {self.phase_no}/{PHASES}: {self.name} ... {text}")
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def scaled(base: float, scale: float, minimum: int = MIN_COUNT) -> int:
+    return max(minimum, round(base * scale))
+
+
+def pick_projects(shards: int, per_shard: int = PROJECTS_PER_SHARD) -> list[str]:
+    """Project ids spread evenly over the shards (the shard is a hash of the project id)."""
+    chosen: list[str] = []
+    taken = [0] * shards
+    k = 0
+    while len(chosen) < shards * per_shard:
+        name = f"bench-{k:03d}"
+        shard = keys.shard_of(name, shards)
+        if taken[shard] < per_shard:
+            chosen.append(name)
+            taken[shard] += 1
+        k += 1
+    return chosen
+
+
+def build_minutes(projects: Sequence[str], n: int) -> list[Minute]:
+    """`n` realistic minutes over `projects`, interleaved round-robin."""
+    per = math.ceil(n / len(projects))
+    sessions = [list(sample_session(p, per, seed=i + 1)) for i, p in enumerate(projects)]
+    out: list[Minute] = []
+    for j in range(per):
+        for session in sessions:
+            out.append(session[j])
+    return out[:n]
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point fd 1 at stderr while phases run, so nothing a child process prints lands in our JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextmanager
+def phase_home(name: str, shards: int) -> Iterator[Settings]:
+    """Settings on a fresh temporary PVM_HOME (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix=f"pvm-bench-{name}-") as tmp:
+        yield Settings.from_env({"PVM_HOME": tmp, "PVM_SHARDS": str(shards)})
+
+
+@contextmanager
+def embedded_redis(settings: Settings) -> Iterator[EmbeddedRedis]:
+    """A fresh embedded Valkey in the phase's home, configured as the stack runs it."""
+    server = EmbeddedRedis(data_dir=Path(settings.home) / defaults.EMBEDDED_DATA_DIR)
+    try:
+        server.start()
+        yield server
+    finally:
+        _stop_redis(server)
+
+
+def _stop_redis(server: EmbeddedRedis) -> None:
+    try:
+        server.stop()
+    except Exception as exc:
+        say(f"bench: stopping Valkey: {type(exc).__name__}: {exc}")
+    # EmbeddedRedis.stop() does nothing when the server does not answer PING; make sure the process is gone.
+    server.server.terminate()
+
+
+@contextmanager
+def running_stack(settings: Settings) -> Iterator[Stack]:
+    """pvm.stack.Stack with one dispatcher and one log worker process (and Valkey when settings has no URL)."""
+    stack = Stack(settings, processes={"log": 1}, dispatchers=1)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        server = stack.redis
+        try:
+            stack.stop(timeout=20)
+        finally:
+            if server is not None:
+                server.server.terminate()
+
+
+def check_children(stack: Stack) -> None:
+    for name, child in stack.children.items():
+        code = child.poll()
+        if code is not None:
+            raise BenchError(f"{name} (pid {child.pid}) exited with {code}")
+
+
+def log_total(reader: LogReader, projects: Sequence[str]) -> int:
+    return sum(reader.count(p) for p in projects)
+
+
+def wait_durable(
+    reader: LogReader, projects: Sequence[str], target: int, stack: Stack, timeout: float, progress: Progress
+) -> float:
+    """Poll the log until it holds `target` minutes of `projects`; returns time.time() when it did."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = log_total(reader, projects)
+        if done >= target:
+            progress.tick(f"{done:,}/{target:,} durable", force=True)
+            return time.time()
+        progress.tick(f"{done:,}/{target:,} durable")
+        check_children(stack)
+        if time.monotonic() > deadline:
+            raise BenchError(f"only {done:,}/{target:,} minutes durable after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def emit_with_backpressure(emitter: Emitter, minutes: Sequence[Minute], progress: Progress, verb: str) -> int:
+    """Emit as fast as possible, pausing while the buffer is over half a shard's capacity; returns pauses."""
+    high = max(1_000, emitter.buffer_size // emitter.shards // 2)
+    low = high // 2
+    pauses = 0
+    n = len(minutes)
+    emit = emitter.emit
+    for i, minute in enumerate(minutes):
+        emit(minute)
+        if i & 1023 == 1023:
+            if emitter.stats().buffered > high:
+                pauses += 1
+                while emitter.stats().buffered > low:
+                    time.sleep(0.0005)
+            progress.tick(f"{i + 1:,}/{n:,} {verb}")
+    return pauses
+
+
+def read_log(reader: LogReader, projects: Sequence[str]) -> tuple[list[tuple[str, float]], int]:
+    """(minute id, durable_at) of every record of `projects`, and how many ids appear more than once."""
+    records: list[tuple[str, float]] = []
+    for project in projects:
+        records.extend((r.id, r.durable_at) for r in reader.history(project))
+    duplicates = len(records) - len({i for i, _ in records})
+    return records, duplicates
+
+
+# -- phases ---------------------------------------------------------------------------
+
+
+def phase_emit(minutes: Sequence[Minute], shards: int, progress: Progress) -> tuple[dict[str, Any], dict[str, Any]]:
+    n = len(minutes)
+    progress.phase(1, "emit latency", f"{n:,} emit() calls paced at {EMIT_RATE:,}/s, one fresh Valkey")
+    with phase_home("emit", shards) as settings, embedded_redis(settings) as server:
+        emitter = Emitter(server.url, settings=settings)
+        try:
+            for m in sample_session("bench-warmup", WARMUP_MINUTES, seed=99):
+                emitter.emit(m)
+            emitter.flush(30)
+            base = emitter.stats()
+            gc.collect()
+            latencies = [0] * n
+            clock = time.perf_counter_ns
+            interval = 1e9 / EMIT_RATE
+            emit = emitter.emit
+            start = clock()
+            for i, minute in enumerate(minutes):
+                ahead = start + int(i * interval) - clock()
+                if ahead >= 1_000_000:  # sleep in ~1 ms steps, outside the timed region
+                    time.sleep(ahead / 1e9)
+                t = clock()
+                emit(minute)
+                latencies[i] = clock() - t
+                if i & 4095 == 4095:
+                    progress.tick(f"{i + 1:,}/{n:,} emitted")
+            elapsed = (clock() - start) / 1e9
+            flushed = emitter.flush(60)
+            stats = emitter.stats()
+            box = machine(emitter.connection)
+        finally:
+            emitter.close()
+    latencies.sort()
+    us = [v / 1000 for v in latencies]
+    progress.tick(f"p50 {percentile(us, 50):.1f} us, p99 {percentile(us, 99):.1f} us", force=True)
+    return {
+        "emit_p50_us": round(percentile(us, 50), 2),
+        "emit_p90_us": round(percentile(us, 90), 2),
+        "emit_p99_us": round(percentile(us, 99), 2),
+        "emit_p999_us": round(percentile(us, 99.9), 2),
+        "emit_max_us": round(us[-1], 2),
+        "emit_mean_us": round(sum(us) / n, 2),
+        "emit_calls": n,
+        "emit_paced_per_s": round(n / elapsed),
+        "emit_flushed": flushed,
+        "emit_spooled": stats.spooled - base.spooled,
+        "emit_sent": stats.sent - base.sent,
+    }, box
+
+
+def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
+    n = len(minutes)
+    progress.phase(2, "producer", f"{n:,} minutes emitted flat out, timed until flush() returns")
+    with phase_home("producer", shards) as settings, embedded_redis(settings) as server:
+        emitter = Emitter(server.url, settings=settings)
+        try:
+            for m in sample_session("bench-warmup", WARMUP_MINUTES, seed=99):
+                emitter.emit(m)
+            emitter.flush(30)
+            base = emitter.stats()
+            gc.collect()
+            start = time.perf_counter()
+            pauses = emit_with_backpressure(emitter, minutes, progress, "emitted")
+            emitted_at = time.perf_counter()
+            flushed = emitter.flush(120)
+            done = time.perf_counter()
+            stats = emitter.stats()
+            in_streams = sum(int(emitter.connection.xlen(s)) for s in emitter.streams) - base.sent
+        finally:
+            emitter.close()
+    sent = stats.sent - base.sent
+    spooled = stats.spooled - base.spooled
+    rate = n / (done - start)
+    progress.tick(f"{rate:,.0f} minutes/s; sent {sent:,}, spooled {spooled:,}, in streams {in_streams:,}", force=True)
+    if not flushed or sent != n or in_streams != n:
+        raise BenchError(f"producer: flushed={flushed}, sent {sent:,}, in streams {in_streams:,}, expected {n:,}")
+    return {
+        "producer_per_s": round(rate),
+        "producer_emit_loop_per_s": round(n / (emitted_at - start)),
+        "producer_minutes": n,
+        "producer_sent": sent,
+        "producer_spooled": spooled,
+        "producer_dropped": stats.dropped - base.dropped,
+        "producer_backpressure_pauses": pauses,
+        "producer_seconds": round(done - start, 3),
+    }
+
+
+def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
+    n = len(minutes)
+    projects = sorted(Counter(m.project_id for m in minutes))
+    progress.phase(3, "pipeline", f"{n:,} minutes pre-loaded, then 1 dispatcher + 1 log worker process")
+    with phase_home("pipeline", shards) as settings:
+        with embedded_redis(settings) as server:
+            live = settings.with_(redis_url=server.url)
+            with Emitter(settings=live) as emitter:
+                emit_with_backpressure(emitter, minutes, progress, "pre-loaded")
+                if not emitter.flush(120):
+                    raise BenchError("pipeline: pre-load did not flush")
+                loaded = sum(int(emitter.connection.xlen(s)) for s in emitter.streams)
+            if loaded != n:
+                raise BenchError(f"pipeline: {loaded:,} entries in the streams, expected {n:,}")
+            progress.tick(f"{loaded:,} minutes in {shards} streams; starting dispatcher + log worker", force=True)
+            reader = LogReader(live.log_dir)
+            with running_stack(live) as stack:
+                spawned = time.time()
+                first_seen: float | None = None
+                deadline = time.monotonic() + max(60.0, n / 1_000)
+                while True:
+                    done = log_total(reader, projects)
+                    now = time.time()
+                    if done and first_seen is None:
+                        first_seen = now
+                    if done >= n:
+                        break
+                    progress.tick(f"{done:,}/{n:,} durable")
+                    check_children(stack)
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"pipeline: only {done:,}/{n:,} minutes durable in time")
+                    time.sleep(0.05)
+                finished = time.time()
+                progress.tick(f"{done:,}/{n:,} durable; stopping processes", force=True)
+        records, duplicates = read_log(reader, projects)
+    if len(records) != n or duplicates:
+        raise BenchError(f"pipeline: the log holds {len(records):,} records ({duplicates} duplicates), expected {n:,}")
+    stamps = sorted(at for _, at in records)
+    first, last = stamps[0], stamps[-1]
+    after_first = sum(1 for at in stamps if at > first)
+    rate = after_first / (last - first) if last > first else math.nan
+    assert first_seen is not None
+    progress.tick(f"{rate:,.0f} minutes/s between the first and last durable_at", force=True)
+    return {
+        "pipeline_per_s": round(rate),
+        "pipeline_minutes": n,
+        "pipeline_durable_span_s": round(last - first, 3),
+        "pipeline_startup_s": round(first - spawned, 3),
+        "pipeline_wall_per_s": round(n / (finished - spawned)),
+        "pipeline_observed_per_s": round(n / (finished - first_seen)) if finished > first_seen else None,
+        "pipeline_appends": len(set(stamps)),
+    }
+
+
+def phase_durable(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
+    n = len(minutes)
+    projects = sorted(Counter(m.project_id for m in minutes))
+    progress.phase(
+        4, "durable latency", f"{n:,} minutes offered at {DURABLE_RATE:,}/s to the running stack (1+1 processes)"
+    )
+    emitted_at: dict[str, float] = {}
+    with phase_home("durable", shards) as settings:
+        with running_stack(settings) as stack:
+            live = stack.settings
+            reader = LogReader(live.log_dir)
+            emitter = Emitter(settings=live)
+            try:
+                warm = list(sample_session("bench-warmup", 200, seed=99))
+                for m in warm:
+                    emitter.emit(m)
+                progress.tick("waiting for the stack to make a warm-up batch durable", force=True)
+                wait_durable(reader, ["bench-warmup"], len(warm), stack, 60.0, progress)
+                gc.collect()
+                clock = time.perf_counter
+                wall = time.time
+                emit = emitter.emit
+                interval = 1 / DURABLE_RATE
+                start = clock()
+                for i, minute in enumerate(minutes):
+                    ahead = start + i * interval - clock()
+                    if ahead >= 0.001:
+                        time.sleep(ahead)
+                    emitted_at[minute.id] = wall()
+                    emit(minute)
+                    if i & 1023 == 1023:
+                        progress.tick(f"{i + 1:,}/{n:,} emitted, {log_total(reader, projects):,} durable")
+                offered_for = clock() - start
+                emitter.flush(60)
+                wait_durable(reader, projects, n, stack, max(60.0, n / 1_000), progress)
+                stats = emitter.stats()
+            finally:
+                emitter.close()
+        records, duplicates = read_log(reader, projects)
+    missing = len(emitted_at.keys() - {i for i, _ in records})
+    if missing or duplicates:
+        raise BenchError(f"durable: {missing} minutes missing from the log, {duplicates} duplicates")
+    ms = sorted((at - emitted_at[i]) * 1000 for i, at in records)
+    progress.tick(f"p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms", force=True)
+    return {
+        "durable_p50_ms": round(percentile(ms, 50), 2),
+        "durable_p90_ms": round(percentile(ms, 90), 2),
+        "durable_p99_ms": round(percentile(ms, 99), 2),
+        "durable_max_ms": round(ms[-1], 2),
+        "durable_mean_ms": round(sum(ms) / len(ms), 2),
+        "durable_minutes": n,
+        "offered_per_s": round(n / offered_for),
+        "offered_target_per_s": DURABLE_RATE,
+        "offered_seconds": round(offered_for, 3),
+        "durable_spooled": stats.spooled,
+    }
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
+    out: dict[str, bool | None] = {}
+    for key, (op, bound, _) in TARGETS.items():
+        value = result.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            out[key] = None
+        else:
+            out[key] = value <= bound if op == "<=" else value >= bound
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [
+        ("emit p50", f"{result['emit_p50_us']:.1f} us", ""),
+        ("emit p99", f"{result['emit_p99_us']:.1f} us", "emit_p99_us"),
+        ("emit p99.9 / max", f"{result['emit_p999_us']:.1f} / {result['emit_max_us']:.0f} us", ""),
+        ("producer", f"{result['producer_per_s']:,} minutes/s", "producer_per_s"),
+        ("producer spooled", f"{result['producer_spooled']:,}", ""),
+        ("pipeline (1+1 processes)", f"{result['pipeline_per_s']:,} minutes/s", "pipeline_per_s"),
+        ("pipeline incl. start-up", f"{result['pipeline_wall_per_s']:,} minutes/s", ""),
+        ("durable p50", f"{result['durable_p50_ms']:.1f} ms", ""),
+        ("durable p99", f"{result['durable_p99_ms']:.1f} ms", "durable_p99_ms"),
+        ("durable max", f"{result['durable_max_ms']:.1f} ms", ""),
+        ("offered load", f"{result['offered_per_s']:,} minutes/s", ""),
+    ]
+    met = result["met"]
+    lines = [f"{'METRIC':<26}{'VALUE':>22}  {'TARGET':<16}RESULT"]
+    for label, value, key in rows:
+        target = verdict = ""
+        if key:
+            op, bound, unit = TARGETS[key]
+            target = f"{op} {bound:,} {unit}"
+            verdict = {True: "ok", False: "MISSED", None: "n/a"}[met[key]]
+        lines.append(f"{label:<26}{value:>22}  {target:<16}{verdict}")
+    box = result["machine"]
+    server = box.get("redis_server", {})
+    version = (server.get("valkey_version") and f"Valkey {server['valkey_version']}") or server.get("redis_version")
+    lines.append("")
+    lines.append(
+        f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}, {version}; "
+        f"shards {result['config']['shards']}, scale {result['config']['minutes_scale']}, "
+        f"{result['elapsed_s']:.0f} s"
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/ingest.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            f"Counts at scale 1.0: {EMIT_CALLS:,} emit calls, {PRODUCER_MINUTES:,} producer minutes, "
+            f"{PIPELINE_MINUTES:,} pipeline minutes, {DURABLE_RATE:,}/s for {DURABLE_SECONDS:.0f} s. "
+            "Progress goes to stderr; the result (a JSON object with --json) to stdout. "
+            "Exit status 0 when every phase measured (targets missed or not), 1 when a phase failed, 130 on Ctrl-C."
+        ),
+    )
+    parser.add_argument(
+        "--minutes-scale", type=float, default=1.0, metavar="X",
+        help="multiply every count (and the phase-4 duration) by X, e.g. 0.1 for a quick run (default 1.0)",
+    )
+    parser.add_argument("--shards", type=int, default=defaults.SHARDS, help="stream shards (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    if args.minutes_scale <= 0:
+        parser.error("--minutes-scale must be positive")
+    if args.shards < 1:
+        parser.error("--shards must be at least 1")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
+    scale, shards = args.minutes_scale, args.shards
+    emit_calls = scaled(EMIT_CALLS, scale)
+    producer_minutes = scaled(PRODUCER_MINUTES, scale)
+    pipeline_minutes = scaled(PIPELINE_MINUTES, scale)
+    durable_seconds = max(1.0, DURABLE_SECONDS * scale)
+    durable_minutes = round(DURABLE_RATE * durable_seconds)
+    progress = Progress()
+    started = time.monotonic()
+    try:
+        with stdout_to_stderr():
+            projects = pick_projects(shards)
+            total = max(emit_calls, producer_minutes, pipeline_minutes, durable_minutes)
+            say(f"bench: building {total:,} sample minutes over {len(projects)} projects ({shards} shards)")
+            # Phases run on separate Redis servers and logs, so they share the pre-built minutes.
+            minutes = build_minutes(projects, total)
+            gc.collect()
+            gc.freeze()
+            result: dict[str, Any] = {}
+            emit_result, box = phase_emit(minutes[:emit_calls], shards, progress)
+            result.update(emit_result)
+            result.update(phase_producer(minutes[:producer_minutes], shards, progress))
+            result.update(phase_pipeline(minutes[:pipeline_minutes], shards, progress))
+            result.update(phase_durable(minutes[:durable_minutes], shards, progress))
+    except KeyboardInterrupt:
+        say("bench: interrupted; processes and Valkey stopped")
+        return 130
+    except (BenchError, redis.exceptions.RedisError) as exc:
+        say(f"bench: failed: {exc}")
+        return 1
+    result["counts"] = {
+        "emit_calls": emit_calls,
+        "producer_minutes": producer_minutes,
+        "pipeline_minutes": pipeline_minutes,
+        "durable_minutes": durable_minutes,
+    }
+    result["config"] = {
+        "minutes_scale": scale,
+        "shards": shards,
+        "projects": len(projects),
+        "emit_paced_rate_per_s": EMIT_RATE,
+        "durable_offered_rate_per_s": DURABLE_RATE,
+        "dispatch_batch": defaults.DISPATCH_BATCH_SIZE,
+        "emit_batch": defaults.EMIT_BATCH_SIZE,
+        "pipeline_rate_basis": "minutes durable after the first record's durable_at / (last durable_at - first)",
+        "durable_latency_basis": "log record durable_at (stamped before write+fsync) - time.time() at emit",
+    }
+    result["targets"] = {k: f"{op} {bound:g}" for k, (op, bound, _) in TARGETS.items()}
+    result["met"] = verdicts(result)
+    result["machine"] = box
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

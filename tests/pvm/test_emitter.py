@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import redis
+
+from contracts import InvalidMinute, Minute, keys
+from pvm.config import Settings
+from pvm.emitter import Emitter
+from pvm.spool import SpoolFile
+from tests.conftest import free_port
+
+
+def stream_ids(r: redis.Redis, shards: int = 4) -> list[str]:
+    out = []
+    for s in range(shards):
+        for _, fields in r.xrange(keys.stream(s)):
+            out.append(msgpack.unpackb(fields[keys.MINUTE_FIELD])["id"])
+    return out
+
+
+def test_emit_reaches_the_shard_of_its_project(redis_client: redis.Redis, settings: Settings) -> None:
+    with Emitter(settings=settings) as em:
+        ids = [em.emit(Minute(project_id=f"proj{i % 5}", event_type="message")) for i in range(200)]
+        assert em.flush(5)
+        stats = em.stats()
+    assert (stats.emitted, stats.sent, stats.spooled, stats.dropped) == (200, 200, 0, 0)
+    assert sorted(stream_ids(redis_client)) == sorted(ids)
+    for s in range(4):
+        for _, fields in redis_client.xrange(keys.stream(s)):
+            assert keys.shard_of(msgpack.unpackb(fields[b"m"])["project_id"], 4) == s
+
+
+def test_emit_accepts_a_mapping_and_fills_id_and_timestamp(redis_client: redis.Redis, settings: Settings) -> None:
+    with Emitter(settings=settings) as em:
+        minute_id = em.emit({"project_id": "p", "event_type": "decision", "data": {"task_id": "t1"}})
+    assert stream_ids(redis_client) == [minute_id]
+
+
+@pytest.mark.parametrize(
+    ("minute", "field"),
+    [
+        ({"project_id": "p", "event_type": "task_completed", "data": {"success_criteria_met": 140}}, "data.success_criteria_met"),
+        ({"event_type": "message"}, "project_id"),
+        ({"project_id": "p", "event_type": "message", "id": "bad id!"}, "id"),
+        ({"project_id": "p", "event_type": "message", "timestamp": "tuesday"}, "timestamp"),
+        ({"project_id": "p", "event_type": "message", "memory_note": "x" * 70_000}, "memory_note"),
+        ({"project_id": "p", "event_type": "message", "data": {"blob": "x" * 66_000}}, "minute"),
+    ],
+)
+def test_an_invalid_minute_raises_a_value_error_naming_the_field(
+    settings: Settings, minute: dict[str, object], field: str
+) -> None:
+    with Emitter(settings=settings) as em:
+        with pytest.raises(ValueError) as info:
+            em.emit(minute)
+        assert isinstance(info.value, InvalidMinute)
+        assert info.value.field == field
+        assert field in str(info.value)
+        assert em.stats().emitted == 0
+
+
+def test_emit_sync_returns_the_stream_id(redis_client: redis.Redis, settings: Settings) -> None:
+    with Emitter(settings=settings) as em:
+        entry_id = em.emit_sync(Minute(project_id="p", event_type="message"))
+    shard = keys.shard_of("p", 4)
+    assert redis_client.xrange(keys.stream(shard))[0][0].decode() == entry_id
+
+
+def test_without_redis_minutes_are_spooled_and_replayed_by_the_next_emitter(
+    redis_client: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    dead_url = f"redis://127.0.0.1:{free_port()}/0"
+    em = Emitter(dead_url, settings=settings)
+    ids = [em.emit(Minute(project_id="p", event_type="message")) for _ in range(50)]
+    assert not em.flush(1.0)
+    em.close(timeout=0.5)
+    stats = em.stats()
+    assert stats.emitted == 50 and stats.sent == 0 and stats.spooled == 50 and stats.dropped == 0
+    assert list(settings.spool_dir.glob("*.spool"))
+    # a new producer process with a reachable Redis adopts the orphaned spool and replays it in order
+    with Emitter(settings=settings) as again:
+        assert again.flush(5)
+    assert stream_ids(redis_client) == ids
+    assert not list(settings.spool_dir.glob("*.spool"))
+
+
+def test_a_full_buffer_spills_to_the_spool_instead_of_blocking(redis_client: redis.Redis, settings: Settings) -> None:
+    em = Emitter(f"redis://127.0.0.1:{free_port()}/0", settings=settings, buffer_size=8)
+    for _ in range(100):
+        em.emit(Minute(project_id="p", event_type="message"))
+    em.close(timeout=0.5)
+    stats = em.stats()
+    assert stats.spooled == 100 and stats.dropped == 0
+
+
+def test_a_spool_with_a_torn_tail_replays_its_intact_part(redis_client: redis.Redis, settings: Settings) -> None:
+    spool = SpoolFile.create(settings.spool_dir)
+    from contracts import encode_minute
+
+    minutes = [Minute(project_id="p", event_type="message") for _ in range(3)]
+    batch: list[list[bytes]] = [[], [], [], []]
+    batch[keys.shard_of("p", 4)] = [encode_minute(m) for m in minutes]
+    spool.append(batch)
+    with open(spool.path, "ab") as f:
+        f.write(b"\xa7\x01\xff\xff")  # the producer died mid-write
+    spool.close()
+    with Emitter(settings=settings) as em:
+        assert em.flush(5)
+    assert stream_ids(redis_client) == [m.id for m in minutes]
+
+
+def test_close_sends_what_is_buffered(redis_client: redis.Redis, settings: Settings) -> None:
+    em = Emitter(settings=settings)
+    for _ in range(1000):
+        em.emit(Minute(project_id="p", event_type="message"))
+    em.close()
+    time.sleep(0.05)
+    assert len(stream_ids(redis_client)) == 1000

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import msgpack
+import pytest
+import redis
+from rq.job import Job
+from rq.registry import FailedJobRegistry
+
+from contracts import Minute, encode_minute, keys
+from pvm.config import Settings
+from pvm.queues import pool_queue
+from pvm.serializers import MsgpackSerializer, SerializationError
+from pvm.stores.cache import MinuteCache
+from pvm.stores.log import LogReader, LogWriter
+from workers.log_pool import plan, process
+from workers.runner import PvmWorker, requeue_orphans
+
+
+def batch(n: int, project: str = "p1", agent: str = "a1", start: int = 0) -> list[list[object]]:
+    out: list[list[object]] = []
+    for i in range(start, start + n):
+        m = Minute(project_id=project, event_type="message", agent_id=agent, id=f"id{i:05d}", memory_note=str(i))
+        out.append([f"{100 + i}-0", encode_minute(m)])
+    return out
+
+
+def test_plan_groups_by_project_in_stream_order() -> None:
+    entries = batch(3, "a") + batch(2, "b", start=3) + batch(1, "a", start=5)
+    grouped = plan(entries)
+    assert [i.minute_id for i in grouped["a"]] == ["id00000", "id00001", "id00002", "id00005"]
+    assert [i.entry_id for i in grouped["b"]] == ["103-0", "104-0"]
+
+
+def test_process_is_idempotent(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path)
+    first = process(writer, batch(5))
+    again = process(writer, batch(7))
+    assert (first.appended, first.duplicates) == (5, 0)
+    assert (again.appended, again.duplicates) == (2, 5)
+    assert LogReader(tmp_path).count("p1") == 7
+
+
+def run_burst(connection: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    from workers import log_pool
+
+    log_pool._context.cache_clear()
+    PvmWorker([pool_queue("log", connection)], connection).work(burst=True)
+
+
+def enqueue(connection: redis.Redis, entries: list[list[object]], shard: int = 0) -> Job:
+    return pool_queue("log", connection).enqueue("workers.log_pool.run", shard, entries)
+
+
+def test_worker_logs_a_batch_and_fills_the_caches(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enqueue(redis_client, batch(30, agent="a1") + batch(10, agent="a2", start=30))
+    run_burst(redis_client, settings, monkeypatch)
+    reader = LogReader(settings.log_dir)
+    assert reader.count("p1") == 40
+    cache = MinuteCache(redis_client)
+    assert cache.recent_ids("p1", 3) == ["id00037", "id00038", "id00039"]
+    assert cache.recent_ids("p1", 2, agent_id="a1") == ["id00028", "id00029"]
+    cached = cache.get_many("p1", ["id00000", "id00039"])
+    assert msgpack.unpackb(cached["id00039"])["memory_note"] == "39"
+    assert cache.head("p1")["seq"] == "40"
+    assert redis_client.sismember(keys.projects(), "p1")
+
+
+def test_a_redelivered_batch_adds_nothing(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enqueue(redis_client, batch(10))
+    enqueue(redis_client, batch(10))  # the same entries again (a reclaimed or retried batch)
+    run_burst(redis_client, settings, monkeypatch)
+    records = list(LogReader(settings.log_dir).history("p1"))
+    assert len(records) == 10 and len({r.id for r in records}) == 10
+    assert redis_client.zcard(keys.recent_window("p1")) == 10
+
+
+def test_caches_stay_bounded(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = settings.with_(recent_window=5, minute_cache_size=8)
+    enqueue(redis_client, batch(30))
+    run_burst(redis_client, settings, monkeypatch)
+    assert redis_client.zcard(keys.recent_window("p1")) == 5
+    assert redis_client.hlen(keys.minute_by_id("p1")) == 8
+    assert MinuteCache(redis_client).get_many("p1", ["id00029"])
+
+
+def test_a_planted_pickle_payload_is_never_unpickled(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    # Someone with write access to Redis plants a job whose data is a pickle.
+    job = pool_queue("log", redis_client).enqueue("workers.log_pool.run", 0, [])
+    redis_client.hset(job.key, "data", pickle.dumps(("os.system", None, (Exploit(),), {})))
+    with pytest.raises(SerializationError):
+        MsgpackSerializer.loads(pickle.dumps(Exploit()))
+    run_burst(redis_client, settings, monkeypatch)
+    assert not marker.exists()
+    failed = FailedJobRegistry("pvm-log", connection=redis_client, serializer=MsgpackSerializer)
+    assert job.id in failed.get_job_ids()
+
+
+def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings: Settings) -> None:
+    queue = pool_queue("log", redis_client)
+    job = queue.enqueue("workers.log_pool.run", 0, batch(2))
+    # A worker took the job and died (its alive key is gone): rebuild that state with RQ itself.
+    worker = PvmWorker([queue], redis_client, name="pvm-test-dead")
+    dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert dequeued is not None
+    worker.prepare_execution(dequeued[0])
+    assert redis_client.llen(queue.key) == 0
+    assert requeue_orphans(redis_client, [queue]) == [job.id]
+    assert queue.job_ids == [job.id]
+    assert requeue_orphans(redis_client, [queue]) == []
+
+
+def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, settings: Settings) -> None:
+    queue = pool_queue("log", redis_client)
+    queue.enqueue("workers.log_pool.run", 0, batch(2))
+    worker = PvmWorker([queue], redis_client, name="pvm-test-alive")
+    redis_client.set(keys.worker_alive("pvm-test-alive"), 1, ex=10)
+    dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert dequeued is not None
+    worker.prepare_execution(dequeued[0])
+    assert requeue_orphans(redis_client, [queue]) == []
