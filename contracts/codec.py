@@ -7,8 +7,6 @@ languages follow the golden vectors in ``contracts/vectors``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgpack
 
 from contracts.errors import ContractError, InvalidMinute

@@ -68,9 +68,7 @@ def parse_timestamp(value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidMinute(
-            "timestamp", f"{value[:40]!r} is not ISO 8601 (e.g. 2026-11-26T10:00:00.000Z)"
-        ) from None
+        raise InvalidMinute("timestamp", f"{value[:40]!r} is not ISO 8601 (e.g. 2026-11-26T10:00:00.000Z)") from None
     if parsed.tzinfo is None:
         raise InvalidMinute("timestamp", f"{value[:40]!r} has no UTC offset; append 'Z' or '+00:00'")
     return parsed

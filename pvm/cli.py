@@ -12,7 +12,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any

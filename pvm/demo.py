@@ -22,8 +22,18 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
         task = rng.choice(TASKS)
         agent = rng.choice(AGENTS)
         kind = rng.choices(
-            ["task_assigned", "task_started", "task_completed", "task_failed", "conflict_detected",
-             "conflict_resolved", "decision", "message", "handoff", "knowledge"],
+            [
+                "task_assigned",
+                "task_started",
+                "task_completed",
+                "task_failed",
+                "conflict_detected",
+                "conflict_resolved",
+                "decision",
+                "message",
+                "handoff",
+                "knowledge",
+            ],
             weights=[12, 10, 10, 4, 4, 4, 6, 20, 5, 3],
         )[0]
         data: dict[str, object] = {"task_id": task}
@@ -56,7 +66,7 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
             memory_note=note,
             thread_id=f"{task}-thread",
         )
-        recent = (recent + [minute.id])[-20:]
+        recent = ([*recent, minute.id])[-20:]
         yield minute
 
 

@@ -1,7 +1,8 @@
 """The emitter's local spool: an append-only file of minutes Redis could not take yet.
 
-A frame holds a 2-byte shard number and the minute's wire bytes. Each spool file belongs to one emitter, which holds an exclusive ``flock`` on it
-while it lives. A spool whose lock is free belongs to a producer that exited or
+A frame holds a 2-byte shard number and the minute's wire bytes. Each spool
+file belongs to one emitter, which holds an exclusive ``flock`` on it while it
+lives. A spool whose lock is free belongs to a producer that exited or
 crashed; the next emitter started with the same spool directory adopts it and
 replays it. Frames (see `pvm.frames`) make a torn tail harmless: replay stops at
 the last intact frame. The replay position is kept in a ``.pos`` file beside the
@@ -11,6 +12,7 @@ twice is dropped by the log's idempotency).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -108,10 +110,8 @@ class SpoolFile:
     def remove(self) -> None:
         """Delete a fully replayed spool and release it."""
         for p in (self.path, self.pos_path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 p.unlink()
-            except FileNotFoundError:
-                pass
         os.close(self.fd)
         self.fd = -1
 

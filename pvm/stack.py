@@ -1,4 +1,4 @@
-"""The embedded PVM stack: Redis (embedded Valkey unless PVM_REDIS_URL is set), dispatcher and worker pools as processes."""
+"""The PVM stack on one machine: Redis (embedded Valkey unless PVM_REDIS_URL is set), dispatcher, pools."""
 
 from __future__ import annotations
 

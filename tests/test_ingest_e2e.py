@@ -157,9 +157,7 @@ def test_redis_down_for_seconds_never_blocks_or_raises_in_emit(tmp_path: Path) -
         assert stats.spooled > 0 and stats.dropped == 0
         assert max(durations) < 1_000_000, f"slow emit() calls (ns, s since start): {slow}"
         r = redis.Redis.from_url(server.url)
-        arrived = [
-            msgpack.unpackb(f[keys.MINUTE_FIELD])["id"] for s in range(4) for _, f in r.xrange(keys.stream(s))
-        ]
+        arrived = [msgpack.unpackb(f[keys.MINUTE_FIELD])["id"] for s in range(4) for _, f in r.xrange(keys.stream(s))]
         assert set(arrived) == set(ids)
     finally:
         stop.set()

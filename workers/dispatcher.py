@@ -228,9 +228,7 @@ class Dispatcher:
             return {}
         first = entries[0][0]
         last = entries[-1][0]
-        rows = self.connection.xpending_range(
-            stream, keys.DISPATCH_GROUP, min=first, max=last, count=len(entries) + 10
-        )
+        rows = self.connection.xpending_range(stream, keys.DISPATCH_GROUP, min=first, max=last, count=len(entries) + 10)
         out = {}
         for row in rows:
             mid = row["message_id"]

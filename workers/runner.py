@@ -14,6 +14,7 @@ SIGTERM (or Ctrl-C) finishes the current batch and exits; a second one stops at 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -62,7 +63,7 @@ def requeue_orphans(connection: redis.Redis, queues: Sequence[Queue]) -> list[st
         registry = StartedJobRegistry(queue.name, connection=connection, serializer=MsgpackSerializer)
         for raw in connection.zrange(registry.key, 0, -1):
             composite = raw.decode()
-            job_id, execution_id = parse_composite_key(composite)
+            job_id, _execution_id = parse_composite_key(composite)
             execution_key = f"rq:execution:{composite}"
             worker = connection.hget(execution_key, "worker_name")
             worker_name = worker.decode() if worker else ""
@@ -84,7 +85,10 @@ class PvmWorker(SimpleWorker):
     """An RQ SimpleWorker with the msgpack serializer, an alive key and an orphan reaper."""
 
     def __init__(self, queues: Sequence[Queue], connection: redis.Redis, **kwargs: object) -> None:
-        name = kwargs.pop("name", None) or f"{WORKER_NAME_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        name = (
+            kwargs.pop("name", None)
+            or f"{WORKER_NAME_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
         super().__init__(
             list(queues),
             connection=connection,
@@ -120,10 +124,8 @@ class PvmWorker(SimpleWorker):
         finally:
             self._pvm_stop.set()
             thread.join(timeout=5)
-            try:
+            with contextlib.suppress(redis.exceptions.RedisError):
                 self._pvm_connection.delete(keys.worker_alive(self.name))
-            except redis.exceptions.RedisError:
-                pass
 
 
 def run_worker(pools: Sequence[str], settings: Settings, burst: bool = False, name: str | None = None) -> bool:
@@ -148,9 +150,7 @@ class WorkerGroup:
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(self.settings.to_env())
-        return subprocess.Popen(
-            [sys.executable, "-m", "pvm.cli", "worker", *self.pools, "--processes", "1"], env=env
-        )
+        return subprocess.Popen([sys.executable, "-m", "pvm.cli", "worker", *self.pools, "--processes", "1"], env=env)
 
     def start(self) -> None:
         self.children = [self._spawn() for _ in range(self.processes)]

@@ -81,7 +81,11 @@ class MinuteCache:
         self._update = connection.register_script(_UPDATE)
 
     def update(
-        self, project_id: str, minutes: Sequence[CachedMinute], durable_at: float, pipeline: redis.client.Pipeline | None = None
+        self,
+        project_id: str,
+        minutes: Sequence[CachedMinute],
+        durable_at: float,
+        pipeline: redis.client.Pipeline | None = None,
     ) -> None:
         """Record durable minutes of one project (idempotent)."""
         if not minutes:

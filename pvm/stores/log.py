@@ -158,7 +158,9 @@ class _ProjectWriter:
         if not frames:
             return out
         blob = b"".join(frames)
-        new_segment = self.segment is None or self.segment_end + len(blob) > self.segment_bytes and self.segment_end > 0
+        new_segment = self.segment is None or (
+            self.segment_end + len(blob) > self.segment_bytes and self.segment_end > 0
+        )
         if new_segment:
             self.segment = self.dir / f"{first_new_seq:020d}{SEGMENT_SUFFIX}"
             self.segment_end = 0

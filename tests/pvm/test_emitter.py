@@ -43,7 +43,10 @@ def test_emit_accepts_a_mapping_and_fills_id_and_timestamp(redis_client: redis.R
 @pytest.mark.parametrize(
     ("minute", "field"),
     [
-        ({"project_id": "p", "event_type": "task_completed", "data": {"success_criteria_met": 140}}, "data.success_criteria_met"),
+        (
+            {"project_id": "p", "event_type": "task_completed", "data": {"success_criteria_met": 140}},
+            "data.success_criteria_met",
+        ),
         ({"event_type": "message"}, "project_id"),
         ({"project_id": "p", "event_type": "message", "id": "bad id!"}, "id"),
         ({"project_id": "p", "event_type": "message", "timestamp": "tuesday"}, "timestamp"),

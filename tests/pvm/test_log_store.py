@@ -52,8 +52,9 @@ def test_a_torn_last_record_is_repaired_on_open(tmp_path: Path) -> None:
     LogWriter(tmp_path).append("p", entries("p", 4))
     (segment,) = sorted((tmp_path / "p").glob("*.seg"))
     size = segment.stat().st_size
+    head = segment.read_bytes()[:40]
     with open(segment, "ab") as f:  # a crash mid-append: half a record
-        f.write(open(segment, "rb").read()[:40])
+        f.write(head)
     reader = LogReader(tmp_path)
     assert reader.count("p") == 4  # readers see the intact prefix
     writer = LogWriter(tmp_path)

@@ -3,7 +3,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from contracts import Minute, encode_minute, keys
@@ -59,7 +60,7 @@ def test_a_batch_becomes_one_job_and_is_acked_with_it(redis_client: redis.Redis,
 def test_the_job_the_dead_letters_and_the_ack_go_in_one_transaction(
     redis_client: redis.Redis, settings: Settings, redis_url: str
 ) -> None:
-    """Watch the server (MONITOR): the job's RPUSH, the dead letter's XADD and the XACK sit between one MULTI and EXEC."""
+    """Watch the server (MONITOR): the job's push, the dead letter and the XACK sit inside one MULTI/EXEC."""
     d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
     d.ensure_groups()
     xadd(redis_client, 0, encode_minute(minute()))
