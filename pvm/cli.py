@@ -20,13 +20,29 @@ from pvm.config import ConfigError, Settings
 
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
+    from pvm.queues import UnknownPool, queue_name
+
     out: dict[str, int] = {}
     for value in values:
         pool, sep, count = value.partition("=")
         if not sep or not count.isdigit() or int(count) < 1:
             raise SystemExit(f"pvm: --processes expects POOL=N with N >= 1, got {value!r}")
+        try:
+            queue_name(pool)
+        except UnknownPool as exc:
+            raise SystemExit(f"pvm: {exc}") from None
         out[pool] = int(count)
     return out
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _stop_on_signals(event: threading.Event) -> None:
@@ -73,7 +89,7 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
     _stop_on_signals(dispatcher.stop_event)
     logging.getLogger("workers").info("dispatcher %s on shards %s", dispatcher.consumer, dispatcher.shards)
     stats = dispatcher.run(max_idle_s=args.max_idle)
-    print(json.dumps({"consumer": dispatcher.consumer, **stats.__dict__}), file=sys.stderr)
+    logging.getLogger("workers").info("dispatcher %s stopped: %s", dispatcher.consumer, stats.__dict__)
     return 0
 
 
@@ -160,19 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--processes", action="append", default=[], metavar="POOL=N", help="worker processes for a pool (repeatable)"
     )
-    up.add_argument("--dispatchers", type=int, default=1, help="dispatcher processes (default 1)")
+    up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
     up.set_defaults(func=cmd_up)
 
     dispatch = sub.add_parser("dispatch", help="move minutes from the streams into log-pool batch jobs")
     dispatch.add_argument("--consumer", help="consumer name; reuse it after a restart to resume its pending entries")
     dispatch.add_argument("--shards", help="comma-separated shard numbers (default: all)")
-    dispatch.add_argument("--batch", type=int, help="minutes per job (default PVM_DISPATCH_BATCH or 500)")
+    dispatch.add_argument("--batch", type=_positive_int, help="minutes per job (default PVM_DISPATCH_BATCH or 500)")
     dispatch.add_argument("--max-idle", type=float, help="exit after this many seconds with nothing to do")
     dispatch.set_defaults(func=cmd_dispatch)
 
     worker = sub.add_parser("worker", help="run RQ workers for pools (msgpack only; SIGTERM finishes the batch)")
     worker.add_argument("pools", nargs="+", metavar="POOL", help="pools to serve, e.g. log")
-    worker.add_argument("--processes", type=int, default=1, help="long-lived worker processes (default 1)")
+    worker.add_argument("--processes", type=_positive_int, default=1, help="long-lived worker processes (default 1)")
     worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     worker.add_argument("--name", help="worker name (default: pvm-<host>-<pid>-<random>)")
     worker.set_defaults(func=cmd_worker)
@@ -181,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_sub = log_cmd.add_subparsers(dest="log_command", required=True, metavar="SUBCOMMAND")
     tail = log_sub.add_parser("tail", help="the newest minutes of a project")
     tail.add_argument("--project", required=True, help="project id")
-    tail.add_argument("-n", type=int, default=20, help="how many minutes (default 20)")
+    tail.add_argument("-n", type=_positive_int, default=20, help="how many minutes (default 20)")
     tail.add_argument("--json", action="store_true", help="machine-readable output")
     tail.set_defaults(func=cmd_log_tail)
 

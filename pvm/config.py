@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from contracts import keys
 from pvm import defaults
 
 
@@ -66,6 +67,13 @@ class Settings:
         env = os.environ if env is None else env
         home = Path(env.get("PVM_HOME") or ".")
         downstream = tuple(p.strip() for p in (env.get("PVM_DOWNSTREAM") or "").split(",") if p.strip())
+        for pool in downstream:
+            if pool not in keys.QUEUES or pool == "log":
+                fed = sorted(set(keys.QUEUES) - {"log"})
+                raise ConfigError(
+                    f"PVM_DOWNSTREAM names {pool!r}, which is not a pool the log feeds "
+                    f"(available: {', '.join(fed) or 'none yet'})"
+                )
         return cls(
             redis_url=env.get("PVM_REDIS_URL") or None,
             shards=_int(env, "PVM_SHARDS", defaults.SHARDS),

@@ -21,6 +21,7 @@ DISPATCH_CLAIM_IDLE_MS = 30_000  # an entry pending this long with a silent cons
 DISPATCH_CLAIM_INTERVAL_S = 5.0
 DISPATCH_MAX_DELIVERIES = 5  # more deliveries than this and an entry goes to the dead-letter stream
 DISPATCH_TRIM_INTERVAL_S = 5.0
+DISPATCH_STALE_CONSUMER_MS = 3_600_000  # consumers idle this long with nothing pending are removed from the group
 DEAD_LETTER_MAXLEN = 1_000_000
 
 # RQ jobs and workers

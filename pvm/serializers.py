@@ -32,6 +32,3 @@ class MsgpackSerializer:
             return msgpack.unpackb(data, raw=False, strict_map_key=False, timestamp=3)
         except Exception as exc:  # msgpack raises several types for foreign bytes
             raise SerializationError(f"job data is not msgpack ({type(exc).__name__}); refusing to load it") from None
-
-
-SERIALIZER_PATH = f"{MsgpackSerializer.__module__}.{MsgpackSerializer.__qualname__}"

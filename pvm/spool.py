@@ -1,6 +1,6 @@
 """The emitter's local spool: an append-only file of minutes Redis could not take yet.
 
-A frame holds a 2-byte shard number and the minute's wire bytes. Each spool
+A frame holds the shard number, the shard count and the minute's wire bytes. Each spool
 file belongs to one emitter, which holds an exclusive ``flock`` on it while it
 lives. A spool whose lock is free belongs to a producer that exited or
 crashed; the next emitter started with the same spool directory adopts it and
@@ -20,11 +20,14 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgpack
+
+from contracts.keys import shard_of
 from pvm.frames import iter_frames, pack_frame
 
 SPOOL_SUFFIX = ".spool"
-# A spool frame's payload: the shard number, then the minute's wire bytes.
-_SHARD = struct.Struct(">H")
+# A spool frame's payload: the shard number and the shard count it was computed for, then the minute's wire bytes.
+_SHARD = struct.Struct(">HH")
 
 
 class SpoolFile:
@@ -74,7 +77,7 @@ class SpoolFile:
         """Append a batch (encoded minutes per shard); returns how many minutes."""
         frames = []
         for shard, minutes in enumerate(batch):
-            tag = _SHARD.pack(shard)
+            tag = _SHARD.pack(shard, len(batch))
             for raw in minutes:
                 frames.append(pack_frame(tag + raw))
         if frames:
@@ -89,8 +92,12 @@ class SpoolFile:
         end = self.position
         with open(self.path, "rb") as f:
             for _, next_offset, payload in iter_frames(f, self.position):
-                (shard,) = _SHARD.unpack_from(payload)
-                batch[shard % shards].append(payload[_SHARD.size :])
+                shard, written_for = _SHARD.unpack_from(payload)
+                raw = payload[_SHARD.size :]
+                if written_for != shards:
+                    # Spooled by a producer with another PVM_SHARDS: shard again by project.
+                    shard = shard_of(msgpack.unpackb(raw, raw=False)["project_id"], shards)
+                batch[shard].append(raw)
                 count += 1
                 end = next_offset
                 if count >= limit:

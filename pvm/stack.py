@@ -47,7 +47,8 @@ class Stack:
     def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(self.settings.to_env())
-        return subprocess.Popen([sys.executable, "-m", "pvm.cli", *args], env=env)
+        # A session of its own: Ctrl-C reaches only `pvm up`, which stops each child once.
+        return subprocess.Popen([sys.executable, "-m", "pvm.cli", *args], env=env, start_new_session=True)
 
     def restart_dead(self) -> list[str]:
         """Restart children that exited; returns their names."""

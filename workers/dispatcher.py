@@ -218,10 +218,27 @@ class Dispatcher:
                 start = next_start.decode() if isinstance(next_start, bytes) else next_start
                 if start == "0-0":
                     break
+        self.forget_stale_consumers()
         if claimed_total:
             self.stats.reclaimed += claimed_total
             log.info("dispatcher %s: reclaimed %d entries from silent consumers", self.consumer, claimed_total)
         return claimed_total
+
+    def forget_stale_consumers(self, idle_ms: int = defaults.DISPATCH_STALE_CONSUMER_MS) -> list[str]:
+        """Remove consumers that hold nothing and were idle for `idle_ms` (restarted dispatchers leave them behind)."""
+        removed = []
+        for stream in self.streams:
+            try:
+                consumers = self.connection.xinfo_consumers(stream, keys.DISPATCH_GROUP)
+            except redis.exceptions.ResponseError:
+                continue
+            for c in consumers:
+                name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+                if name != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) >= idle_ms:
+                    # DELCONSUMER drops the consumer's pending entries, so only an empty one goes.
+                    self.connection.xgroup_delconsumer(stream, keys.DISPATCH_GROUP, name)
+                    removed.append(name)
+        return removed
 
     def _deliveries(self, stream: str, entries: Sequence[tuple[bytes | str, object]]) -> dict[str, int]:
         if not entries:

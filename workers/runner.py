@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import redis
 from rq import Queue
+from rq.executions import Execution
+from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.utils import parse_composite_key
 from rq.worker import SimpleWorker
@@ -63,8 +65,8 @@ def requeue_orphans(connection: redis.Redis, queues: Sequence[Queue]) -> list[st
         registry = StartedJobRegistry(queue.name, connection=connection, serializer=MsgpackSerializer)
         for raw in connection.zrange(registry.key, 0, -1):
             composite = raw.decode()
-            job_id, _execution_id = parse_composite_key(composite)
-            execution_key = f"rq:execution:{composite}"
+            job_id, execution_id = parse_composite_key(composite)
+            execution_key = Execution(execution_id, job_id, connection).key
             worker = connection.hget(execution_key, "worker_name")
             worker_name = worker.decode() if worker else ""
             if not worker_name.startswith(WORKER_NAME_PREFIX):
@@ -72,7 +74,7 @@ def requeue_orphans(connection: redis.Redis, queues: Sequence[Queue]) -> list[st
             if connection.exists(keys.worker_alive(worker_name)):
                 continue
             done = script(
-                keys=[registry.key, f"rq:job:{job_id}", queue.key, execution_key],
+                keys=[registry.key, Job.key_for(job_id), queue.key, execution_key],
                 args=[composite, job_id],
             )
             if done:
@@ -150,7 +152,13 @@ class WorkerGroup:
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(self.settings.to_env())
-        return subprocess.Popen([sys.executable, "-m", "pvm.cli", "worker", *self.pools, "--processes", "1"], env=env)
+        # A session of its own: a terminal's Ctrl-C reaches only the supervisor, which
+        # then stops each child once (a second signal would make RQ stop cold).
+        return subprocess.Popen(
+            [sys.executable, "-m", "pvm.cli", "worker", *self.pools, "--processes", "1"],
+            env=env,
+            start_new_session=True,
+        )
 
     def start(self) -> None:
         self.children = [self._spawn() for _ in range(self.processes)]

@@ -16,7 +16,7 @@ from contracts import keys
 from pvm import defaults
 
 _UPDATE = """
--- KEYS: recent, byid, byid_order, head, projects, agent windows...
+-- KEYS: recent, byid, byid_order, head, head again (a placeholder), agent windows...
 -- ARGV: project, window, cache_size, durable_at, n, then n x (id, seq, bytes, agent_index)
 local window = tonumber(ARGV[2])
 local cache_size = tonumber(ARGV[3])
@@ -51,7 +51,6 @@ end
 if top_id then
   redis.call('HSET', KEYS[4], 'id', top_id, 'seq', top_seq, 'durable_at', ARGV[4])
 end
-redis.call('SADD', KEYS[5], ARGV[1])
 return top_seq
 """
 
@@ -102,10 +101,12 @@ class MinuteCache:
             keys.minute_by_id(project_id),
             keys.minute_by_id_order(project_id),
             keys.log_head(project_id),
-            keys.projects(),
+            keys.log_head(project_id),  # placeholder: agent windows stay at KEYS[6..]
         ]
         key_list.extend(keys.agent_recent_window(project_id, a) for a in agents)
-        self._update(keys=key_list, args=args, client=pipeline if pipeline is not None else self.connection)
+        client = pipeline if pipeline is not None else self.connection
+        self._update(keys=key_list, args=args, client=client)
+        client.sadd(keys.projects(), project_id)  # outside the script: it lives in another slot
 
     def recent_ids(self, project_id: str, n: int, agent_id: str | None = None) -> list[str]:
         """Ids of the newest `n` cached minutes, oldest first."""

@@ -252,8 +252,17 @@ class LogReader:
     def _newest_backward(self, project_id: str) -> Iterator[LogRecord]:
         for seg in reversed(_segments(self.log_dir / project_id)):
             with open(seg, "rb") as f:
-                end = intact_end(f)
-                for _, payload in iter_frames_backward(f, end):
+                size = os.fstat(f.fileno()).st_size
+                frames = iter_frames_backward(f, size)
+                first = next(frames, None)
+                if first is None and size > 0:
+                    # The tail is mid-append or torn: find where the intact part ends (a forward scan).
+                    frames = iter_frames_backward(f, intact_end(f))
+                    first = next(frames, None)
+                if first is None:
+                    continue
+                yield _decode_record(first[1])
+                for _, payload in frames:
                     yield _decode_record(payload)
 
     def count(self, project_id: str) -> int:

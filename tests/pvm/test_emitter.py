@@ -123,3 +123,21 @@ def test_close_sends_what_is_buffered(redis_client: redis.Redis, settings: Setti
     em.close()
     time.sleep(0.05)
     assert len(stream_ids(redis_client)) == 1000
+
+
+def test_a_spool_written_with_another_shard_count_is_resharded(redis_client: redis.Redis, settings: Settings) -> None:
+    from contracts import encode_minute
+
+    spool = SpoolFile.create(settings.spool_dir)
+    minutes = [Minute(project_id=f"proj{i}", event_type="message") for i in range(20)]
+    batch: list[list[bytes]] = [[] for _ in range(7)]
+    for m in minutes:
+        batch[keys.shard_of(m.project_id, 7)].append(encode_minute(m))
+    spool.append(batch)
+    spool.close()
+    with Emitter(settings=settings) as em:  # 4 shards
+        assert em.flush(5)
+    assert sorted(stream_ids(redis_client)) == sorted(m.id for m in minutes)
+    for s in range(4):
+        for _, fields in redis_client.xrange(keys.stream(s)):
+            assert keys.shard_of(msgpack.unpackb(fields[b"m"])["project_id"], 4) == s

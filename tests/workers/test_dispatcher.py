@@ -226,3 +226,17 @@ def _is_valid_bytes(b: bytes) -> bool:
         return True
     except ValueError:
         return False
+
+
+def test_idle_consumers_with_nothing_pending_are_forgotten(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="current", block_ms=10)
+    d.ensure_groups()
+    xadd(redis_client, 0, encode_minute(minute()))
+    redis_client.xreadgroup(keys.DISPATCH_GROUP, "holds-one", {keys.stream(0): ">"}, count=1)
+    redis_client.xreadgroup(keys.DISPATCH_GROUP, "empty-old", {keys.stream(0): ">"}, count=1)
+    import time
+
+    time.sleep(0.05)
+    assert d.forget_stale_consumers(idle_ms=10) == ["empty-old"]
+    names = {c["name"] for c in redis_client.xinfo_consumers(keys.stream(0), keys.DISPATCH_GROUP)}
+    assert names == {b"holds-one"}
