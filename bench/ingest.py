@@ -5,13 +5,16 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
 (AOF on, appendfsync everysec, as `pvm up` runs it):
 
 1. emit latency     `Emitter.emit()` on pre-built `Minute` objects, timed one call at
-                    a time with time.perf_counter_ns, at a paced rate that never
-                    fills the buffer.                   target: p99 <= 20 us
-2. producer         minutes/s from the first emit() until flush() returns (every
-                    minute XADDed); the loop waits while the buffer is over half a
-                    shard's capacity, so nothing spills to the spool
-                    (stats().spooled is reported and must be 0).
-                                                        target: >= 50,000/s
+                    a time with time.perf_counter_ns, paced at 10,000/s (bursts of
+                    ~10 calls, then a ~1 ms sleep), which never fills the buffer.
+                    Also reported apart: the first call after each sleep
+                    ("after_idle") and the calls within a burst.
+                                                        target: p99 <= 20 us
+2. producer         minutes/s from the first emit() until flush() has returned and
+                    the emitter's sent counter covers every minute (all XADDed);
+                    the loop waits while the buffer is over half a shard's
+                    capacity, so nothing spills to the spool (stats().spooled is
+                    reported and must be 0).            target: >= 50,000/s
 3. pipeline         minutes pre-loaded into the streams with nothing running, then
                     ONE `pvm dispatch` process and ONE `pvm worker log` process
                     (pvm.stack.Stack) drain them into the durable log. The rate is
@@ -24,7 +27,10 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     ~10 s, time.time() recorded per minute id at emit; afterwards
                     every log record is read back and record.durable_at - emit time
                     is taken per id. durable_at is stamped by the log writer just
-                    before the batch's write+fsync.     target: p99 <= 250 ms
+                    before the batch's write+fsync. If the log has not caught up
+                    90 s after the last emit, the missing minutes count with a
+                    lower bound (time until the log was read) and
+                    durable_censored says how many.     target: p99 <= 250 ms
 
 Workload: pvm.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
 references to recent minutes) over 2 projects per shard, interleaved, with project
@@ -524,6 +530,8 @@ def phase_durable(minutes: Sequence[Minute], shards: int, scale: float, progress
         "durable_complete": complete and not censored,
         "durable_censored": len(censored),
         "durable_drain_wait_s": drain,
+        # Distinct durable_at stamps: one per project per log job, so minutes/append shows the batch sizes.
+        "durable_log_appends": len({at for _, at in records}),
         "offered_per_s": round(n / offered_for),
         "offered_target_per_s": DURABLE_RATE,
         "offered_seconds": round(offered_for, 3),
@@ -549,6 +557,7 @@ def table(result: dict[str, Any]) -> str:
     rows = [
         ("emit p50", f"{result['emit_p50_us']:.1f} us", ""),
         ("emit p99", f"{result['emit_p99_us']:.1f} us", "emit_p99_us"),
+        ("emit p99 after idle/burst", f"{result['emit_after_idle_p99_us']} / {result['emit_in_burst_p99_us']} us", ""),
         ("emit p99.9 / max", f"{result['emit_p999_us']:.1f} / {result['emit_max_us']:.0f} us", ""),
         ("producer", f"{result['producer_per_s']:,} minutes/s", "producer_per_s"),
         ("producer spooled", f"{result['producer_spooled']:,}", ""),
@@ -557,17 +566,18 @@ def table(result: dict[str, Any]) -> str:
         ("durable p50", f"{result['durable_p50_ms']:.1f} ms", ""),
         ("durable p99", f"{result['durable_p99_ms']:.1f} ms", "durable_p99_ms"),
         ("durable max", f"{result['durable_max_ms']:.1f} ms", ""),
+        ("durable log appends", f"{result['durable_log_appends']:,} ({result['durable_censored']:,} censored)", ""),
         ("offered load", f"{result['offered_per_s']:,} minutes/s", ""),
     ]
     met = result["met"]
-    lines = [f"{'METRIC':<26}{'VALUE':>22}  {'TARGET':<16}RESULT"]
+    lines = [f"{'METRIC':<28}{'VALUE':>22}  {'TARGET':<16}RESULT"]
     for label, value, key in rows:
         target = verdict = ""
         if key:
             op, bound, unit = TARGETS[key]
             target = f"{op} {bound:,} {unit}"
             verdict = {True: "ok", False: "MISSED", None: "n/a"}[met[key]]
-        lines.append(f"{label:<26}{value:>22}  {target:<16}{verdict}")
+        lines.append(f"{label:<28}{value:>22}  {target:<16}{verdict}")
     box = result["machine"]
     server = box.get("redis_server", {})
     version = (server.get("valkey_version") and f"Valkey {server['valkey_version']}") or server.get("redis_version")

@@ -1,0 +1,60 @@
+"""`pvm up` on the embedded default: starts Valkey, dispatcher and log pool; Ctrl-C stops all of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contracts import Minute
+from pvm.config import Settings
+from pvm.emitter import Emitter
+from pvm.stores.log import LogReader
+
+pytestmark = pytest.mark.slow
+
+
+def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PVM_REDIS_URL"}
+    env["PVM_HOME"] = str(tmp_path)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "pvm.cli", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert up.stdout is not None
+        url = None
+        deadline = time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            line = up.stdout.readline()
+            found = re.search(r"PVM_REDIS_URL=(\S+)", line)
+            url = found.group(1) if found else None
+        assert url, "pvm up never printed the Redis URL"
+        settings = Settings(redis_url=url, home=tmp_path, log_dir=tmp_path / "var/log", spool_dir=tmp_path / "spool")
+        with Emitter(settings=settings) as em:
+            ids = [em.emit(Minute(project_id="up-test", event_type="message")) for _ in range(100)]
+        reader = LogReader(settings.log_dir)
+        deadline = time.monotonic() + 30
+        while reader.count("up-test") < 100:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert [r.id for r in reader.history("up-test")] == ids
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=60)
+        assert up.returncode == 0
+        assert "pvm up: stopped" in out
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    # every child is gone: nothing left listening on the embedded port
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    import socket
+
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
