@@ -9,7 +9,9 @@ STREAM_FIELD_LIMIT_BYTES = 64 * 1024
 # Emitter
 EMIT_BUFFER_SIZE = 100_000  # minutes held in memory before spilling to the spool file
 EMIT_BATCH_SIZE = 500  # XADDs per pipeline round trip
-EMIT_FLUSH_INTERVAL_S = 0.002  # how long the flusher sleeps when the buffer is empty
+EMIT_FLUSH_INTERVAL_S = 0.002  # how often a recently busy flusher polls the buffer
+EMIT_IDLE_AFTER_S = 1.0  # after this long with nothing to send the flusher sleeps until emit() wakes it
+EMIT_IDLE_POLL_S = 0.1  # ...or this long at most
 EMIT_RECONNECT_INTERVAL_S = 0.5  # how often a producer with Redis down probes it again
 EMIT_SOCKET_TIMEOUT_S = 2.0
 SPOOL_DIR = "var/spool"
@@ -17,6 +19,10 @@ SPOOL_DIR = "var/spool"
 # Dispatcher
 DISPATCH_BATCH_SIZE = 500  # minutes per RQ job (and per XREADGROUP)
 DISPATCH_BLOCK_MS = 500
+# While the log pool has work queued, a dispatcher gathers entries for up to this
+# long (or until a batch is full) before making a job: fewer, fuller jobs under
+# load; no wait at all when the log pool is idle.
+DISPATCH_LINGER_MS = 50
 DISPATCH_CLAIM_IDLE_MS = 30_000  # an entry pending this long with a silent consumer is reclaimed
 DISPATCH_CLAIM_INTERVAL_S = 5.0
 DISPATCH_MAX_DELIVERIES = 5  # more deliveries than this and an entry goes to the dead-letter stream

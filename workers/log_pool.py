@@ -133,7 +133,7 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
         pipe.execute()
 
 
-def run(shard: int, entries: list[list[Any]]) -> dict[str, Any]:
+def run(entries: list[list[Any]]) -> dict[str, Any]:
     """RQ job: log one dispatcher batch, then refresh caches and enqueue downstream work."""
     job = get_current_job()
     assert job is not None, "workers.log_pool.run runs inside an RQ worker"
@@ -146,6 +146,5 @@ def run(shard: int, entries: list[list[Any]]) -> dict[str, Any]:
     _update_caches(ctx.cache, result, durable_at)
     _fan_out(ctx.downstream, result, job.connection)
     summary = result.summary()
-    summary["shard"] = shard
     summary["seconds"] = round(durable_at - started, 6)
     return summary

@@ -24,7 +24,7 @@ def xadd(r: redis.Redis, shard: int, raw: bytes) -> str:
 def log_jobs(r: redis.Redis) -> list[list[list[object]]]:
     """Entries carried by each job queued on pvm-log."""
     q = pool_queue("log", r)
-    return [job.args[1] for job in q.get_jobs()]
+    return [job.args[0] for job in q.get_jobs()]
 
 
 def test_triage_sorts_good_poison_and_over_delivered() -> None:
@@ -240,3 +240,34 @@ def test_idle_consumers_with_nothing_pending_are_forgotten(redis_client: redis.R
     assert d.forget_stale_consumers(idle_ms=10) == ["empty-old"]
     names = {c["name"] for c in redis_client.xinfo_consumers(keys.stream(0), keys.DISPATCH_GROUP)}
     assert names == {b"holds-one"}
+
+
+def test_under_backlog_entries_of_all_shards_gather_into_one_job(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    d.linger_s = 0.2
+    pool_queue("log", redis_client).enqueue("workers.log_pool.run", [])  # the log pool is busy
+    for i in range(12):
+        xadd(redis_client, i % 4, encode_minute(minute(project=f"p{i % 4}", i=i)))
+    assert d.poll_once() == 12
+    assert len(log_jobs(redis_client)) == 1  # only the planted job: the 12 are gathering
+    xadd(redis_client, 0, encode_minute(minute(i=99)))
+    d.poll_once()
+    while len(log_jobs(redis_client)) == 1:
+        d.poll_once()  # linger runs out, or a quiet read sends them
+    jobs = log_jobs(redis_client)
+    assert len(jobs) == 2 and len(jobs[1]) == 13
+    for s in range(4):  # per-shard stream order is kept inside the job
+        ids = [e[0] for e in jobs[1] if msgpack.unpackb(e[1])["project_id"] == f"p{s}"]
+        assert ids
+        assert ids == sorted(ids, key=lambda x: tuple(map(int, x.split("-"))))
+    assert sum(redis_client.xpending(keys.stream(s), keys.DISPATCH_GROUP)["pending"] for s in range(4)) == 0
+
+
+def test_an_idle_log_pool_gets_entries_at_once(redis_client: redis.Redis, settings: Settings) -> None:
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    d.linger_s = 10.0
+    xadd(redis_client, 0, encode_minute(minute()))
+    d.poll_once()
+    assert len(log_jobs(redis_client)) == 1

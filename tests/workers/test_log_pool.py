@@ -54,7 +54,7 @@ def run_burst(connection: redis.Redis, settings: Settings, monkeypatch: pytest.M
 
 
 def enqueue(connection: redis.Redis, entries: list[list[object]], shard: int = 0) -> Job:
-    return pool_queue("log", connection).enqueue("workers.log_pool.run", shard, entries)
+    return pool_queue("log", connection).enqueue("workers.log_pool.run", entries)
 
 
 def test_worker_logs_a_batch_and_fills_the_caches(
@@ -103,7 +103,7 @@ def test_a_planted_pickle_payload_is_never_unpickled(
             return (os.system, (f"touch {marker}",))
 
     # Someone with write access to Redis plants a job whose data is a pickle.
-    job = pool_queue("log", redis_client).enqueue("workers.log_pool.run", 0, [])
+    job = pool_queue("log", redis_client).enqueue("workers.log_pool.run", [])
     redis_client.hset(job.key, "data", pickle.dumps(("os.system", None, (Exploit(),), {})))
     with pytest.raises(SerializationError):
         MsgpackSerializer.loads(pickle.dumps(Exploit()))
@@ -115,7 +115,7 @@ def test_a_planted_pickle_payload_is_never_unpickled(
 
 def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings: Settings) -> None:
     queue = pool_queue("log", redis_client)
-    job = queue.enqueue("workers.log_pool.run", 0, batch(2))
+    job = queue.enqueue("workers.log_pool.run", batch(2))
     # A worker took the job and died (its alive key is gone): rebuild that state with RQ itself.
     worker = PvmWorker([queue], redis_client, name="pvm-test-dead")
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
@@ -129,7 +129,7 @@ def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings:
 
 def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, settings: Settings) -> None:
     queue = pool_queue("log", redis_client)
-    queue.enqueue("workers.log_pool.run", 0, batch(2))
+    queue.enqueue("workers.log_pool.run", batch(2))
     worker = PvmWorker([queue], redis_client, name="pvm-test-alive")
     redis_client.set(keys.worker_alive("pvm-test-alive"), 1, ex=10)
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
