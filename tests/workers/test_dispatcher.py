@@ -251,7 +251,7 @@ def test_under_backlog_entries_of_all_shards_gather_into_one_job(redis_client: r
         xadd(redis_client, i % 4, encode_minute(minute(project=f"p{i % 4}", i=i)))
     assert d.poll_once() == 12
     assert len(log_jobs(redis_client)) == 1  # only the planted job: the 12 are gathering
-    xadd(redis_client, 0, encode_minute(minute(i=99)))
+    xadd(redis_client, 0, encode_minute(minute(project="p0", i=99)))
     d.poll_once()
     while len(log_jobs(redis_client)) == 1:
         d.poll_once()  # linger runs out, or a quiet read sends them
