@@ -136,3 +136,20 @@ def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, setting
     assert dequeued is not None
     worker.prepare_execution(dequeued[0])
     assert requeue_orphans(redis_client, [queue]) == []
+
+
+def test_a_logged_batch_fans_out_to_the_downstream_pools(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No downstream pool exists yet; register one for this test the way a pool module will.
+    monkeypatch.setitem(keys.QUEUES, "fanout", "pvm-fanout")
+    settings = settings.with_(downstream=("fanout",))
+    enqueue(redis_client, batch(5))
+    enqueue(redis_client, batch(5))  # a redelivery fans out again: downstream pools are idempotent too
+    run_burst(redis_client, settings, monkeypatch)
+    jobs = pool_queue("fanout", redis_client).get_jobs()
+    assert [j.func_name for j in jobs] == ["workers.fanout_pool.run"] * 2
+    records = jobs[0].args[0]
+    assert [r[0] for r in records] == [f"id{i:05d}" for i in range(5)]
+    assert [r[1] for r in records] == [1, 2, 3, 4, 5]
+    assert msgpack.unpackb(records[4][2])["memory_note"] == "4"
