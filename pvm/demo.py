@@ -89,19 +89,22 @@ def run_demo(settings: Settings, minutes: int = 300) -> int:
                 project = projects[i % len(projects)]
                 emitter.emit(Minute(**{**minute.to_dict(), "project_id": project}))
         print(f"  emitted {minutes} minutes from {len(AGENTS)} agents over {len(projects)} projects")
-        target = sum(before.values()) + minutes
         deadline = time.monotonic() + 60
+        shown = -1
         while True:
-            durable = sum(reader.count(p) for p in projects)
-            print(f"\r  durable in the log: {durable - sum(before.values())}/{minutes}", end="")
-            sys.stdout.flush()
-            if durable >= target:
+            durable = sum(reader.count(p) for p in projects) - sum(before.values())
+            if durable != shown:
+                end = "" if sys.stdout.isatty() else "\n"
+                print(f"\r  durable in the log: {durable}/{minutes}", end=end)
+                sys.stdout.flush()
+                shown = durable
+            if durable >= minutes:
                 break
             if time.monotonic() > deadline:
                 print("\npvm demo: timed out waiting for the log pool", file=sys.stderr)
                 return 1
             time.sleep(0.1)
-        print(f"\n  all durable in {time.monotonic() - started:.2f}s")
+        print(f"{chr(10) if sys.stdout.isatty() else ''}  all durable in {time.monotonic() - started:.2f}s")
     print()
     from pvm.cli import main
 
