@@ -1,0 +1,174 @@
+"""Memory records derived from minutes: categories, insights, scores, search hits and the context package.
+
+Nouns only. Stores and pools build these; the reader returns them; the HTTP API
+serves them as JSON through `to_dict()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Category(StrEnum):
+    """What a minute teaches, for filtering and for the agent's context."""
+
+    AGENT_CAPABILITY = "agent_capability"
+    COORDINATION_PATTERN = "coordination_pattern"
+    CONFLICT_RESOLUTION = "conflict_resolution"
+    TASK_ASSIGNMENT = "task_assignment"
+    FAILURE_PATTERN = "failure_pattern"
+    PROJECT_KNOWLEDGE = "project_knowledge"
+
+
+@dataclass(frozen=True, slots=True)
+class Insight:
+    """A finding drawn from a minute, with how sure we are and where it applies."""
+
+    type: str  # outcome | capability | resolution | ...
+    finding: str
+    confidence: float  # 0..1
+    applicable_contexts: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "finding": self.finding,
+            "confidence": self.confidence,
+            "applicable_contexts": list(self.applicable_contexts),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Insight:
+        return cls(raw["type"], raw["finding"], float(raw["confidence"]), tuple(raw.get("applicable_contexts", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """How much a memory is worth, each 0..1; `composite` combines the others."""
+
+    recency: float
+    relevance: float
+    accuracy: float
+    impact: float
+    composite: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Scores:
+        return cls(**{k: float(raw[k]) for k in ("recency", "relevance", "accuracy", "impact", "composite")})
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    """Narrowing of a search. Every field is optional; the project is always required separately."""
+
+    categories: tuple[str, ...] = ()
+    event_types: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+    task_id: str | None = None
+    thread_id: str | None = None
+    since_ms: int | None = None  # minute timestamp, Unix ms, inclusive
+    until_ms: int | None = None  # exclusive
+    min_composite: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class RankWeights:
+    """Weights of the final ranking (default semantic 0.4, keyword 0.3, recency 0.2, importance 0.1)."""
+
+    semantic: float = 0.4
+    keyword: float = 0.3
+    recency: float = 0.2
+    importance: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One minute found by a search, with its final score and the parts it was made of."""
+
+    minute_id: str
+    score: float
+    minute: dict[str, Any]  # the minute as Minute.to_dict()
+    category: str
+    insights: tuple[Insight, ...] = ()
+    scores: Scores | None = None
+    parts: dict[str, float] = field(default_factory=dict)  # semantic, keyword, recency, importance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "minute_id": self.minute_id,
+            "score": self.score,
+            "minute": self.minute,
+            "category": self.category,
+            "insights": [i.to_dict() for i in self.insights],
+            "scores": self.scores.to_dict() if self.scores else None,
+            "parts": dict(self.parts),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMemory:
+    """An agent's track record in one project."""
+
+    agent_id: str
+    tasks_assigned: int = 0
+    tasks_completed: int = 0
+    tasks_failed: int = 0
+    mean_success: float | None = None  # mean success_criteria_met of finished tasks, 0..100
+    capabilities: tuple[str, ...] = ()
+    last_active: str | None = None  # timestamp of the agent's newest minute
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["capabilities"] = list(self.capabilities)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetReport:
+    """How the token budget was spent: tokens per section and what was cut to fit."""
+
+    budget_tokens: int
+    used_tokens: int
+    sections: dict[str, int]  # section -> tokens
+    cut: dict[str, int]  # section -> items left out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPackage:
+    """What an agent gets to think with: bounded, relevant, and honest about how fresh it is."""
+
+    project_id: str
+    agent_id: str
+    task: str | None
+    recent: tuple[dict[str, Any], ...]  # newest minutes of the project (minute dicts, oldest first)
+    referenced: tuple[dict[str, Any], ...]  # minutes the recent ones reference
+    agent_memory: AgentMemory
+    relevant_experience: tuple[SearchHit, ...]
+    budget: BudgetReport
+    freshness: dict[str, Any]  # per stage: how far behind the newest minute it is
+    full_log_available: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project_id": self.project_id,
+            "agent_id": self.agent_id,
+            "task": self.task,
+            "recent": list(self.recent),
+            "referenced": list(self.referenced),
+            "agent_memory": self.agent_memory.to_dict(),
+            "relevant_experience": [h.to_dict() for h in self.relevant_experience],
+            "budget": self.budget.to_dict(),
+            "freshness": self.freshness,
+            "full_log_available": self.full_log_available,
+        }

@@ -1,0 +1,64 @@
+"""The pluggable parts of PVM as Protocols: a test double is a few lines, a new backend one class."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from contracts.memory import SearchFilters
+
+
+class Embedder(Protocol):
+    """Turns texts into dense vectors (or declines: `dimensions` is None for lexical-only)."""
+
+    @property
+    def dimensions(self) -> int | None: ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPoint:
+    """One minute as the vector store holds it."""
+
+    minute_id: str
+    project_id: str
+    text: str  # what the lexical leg indexes
+    payload: dict[str, Any]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
+    dense: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A point a vector query returned, before the final re-ranking."""
+
+    minute_id: str
+    payload: dict[str, Any]
+    keyword: float = 0.0  # lexical leg score (0 when the leg did not find it)
+    semantic: float = 0.0  # dense leg score
+    fused: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class VectorEngine(Protocol):
+    """A vector store. Every read names a project and filters on it; a missing project is an error."""
+
+    def upsert(self, points: Sequence[MemoryPoint]) -> None: ...
+
+    def query(
+        self,
+        project_id: str,
+        text: str,
+        dense: list[float] | None,
+        filters: SearchFilters,
+        limit: int,
+    ) -> list[Candidate]: ...
+
+    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]: ...
+
+    def count(self, project_id: str) -> int: ...
+
+    def delete_project(self, project_id: str) -> None: ...
+
+    def close(self) -> None: ...
