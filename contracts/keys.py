@@ -21,6 +21,7 @@ MINUTE_FIELD = b"m"
 LOG_QUEUE = "pvm-log"
 QUEUES = {
     "log": LOG_QUEUE,
+    "index": "pvm-index",
 }
 
 
@@ -64,6 +65,31 @@ def log_head(project_id: str) -> str:
     return f"{PREFIX}:{{p:{project_id}}}:log:head"
 
 
+def index_head(project_id: str) -> str:
+    """Hash of the newest minute of a project in the vector index: its id, log sequence and index time."""
+    return f"{PREFIX}:{{p:{project_id}}}:index:head"
+
+
+def agents(project_id: str) -> str:
+    """Set of the agent ids that have an agent memory in a project."""
+    return f"{PREFIX}:{{p:{project_id}}}:agents"
+
+
+def agent_memory(project_id: str, agent_id: str) -> str:
+    """Hash of one agent's track record in a project: task counts, success sum and count, last active."""
+    return f"{PREFIX}:{{p:{project_id}}}:agent:{agent_id}:memory"
+
+
+def agent_capabilities(project_id: str, agent_id: str) -> str:
+    """Set of the capabilities one agent has shown in a project."""
+    return f"{PREFIX}:{{p:{project_id}}}:agent:{agent_id}:capabilities"
+
+
+def agent_memory_counted(project_id: str) -> str:
+    """Bitmap over a project's log sequence: bit n is set once minute n has been counted into agent memory."""
+    return f"{PREFIX}:{{p:{project_id}}}:agents:counted"
+
+
 def projects() -> str:
     """Set of every project that has minutes in the log."""
     return f"{PREFIX}:projects"
@@ -77,3 +103,46 @@ def worker_alive(worker_name: str) -> str:
 def dispatcher_alive(consumer: str) -> str:
     """Short-lived key a running dispatcher keeps refreshed."""
     return f"{PREFIX}:dispatcher:{consumer}:alive"
+
+
+# -- metrics the pools record for the exporter --------------------------------
+
+
+def metrics_stages() -> str:
+    """Set of stage names that recorded batch metrics."""
+    return f"{PREFIX}:metrics:stages"
+
+
+def metrics_stage(stage: str) -> str:
+    """Hash of counters of one stage: minutes, batches, failures."""
+    return f"{PREFIX}:metrics:stage:{stage}"
+
+
+def metrics_stage_duration(stage: str) -> str:
+    """Histogram hash of a stage's batch durations."""
+    return f"{PREFIX}:metrics:stage:{stage}:duration"
+
+
+def metrics_freshness_stages() -> str:
+    """Set of stages that recorded freshness (durable, indexed, ...)."""
+    return f"{PREFIX}:metrics:freshness"
+
+
+def metrics_freshness(stage: str) -> str:
+    """Histogram hash of emit -> `stage` latency."""
+    return f"{PREFIX}:metrics:freshness:{stage}"
+
+
+def metrics_providers() -> str:
+    """Set of "provider|kind" names that recorded calls."""
+    return f"{PREFIX}:metrics:providers"
+
+
+def metrics_provider(name: str) -> str:
+    """Hash of one provider's counters: calls:<outcome>, tokens."""
+    return f"{PREFIX}:metrics:provider:{name}"
+
+
+def metrics_provider_latency(name: str) -> str:
+    """Histogram hash of one provider's call latency."""
+    return f"{PREFIX}:metrics:provider:{name}:latency"

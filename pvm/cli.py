@@ -154,6 +154,179 @@ def cmd_log_tail(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_exporter(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.connection import redis_from_settings
+    from workers.exporter import serve
+
+    server, _thread = serve(redis_from_settings(settings), settings, port=args.port, addr=args.addr)
+    print(f"pvm exporter: serving http://{args.addr}:{args.port}/metrics (Ctrl-C stops)")
+    sys.stdout.flush()
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    stop.wait()
+    server.shutdown()
+    return 0
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.connection import redis_from_settings
+    from workers.exporter import snapshot
+
+    snap = snapshot(redis_from_settings(settings), settings)
+    if args.json:
+        print(json.dumps(snap.to_dict(), indent=2))
+        return 0
+    print("POOLS")
+    rows = [
+        {
+            "pool": q.pool,
+            "queue": q.queue,
+            "queued": q.queued,
+            "running": q.started,
+            "failed": q.failed,
+            "workers": q.workers,
+            "oldest waiting": _age(q.oldest_waiting_s),
+        }
+        for q in snap.queues
+    ]
+    print(_table(rows, ["pool", "queue", "queued", "running", "failed", "workers", "oldest waiting"]))
+    print("\nSTREAMS")
+    rows = []
+    for s in snap.streams:
+        for g in s.groups or [None]:
+            rows.append(
+                {
+                    "shard": s.shard,
+                    "length": s.length,
+                    "group": g.name if g else "-",
+                    "lag": (f"{g.lag}" + ("*" if g.lag_source == "computed" else "")) if g else "-",
+                    "pending": g.pending if g else "-",
+                    "oldest pending": _age(g.oldest_pending_age_s) if g else "-",
+                    "dead letters": s.dead_letters,
+                }
+            )
+    print(_table(rows, ["shard", "length", "group", "lag", "pending", "oldest pending", "dead letters"]))
+    print("\nFRESHNESS (emit -> stage)")
+    rows = [
+        {"stage": stage, "p50": _age(f["p50_s"]), "p99": _age(f["p99_s"]), "minutes": int(f["count"] or 0)}
+        for stage, f in snap.freshness.items()
+    ]
+    print(_table(rows, ["stage", "p50", "p99", "minutes"]) if rows else "  nothing recorded yet")
+    dead = sum(s.dead_letters for s in snap.streams)
+    failed = sum(q.failed for q in snap.queues)
+    if dead or failed:
+        print(f"\n{dead} dead letters (pvm dead list), {failed} failed jobs (pvm failed list)")
+    return 0
+
+
+def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts import keys
+    from pvm.connection import redis_from_settings
+
+    r = redis_from_settings(settings)
+    shards = [args.shard] if args.shard is not None else list(range(settings.shards))
+    chosen: list[tuple[int, str, dict[bytes, bytes]]] = []
+    for shard in shards:
+        for entry_id, fields in r.xrange(keys.dead_letter_stream(shard), count=None):
+            eid = entry_id.decode()
+            if args.ids and eid not in args.ids:
+                continue
+            chosen.append((shard, eid, fields))
+    if args.dead_command == "list":
+        chosen = chosen[: args.limit]
+        rows = [
+            {
+                "shard": shard,
+                "id": eid,
+                "reason": f.get(b"reason", b"").decode(errors="replace"),
+                "bytes": len(f.get(b"raw", b"")),
+                "entry": f.get(b"entry_id", b"").decode(),
+            }
+            for shard, eid, f in chosen
+        ]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(_table(rows, ["shard", "id", "entry", "bytes", "reason"]) if rows else "no dead letters")
+        return 0
+    if not args.ids and not args.all:
+        print(f"pvm: name dead-letter ids to {args.dead_command}, or pass --all", file=sys.stderr)
+        return 2
+    done = 0
+    for shard, eid, f in chosen:
+        with r.pipeline(transaction=True) as pipe:
+            if args.dead_command == "retry":
+                # Back onto its stream: the dispatcher validates it again like any new entry.
+                pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: f.get(b"raw", b"")})
+            pipe.xdel(keys.dead_letter_stream(shard), eid)
+            pipe.execute()
+        done += 1
+    verb = "sent back to their streams" if args.dead_command == "retry" else "dropped"
+    print(f"{done} dead letters {verb}")
+    return 0
+
+
+def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
+    from rq.job import Job
+    from rq.registry import FailedJobRegistry
+
+    from contracts import keys
+    from pvm.connection import redis_from_settings
+    from pvm.serializers import MsgpackSerializer
+
+    r = redis_from_settings(settings)
+    pools = [args.pool] if args.pool else list(keys.QUEUES)
+    rows = []
+    retried = 0
+    for pool in pools:
+        from pvm.queues import queue_name
+
+        registry = FailedJobRegistry(queue_name(pool), connection=r, serializer=MsgpackSerializer)
+        for job_id in registry.get_job_ids(cleanup=False):
+            if args.ids and job_id not in args.ids:
+                continue
+            if args.failed_command == "retry":
+                registry.requeue(job_id)
+                retried += 1
+                continue
+            try:
+                job = Job.fetch(job_id, connection=r, serializer=MsgpackSerializer)
+                result = job.latest_result()
+                exc = ((result.exc_string if result else None) or "").strip().splitlines()
+                rows.append(
+                    {
+                        "pool": pool,
+                        "job": job_id,
+                        "function": job.func_name,
+                        "ended": job.ended_at.isoformat(timespec="seconds") if job.ended_at else "-",
+                        "error": exc[-1] if exc else "-",
+                    }
+                )
+            except Exception as error:  # a planted or corrupt job: say so, never unpickle it
+                rows.append({"pool": pool, "job": job_id, "function": "?", "ended": "-", "error": str(error)})
+    if args.failed_command == "retry":
+        print(f"{retried} failed jobs requeued")
+        return 0
+    rows = rows[: args.limit]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_table(rows, ["pool", "job", "function", "ended", "error"]) if rows else "no failed jobs")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.demo import run_demo
 
@@ -200,6 +373,43 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=_positive_int, default=20, help="how many minutes (default 20)")
     tail.add_argument("--json", action="store_true", help="machine-readable output")
     tail.set_defaults(func=cmd_log_tail)
+
+    exporter = sub.add_parser("exporter", help="serve Prometheus metrics read from Redis on /metrics")
+    exporter.add_argument("--port", type=_positive_int, default=9108, help="port (default 9108)")
+    exporter.add_argument(
+        "--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)"
+    )
+    exporter.set_defaults(func=cmd_exporter)
+
+    status = sub.add_parser("status", help="one screen for operators: pools, streams, dead letters, freshness")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    dead = sub.add_parser("dead", help="inspect, retry or drop dead letters")
+    dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="SUBCOMMAND")
+    for name, text in (
+        ("list", "show dead letters with their reasons"),
+        ("retry", "put dead letters back on their stream (validated again by the dispatcher)"),
+        ("drop", "delete dead letters"),
+    ):
+        p = dead_sub.add_parser(name, help=text)
+        p.add_argument("ids", nargs="*", help="dead-letter entry ids (default: all listed)")
+        p.add_argument("--shard", type=int, help="only this shard")
+        p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name != "list":
+            p.add_argument("--all", action="store_true", help=f"{name} every dead letter (of --shard)")
+        p.set_defaults(func=cmd_dead)
+
+    failed = sub.add_parser("failed", help="inspect or retry failed RQ jobs")
+    failed_sub = failed.add_subparsers(dest="failed_command", required=True, metavar="SUBCOMMAND")
+    for name, text in (("list", "show failed jobs and their last error"), ("retry", "requeue failed jobs")):
+        p = failed_sub.add_parser(name, help=text)
+        p.add_argument("ids", nargs="*", help="job ids (default: every failed job)")
+        p.add_argument("--pool", help="only this pool")
+        p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=cmd_failed)
 
     demo = sub.add_parser("demo", help="start the embedded stack, emit sample minutes, show the log, stop")
     demo.add_argument("--minutes", type=int, default=300, help="how many minutes to emit (default 300)")

@@ -9,6 +9,7 @@ exists without its entries being acknowledged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -23,6 +24,7 @@ from rq import Queue, Retry
 from contracts import ContractError, decode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
+from pvm.metrics import MetricsRecorder
 from pvm.queues import pool_queue
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,7 @@ class Dispatcher:
         self.batch = settings.dispatch_batch
         self.log_queue: Queue = pool_queue("log", connection)
         self.stats = DispatcherStats()
+        self.metrics = MetricsRecorder(connection)
         self.stop_event = threading.Event()
         self._next_claim = 0.0
         self._next_trim = 0.0
@@ -303,6 +306,7 @@ class Dispatcher:
 
         The job's entries keep each shard's stream order (per-project order).
         """
+        started = time.monotonic()
         handled = 0
         good: list[list[object]] = []
         dead_total = 0
@@ -353,6 +357,8 @@ class Dispatcher:
         self.stats.batches += 1
         self.stats.minutes += len(good)
         self.stats.dead += dead_total
+        with contextlib.suppress(redis.exceptions.RedisError):  # metrics never stop dispatching
+            self.metrics.batch("dispatch", len(good), time.monotonic() - started, failures=dead_total)
         if dead_total:
             log.warning("dispatcher %s: %d entries dead-lettered", self.consumer, dead_total)
         return handled

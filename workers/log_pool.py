@@ -17,8 +17,10 @@ import msgpack
 import redis
 from rq import Queue, Retry, get_current_job
 
+from contracts.minute import parse_timestamp
 from pvm import defaults
 from pvm.config import Settings
+from pvm.metrics import MetricsRecorder
 from pvm.queues import pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
@@ -34,6 +36,7 @@ class Incoming:
     minute_id: str
     project_id: str
     agent_id: str | None
+    timestamp: str
     raw: bytes
 
 
@@ -58,7 +61,7 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
     by_project: dict[str, list[Incoming]] = {}
     for entry_id, raw in entries:
         body = msgpack.unpackb(raw, raw=False)
-        item = Incoming(entry_id, body["id"], body["project_id"], body.get("agent_id"), raw)
+        item = Incoming(entry_id, body["id"], body["project_id"], body.get("agent_id"), body["timestamp"], raw)
         by_project.setdefault(item.project_id, []).append(item)
     return by_project
 
@@ -86,6 +89,7 @@ class _Context:
     writer: LogWriter
     cache: MinuteCache
     downstream: list[Queue]
+    metrics: MetricsRecorder
 
 
 @lru_cache(maxsize=4)
@@ -96,6 +100,7 @@ def _context(connection: redis.Redis) -> _Context:
         writer=LogWriter(settings.log_dir),
         cache=MinuteCache(connection, settings.recent_window, settings.minute_cache_size),
         downstream=[pool_queue(p, connection) for p in settings.downstream],
+        metrics=MetricsRecorder(connection),
     )
 
 
@@ -139,12 +144,31 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     assert job is not None, "workers.log_pool.run runs inside an RQ worker"
     ctx = _context(job.connection)
     started = time.time()
-    result = process(ctx.writer, entries)
+    try:
+        result = process(ctx.writer, entries)
+    except Exception:
+        ctx.metrics.failure("log", len(entries))
+        raise
     durable_at = time.time()
     # Caches and fan-out cover the whole batch, duplicates included: a retried job
     # whose first attempt died after the fsync still refreshes them (both idempotent).
     _update_caches(ctx.cache, result, durable_at)
     _fan_out(ctx.downstream, result, job.connection)
+    ctx.metrics.batch("log", len(entries), time.time() - started)
+    ctx.metrics.freshness("durable", _lags(result, durable_at))
     summary = result.summary()
     summary["seconds"] = round(durable_at - started, 6)
     return summary
+
+
+def _lags(result: LogBatchResult, durable_at: float) -> list[float]:
+    """Emit -> durable seconds of the minutes this batch made durable (not of redeliveries)."""
+    lags = []
+    for pairs in result.projects.values():
+        for item, appended in pairs:
+            if appended.new:
+                try:
+                    lags.append(durable_at - parse_timestamp(item.timestamp).timestamp())
+                except ValueError:
+                    continue
+    return lags

@@ -1,0 +1,108 @@
+"""Job-level metrics recorded in Redis, so the exporter can report them (no multiprocess files per PID).
+
+Pools and the dispatcher call `MetricsRecorder`; `workers.exporter` reads the
+same keys and renders Prometheus families. Counters and histogram buckets are
+Redis hashes updated with HINCRBY/HINCRBYFLOAT, so any number of worker
+processes add to one total. A new stage or provider needs no registration: the
+recorder adds its name to a set the exporter iterates.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis
+
+from contracts import keys
+
+# Histogram upper bounds (seconds) shared by writers and the exporter.
+BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FRESHNESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+PROVIDER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _bucket_label(buckets: tuple[float, ...], value: float) -> str:
+    i = bisect.bisect_left(buckets, value)
+    return repr(buckets[i]) if i < len(buckets) else "+Inf"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A histogram read back from Redis: cumulative bucket counts, sum and count."""
+
+    buckets: list[tuple[str, float]]  # (upper bound label, cumulative count), ending with +Inf
+    sum: float
+    count: float
+
+
+def read_histogram(raw: dict[bytes, bytes], bounds: tuple[float, ...]) -> Histogram:
+    values = {k.decode(): float(v) for k, v in raw.items()}
+    cumulative = 0.0
+    out = []
+    for label in [*(repr(b) for b in bounds), "+Inf"]:
+        cumulative += values.get(f"b:{label}", 0.0)
+        out.append((label, cumulative))
+    return Histogram(out, values.get("sum", 0.0), values.get("count", 0.0))
+
+
+class MetricsRecorder:
+    """Adds job-level numbers to the Redis-held metrics. Cheap: one pipelined round trip per call."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.connection = connection
+
+    def _observe(
+        self, pipe: redis.client.Pipeline, key: str, bounds: tuple[float, ...], values: Iterable[float]
+    ) -> None:
+        counts: dict[str, int] = {}
+        total = 0.0
+        n = 0
+        for v in values:
+            label = _bucket_label(bounds, v)
+            counts[label] = counts.get(label, 0) + 1
+            total += v
+            n += 1
+        if not n:
+            return
+        for label, c in counts.items():
+            pipe.hincrby(key, f"b:{label}", c)
+        pipe.hincrbyfloat(key, "sum", total)
+        pipe.hincrby(key, "count", n)
+
+    def batch(self, stage: str, minutes: int, seconds: float, failures: int = 0) -> None:
+        """One batch of a stage finished (or failed: `failures` minutes)."""
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.sadd(keys.metrics_stages(), stage)
+        pipe.hincrby(keys.metrics_stage(stage), "minutes", minutes)
+        pipe.hincrby(keys.metrics_stage(stage), "batches", 1)
+        if failures:
+            pipe.hincrby(keys.metrics_stage(stage), "failures", failures)
+        self._observe(pipe, keys.metrics_stage_duration(stage), BATCH_BUCKETS, [seconds])
+        pipe.execute()
+
+    def failure(self, stage: str, minutes: int) -> None:
+        """A batch of a stage failed."""
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.sadd(keys.metrics_stages(), stage)
+        pipe.hincrby(keys.metrics_stage(stage), "failures", minutes)
+        pipe.execute()
+
+    def freshness(self, stage: str, lags_s: Iterable[float]) -> None:
+        """How long after emit each minute reached `stage` (durable, indexed, ...)."""
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.sadd(keys.metrics_freshness_stages(), stage)
+        self._observe(pipe, keys.metrics_freshness(stage), FRESHNESS_BUCKETS, [max(0.0, v) for v in lags_s])
+        pipe.execute()
+
+    def provider_call(self, provider: str, kind: str, outcome: str, seconds: float, tokens: int = 0) -> None:
+        """One call to an embedding or LLM provider."""
+        name = f"{provider}|{kind}"
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.sadd(keys.metrics_providers(), name)
+        pipe.hincrby(keys.metrics_provider(name), f"calls:{outcome}", 1)
+        if tokens:
+            pipe.hincrby(keys.metrics_provider(name), "tokens", tokens)
+        self._observe(pipe, keys.metrics_provider_latency(name), PROVIDER_BUCKETS, [seconds])
+        pipe.execute()

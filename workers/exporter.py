@@ -1,0 +1,291 @@
+"""The exporter: reads PVM's state from Redis and serves it to Prometheus on /metrics.
+
+Everything is read at scrape time: stream length, lag, pending and the age of
+the oldest pending entry per shard and group; RQ queue states and worker counts
+per pool; dead letters; and the job-level counters and histograms the pools
+record in Redis (`pvm.metrics`). `snapshot()` is shared with `pvm status`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from rq import Queue, Worker
+from rq.registry import (
+    DeferredJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    ScheduledJobRegistry,
+    StartedJobRegistry,
+)
+
+from contracts import keys
+from pvm.config import Settings
+from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
+from pvm.serializers import MsgpackSerializer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9108
+LAG_COUNT_CAP = 100_000  # when Redis cannot say the lag, count entries up to this many
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _id_ms(entry_id: str) -> int:
+    return int(entry_id.split("-", 1)[0])
+
+
+@dataclass
+class GroupState:
+    name: str
+    lag: int | None
+    lag_source: str  # "redis" | "computed" | "unknown"
+    pending: int
+    oldest_pending_age_s: float | None
+
+
+@dataclass
+class StreamState:
+    shard: int
+    stream: str
+    length: int
+    dead_letters: int
+    groups: list[GroupState] = field(default_factory=list)
+
+
+@dataclass
+class QueueState:
+    pool: str
+    queue: str
+    queued: int
+    started: int
+    failed: int
+    deferred: int
+    scheduled: int
+    finished: int
+    workers: int
+    oldest_waiting_s: float | None
+
+
+@dataclass
+class Snapshot:
+    """PVM's state at one moment, as the exporter and `pvm status` see it."""
+
+    taken_at: float
+    streams: list[StreamState]
+    queues: list[QueueState]
+    stages: dict[str, dict[str, float]]  # stage -> minutes, batches, failures
+    freshness: dict[str, dict[str, float | None]]  # stage -> p50_s, p99_s, count
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _group_state(connection: redis.Redis, stream: str, group: dict[str, Any], now_ms: int) -> GroupState:
+    name = _s(group["name"])
+    pending = int(group["pending"])
+    lag = group.get("lag")
+    source = "redis"
+    if lag is None:
+        # Redis reports NULL lag after trims/deletes it cannot account for:
+        # count what lies past the group's last delivered id instead of saying 0.
+        last = _s(group["last-delivered-id"])
+        entries = connection.xrange(stream, min=f"({last}", max="+", count=LAG_COUNT_CAP)
+        lag, source = len(entries), "computed"
+    oldest_age = None
+    if pending:
+        summary = connection.xpending(stream, name)
+        if summary.get("min"):
+            oldest_age = max(0.0, (now_ms - _id_ms(_s(summary["min"]))) / 1000)
+    return GroupState(name, int(lag), source, pending, oldest_age)
+
+
+def _oldest_waiting(connection: redis.Redis, queue: Queue, now: float) -> float | None:
+    head = connection.lindex(queue.key, 0)
+    if head is None:
+        return None
+    enqueued = connection.hget(f"{queue.job_class.redis_job_namespace_prefix}{_s(head)}", "enqueued_at")
+    if not enqueued:
+        return None
+    try:
+        return max(0.0, now - datetime.fromisoformat(_s(enqueued)).timestamp())
+    except ValueError:
+        return None
+
+
+def _quantile(h: Histogram, q: float) -> float | None:
+    if not h.count:
+        return None
+    target = q * h.count
+    for label, cumulative in h.buckets:
+        if cumulative >= target:
+            return float("inf") if label == "+Inf" else float(label)
+    return None
+
+
+def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
+    """Read the state of streams, queues and recorded metrics."""
+    now = time.time()
+    now_ms = int(now * 1000)
+    streams = []
+    for shard in range(settings.shards):
+        stream = keys.stream(shard)
+        length = int(connection.xlen(stream))
+        dead = int(connection.xlen(keys.dead_letter_stream(shard)))
+        state = StreamState(shard, stream, length, dead)
+        try:
+            groups = connection.xinfo_groups(stream)
+        except redis.exceptions.ResponseError:
+            groups = []
+        for group in groups:
+            state.groups.append(_group_state(connection, stream, group, now_ms))
+        streams.append(state)
+    queues = []
+    for pool, name in keys.QUEUES.items():
+        q = Queue(name, connection=connection, serializer=MsgpackSerializer)
+        reg = {"connection": connection, "serializer": MsgpackSerializer}
+        queues.append(
+            QueueState(
+                pool=pool,
+                queue=name,
+                queued=int(connection.llen(q.key)),
+                started=StartedJobRegistry(name, **reg).get_job_count(cleanup=False),
+                failed=FailedJobRegistry(name, **reg).get_job_count(cleanup=False),
+                deferred=DeferredJobRegistry(name, **reg).get_job_count(cleanup=False),
+                scheduled=ScheduledJobRegistry(name, **reg).get_job_count(cleanup=False),
+                finished=FinishedJobRegistry(name, **reg).get_job_count(cleanup=False),
+                workers=Worker.count(connection=connection, queue=q),
+                oldest_waiting_s=_oldest_waiting(connection, q, now),
+            )
+        )
+    stages = {}
+    for stage in sorted(_s(s) for s in connection.smembers(keys.metrics_stages())):
+        raw = connection.hgetall(keys.metrics_stage(stage))
+        stages[stage] = {k: float(raw.get(k.encode(), 0)) for k in ("minutes", "batches", "failures")}
+    freshness: dict[str, dict[str, float | None]] = {}
+    for stage in sorted(_s(s) for s in connection.smembers(keys.metrics_freshness_stages())):
+        h = read_histogram(connection.hgetall(keys.metrics_freshness(stage)), FRESHNESS_BUCKETS)
+        freshness[stage] = {"p50_s": _quantile(h, 0.5), "p99_s": _quantile(h, 0.99), "count": h.count}
+    return Snapshot(now, streams, queues, stages, freshness)
+
+
+class PvmCollector:
+    """A prometheus_client collector that reads Redis at every scrape."""
+
+    def __init__(self, connection: redis.Redis, settings: Settings) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.scrape_errors = 0
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: no Redis round trip at registration
+
+    def collect(self) -> Iterator[Metric]:
+        errors = CounterMetricFamily("pvm_exporter_scrape_errors", "Scrapes that failed to read Redis.")
+        with self._lock:
+            try:
+                families = list(self._families())
+            except redis.exceptions.RedisError as exc:
+                log.warning("exporter: cannot read Redis: %s", exc)
+                self.scrape_errors += 1
+                families = []
+            errors.add_metric([], self.scrape_errors)
+        yield from families
+        yield errors
+
+    def _families(self) -> Iterator[Metric]:
+        snap = snapshot(self.connection, self.settings)
+        length = GaugeMetricFamily("pvm_stream_length", "Entries in a shard's minutes stream.", labels=["shard"])
+        dead = GaugeMetricFamily("pvm_dead_letters", "Entries in a shard's dead-letter stream.", labels=["shard"])
+        lag = GaugeMetricFamily(
+            "pvm_stream_lag", "Entries a consumer group has not read yet.", labels=["shard", "group"]
+        )
+        pending = GaugeMetricFamily(
+            "pvm_stream_pending", "Entries read by a group and not acknowledged.", labels=["shard", "group"]
+        )
+        age = GaugeMetricFamily(
+            "pvm_stream_oldest_pending_age_seconds",
+            "Age of the oldest pending entry (since it was added to the stream).",
+            labels=["shard", "group"],
+        )
+        for s in snap.streams:
+            shard = str(s.shard)
+            length.add_metric([shard], s.length)
+            dead.add_metric([shard], s.dead_letters)
+            for g in s.groups:
+                lag.add_metric([shard, g.name], g.lag if g.lag is not None else float("nan"))
+                pending.add_metric([shard, g.name], g.pending)
+                age.add_metric([shard, g.name], g.oldest_pending_age_s or 0.0)
+        yield from (length, lag, pending, age, dead)
+
+        jobs = GaugeMetricFamily("pvm_queue_jobs", "RQ jobs of a pool by status.", labels=["queue", "pool", "status"])
+        workers = GaugeMetricFamily("pvm_queue_workers", "RQ workers serving a queue.", labels=["queue", "pool"])
+        waiting = GaugeMetricFamily(
+            "pvm_queue_oldest_waiting_seconds", "How long the next queued job has waited.", labels=["queue", "pool"]
+        )
+        for q in snap.queues:
+            for status in ("queued", "started", "failed", "deferred", "scheduled", "finished"):
+                jobs.add_metric([q.queue, q.pool, status], getattr(q, status))
+            workers.add_metric([q.queue, q.pool], q.workers)
+            waiting.add_metric([q.queue, q.pool], q.oldest_waiting_s or 0.0)
+        yield from (jobs, workers, waiting)
+
+        minutes = CounterMetricFamily("pvm_stage_minutes", "Minutes a stage processed.", labels=["stage"])
+        batches = CounterMetricFamily("pvm_stage_batches", "Batches a stage processed.", labels=["stage"])
+        failures = CounterMetricFamily("pvm_stage_failures", "Minutes in batches that failed.", labels=["stage"])
+        durations = HistogramMetricFamily(
+            "pvm_stage_batch_duration_seconds", "Time a stage spent on one batch.", labels=["stage"]
+        )
+        for stage, counts in snap.stages.items():
+            minutes.add_metric([stage], counts["minutes"])
+            batches.add_metric([stage], counts["batches"])
+            failures.add_metric([stage], counts["failures"])
+            h = read_histogram(self.connection.hgetall(keys.metrics_stage_duration(stage)), BATCH_BUCKETS)
+            durations.add_metric([stage], h.buckets, h.sum)
+        yield from (minutes, batches, failures, durations)
+
+        fresh = HistogramMetricFamily(
+            "pvm_freshness_seconds", "Time from emit until a minute reached a stage.", labels=["stage"]
+        )
+        for stage in snap.freshness:
+            h = read_histogram(self.connection.hgetall(keys.metrics_freshness(stage)), FRESHNESS_BUCKETS)
+            fresh.add_metric([stage], h.buckets, h.sum)
+        yield fresh
+
+        calls = CounterMetricFamily(
+            "pvm_provider_calls", "Calls to embedding/LLM providers.", labels=["provider", "kind", "outcome"]
+        )
+        tokens = CounterMetricFamily("pvm_provider_tokens", "Tokens sent to providers.", labels=["provider", "kind"])
+        latency = HistogramMetricFamily(
+            "pvm_provider_latency_seconds", "Provider call latency.", labels=["provider", "kind"]
+        )
+        for name in sorted(_s(n) for n in self.connection.smembers(keys.metrics_providers())):
+            provider, _, kind = name.partition("|")
+            raw = {_s(k): float(v) for k, v in self.connection.hgetall(keys.metrics_provider(name)).items()}
+            for key, value in raw.items():
+                if key.startswith("calls:"):
+                    calls.add_metric([provider, kind, key.removeprefix("calls:")], value)
+            tokens.add_metric([provider, kind], raw.get("tokens", 0.0))
+            h = read_histogram(self.connection.hgetall(keys.metrics_provider_latency(name)), PROVIDER_BUCKETS)
+            latency.add_metric([provider, kind], h.buckets, h.sum)
+        yield from (calls, tokens, latency)
+
+
+def serve(connection: redis.Redis, settings: Settings, port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> Any:
+    """Start the /metrics HTTP server in a background thread; returns (server, thread)."""
+    registry = CollectorRegistry()
+    registry.register(PvmCollector(connection, settings))  # type: ignore[arg-type]
+    return start_http_server(port, addr=addr, registry=registry)
