@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench up clean
+.PHONY: install tools demo test lint bench up clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,13 +14,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Servers the tests run for real: Prometheus and promtool from Debian's package.
+tools:
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+		echo "installing Debian's prometheus package (prometheus, promtool) for the tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
+
 demo: $(STAMP)
 	$(PY) -m pvm.cli demo
 
 up: $(STAMP)
 	$(PY) -m pvm.cli up
 
-test: $(STAMP)
+test: $(STAMP) tools
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
