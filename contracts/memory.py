@@ -101,6 +101,18 @@ class SearchHit:
     scores: Scores | None = None
     parts: dict[str, float] = field(default_factory=dict)  # semantic, keyword, recency, importance
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SearchHit:
+        return cls(
+            minute_id=raw["minute_id"],
+            score=float(raw["score"]),
+            minute=raw["minute"],
+            category=raw["category"],
+            insights=tuple(Insight.from_dict(i) for i in raw.get("insights") or ()),
+            scores=Scores.from_dict(raw["scores"]) if raw.get("scores") else None,
+            parts=dict(raw.get("parts") or {}),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "minute_id": self.minute_id,
@@ -130,6 +142,10 @@ class AgentMemory:
         out["capabilities"] = list(self.capabilities)
         return out
 
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> AgentMemory:
+        return cls(**{**raw, "capabilities": tuple(raw.get("capabilities") or ())})
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetReport:
@@ -142,6 +158,10 @@ class BudgetReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> BudgetReport:
+        return cls(int(raw["budget_tokens"]), int(raw["used_tokens"]), dict(raw["sections"]), dict(raw["cut"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +192,77 @@ class ContextPackage:
             "freshness": self.freshness,
             "full_log_available": self.full_log_available,
         }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ContextPackage:
+        return cls(
+            project_id=raw["project_id"],
+            agent_id=raw["agent_id"],
+            task=raw.get("task"),
+            recent=tuple(raw["recent"]),
+            referenced=tuple(raw["referenced"]),
+            agent_memory=AgentMemory.from_dict(raw["agent_memory"]),
+            relevant_experience=tuple(SearchHit.from_dict(h) for h in raw["relevant_experience"]),
+            budget=BudgetReport.from_dict(raw["budget"]),
+            freshness=raw["freshness"],
+            full_log_available=bool(raw["full_log_available"]),
+        )
+
+    def render(self) -> str:
+        """The package as prompt-ready text."""
+        out = [f"# Context for {self.agent_id} in project {self.project_id}"]
+        if self.task:
+            out.append(f"Task: {self.task}")
+        out.append("\n## Your track record")
+        out.extend(agent_lines(self.agent_memory))
+        if self.relevant_experience:
+            out.append("\n## Relevant past experience")
+            out.extend(hit_line(h) for h in self.relevant_experience)
+        out.append(f"\n## Recent activity (newest {len(self.recent)}, oldest first)")
+        out.extend(minute_line(m) for m in self.recent)
+        if self.referenced:
+            out.append("\n## Referenced earlier minutes")
+            out.extend(minute_line(m) for m in self.referenced)
+        index = self.freshness.get("index", {}) if isinstance(self.freshness, dict) else {}
+        if index.get("behind"):
+            out.append(f"\n(note: search is {index['behind']} minutes behind the log)")
+        cut = ", ".join(f"{n} {s}" for s, n in self.budget.cut.items())
+        if cut:
+            out.append(f"(budget {self.budget.budget_tokens} tokens: left out {cut})")
+        return "\n".join(out)
+
+
+# -- prompt text ------------------------------------------------------------------
+
+
+def minute_line(minute: dict[str, Any]) -> str:
+    """One minute as one prompt line."""
+    data = minute.get("data") or {}
+    parts = [minute.get("timestamp", "")[:19], minute.get("event_type", "")]
+    if minute.get("agent_id"):
+        parts.append(f"by {minute['agent_id']}")
+    if data.get("task_id"):
+        parts.append(f"task {data['task_id']}")
+    if data.get("success_criteria_met") is not None:
+        parts.append(f"success {data['success_criteria_met']}%")
+    text = minute.get("memory_note") or data.get("resolution") or data.get("assignment_reasoning") or ""
+    line = " | ".join(p for p in parts if p)
+    return f"- [{minute.get('id', '')}] {line}: {text}" if text else f"- [{minute.get('id', '')}] {line}"
+
+
+def hit_line(hit: SearchHit) -> str:
+    insight = f" (insight: {hit.insights[0].finding})" if hit.insights else ""
+    return f"{minute_line(hit.minute)} [{hit.category}, score {hit.score:.2f}]{insight}"
+
+
+def agent_lines(memory: AgentMemory) -> list[str]:
+    mean = "n/a" if memory.mean_success is None else f"{memory.mean_success:.0f}%"
+    lines = [
+        f"- {memory.agent_id}: {memory.tasks_assigned} tasks assigned, {memory.tasks_completed} completed, "
+        f"{memory.tasks_failed} failed, mean success {mean}"
+    ]
+    if memory.capabilities:
+        lines.append("- capabilities: " + ", ".join(memory.capabilities[:20]))
+    if memory.last_active:
+        lines.append(f"- last active {memory.last_active}")
+    return lines

@@ -14,6 +14,17 @@
 | PVM_CLAIM_IDLE_MS | 30000 | idle time before another dispatcher reclaims an entry |
 | PVM_MAX_DELIVERIES | 5 | deliveries before an entry is dead-lettered |
 | PVM_JOB_TIMEOUT | 120 | seconds an RQ batch job may run |
+| PVM_QDRANT_URL | (unset: embedded engine) | Qdrant server URL; unset: in-process engine in $PVM_HOME/var/qdrant |
+| PVM_QDRANT_API_KEY | (unset) | API key for PVM_QDRANT_URL |
+| PVM_EMBED_MODEL | (unset: lexical only) | embedding model name; setting it turns on dense vectors |
+| OPENAI_BASE_URL | https://api.openai.com/v1 | any OpenAI-compatible endpoint for embeddings |
+| OPENAI_API_KEY | (unset) | key for OPENAI_BASE_URL |
+| PVM_EMBED_DIMENSIONS | (model default) | dense vector length to request |
+| PVM_EMBED_BATCH_SIZE | 2048 | inputs per embedding request (1-2048) |
+| PVM_EMBED_MAX_RETRIES | 5 | retries of 429/5xx/timeouts before a batch fails |
+| PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
+| PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
+| PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
 """
 
 from __future__ import annotations
@@ -29,6 +40,40 @@ from pvm import defaults
 
 class ConfigError(ValueError):
     """An environment variable holds a value PVM cannot use."""
+
+
+def _optional_int(env: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
+    if not env.get(name):
+        return None
+    return _int(env, name, 0, minimum)
+
+
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float]:
+    raw = env.get("PVM_SEARCH_WEIGHTS")
+    if not raw:
+        return defaults.SEARCH_WEIGHTS
+    try:
+        parts = tuple(float(p) for p in raw.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"PVM_SEARCH_WEIGHTS={raw!r} must be four numbers: semantic,keyword,recency,importance"
+        ) from None
+    if len(parts) != 4 or any(p < 0 for p in parts) or not sum(parts):
+        raise ConfigError(f"PVM_SEARCH_WEIGHTS={raw!r} must be four non-negative numbers, not all 0")
+    return parts  # type: ignore[return-value]
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -60,6 +105,22 @@ class Settings:
     claim_idle_ms: int = defaults.DISPATCH_CLAIM_IDLE_MS
     max_deliveries: int = defaults.DISPATCH_MAX_DELIVERIES
     job_timeout: int = defaults.JOB_TIMEOUT_S
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = field(default=None, repr=False)
+    embed_model: str | None = None
+    openai_base_url: str | None = None
+    openai_api_key: str | None = field(default=None, repr=False)
+    embed_dimensions: int | None = None
+    embed_batch_size: int = defaults.EMBED_BATCH_SIZE
+    embed_max_retries: int = defaults.EMBED_MAX_RETRIES
+    embed_timeout_s: float = defaults.EMBED_TIMEOUT_S
+    search_weights: tuple[float, float, float, float] = defaults.SEARCH_WEIGHTS
+    api_url: str | None = None
+
+    @property
+    def vector_dir(self) -> Path:
+        """Where the embedded vector engine keeps its shards."""
+        return Path(self.home) / defaults.VECTOR_DIR
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -87,6 +148,17 @@ class Settings:
             claim_idle_ms=_int(env, "PVM_CLAIM_IDLE_MS", defaults.DISPATCH_CLAIM_IDLE_MS),
             max_deliveries=_int(env, "PVM_MAX_DELIVERIES", defaults.DISPATCH_MAX_DELIVERIES),
             job_timeout=_int(env, "PVM_JOB_TIMEOUT", defaults.JOB_TIMEOUT_S),
+            qdrant_url=env.get("PVM_QDRANT_URL") or None,
+            qdrant_api_key=env.get("PVM_QDRANT_API_KEY") or None,
+            embed_model=env.get("PVM_EMBED_MODEL") or None,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            openai_api_key=env.get("OPENAI_API_KEY") or None,
+            embed_dimensions=_optional_int(env, "PVM_EMBED_DIMENSIONS"),
+            embed_batch_size=min(_int(env, "PVM_EMBED_BATCH_SIZE", defaults.EMBED_BATCH_SIZE), 2048),
+            embed_max_retries=_int(env, "PVM_EMBED_MAX_RETRIES", defaults.EMBED_MAX_RETRIES, minimum=0),
+            embed_timeout_s=_float(env, "PVM_EMBED_TIMEOUT", defaults.EMBED_TIMEOUT_S, minimum=0.1),
+            search_weights=_weights(env),
+            api_url=env.get("PVM_API_URL") or None,
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -108,6 +180,19 @@ class Settings:
             "PVM_MAX_DELIVERIES": str(self.max_deliveries),
             "PVM_JOB_TIMEOUT": str(self.job_timeout),
         }
-        if self.redis_url:
-            env["PVM_REDIS_URL"] = self.redis_url
+        optional = {
+            "PVM_REDIS_URL": self.redis_url,
+            "PVM_QDRANT_URL": self.qdrant_url,
+            "PVM_QDRANT_API_KEY": self.qdrant_api_key,
+            "PVM_EMBED_MODEL": self.embed_model,
+            "OPENAI_BASE_URL": self.openai_base_url,
+            "OPENAI_API_KEY": self.openai_api_key,
+            "PVM_EMBED_DIMENSIONS": None if self.embed_dimensions is None else str(self.embed_dimensions),
+            "PVM_API_URL": self.api_url,
+        }
+        env.update({k: v for k, v in optional.items() if v})
+        env["PVM_EMBED_BATCH_SIZE"] = str(self.embed_batch_size)
+        env["PVM_EMBED_MAX_RETRIES"] = str(self.embed_max_retries)
+        env["PVM_EMBED_TIMEOUT"] = repr(self.embed_timeout_s)
+        env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
         return env

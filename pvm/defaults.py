@@ -49,3 +49,26 @@ MINUTE_CACHE_SIZE = 20_000  # minutes per project kept by id in Redis
 
 # Embedded stack
 EMBEDDED_DATA_DIR = "var/valkey"
+
+# Reader
+CONTEXT_RECENT = 50  # newest minutes of the project in a context
+CONTEXT_EXPERIENCE_K = 5  # similar past minutes in a context
+CONTEXT_BUDGET_TOKENS = 2_000
+
+# Embeddings (OpenAI-compatible endpoint)
+EMBED_BATCH_SIZE = 2048  # OpenAI's limit on inputs per request
+EMBED_MAX_RETRIES = 5
+EMBED_TIMEOUT_S = 30.0
+EMBED_BACKOFF_BASE_S = 0.5
+EMBED_BACKOFF_MAX_S = 20.0
+EMBED_MALFORMED_RETRIES = 2  # retries of answers that parse wrong: a proxy hiccup heals, a wrong server does not
+# OpenAI caps a request at 300k tokens in total and an input at 8,192 tokens; past
+# either the whole batch is a 400 that no retry fixes. Tokens are estimated from
+# UTF-8 bytes / 3, which overestimates English (~4 bytes a token).
+EMBED_MAX_BATCH_TOKENS = 250_000
+EMBED_MAX_INPUT_CHARS = 24_000
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# Vector store and search
+VECTOR_DIR = "var/qdrant"  # under PVM_HOME: the embedded engine's shards, one per project
+SEARCH_WEIGHTS = (0.4, 0.3, 0.2, 0.1)  # semantic, keyword, recency, importance

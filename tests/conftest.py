@@ -8,10 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 import redis
 
 from pvm.config import Settings
 from pvm.embedded import EmbeddedRedis
+
+# The OpenAI-compatible server (fixture `openai_server`) every test module may use.
+pytest_plugins = ["tests.openai_server"]
 
 
 @pytest.fixture(scope="session")

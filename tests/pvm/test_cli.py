@@ -69,7 +69,7 @@ def test_settings_refuse_bad_values() -> None:
     with pytest.raises(ConfigError, match="PVM_SHARDS"):
         Settings.from_env({"PVM_SHARDS": "0"})
     with pytest.raises(ConfigError, match="PVM_DOWNSTREAM"):
-        Settings.from_env({"PVM_DOWNSTREAM": "index"})
+        Settings.from_env({"PVM_DOWNSTREAM": "nosuchpool"})
     s = Settings.from_env({"PVM_HOME": "/srv/pvm", "PVM_SHARDS": "8"})
     assert s.shards == 8 and str(s.log_dir) == "/srv/pvm/var/log"
     assert Settings.from_env(s.to_env()) == s

@@ -1,0 +1,300 @@
+"""The reader over HTTP: context, search, recent and by-id reads, and minute ingestion, for agents in any language.
+
+A Starlette app (served by uvicorn in `pvm serve`): every route names its
+project in the path, so no request can read across projects. `POST /v1/minutes`
+validates a whole batch against the contract and XADDs it to the shard streams
+before answering 202 with the ids; an invalid batch is refused whole with 422
+and every error names its minute and field. The OpenAPI description is served
+at `/openapi.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
+from contracts.memory import SearchFilters
+from contracts.minute import utc_now_iso
+from pvm.reader import ContextReader
+
+MAX_BATCH = 1_000
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class BadRequest(ValueError):
+    """A request a client can fix: the message says how."""
+
+
+def _int(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name}={raw!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise BadRequest(f"query parameter {name}={value} must be between {low} and {high}")
+    return value
+
+
+def _list(request: Request, name: str) -> tuple[str, ...]:
+    values: list[str] = []
+    for raw in request.query_params.getlist(name):
+        values.extend(v for v in raw.split(",") if v)
+    return tuple(values)
+
+
+def filters_from_query(request: Request) -> SearchFilters:
+    """SearchFilters from query parameters (repeatable or comma-separated lists)."""
+    min_composite = request.query_params.get("min_composite")
+    try:
+        composite = float(min_composite) if min_composite else None
+    except ValueError:
+        raise BadRequest(f"min_composite={min_composite!r} is not a number") from None
+    return SearchFilters(
+        categories=_list(request, "category"),
+        event_types=_list(request, "event_type"),
+        agents=_list(request, "agent"),
+        task_id=request.query_params.get("task_id") or None,
+        thread_id=request.query_params.get("thread_id") or None,
+        since_ms=_int(request, "since_ms", 0, 0, 2**53) or None,
+        until_ms=_int(request, "until_ms", 0, 0, 2**53) or None,
+        min_composite=composite,
+    )
+
+
+def _json_body(body: bytes) -> Any:
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(f"request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
+    try:
+        return json.loads(body or b"null")
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from None
+
+
+def create_app(reader: ContextReader, connection: redis.Redis, shards: int) -> Starlette:
+    """The API over one reader and one Redis."""
+
+    def route(fn: Callable[[Request, bytes], Any]) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            # Reads block (Redis, the vector engine): run them in the thread pool, not on the event loop.
+            try:
+                body = await request.body() if request.method == "POST" else b""
+                result = await run_in_threadpool(fn, request, body)
+            except (BadRequest, ValueError) as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except redis.exceptions.RedisError as exc:
+                return JSONResponse({"error": f"Redis unavailable: {exc}"}, status_code=503)
+            except RuntimeError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503)
+            return result if isinstance(result, Response) else JSONResponse(result)
+
+        return handler
+
+    def health(request: Request, body: bytes) -> Any:
+        connection.ping()
+        return {"status": "ok"}
+
+    def context(request: Request, body: bytes) -> Any:
+        agent_id = request.query_params.get("agent_id")
+        if not agent_id:
+            raise BadRequest("query parameter agent_id is required")
+        package = reader.build_context(
+            request.path_params["project_id"],
+            agent_id,
+            task=request.query_params.get("task") or None,
+            budget_tokens=_int(request, "budget_tokens", 2_000, 1, 1_000_000),
+        )
+        if request.query_params.get("format") == "text":
+            return Response(package.render(), media_type="text/plain; charset=utf-8")
+        return package.to_dict()
+
+    def search(request: Request, body: bytes) -> Any:
+        query = request.query_params.get("q")
+        if not query:
+            raise BadRequest("query parameter q (the search text) is required")
+        hits = reader.search(
+            request.path_params["project_id"], query, filters_from_query(request), _int(request, "k", 5, 1, 100)
+        )
+        return {"hits": [h.to_dict() for h in hits]}
+
+    def recent(request: Request, body: bytes) -> Any:
+        minutes = reader.get_recent(request.path_params["project_id"], _int(request, "n", 50, 1, 1_000))
+        return {"minutes": minutes}
+
+    def by_ids(request: Request, body: bytes) -> Any:
+        ids = _list(request, "ids")
+        if not ids:
+            raise BadRequest("query parameter ids (comma-separated minute ids) is required")
+        if len(ids) > MAX_BATCH:
+            raise BadRequest(f"at most {MAX_BATCH} ids per request")
+        return {"minutes": reader.get_by_ids(request.path_params["project_id"], ids)}
+
+    def ingest(request: Request, body: bytes) -> Any:
+        payload = _json_body(body)
+        raw_minutes = payload.get("minutes") if isinstance(payload, dict) else payload
+        if not isinstance(raw_minutes, list) or not raw_minutes:
+            raise BadRequest('body must be {"minutes": [minute, ...]} (or a JSON array of minutes)')
+        if len(raw_minutes) > MAX_BATCH:
+            raise BadRequest(f"at most {MAX_BATCH} minutes per request, got {len(raw_minutes)}")
+        errors = []
+        encoded: list[tuple[int, bytes, str]] = []
+        for i, raw in enumerate(raw_minutes):
+            try:
+                if not isinstance(raw, dict):
+                    raise InvalidMinute("minute", f"must be a JSON object, got {type(raw).__name__}")
+                raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **raw}
+                minute = Minute.from_dict(raw)
+                encoded.append((keys.shard_of(minute.project_id, shards), encode_minute(minute), minute.id))
+            except InvalidMinute as exc:
+                errors.append({"index": i, "field": exc.field, "problem": exc.problem})
+        if errors:
+            return JSONResponse({"error": "invalid minutes; nothing was accepted", "errors": errors}, status_code=422)
+        pipe = connection.pipeline(transaction=False)
+        for shard, data, _ in encoded:
+            pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: data})
+        entry_ids = pipe.execute()
+        return JSONResponse(
+            {
+                "accepted": len(encoded),
+                "ids": [minute_id for _, _, minute_id in encoded],
+                "stream_ids": [e.decode() if isinstance(e, bytes) else e for e in entry_ids],
+            },
+            status_code=202,
+        )
+
+    def openapi(request: Request, body: bytes) -> Any:
+        return OPENAPI
+
+    return Starlette(
+        routes=[
+            Route("/healthz", route(health)),
+            Route("/openapi.json", route(openapi)),
+            Route("/v1/minutes", route(ingest), methods=["POST"]),
+            Route("/v1/projects/{project_id}/context", route(context)),
+            Route("/v1/projects/{project_id}/search", route(search)),
+            Route("/v1/projects/{project_id}/recent", route(recent)),
+            Route("/v1/projects/{project_id}/minutes", route(by_ids)),
+        ]
+    )
+
+
+def _params(*specs: tuple[str, str, bool, str]) -> list[dict[str, Any]]:
+    return [
+        {"name": n, "in": "query", "required": req, "schema": {"type": t}, "description": d} for n, t, req, d in specs
+    ]
+
+
+_PROJECT = {"name": "project_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_ERROR = {"description": "bad request: the message names the parameter and the fix"}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "PVM reader API",
+        "version": "1",
+        "description": "Context, search and reads of one project's memory, and minute ingestion. "
+        "Every read names a project in its path; nothing crosses projects.",
+    },
+    "paths": {
+        "/healthz": {"get": {"summary": "Liveness (Redis reachable)", "responses": {"200": {"description": "ok"}}}},
+        "/v1/minutes": {
+            "post": {
+                "summary": "Validate a batch of minutes and append it to the streams",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "minutes": {
+                                        "type": "array",
+                                        "maxItems": MAX_BATCH,
+                                        "items": {"$ref": "#/components/schemas/Minute"},
+                                    }
+                                },
+                                "required": ["minutes"],
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": {"description": "accepted: ids and stream ids of every minute"},
+                    "400": _ERROR,
+                    "422": {"description": "invalid minutes: each error names the minute index and field"},
+                },
+            }
+        },
+        "/v1/projects/{project_id}/context": {
+            "get": {
+                "summary": "An agent's context: recent, referenced, track record, relevant experience, under a budget",
+                "parameters": [
+                    _PROJECT,
+                    *_params(
+                        ("agent_id", "string", True, "the agent the context is for"),
+                        ("task", "string", False, "task text; enables relevant experience"),
+                        ("budget_tokens", "integer", False, "token budget (default 2000)"),
+                        ("format", "string", False, "'text' for the rendered prompt text"),
+                    ),
+                ],
+                "responses": {"200": {"description": "a ContextPackage"}, "400": _ERROR},
+            }
+        },
+        "/v1/projects/{project_id}/search": {
+            "get": {
+                "summary": "Hybrid search (lexical + dense when configured) re-ranked by recency and importance",
+                "parameters": [
+                    _PROJECT,
+                    *_params(
+                        ("q", "string", True, "search text"),
+                        ("k", "integer", False, "hits (default 5, at most 100)"),
+                        ("category", "string", False, "categories, comma-separated"),
+                        ("event_type", "string", False, "event types, comma-separated"),
+                        ("agent", "string", False, "agent ids, comma-separated"),
+                        ("task_id", "string", False, "one task"),
+                        ("thread_id", "string", False, "one thread"),
+                        ("since_ms", "integer", False, "minute time >= (Unix ms)"),
+                        ("until_ms", "integer", False, "minute time < (Unix ms)"),
+                        ("min_composite", "number", False, "minimum composite score 0..1"),
+                    ),
+                ],
+                "responses": {"200": {"description": "hits"}, "400": _ERROR},
+            }
+        },
+        "/v1/projects/{project_id}/recent": {
+            "get": {
+                "summary": "The project's newest minutes, oldest first",
+                "parameters": [_PROJECT, *_params(("n", "integer", False, "how many (default 50)"))],
+                "responses": {"200": {"description": "minutes"}, "400": _ERROR},
+            }
+        },
+        "/v1/projects/{project_id}/minutes": {
+            "get": {
+                "summary": "Minutes by id (Redis cache, then the durable log)",
+                "parameters": [_PROJECT, *_params(("ids", "string", True, "minute ids, comma-separated"))],
+                "responses": {"200": {"description": "minutes found, in the order asked"}, "400": _ERROR},
+            }
+        },
+    },
+    "components": {
+        "schemas": {
+            "Minute": {
+                "description": "A coordination minute; the full contract is contracts/schema/minute.schema.json "
+                "(id and timestamp are filled in when absent)",
+                "type": "object",
+                "required": ["project_id", "event_type"],
+            }
+        }
+    },
+}

@@ -1,0 +1,218 @@
+"""The reader library: each agent's bounded, relevant, fresh context, assembled in milliseconds.
+
+`ContextReader.build_context()` puts together, for one agent in one project:
+the project's newest minutes (Redis), the minutes those reference (Redis, then
+the log), the agent's track record (Redis), and similar past experience (hybrid
+search, when a task is given), then trims all of it to a token budget and says
+how fresh each part is. Every call names a project; nothing crosses projects.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgpack
+import redis
+
+from contracts import keys
+from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
+from pvm import defaults
+from pvm.stores.agent_memory import AgentMemoryStore
+from pvm.stores.cache import MinuteCache
+from pvm.stores.log import LogReader
+
+CHARS_PER_TOKEN = 4  # the usual estimate for English under BPE tokenizers; no tokenizer dependency
+
+
+class Searcher(Protocol):
+    def search(self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...) -> list[SearchHit]: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens a text will cost in a prompt (≈ 4 characters each, at least 1)."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def require_project(project_id: object) -> str:
+    """Tenancy fails closed: every read names a project."""
+    if not isinstance(project_id, str) or not project_id:
+        raise ValueError("project_id is required: PVM never reads across projects; pass the project to read")
+    return project_id
+
+
+@dataclass
+class _Section:
+    name: str
+    items: list[Any]
+    lines: list[str]
+
+
+def fit_budget(sections: Sequence[_Section], budget_tokens: int) -> tuple[dict[str, list[Any]], BudgetReport]:
+    """Keep items in section priority order until the budget is spent; report tokens used and items cut.
+
+    Sections come most important first; within a section items come most
+    important first. A section whose next item does not fit stops taking items,
+    and the space left goes to the next section.
+    """
+    kept: dict[str, list[Any]] = {}
+    tokens: dict[str, int] = {}
+    cut: dict[str, int] = {}
+    left = budget_tokens
+    for section in sections:
+        kept[section.name] = []
+        tokens[section.name] = 0
+        for i, (item, line) in enumerate(zip(section.items, section.lines, strict=True)):
+            cost = estimate_tokens(line) + 1
+            if cost > left:
+                cut[section.name] = len(section.items) - i
+                break
+            kept[section.name].append(item)
+            tokens[section.name] += cost
+            left -= cost
+    return kept, BudgetReport(budget_tokens, budget_tokens - left, tokens, {k: v for k, v in cut.items() if v})
+
+
+class ContextReader:
+    """Reads memory for agents. Thread-safe; keep one per process."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        log: LogReader,
+        searcher: Searcher | None = None,
+        recent_n: int = defaults.CONTEXT_RECENT,
+        experience_k: int = defaults.CONTEXT_EXPERIENCE_K,
+    ) -> None:
+        self.connection = connection
+        self.cache = MinuteCache(connection)
+        self.log = log
+        self.agents = AgentMemoryStore(connection)
+        self.searcher = searcher
+        self.recent_n = recent_n
+        self.experience_k = experience_k
+
+    # -- single reads --------------------------------------------------------------
+
+    def get_recent(self, project_id: str, n: int = 50) -> list[dict[str, Any]]:
+        """The project's newest `n` minutes, oldest first (Redis cache, the log when the cache is short)."""
+        require_project(project_id)
+        ids = self.cache.recent_ids(project_id, n)
+        cached = self.cache.get_many(project_id, ids)
+        minutes = [_decode(cached[i]) for i in ids if i in cached]
+        if len(minutes) < n:
+            from_log = [r.minute.to_dict() for r in self.log.get_recent(project_id, n)]
+            if len(from_log) > len(minutes):
+                minutes = from_log
+        return minutes
+
+    def get_by_ids(self, project_id: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Minutes of the project with these ids, in the order asked (Redis cache, then the log)."""
+        require_project(project_id)
+        found = {i: _decode(b) for i, b in self.cache.get_many(project_id, list(ids)).items()}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            for minute_id, record in self.log.get_by_ids(project_id, missing).items():
+                found[minute_id] = record.minute.to_dict()
+        return [found[i] for i in ids if i in found]
+
+    def search(self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5) -> list[SearchHit]:
+        """Hybrid search over the project's indexed minutes."""
+        require_project(project_id)
+        if self.searcher is None:
+            raise RuntimeError("this reader has no vector store configured; semantic search is unavailable")
+        hits = self.searcher.search(project_id, query, filters or SearchFilters(), k)
+        self._count_access(project_id, [h.minute_id for h in hits])
+        return hits
+
+    # -- the context -------------------------------------------------------------------
+
+    def build_context(
+        self,
+        project_id: str,
+        agent_id: str,
+        task: str | None = None,
+        budget_tokens: int = defaults.CONTEXT_BUDGET_TOKENS,
+    ) -> ContextPackage:
+        """Assemble an agent's context under a token budget."""
+        require_project(project_id)
+        if not isinstance(agent_id, str) or not agent_id:
+            raise ValueError("agent_id is required: the context is built for one agent")
+        if budget_tokens < 1:
+            raise ValueError(f"budget_tokens must be at least 1, got {budget_tokens}")
+        recent = self.get_recent(project_id, self.recent_n)
+        recent_ids = {m["id"] for m in recent}
+        wanted: list[str] = []
+        for m in reversed(recent):  # references of the newest minutes first
+            for ref in m.get("context_references") or ():
+                if ref not in recent_ids and ref not in wanted:
+                    wanted.append(ref)
+        referenced = self.get_by_ids(project_id, wanted)
+        memory = self.agents.get(project_id, agent_id)
+        experience: list[SearchHit] = []
+        if task and self.searcher is not None:
+            experience = self.searcher.search(project_id, task, SearchFilters(), self.experience_k)
+        newest_first = list(reversed(recent))
+        sections = [
+            _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
+            _Section("relevant_experience", experience, [hit_line(h) for h in experience]),
+            _Section("recent", newest_first, [minute_line(m) for m in newest_first]),
+            _Section("referenced", referenced, [minute_line(m) for m in referenced]),
+        ]
+        kept, report = fit_budget(sections, budget_tokens)
+        self._count_access(project_id, [h.minute_id for h in kept["relevant_experience"]])
+        return ContextPackage(
+            project_id=project_id,
+            agent_id=agent_id,
+            task=task,
+            recent=tuple(reversed(kept["recent"])),
+            referenced=tuple(kept["referenced"]),
+            agent_memory=memory,
+            relevant_experience=tuple(kept["relevant_experience"]),
+            budget=report,
+            freshness=self.freshness(project_id),
+            full_log_available=project_id in self.log.projects(),
+        )
+
+    def freshness(self, project_id: str) -> dict[str, Any]:
+        """How far each stage is behind the newest durable minute of the project (read-your-writes, visible)."""
+        require_project(project_id)
+        now = time.time()
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.hgetall(keys.log_head(project_id))
+        pipe.hgetall(keys.index_head(project_id))
+        log_head, index_head = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
+        durable_seq = int(log_head.get("seq", 0))
+        indexed_seq = int(index_head.get("seq", 0))
+        out: dict[str, Any] = {
+            "durable": {
+                "seq": durable_seq,
+                "newest_id": log_head.get("id"),
+                "age_s": round(now - float(log_head["durable_at"]), 3) if "durable_at" in log_head else None,
+            },
+            "cache": {"seq": durable_seq, "behind": 0},  # written by the log pool right after the fsync
+            "index": {
+                "seq": indexed_seq,
+                "behind": max(0, durable_seq - indexed_seq),
+                "age_s": round(now - float(index_head["indexed_at"]), 3) if "indexed_at" in index_head else None,
+            },
+        }
+        return out
+
+    def _count_access(self, project_id: str, minute_ids: Sequence[str]) -> None:
+        if not minute_ids:
+            return
+        pipe = self.connection.pipeline(transaction=False)
+        for minute_id in minute_ids:
+            pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
+        pipe.execute()
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    body = msgpack.unpackb(raw, raw=False)
+    body.pop("v", None)
+    body.setdefault("context_references", [])
+    return body  # type: ignore[no-any-return]

@@ -1,0 +1,490 @@
+"""The index pool: categories, insights, scores, points and agent deltas (pure), then the RQ job against real Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+
+from contracts import Minute, encode_minute, keys
+from contracts.memory import Category, SearchFilters
+from pvm.config import Settings
+from pvm.protocols import Candidate, MemoryPoint
+from pvm.queues import pool_queue
+from pvm.stores.agent_memory import AgentMemoryStore
+from pvm.stores.cache import MinuteCache
+from workers import index_pool
+from workers.index_pool import (
+    COMPOSITE_WEIGHTS,
+    LoggedMinute,
+    agent_updates,
+    build_points,
+    categorize,
+    initial_scores,
+    insights,
+    lexical_text,
+    task_kind,
+    timestamp_ms,
+)
+from workers.runner import PvmWorker
+
+VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
+T0 = "2026-11-26T10:00:00.000000Z"
+T0_S = 1_795_687_200.0  # T0 as Unix seconds
+
+
+def golden(name: str) -> Minute:
+    raw = json.loads((VECTORS / f"{name}.json").read_text())
+    raw.pop("v")
+    return Minute.from_dict(raw)
+
+
+def minute(event_type: str, n: int = 0, **fields: Any) -> Minute:
+    fields.setdefault("project_id", "p1")
+    fields.setdefault("agent_id", "a1")
+    fields.setdefault("timestamp", T0)
+    return Minute(event_type=event_type, id=f"id{n:05d}", **fields)
+
+
+# -- categorize -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data", "note", "expected"),
+    [
+        ("task_assigned", {}, None, Category.TASK_ASSIGNMENT),
+        ("handoff", {}, None, Category.TASK_ASSIGNMENT),
+        ("task_started", {}, None, Category.TASK_ASSIGNMENT),
+        ("conflict_detected", {}, None, Category.CONFLICT_RESOLUTION),
+        ("conflict_resolved", {}, None, Category.CONFLICT_RESOLUTION),
+        ("task_failed", {"success_criteria_met": 95}, None, Category.FAILURE_PATTERN),  # failed is failed
+        ("task_completed", {}, None, Category.AGENT_CAPABILITY),
+        ("task_completed", {"success_criteria_met": 85}, None, Category.AGENT_CAPABILITY),
+        ("task_completed", {"success_criteria_met": 20}, None, Category.FAILURE_PATTERN),
+        ("task_completed", {"success": False}, None, Category.FAILURE_PATTERN),
+        ("capability_observed", {"capability": "sql"}, None, Category.AGENT_CAPABILITY),
+        ("decision", {}, None, Category.COORDINATION_PATTERN),
+        ("message", {}, "this failed badly", Category.COORDINATION_PATTERN),  # known types ignore keywords
+        ("knowledge", {}, None, Category.PROJECT_KNOWLEDGE),
+        ("evaluation", {"success_criteria_met": 90}, None, Category.AGENT_CAPABILITY),
+        ("evaluation", {"success_criteria_met": 10}, None, Category.FAILURE_PATTERN),
+        ("evaluation", {}, None, Category.PROJECT_KNOWLEDGE),
+        # Unknown event types: keyword rules over the type, the note and the data, first match wins.
+        ("deploy.rollback:canary-v2", {}, None, Category.FAILURE_PATTERN),
+        ("build_report", {"error": "linker died"}, None, Category.FAILURE_PATTERN),  # a data key
+        ("build_report", {"status": "Timed out after 5m"}, None, Category.FAILURE_PATTERN),  # a data value
+        ("merge.conflict", {}, None, Category.CONFLICT_RESOLUTION),
+        ("lock_report", {}, "Conflict over schema.sql; also an error", Category.FAILURE_PATTERN),
+        ("work_delegated", {}, None, Category.TASK_ASSIGNMENT),
+        ("skill_learned", {}, None, Category.AGENT_CAPABILITY),
+        ("vote_cast", {}, "reached consensus", Category.COORDINATION_PATTERN),
+        ("weather.report", {"city": "Oslo"}, "sunny", Category.PROJECT_KNOWLEDGE),
+        ("news", {}, "a terror of a mirror", Category.PROJECT_KNOWLEDGE),  # "error" only at a word start
+    ],
+)
+def test_categorize(event_type: str, data: dict[str, Any], note: str | None, expected: Category) -> None:
+    assert categorize(minute(event_type, data=data, memory_note=note)) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("task_assigned_full", Category.TASK_ASSIGNMENT),
+        ("conflict_resolved_with_references", Category.CONFLICT_RESOLUTION),
+        ("task_failed_zero_score", Category.FAILURE_PATTERN),
+        ("unknown_event_type", Category.FAILURE_PATTERN),  # deploy.rollback:canary-v2
+        ("minimal", None),
+    ],
+)
+def test_every_golden_vector_gets_a_category(name: str, expected: Category | None) -> None:
+    category = categorize(golden(name))
+    assert isinstance(category, Category)
+    if expected is not None:
+        assert category == expected
+
+
+def test_task_kind() -> None:
+    assert task_kind(minute("task_completed", data={"task_id": "migration-42"})) == "migration"
+    assert task_kind(minute("task_completed", data={"task_id": "T-1042"})) is None  # "T" names no kind
+    assert task_kind(minute("task_completed", data={"task_id": "fix-login"})) is None  # no number: an id, not a kind
+    assert task_kind(minute("task_completed", data={"task_id": "T-1", "task_kind": "Schema Migration"})) == (
+        "schema migration"
+    )
+
+
+# -- insights ---------------------------------------------------------------------
+
+
+def test_outcome_insight_confidence_follows_how_decisive_the_score_is() -> None:
+    def outcome_of(score: float) -> Any:
+        found = insights(minute("evaluation", data={"task_id": "T-9", "success_criteria_met": score}))
+        return next(i for i in found if i.type == "outcome")
+
+    high = outcome_of(85)
+    assert high.finding == "task T-9 met 85% of its success criteria"
+    assert "task:T-9" in high.applicable_contexts and "agent:a1" in high.applicable_contexts
+    assert outcome_of(87.5).finding == "task T-9 met 87.5% of its success criteria"
+    assert outcome_of(50).confidence == 0.5
+    assert outcome_of(100).confidence == outcome_of(0).confidence == 1.0
+    assert 0.5 < outcome_of(70).confidence < high.confidence < 1.0
+
+
+def test_capability_insights_from_completed_and_failed_tasks() -> None:
+    done = insights(minute("task_completed", agent_id="builder-2", data={"task_id": "migration-42"}))
+    assert [(i.type, i.finding) for i in done] == [("capability", "agent builder-2 can handle migration tasks")]
+    assert set(done[0].applicable_contexts) == {"task:migration-42", "agent:builder-2", "kind:migration"}
+
+    failed = insights(golden("task_failed_zero_score"))
+    by_type = {i.type: i for i in failed}
+    assert by_type["outcome"].finding == "task T-1043 met 0% of its success criteria"
+    assert by_type["capability"].finding == "agent builder-5 struggles with task T-1043 (timeout after 900s)"
+    assert by_type["capability"].confidence == 1.0
+
+    weak = insights(minute("task_completed", data={"task_id": "api-3", "success_criteria_met": 30}))
+    assert next(i for i in weak if i.type == "capability").finding == "agent a1 struggles with api tasks"
+
+
+def test_capability_observed_and_resolution_insights() -> None:
+    seen = insights(minute("capability_observed", data={"capability": "postgres tuning", "confidence": 0.9}))
+    assert [(i.type, i.finding, i.confidence) for i in seen] == [
+        ("capability", "agent a1 is capable of postgres tuning", 0.9)
+    ]
+    resolved = insights(golden("conflict_resolved_with_references"))
+    assert [i.type for i in resolved] == ["resolution"]
+    assert (
+        resolved[0].finding
+        == "file lock conflicts resolved by builder-2 keeps schema.sql; builder-5 rebases after merge"
+    )
+    assert set(resolved[0].applicable_contexts) == {"task:T-1042", "conflict:file_lock", "agent:arbiter"}
+    assert 0 < resolved[0].confidence <= 1
+
+
+def test_plain_messages_teach_nothing_yet() -> None:
+    assert insights(minute("message", memory_note="hello")) == []
+    assert insights(minute("conflict_resolved", data={"conflict_type": "x"})) == []  # no resolution stated
+
+
+# -- scores ---------------------------------------------------------------------
+
+
+ALL_TYPES = [
+    "task_assigned",
+    "task_started",
+    "task_completed",
+    "task_failed",
+    "conflict_detected",
+    "conflict_resolved",
+    "decision",
+    "message",
+    "handoff",
+    "capability_observed",
+    "evaluation",
+    "knowledge",
+    "deploy.rollback",
+    "weather.report",
+]
+
+
+@pytest.mark.parametrize("event_type", ALL_TYPES)
+@pytest.mark.parametrize("score", [None, 0, 55.5, 100])
+def test_scores_are_between_0_and_1(event_type: str, score: float | None) -> None:
+    data = {} if score is None else {"success_criteria_met": score}
+    for now in (T0_S - 60, T0_S, T0_S + 3600, T0_S + 10 * 365 * 86400):
+        s = initial_scores(minute(event_type, data=data), now)
+        for value in s.to_dict().values():
+            assert 0.0 <= value <= 1.0
+
+
+def test_scores_order_sensibly() -> None:
+    failure = initial_scores(minute("task_failed"), T0_S)
+    message = initial_scores(minute("message"), T0_S)
+    decision = initial_scores(minute("decision"), T0_S)
+    assert failure.impact > message.impact and decision.impact > message.impact
+    assert failure.composite > message.composite
+    assert failure.recency == 1.0 and failure.relevance == 0.5
+    unknown_failure = initial_scores(minute("deploy.rollback"), T0_S)
+    assert unknown_failure.impact > message.impact
+
+
+def test_recency_decays_and_accuracy_follows_the_score() -> None:
+    week = index_pool.RECENCY_HALF_LIFE_S
+    m = minute("task_completed", data={"success_criteria_met": 85})
+    assert initial_scores(m, T0_S).recency == 1.0
+    assert initial_scores(m, T0_S - 3600).recency == 1.0  # a clock ahead of ours is not "newer than new"
+    assert initial_scores(m, T0_S + week).recency == pytest.approx(0.5)
+    assert initial_scores(m, T0_S + 2 * week).recency == pytest.approx(0.25)
+    assert initial_scores(m, T0_S).accuracy == 0.85
+    assert initial_scores(minute("message"), T0_S).accuracy == 0.5
+    s = initial_scores(m, T0_S + week)
+    assert s.composite == pytest.approx(sum(COMPOSITE_WEIGHTS[k] * getattr(s, k) for k in COMPOSITE_WEIGHTS), abs=1e-3)
+    assert sum(COMPOSITE_WEIGHTS.values()) == pytest.approx(1.0)
+
+
+def test_timestamp_ms_is_exact() -> None:
+    assert timestamp_ms(minute("message")) == int(T0_S * 1000)
+    assert timestamp_ms(minute("message", timestamp="2026-11-26T10:00:00.250999Z")) == int(T0_S * 1000) + 250
+    # 15:30:00.123456789+05:30 is 10:00:00.123 UTC (nanoseconds truncated to ms, never rounded up)
+    assert timestamp_ms(golden("timestamp_offset_nanoseconds")) == int(T0_S * 1000) + 123
+
+
+# -- lexical text and points ------------------------------------------------------
+
+
+def test_lexical_text_holds_what_a_search_would_name() -> None:
+    text = lexical_text(golden("conflict_resolved_with_references"))
+    for word in ("conflict resolved", "arbiter", "T-1042", "file lock", "rebases after merge"):
+        assert word in text
+    assigned = lexical_text(golden("task_assigned_full"))
+    for word in ("task assigned", "planner-1", "migration specialist", "lowest queue depth", "builder-2"):
+        assert word in assigned
+    failed = lexical_text(golden("task_failed_zero_score"))
+    assert "timeout after 900s" in failed and "task failed" in failed
+
+
+def test_build_points_payload_shape() -> None:
+    m = golden("task_assigned_full")
+    other = minute("message", n=2, project_id="p2", memory_note="hi")
+    points = build_points([LoggedMinute(41, m), LoggedMinute(42, m), LoggedMinute(7, other)], now=T0_S)
+    assert [p.minute_id for p in points] == [m.id, other.id]  # the repeat is dropped
+    point = points[0]
+    assert point.project_id == "alpha" and point.dense is None
+    assert point.text == lexical_text(m)
+    assert set(point.payload) == {
+        "project_id",
+        "minute_id",
+        "agent_id",
+        "event_type",
+        "category",
+        "timestamp_ms",
+        "task_id",
+        "thread_id",
+        "insights",
+        "scores",
+        "minute",
+        "seq",
+    }
+    p = point.payload
+    assert (p["project_id"], p["minute_id"], p["agent_id"], p["event_type"]) == (
+        "alpha",
+        m.id,
+        "planner-1",
+        "task_assigned",
+    )
+    assert (p["category"], p["task_id"], p["thread_id"], p["seq"]) == ("task_assignment", "T-1042", "thread-7", 41)
+    assert isinstance(p["timestamp_ms"], int) and p["timestamp_ms"] == timestamp_ms(m)
+    assert p["minute"] == m.to_dict()
+    assert p["insights"] == [i.to_dict() for i in insights(m)]
+    assert set(p["scores"]) == {"recency", "relevance", "accuracy", "impact", "composite"}
+    # The payload crosses process boundaries: plain msgpack and JSON types only.
+    assert msgpack.unpackb(msgpack.packb(p)) == p
+    json.dumps(p)
+    assert points[1].payload["task_id"] is None and points[1].payload["agent_id"] == "a1"
+
+
+# -- agent deltas -----------------------------------------------------------------
+
+
+def test_agent_updates() -> None:
+    records = [
+        LoggedMinute(1, golden("task_assigned_full")),  # planner-1 assigns T-1042 to builder-2
+        LoggedMinute(
+            2, minute("task_completed", 2, agent_id="builder-2", data={"task_id": "db-7", "success_criteria_met": 90})
+        ),
+        LoggedMinute(3, golden("task_failed_zero_score")),
+        LoggedMinute(4, minute("capability_observed", 4, data={"capability": "Rust"})),
+        LoggedMinute(5, minute("message", 5, agent_id=None)),
+        LoggedMinute(1, golden("task_assigned_full")),  # repeated in the batch
+    ]
+    by = {(d.seq, d.agent_id): d for d in agent_updates(records)}
+    assert sorted(by) == [(1, "builder-2"), (1, "planner-1"), (2, "builder-2"), (3, "builder-5"), (4, "a1")]
+    assert by[(1, "builder-2")].assigned == 1 and by[(1, "builder-2")].active_ms is None
+    assert by[(1, "planner-1")].assigned == 0 and by[(1, "planner-1")].active_at == "2026-11-26T10:01:30.250000Z"
+    done = by[(2, "builder-2")]
+    assert (done.completed, done.success, done.capabilities) == (1, 90.0, ("db",))
+    failed = by[(3, "builder-5")]
+    assert (failed.failed, failed.success, failed.capabilities) == (1, 0.0, ())
+    assert by[(4, "a1")].capabilities == ("rust",)
+    assert all(d.project_id in ("alpha", "p1") for d in by.values())
+
+
+# -- the RQ job -------------------------------------------------------------------
+
+
+class RecordingEngine:
+    """A vector engine double: keeps upserted points by (project, minute id), so a re-upsert replaces."""
+
+    def __init__(self) -> None:
+        self.points: dict[tuple[str, str], MemoryPoint] = {}
+        self.upserts = 0
+
+    def upsert(self, points: Sequence[MemoryPoint]) -> None:
+        self.upserts += 1
+        self.points.update(((p.project_id, p.minute_id), p) for p in points)
+
+    def query(self, project_id: str, text: str, dense: Any, filters: SearchFilters, limit: int) -> list[Candidate]:
+        raise NotImplementedError
+
+    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
+        raise NotImplementedError
+
+    def count(self, project_id: str) -> int:
+        return sum(p.project_id == project_id for p in self.points.values())
+
+    def delete_project(self, project_id: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def engine(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingEngine]:
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    recording = RecordingEngine()
+    monkeypatch.setattr(index_pool, "make_engine", lambda _settings: recording)
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+    yield recording
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+
+
+def records(minutes: Sequence[Minute], first_seq: int = 1) -> list[list[object]]:
+    return [[m.id, first_seq + i, encode_minute(m)] for i, m in enumerate(minutes)]
+
+
+def session(project: str = "p1") -> list[Minute]:
+    return [
+        minute("task_assigned", 0, project_id=project, agent_id="planner", data={"task_id": "db-1", "assignee": "b1"}),
+        minute(
+            "task_completed", 1, project_id=project, agent_id="b1", data={"task_id": "db-1", "success_criteria_met": 80}
+        ),
+        minute("task_assigned", 2, project_id=project, agent_id="planner", data={"task_id": "api-2", "assignee": "b1"}),
+        minute(
+            "task_failed", 3, project_id=project, agent_id="b1", data={"task_id": "api-2", "success_criteria_met": 20}
+        ),
+        minute("message", 4, project_id=project, agent_id="b2", memory_note="on it"),
+    ]
+
+
+def work(connection: redis.Redis, *pools: str) -> None:
+    PvmWorker([pool_queue(p, connection) for p in pools], connection).work(burst=True)
+
+
+def test_a_batch_becomes_points_agent_memory_and_an_index_head(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    batch = records(session())
+    queue = pool_queue("index", redis_client)
+    assert queue.name == "pvm-index"
+    job = queue.enqueue("workers.index_pool.run", batch)
+    work(redis_client, "index")
+    assert job.get_status() == "finished", job.latest_result()
+    result = job.return_value()
+    assert result["indexed"] == 5 and result["agent_minutes_counted"] == 5 and result["projects"] == ["p1"]
+    assert sorted(engine.points) == [("p1", f"id{i:05d}") for i in range(5)]
+    assert engine.points[("p1", "id00003")].payload["category"] == "failure_pattern"
+
+    memory = AgentMemoryStore(redis_client)
+    b1 = memory.get("p1", "b1")
+    assert (b1.tasks_assigned, b1.tasks_completed, b1.tasks_failed, b1.mean_success) == (2, 1, 1, 50.0)
+    assert b1.capabilities == ("db",)
+    assert memory.agents("p1") == ["b1", "b2", "planner"]
+    head = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.index_head("p1")).items()}
+    assert (head["seq"], head["id"]) == ("5", "id00004") and float(head["indexed_at"]) > 0
+
+    # The same batch again (a retry, a redelivery, a replay): nothing counts twice, the head stays.
+    again = queue.enqueue("workers.index_pool.run", batch[::-1])
+    work(redis_client, "index")
+    assert again.return_value()["agent_minutes_counted"] == 0
+    assert memory.get("p1", "b1") == b1
+    assert redis_client.hget(keys.index_head("p1"), "indexed_at").decode() == head["indexed_at"]
+    assert len(engine.points) == 5 and engine.upserts == 2
+
+
+def test_an_older_batch_indexed_late_does_not_move_the_head_back(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    batch = records(session())
+    queue = pool_queue("index", redis_client)
+    queue.enqueue("workers.index_pool.run", batch[3:])
+    queue.enqueue("workers.index_pool.run", batch[:3])
+    work(redis_client, "index")
+    assert redis_client.hget(keys.index_head("p1"), "seq") == b"5"
+    assert AgentMemoryStore(redis_client).get("p1", "b1").tasks_assigned == 2
+
+
+def test_an_undecodable_record_is_skipped_and_its_neighbours_indexed(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    batch = records(session())
+    batch[2] = ["broken", 3, b"\xc1 not msgpack"]
+    job = pool_queue("index", redis_client).enqueue("workers.index_pool.run", batch)
+    work(redis_client, "index")
+    assert job.return_value()["undecodable"] == ["broken"]
+    assert len(engine.points) == 4
+
+
+def test_projects_stay_apart(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    queue = pool_queue("index", redis_client)
+    queue.enqueue("workers.index_pool.run", records(session("alpha")) + records(session("beta")[:2]))
+    work(redis_client, "index")
+    memory = AgentMemoryStore(redis_client)
+    assert memory.get("alpha", "b1").tasks_failed == 1
+    assert memory.get("beta", "b1").tasks_failed == 0
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"5"
+    assert redis_client.hget(keys.index_head("beta"), "seq") == b"2"
+    assert engine.count("alpha") == 5 and engine.count("beta") == 2
+
+
+def test_the_log_pool_feeds_the_index_pool(
+    redis_client: redis.Redis, settings: Settings, engine: RecordingEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers import log_pool
+
+    for k, v in settings.with_(downstream=("index",)).to_env().items():
+        monkeypatch.setenv(k, v)
+    log_pool._context.cache_clear()
+    minutes = session()
+    pool_queue("log", redis_client).enqueue(
+        "workers.log_pool.run", [[f"{100 + i}-0", encode_minute(m)] for i, m in enumerate(minutes)]
+    )
+    work(redis_client, "log", "index")
+    log_pool._context.cache_clear()
+    log_head = MinuteCache(redis_client).head("p1")
+    assert redis_client.hget(keys.index_head("p1"), "seq").decode() == log_head["seq"] == "5"
+    assert {p.payload["seq"] for p in engine.points.values()} == {1, 2, 3, 4, 5}
+    assert AgentMemoryStore(redis_client).get("p1", "b1").tasks_completed == 1
+
+
+def test_the_embedded_engine_indexes_the_batch(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pvm.vectors.edge import EdgeEngine
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+    try:
+        queue = pool_queue("index", redis_client)
+        batch = records(session("alpha")) + records(session("beta")[:2])
+        queue.enqueue("workers.index_pool.run", batch)
+        queue.enqueue("workers.index_pool.run", batch)  # re-indexed: overwrites, never duplicates
+        work(redis_client, "index")
+        engine = index_pool._engine(Settings.from_env())
+        assert isinstance(engine, EdgeEngine) and engine.path == settings.home / "var/qdrant"
+        assert (engine.count("alpha"), engine.count("beta")) == (5, 2)
+        found = engine.query("alpha", "task failed api", None, SearchFilters(), 3)
+        assert found and found[0].minute_id == "id00003"
+        assert found[0].payload["insights"][0]["finding"] == "task api-2 met 20% of its success criteria"
+        assert all(c.payload["project_id"] == "alpha" for c in found)
+    finally:
+        index_pool._context.cache_clear()
+        index_pool.close_engine()

@@ -1,0 +1,576 @@
+"""The index pool: makes durable minutes searchable (category, insights, scores, vector points); keeps agent memory.
+
+Fed by the log pool's fan-out (queue ``pvm-index``) with records
+``[minute_id, log_seq, minute_bytes]``. The pure core below decides everything
+from the minute alone; `run` wires it to agent memory in Redis, the vector
+engine, and the project's index head (how far the index has caught up with
+the log). Every step is idempotent by minute id, so a retried or replayed
+batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+from rq import get_current_job
+
+from contracts import ContractError, Minute, decode_minute, keys
+from contracts.memory import Category, Insight, Scores
+from contracts.minute import parse_timestamp
+from pvm.config import Settings
+from pvm.metrics import MetricsRecorder
+from pvm.protocols import MemoryPoint, VectorEngine
+from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
+
+log = logging.getLogger(__name__)
+
+# -- rules ----------------------------------------------------------------------
+# Tunables of the rules live here, next to the tables they shape; they are rules
+# of this pool rather than deployment settings.
+
+# success_criteria_met at or above this is a success.
+SUCCESS_THRESHOLD = 50.0
+
+# Event types whose category does not depend on the data.
+CATEGORY_BY_EVENT: dict[str, Category] = {
+    "task_assigned": Category.TASK_ASSIGNMENT,
+    "task_started": Category.TASK_ASSIGNMENT,  # the assignee took the task up
+    "handoff": Category.TASK_ASSIGNMENT,
+    "conflict_detected": Category.CONFLICT_RESOLUTION,
+    "conflict_resolved": Category.CONFLICT_RESOLUTION,
+    "task_failed": Category.FAILURE_PATTERN,
+    "capability_observed": Category.AGENT_CAPABILITY,
+    "decision": Category.COORDINATION_PATTERN,
+    "message": Category.COORDINATION_PATTERN,
+    "knowledge": Category.PROJECT_KNOWLEDGE,
+}
+
+# Event types that report an outcome: category when it succeeded, failed, or is not stated.
+CATEGORY_BY_OUTCOME: dict[str, tuple[Category, Category, Category]] = {
+    "task_completed": (Category.AGENT_CAPABILITY, Category.FAILURE_PATTERN, Category.AGENT_CAPABILITY),
+    "evaluation": (Category.AGENT_CAPABILITY, Category.FAILURE_PATTERN, Category.PROJECT_KNOWLEDGE),
+}
+
+# Any other event type: the first rule whose words start a word of the event type,
+# the memory note or the data's keys and text values; else project_knowledge.
+KEYWORD_RULES: tuple[tuple[Category, tuple[str, ...]], ...] = (
+    (
+        Category.FAILURE_PATTERN,
+        ("fail", "error", "exception", "crash", "timeout", "timed out", "rollback", "regression", "broken", "abort"),
+    ),
+    (Category.CONFLICT_RESOLUTION, ("conflict", "contention", "dispute", "deadlock")),
+    (Category.TASK_ASSIGNMENT, ("assign", "reassign", "handoff", "hand off", "delegat", "claimed")),
+    (Category.AGENT_CAPABILITY, ("capabilit", "skill", "proficien", "learned")),
+    (Category.COORDINATION_PATTERN, ("decid", "decision", "agree", "consensus", "vote", "propos", "coordinat")),
+)
+_KEYWORD_PATTERNS = tuple(
+    (category, re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + ")")) for category, words in KEYWORD_RULES
+)
+
+# Scores. impact: how much the event matters to future work; accuracy when the
+# minute carries no success_criteria_met: a prior near 0.5 by event type.
+IMPACT_BY_EVENT: dict[str, float] = {
+    "task_failed": 0.9,
+    "conflict_resolved": 0.85,
+    "conflict_detected": 0.8,
+    "decision": 0.8,
+    "evaluation": 0.7,
+    "knowledge": 0.7,
+    "task_completed": 0.6,
+    "capability_observed": 0.6,
+    "handoff": 0.6,
+    "task_assigned": 0.5,
+    "task_started": 0.3,
+    "message": 0.2,
+}
+IMPACT_BY_CATEGORY: dict[Category, float] = {  # event types without an entry above
+    Category.FAILURE_PATTERN: 0.8,
+    Category.CONFLICT_RESOLUTION: 0.7,
+    Category.AGENT_CAPABILITY: 0.5,
+    Category.TASK_ASSIGNMENT: 0.5,
+    Category.PROJECT_KNOWLEDGE: 0.5,
+    Category.COORDINATION_PATTERN: 0.4,
+}
+ACCURACY_BY_EVENT: dict[str, float] = {
+    "task_completed": 0.6,
+    "conflict_resolved": 0.6,
+    "decision": 0.6,
+    "knowledge": 0.6,
+    "capability_observed": 0.6,
+    "task_failed": 0.4,
+}
+DEFAULT_ACCURACY = 0.5
+NEUTRAL_RELEVANCE = 0.5  # until the reader's access counts move it
+RECENCY_HALF_LIFE_S = 7 * 24 * 3600.0  # recency halves every week after the minute's timestamp
+# composite = weighted sum: recency is ~1 for every new minute, so impact carries the most weight at index time.
+COMPOSITE_WEIGHTS: dict[str, float] = {"recency": 0.3, "relevance": 0.2, "accuracy": 0.2, "impact": 0.3}
+
+# data keys naming what kind of task a minute is about, in order of preference.
+TASK_KIND_KEYS = ("task_kind", "kind", "task_type", "capability")
+# data keys naming the agent a task_assigned / handoff minute gives the task to.
+ASSIGNEE_KEYS = ("assignee", "assigned_to", "to_agent")
+MAX_CAPABILITY_LENGTH = 64
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NOT_WORD = re.compile(r"[^0-9a-z]+")
+_TRAILING_NUMBER = re.compile(r"[^0-9A-Za-z]*[0-9]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedMinute:
+    """A minute as the log made it durable: the decoded minute and its sequence in the project's log."""
+
+    seq: int
+    minute: Minute
+
+
+# -- pure core ------------------------------------------------------------------
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and not value.isspace() else None
+
+
+def _words(name: str) -> str:
+    return _NOT_WORD.sub(" ", name.lower()).strip()
+
+
+def success_score(minute: Minute) -> float | None:
+    """The minute's success_criteria_met (0..100), if it states one."""
+    score = minute.data.get("success_criteria_met")
+    return float(score) if score is not None else None
+
+
+def outcome(minute: Minute) -> bool | None:
+    """Whether the work a minute reports succeeded: True, False, or None when it does not say.
+
+    task_failed is a failure; otherwise an explicit boolean ``data.success`` wins,
+    then success_criteria_met against `SUCCESS_THRESHOLD`; a task_completed
+    without either counts as a success.
+    """
+    if minute.event_type == "task_failed":
+        return False
+    stated = minute.data.get("success")
+    if isinstance(stated, bool):
+        return stated
+    score = success_score(minute)
+    if score is not None:
+        return score >= SUCCESS_THRESHOLD
+    return True if minute.event_type == "task_completed" else None
+
+
+def task_kind(minute: Minute) -> str | None:
+    """What kind of task the minute is about: a `TASK_KIND_KEYS` value, else the task id's prefix.
+
+    The prefix is the task id without its trailing number (``migration-42`` ->
+    ``migration``), used only when it holds at least two letters (``T-1042``
+    names no kind).
+    """
+    data = minute.data
+    for key in TASK_KIND_KEYS:
+        value = _text(data.get(key))
+        if value:
+            return value.strip().lower()[:MAX_CAPABILITY_LENGTH]
+    task_id = _text(data.get("task_id"))
+    if task_id:
+        prefix = _TRAILING_NUMBER.sub("", task_id)
+        if prefix != task_id and sum(map(str.isalpha, prefix)) >= 2:
+            return prefix.lower()[:MAX_CAPABILITY_LENGTH]
+    return None
+
+
+def _keyword_text(minute: Minute) -> str:
+    parts = [minute.event_type, minute.memory_note or ""]
+    for key, value in minute.data.items():
+        parts.append(key)
+        if isinstance(value, str):
+            parts.append(value)
+    return _words(" ".join(parts))
+
+
+def categorize(minute: Minute) -> Category:
+    """The category of a minute: `CATEGORY_BY_EVENT`, `CATEGORY_BY_OUTCOME`, then `KEYWORD_RULES`."""
+    category = CATEGORY_BY_EVENT.get(minute.event_type)
+    if category is not None:
+        return category
+    by_outcome = CATEGORY_BY_OUTCOME.get(minute.event_type)
+    if by_outcome is not None:
+        succeeded, failed, unstated = by_outcome
+        result = outcome(minute)
+        return unstated if result is None else succeeded if result else failed
+    text = _keyword_text(minute)
+    for category, pattern in _KEYWORD_PATTERNS:
+        if pattern.search(text):
+            return category
+    return Category.PROJECT_KNOWLEDGE
+
+
+def _contexts(minute: Minute, kind: str | None) -> tuple[str, ...]:
+    out = []
+    task_id = _text(minute.data.get("task_id"))
+    if task_id:
+        out.append(f"task:{task_id}")
+    conflict_type = _text(minute.data.get("conflict_type"))
+    if conflict_type:
+        out.append(f"conflict:{conflict_type}")
+    if minute.agent_id:
+        out.append(f"agent:{minute.agent_id}")
+    if kind:
+        out.append(f"kind:{kind}")
+    return tuple(out)
+
+
+def _clamp(value: float, low: float = 0.0, high: float = 1.0) -> float:
+    return round(min(high, max(low, value)), 3)
+
+
+def insights(minute: Minute) -> list[Insight]:
+    """Findings a minute supports: its outcome, what it shows about the agent, how a conflict was resolved."""
+    out: list[Insight] = []
+    kind = task_kind(minute)
+    contexts = _contexts(minute, kind)
+    task_id = _text(minute.data.get("task_id"))
+    score = success_score(minute)
+    if score is not None:
+        subject = f"task {task_id}" if task_id else f"the {_words(minute.event_type)}"
+        # 0% and 100% are as decisive as it gets; 50% says little either way.
+        confidence = _clamp(0.5 + abs(score - 50.0) / 100.0)
+        out.append(
+            Insight("outcome", f"{subject} met {round(score, 1):g}% of its success criteria", confidence, contexts)
+        )
+
+    agent = minute.agent_id
+    what = f"{kind} tasks" if kind else f"task {task_id}" if task_id else "its tasks"
+    if agent and minute.event_type in ("task_completed", "task_failed"):
+        succeeded = outcome(minute)
+        if succeeded:
+            confidence = _clamp(score / 100.0, 0.5) if score is not None else 0.6
+            out.append(Insight("capability", f"agent {agent} can handle {what}", confidence, contexts))
+        else:
+            confidence = _clamp(1.0 - score / 100.0, 0.5) if score is not None else 0.7
+            reason = _text(minute.data.get("error")) or _text(minute.data.get("reason"))
+            finding = f"agent {agent} struggles with {what}" + (f" ({reason[:120]})" if reason else "")
+            out.append(Insight("capability", finding, confidence, contexts))
+    if agent and minute.event_type == "capability_observed":
+        capability = _text(minute.data.get("capability")) or kind
+        if capability:
+            stated = minute.data.get("confidence")
+            confidence = _clamp(stated) if isinstance(stated, (int, float)) and not isinstance(stated, bool) else 0.7
+            out.append(Insight("capability", f"agent {agent} is capable of {capability}", confidence, contexts))
+
+    resolution = _text(minute.data.get("resolution"))
+    if minute.event_type == "conflict_resolved" and resolution:
+        conflict_type = _text(minute.data.get("conflict_type"))
+        subject = f"{_words(conflict_type)} conflicts" if conflict_type else "conflicts"
+        confidence = _clamp(score / 100.0, 0.3) if score is not None else 0.7
+        out.append(Insight("resolution", f"{subject} resolved by {resolution}", confidence, contexts))
+    return out
+
+
+def timestamp_ms(minute: Minute) -> int:
+    """The minute's timestamp as integer Unix milliseconds (exact: no float rounding)."""
+    return (parse_timestamp(minute.timestamp) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def initial_scores(minute: Minute, now: float, category: Category | None = None, at_ms: int | None = None) -> Scores:
+    """Scores at index time, each 0..1; the evaluate pool decays and revises them later.
+
+    recency: 1.0 at the minute's timestamp, halving every `RECENCY_HALF_LIFE_S`;
+    relevance: `NEUTRAL_RELEVANCE`; accuracy: success_criteria_met / 100, else
+    `ACCURACY_BY_EVENT`; impact: `IMPACT_BY_EVENT`, else by category;
+    composite: `COMPOSITE_WEIGHTS` over the four. `category` and `at_ms` (the
+    minute's `timestamp_ms`) save recomputing them when the caller has them.
+    """
+    at_ms = timestamp_ms(minute) if at_ms is None else at_ms
+    age_s = max(0.0, now - at_ms / 1000.0)
+    recency = 0.5 ** (age_s / RECENCY_HALF_LIFE_S)
+    score = success_score(minute)
+    accuracy = score / 100.0 if score is not None else ACCURACY_BY_EVENT.get(minute.event_type, DEFAULT_ACCURACY)
+    impact = IMPACT_BY_EVENT.get(minute.event_type)
+    if impact is None:
+        impact = IMPACT_BY_CATEGORY[category or categorize(minute)]
+    parts = {"recency": recency, "relevance": NEUTRAL_RELEVANCE, "accuracy": accuracy, "impact": impact}
+    composite = sum(COMPOSITE_WEIGHTS[name] * value for name, value in parts.items())
+    return Scores(
+        recency=round(recency, 4),
+        relevance=round(NEUTRAL_RELEVANCE, 4),
+        accuracy=round(accuracy, 4),
+        impact=round(impact, 4),
+        composite=round(composite, 4),
+    )
+
+
+def lexical_text(minute: Minute) -> str:
+    """The text the lexical leg indexes: event type words, agent, task, the note and the data's prose."""
+    data = minute.data
+    parts = [_words(minute.event_type), minute.agent_id or "", _text(data.get("task_id")) or ""]
+    conflict_type = _text(data.get("conflict_type"))
+    if conflict_type:
+        parts.append(_words(conflict_type))
+    parts.append(minute.memory_note or "")
+    for key in ("assignment_reasoning", "resolution", "error", "reason", "capability", *ASSIGNEE_KEYS):
+        parts.append(_text(data.get(key)) or "")
+    kind = task_kind(minute)
+    if kind and kind not in parts:
+        parts.append(kind)
+    return " ".join(p.strip() for p in parts if p and p.strip())
+
+
+def _unique(records: Iterable[LoggedMinute]) -> list[LoggedMinute]:
+    """Records without repeats of a minute (a batch may carry a minute twice); first one wins."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in records:
+        key = (r.minute.project_id, r.minute.id)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def build_points(records: Sequence[LoggedMinute], now: float | None = None) -> list[MemoryPoint]:
+    """Vector-store points for a batch, one per minute; `dense` is left for the embedder."""
+    now = time.time() if now is None else now
+    points = []
+    for r in _unique(records):
+        m = r.minute
+        category = categorize(m)
+        at_ms = timestamp_ms(m)
+        scores = initial_scores(m, now, category, at_ms)
+        payload = {
+            "project_id": m.project_id,
+            "minute_id": m.id,
+            "agent_id": m.agent_id,
+            "event_type": m.event_type,
+            "category": category.value,
+            "timestamp_ms": at_ms,
+            "task_id": _text(m.data.get("task_id")),
+            "thread_id": m.thread_id,
+            "insights": [i.to_dict() for i in insights(m)],
+            # Field by field: dataclasses.asdict deep-copies, a third of this loop's time.
+            "scores": {
+                "recency": scores.recency,
+                "relevance": scores.relevance,
+                "accuracy": scores.accuracy,
+                "impact": scores.impact,
+                "composite": scores.composite,
+            },
+            "minute": m.to_dict(),
+            "seq": r.seq,
+        }
+        points.append(MemoryPoint(minute_id=m.id, project_id=m.project_id, text=lexical_text(m), payload=payload))
+    return points
+
+
+def _assignee(minute: Minute) -> str | None:
+    for key in ASSIGNEE_KEYS:
+        value = _text(minute.data.get(key))
+        if value:
+            return value
+    return minute.agent_id
+
+
+def agent_updates(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
+    """What a batch adds to agent memory: at most one delta per (minute, agent).
+
+    | event | agent | adds |
+    |---|---|---|
+    | any, with agent_id | agent_id | last active |
+    | task_assigned, handoff | `ASSIGNEE_KEYS` value, else agent_id | tasks assigned |
+    | task_completed | agent_id | tasks completed; success; the task kind as a capability if it succeeded |
+    | task_failed | agent_id | tasks failed; success |
+    | capability_observed | agent_id | data.capability (else the task kind) as a capability |
+
+    "success" is success_criteria_met when the minute states it; mean success is
+    the mean over the finished tasks that state one.
+    """
+    out: list[AgentDelta] = []
+    for r in _unique(records):
+        m = r.minute
+        fields: dict[str, dict[str, Any]] = {}  # agent -> AgentDelta fields
+        if m.agent_id:
+            fields[m.agent_id] = {"active_ms": timestamp_ms(m), "active_at": m.timestamp}
+        if m.event_type in ("task_assigned", "handoff"):
+            assignee = _assignee(m)
+            if assignee:
+                fields.setdefault(assignee, {})["assigned"] = 1
+        elif m.agent_id and m.event_type in ("task_completed", "task_failed"):
+            mine = fields[m.agent_id]
+            mine["completed" if m.event_type == "task_completed" else "failed"] = 1
+            mine["success"] = success_score(m)
+            kind = task_kind(m)
+            if kind and outcome(m):
+                mine["capabilities"] = (kind,)
+        elif m.agent_id and m.event_type == "capability_observed":
+            raw = _text(m.data.get("capability"))
+            capability = raw.strip().lower()[:MAX_CAPABILITY_LENGTH] if raw else task_kind(m)
+            if capability:
+                fields[m.agent_id]["capabilities"] = (capability,)
+        for agent, values in fields.items():
+            out.append(AgentDelta(project_id=m.project_id, agent_id=agent, minute_id=m.id, seq=r.seq, **values))
+    return out
+
+
+def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
+    """Decode ``[minute_id, seq, minute_bytes]`` records; returns the minutes and the ids that would not decode.
+
+    The dispatcher validated every minute before the log took it, so a failure
+    here means a contract change between writer and reader: the record is
+    skipped (it stays in the log for a replay) and its neighbours are indexed.
+    """
+    good: list[LoggedMinute] = []
+    bad: list[str] = []
+    for minute_id, seq, raw in records:
+        try:
+            good.append(LoggedMinute(int(seq), decode_minute(raw)))
+        except ContractError as exc:
+            log.warning("index pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
+            bad.append(str(minute_id))
+    return good, bad
+
+
+# -- RQ entry point -------------------------------------------------------------
+
+_ADVANCE_HEAD = """
+-- KEYS[1]: index head; ARGV: minute id, seq, indexed_at. Returns the seq the head held before.
+local before = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+if tonumber(ARGV[2]) > before then
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', ARGV[2], 'indexed_at', ARGV[3])
+end
+return before
+"""
+
+
+EDGE_DIR = "var/qdrant"  # the embedded engine's shards, under PVM_HOME
+
+
+def make_engine(settings: Settings) -> VectorEngine:
+    """The vector engine the index pool writes to: the embedded engine under ``$PVM_HOME/var/qdrant``, lexical only.
+
+    The server backend (PVM_QDRANT_URL) and dense vectors join with the
+    embedder wiring; until then every point carries the lexical leg only.
+    """
+    from pvm.vectors.edge import EdgeEngine  # imported here: qdrant-edge loads a native library
+
+    return EdgeEngine(settings.home / EDGE_DIR, dense_dimensions=None)
+
+
+@dataclass
+class _EngineSlot:
+    settings: Settings | None = None
+    engine: VectorEngine | None = None
+
+
+_slot = _EngineSlot()
+
+
+def _engine(settings: Settings) -> VectorEngine:
+    """The process's one engine: the embedded engine locks its directory, so a second one would fail."""
+    if _slot.engine is None or _slot.settings != settings:
+        close_engine()
+        _slot.engine, _slot.settings = make_engine(settings), settings
+    return _slot.engine
+
+
+def close_engine() -> None:
+    """Close the process's engine (flushing it and releasing its lock), if one is open."""
+    engine, _slot.engine, _slot.settings = _slot.engine, None, None
+    if engine is not None:
+        engine.close()
+
+
+@dataclass
+class _Context:
+    settings: Settings
+    memory: AgentMemoryStore
+    metrics: MetricsRecorder
+    advance_head: Script
+
+    @property
+    def engine(self) -> VectorEngine:
+        """Created on first use, so agent memory is kept even before an engine is reachable."""
+        return _engine(self.settings)
+
+
+@lru_cache(maxsize=4)
+def _context(connection: redis.Redis) -> _Context:
+    return _Context(
+        settings=Settings.from_env(),
+        memory=AgentMemoryStore(connection),
+        metrics=MetricsRecorder(connection),
+        advance_head=connection.register_script(_ADVANCE_HEAD),
+    )
+
+
+def _upsert(ctx: _Context, points: Sequence[MemoryPoint]) -> None:
+    """Write points to the vector store (point id uuid5(minute id): idempotent). Embeddings join here."""
+    if points:
+        ctx.engine.upsert(points)
+
+
+def _advance_heads(
+    ctx: _Context, connection: redis.Redis, records: Sequence[LoggedMinute], indexed_at: float
+) -> dict[str, int]:
+    """Raise each project's index head to the newest seq of the batch; returns the seq each head held before.
+
+    The head is a high-water mark: with several index workers a later batch can
+    finish before an earlier one, so ``log head seq - index head seq`` is a
+    lower bound of how far the index is behind.
+    """
+    newest: dict[str, LoggedMinute] = {}
+    for r in records:
+        top = newest.get(r.minute.project_id)
+        if top is None or r.seq > top.seq:
+            newest[r.minute.project_id] = r
+    if not newest:
+        return {}
+    pipe = connection.pipeline(transaction=False)
+    for project_id, r in newest.items():
+        ctx.advance_head(keys=[keys.index_head(project_id)], args=[r.minute.id, r.seq, repr(indexed_at)], client=pipe)
+    return {p: int(before) for p, before in zip(newest, pipe.execute(), strict=True)}
+
+
+def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
+    """Emit -> indexed seconds of minutes past the previous head (not of re-indexed ones, which would skew it)."""
+    return [
+        indexed_at - timestamp_ms(r.minute) / 1000.0
+        for r in records
+        if r.seq > heads_before.get(r.minute.project_id, 0)
+    ]
+
+
+def run(records: list[list[Any]]) -> dict[str, Any]:
+    """RQ job: index one batch of durable minutes (agent memory, vector points, index head)."""
+    job = get_current_job()
+    assert job is not None, "workers.index_pool.run runs inside an RQ worker"
+    ctx = _context(job.connection)
+    started = time.time()
+    logged, undecodable = decode(records)
+    logged = _unique(logged)
+    try:
+        points = build_points(logged, now=started)
+        counted = ctx.memory.apply(agent_updates(logged))
+        _upsert(ctx, points)
+    except Exception:
+        ctx.metrics.failure("index", len(records))
+        raise
+    indexed_at = time.time()
+    heads_before = _advance_heads(ctx, job.connection, logged, indexed_at)
+    ctx.metrics.batch("index", len(records), indexed_at - started)
+    ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))
+    return {
+        "indexed": len(points),
+        "agent_minutes_counted": counted,
+        "undecodable": undecodable,
+        "projects": sorted(heads_before),
+        "seconds": round(indexed_at - started, 6),
+    }
