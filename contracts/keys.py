@@ -90,6 +90,11 @@ def agent_memory_counted(project_id: str) -> str:
     return f"{PREFIX}:{{p:{project_id}}}:agents:counted"
 
 
+def access_counts(project_id: str) -> str:
+    """Hash minute id -> how often a reader returned it (feeds relevance scoring)."""
+    return f"{PREFIX}:{{p:{project_id}}}:access"
+
+
 def projects() -> str:
     """Set of every project that has minutes in the log."""
     return f"{PREFIX}:projects"

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.memory import SearchFilters
 from contracts.minute import utc_now_iso
+from pvm.config import Settings
 from pvm.reader import ContextReader
 
 MAX_BATCH = 1_000
@@ -298,3 +299,44 @@ OPENAPI: dict[str, Any] = {
         }
     },
 }
+
+
+def run_server(settings: Settings, addr: str, port: int, index_worker: bool) -> None:
+    """`pvm serve`: the API under uvicorn; with the embedded engine also the index pool, in this one process.
+
+    The embedded engine's files belong to one process, so the process that
+    answers searches is the one that indexes: the RQ worker for the index queue
+    runs in the main thread (it needs signals for a warm shutdown) and uvicorn
+    in a second thread. With a Qdrant server the API is stateless and index
+    workers run anywhere (`pvm worker index`).
+    """
+    import threading
+
+    import uvicorn
+
+    from pvm.connection import redis_from_settings
+    from pvm.engines import close_shared, searcher_for
+    from pvm.stores.log import LogReader
+
+    connection = redis_from_settings(settings)
+    reader = ContextReader(connection, LogReader(settings.log_dir), searcher_for(settings))  # type: ignore[arg-type]
+    app = create_app(reader, connection, settings.shards)
+    server = uvicorn.Server(uvicorn.Config(app, host=addr, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="pvm-api", daemon=True)
+    thread.start()
+    try:
+        if index_worker:
+            from workers.runner import run_worker
+
+            run_worker(["index"], settings)
+        else:
+            import signal
+
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            stop.wait()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        close_shared()

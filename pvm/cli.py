@@ -7,6 +7,7 @@ library never load worker code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -59,13 +60,17 @@ def _stop_on_signals(event: threading.Event) -> None:
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.stack import Stack
 
-    stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers)
+    try:
+        stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
+    except ValueError as exc:
+        raise SystemExit(f"pvm: {exc}") from None
     stop = threading.Event()
     _stop_on_signals(stop)
     live = stack.start()
     where = "embedded Valkey" if stack.redis else "PVM_REDIS_URL"
     print(f"pvm up: Redis {live.redis_url} ({where}); log in {live.log_dir}; shards {live.shards}")
     print("  processes: " + ", ".join(f"{name} pid {c.pid}" for name, c in stack.children.items()))
+    print(f"  reader API on {live.api_url}  (pvm context / pvm search use it: PVM_API_URL={live.api_url})")
     print(f"  agents connect with PVM_REDIS_URL={live.redis_url}  (Ctrl-C stops the stack)")
     sys.stdout.flush()
     try:
@@ -327,6 +332,98 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.api import run_server
+
+    index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
+    if index_worker and settings.qdrant_url is None:
+        where = "with the embedded engine: this process also runs the index pool"
+    elif index_worker:
+        where = "and runs an index worker"
+    else:
+        where = "(stateless: run index workers with `pvm worker index`)"
+    print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
+    sys.stdout.flush()
+    run_server(settings, args.addr, args.port, index_worker)
+    return 0
+
+
+def _api_url(settings: Settings) -> str:
+    return (settings.api_url or "http://127.0.0.1:8080").rstrip("/")
+
+
+def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "", [])}, doseq=True)
+    url = f"{_api_url(settings)}{path}?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            body = response.read()
+            if response.headers.get_content_type() == "text/plain":
+                return body.decode()
+            return json.loads(body)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        with contextlib.suppress(ValueError):
+            detail = json.loads(detail).get("error", detail)
+        raise SystemExit(f"pvm: the reader API refused the request ({exc.code}): {detail}") from None
+    except urllib.error.URLError as exc:
+        raise SystemExit(
+            f"pvm: cannot reach the reader API at {_api_url(settings)} ({exc.reason}); "
+            "start it with `pvm up` or `pvm serve`, or point PVM_API_URL at it"
+        ) from None
+
+
+def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    params = {"agent_id": args.agent, "task": args.task, "budget_tokens": args.budget}
+    path = f"/v1/projects/{args.project}/context"
+    if args.json:
+        print(json.dumps(_get(settings, path, params), indent=2))
+    else:
+        print(_get(settings, path, {**params, "format": "text"}))
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    params = {
+        "q": args.query,
+        "k": args.k,
+        "category": args.category,
+        "event_type": args.event_type,
+        "agent": args.agent,
+        "task_id": args.task_id,
+        "thread_id": args.thread_id,
+        "min_composite": args.min_composite,
+    }
+    result = _get(settings, f"/v1/projects/{args.project}/search", params)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    rows = [
+        {
+            "score": f"{h['score']:.3f}",
+            "id": h["minute_id"],
+            "event_type": h["minute"].get("event_type"),
+            "agent_id": h["minute"].get("agent_id"),
+            "category": h["category"],
+            "memory_note": h["minute"].get("memory_note"),
+        }
+        for h in result["hits"]
+    ]
+    print(_table(rows, ["score", "id", "event_type", "agent_id", "category", "memory_note"]) if rows else "no hits")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.connection import redis_from_settings
+    from pvm.replay import replay
+
+    return replay(redis_from_settings(settings), settings, None if args.all else args.project, wait=not args.no_wait)
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.demo import run_demo
 
@@ -350,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", action="append", default=[], metavar="POOL=N", help="worker processes for a pool (repeatable)"
     )
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
+    up.add_argument("--api-port", type=_positive_int, default=8080, help="reader API port (default 8080)")
     up.set_defaults(func=cmd_up)
 
     dispatch = sub.add_parser("dispatch", help="move minutes from the streams into log-pool batch jobs")
@@ -410,6 +508,45 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=cmd_failed)
+
+    serve = sub.add_parser("serve", help="the reader HTTP API (and, with the embedded engine, the index pool)")
+    serve.add_argument("--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
+    serve.add_argument("--port", type=_positive_int, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--index-worker",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="run the index pool in this process (auto: yes with the embedded engine, which one process must own)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    context = sub.add_parser("context", help="an agent's context, from the reader API (PVM_API_URL)")
+    context.add_argument("--project", required=True, help="project id")
+    context.add_argument("--agent", required=True, help="agent id")
+    context.add_argument("--task", help="task text: adds relevant past experience")
+    context.add_argument("--budget", type=_positive_int, default=2000, help="token budget (default 2000)")
+    context.add_argument("--json", action="store_true", help="the ContextPackage as JSON")
+    context.set_defaults(func=cmd_context)
+
+    search = sub.add_parser("search", help="hybrid search over a project's minutes, via the reader API")
+    search.add_argument("query", help="search text")
+    search.add_argument("--project", required=True, help="project id")
+    search.add_argument("-k", type=_positive_int, default=5, help="hits (default 5)")
+    search.add_argument("--category", action="append", help="only these categories (repeatable)")
+    search.add_argument("--event-type", action="append", help="only these event types (repeatable)")
+    search.add_argument("--agent", action="append", help="only these agents (repeatable)")
+    search.add_argument("--task-id", help="only this task")
+    search.add_argument("--thread-id", help="only this thread")
+    search.add_argument("--min-composite", type=float, help="minimum composite score (0-1)")
+    search.add_argument("--json", action="store_true", help="machine-readable output")
+    search.set_defaults(func=cmd_search)
+
+    replay_cmd = sub.add_parser("replay", help="rebuild derived stores (caches, index, agent memory) from the log")
+    target = replay_cmd.add_mutually_exclusive_group(required=True)
+    target.add_argument("--project", help="one project")
+    target.add_argument("--all", action="store_true", help="every project in the log")
+    replay_cmd.add_argument("--no-wait", action="store_true", help="enqueue the rebuild and return")
+    replay_cmd.set_defaults(func=cmd_replay)
 
     demo = sub.add_parser("demo", help="start the embedded stack, emit sample minutes, show the log, stop")
     demo.add_argument("--minutes", type=int, default=300, help="how many minutes to emit (default 300)")

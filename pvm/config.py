@@ -7,7 +7,7 @@
 | PVM_HOME | . | base directory for `var/` (log, spool, embedded Valkey data) |
 | PVM_LOG_DIR | $PVM_HOME/var/log | durable log directory |
 | PVM_SPOOL_DIR | $PVM_HOME/var/spool | emitter spool directory |
-| PVM_DOWNSTREAM | (empty) | comma-separated pools the log pool fans batches out to |
+| PVM_DOWNSTREAM | index | comma-separated pools the log pool fans batches out to ("" for none) |
 | PVM_RECENT_WINDOW | 200 | newest minutes per project/agent cached in Redis |
 | PVM_MINUTE_CACHE_SIZE | 20000 | minutes per project cached by id in Redis |
 | PVM_DISPATCH_BATCH | 500 | minutes per RQ job |
@@ -98,7 +98,7 @@ class Settings:
     home: Path = field(default_factory=lambda: Path("."))
     log_dir: Path = field(default_factory=lambda: Path(defaults.LOG_DIR))
     spool_dir: Path = field(default_factory=lambda: Path(defaults.SPOOL_DIR))
-    downstream: tuple[str, ...] = ()
+    downstream: tuple[str, ...] = defaults.DOWNSTREAM
     recent_window: int = defaults.RECENT_WINDOW
     minute_cache_size: int = defaults.MINUTE_CACHE_SIZE
     dispatch_batch: int = defaults.DISPATCH_BATCH_SIZE
@@ -127,7 +127,10 @@ class Settings:
         """Read settings from `env` (default: the process environment)."""
         env = os.environ if env is None else env
         home = Path(env.get("PVM_HOME") or ".")
-        downstream = tuple(p.strip() for p in (env.get("PVM_DOWNSTREAM") or "").split(",") if p.strip())
+        raw_downstream = env.get("PVM_DOWNSTREAM")
+        if raw_downstream is None:
+            raw_downstream = ",".join(defaults.DOWNSTREAM)
+        downstream = tuple(p.strip() for p in raw_downstream.split(",") if p.strip())
         for pool in downstream:
             if pool not in keys.QUEUES or pool == "log":
                 fed = sorted(set(keys.QUEUES) - {"log"})

@@ -16,6 +16,9 @@ EMIT_RECONNECT_INTERVAL_S = 0.5  # how often a producer with Redis down probes i
 EMIT_SOCKET_TIMEOUT_S = 2.0
 SPOOL_DIR = "var/spool"
 
+# Pools the log pool feeds with every durable batch.
+DOWNSTREAM = ("index",)
+
 # Dispatcher
 DISPATCH_BATCH_SIZE = 500  # minutes per RQ job (and per XREADGROUP)
 DISPATCH_BLOCK_MS = 500

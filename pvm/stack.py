@@ -17,18 +17,34 @@ from pvm.embedded import EmbeddedRedis
 
 log = logging.getLogger(__name__)
 
-# Pools `pvm up` runs, in start order. Later pools join here as they land.
+# Pools `pvm up` runs as worker processes, in start order. Later pools join here as they land.
+# The index pool runs inside `pvm serve` with the embedded engine (one process owns its files).
 STACK_POOLS = ("log",)
 
 
 class Stack:
     """Starts and stops the processes of a PVM deployment on this machine."""
 
-    def __init__(self, settings: Settings, processes: Mapping[str, int] | None = None, dispatchers: int = 1) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        processes: Mapping[str, int] | None = None,
+        dispatchers: int = 1,
+        api_port: int | None = 8080,
+    ) -> None:
+        processes = dict(processes or {})
+        if "index" in processes and not settings.qdrant_url:
+            raise ValueError(
+                "the index pool cannot have extra processes with the embedded engine (one process owns its files); "
+                "set PVM_QDRANT_URL to a Qdrant server to scale it"
+            )
         self.settings = settings
         self.processes = {pool: 1 for pool in STACK_POOLS}
-        self.processes.update(processes or {})
+        if settings.qdrant_url:
+            self.processes["index"] = 1
+        self.processes.update(processes)
         self.dispatchers = dispatchers
+        self.api_port = api_port
         self.redis: EmbeddedRedis | None = None
         self.children: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -42,6 +58,9 @@ class Stack:
             self.children[f"dispatcher-{i}"] = self._spawn(["dispatch", "--consumer", f"{os.uname().nodename}-up-{i}"])
         for pool, n in self.processes.items():
             self.children[f"worker-{pool}"] = self._spawn(["worker", pool, "--processes", str(n)])
+        if self.api_port is not None:
+            self.settings = self.settings.with_(api_url=f"http://127.0.0.1:{self.api_port}")
+            self.children["serve"] = self._spawn(["serve", "--port", str(self.api_port)])
         return self.settings
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -28,7 +28,7 @@ from contracts.memory import Category, Insight, Scores
 from contracts.minute import parse_timestamp
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
-from pvm.protocols import MemoryPoint, VectorEngine
+from pvm.protocols import Embedder, MemoryPoint, VectorEngine
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
 
 log = logging.getLogger(__name__)
@@ -450,42 +450,11 @@ return before
 """
 
 
-EDGE_DIR = "var/qdrant"  # the embedded engine's shards, under PVM_HOME
-
-
-def make_engine(settings: Settings) -> VectorEngine:
-    """The vector engine the index pool writes to: the embedded engine under ``$PVM_HOME/var/qdrant``, lexical only.
-
-    The server backend (PVM_QDRANT_URL) and dense vectors join with the
-    embedder wiring; until then every point carries the lexical leg only.
-    """
-    from pvm.vectors.edge import EdgeEngine  # imported here: qdrant-edge loads a native library
-
-    return EdgeEngine(settings.home / EDGE_DIR, dense_dimensions=None)
-
-
-@dataclass
-class _EngineSlot:
-    settings: Settings | None = None
-    engine: VectorEngine | None = None
-
-
-_slot = _EngineSlot()
-
-
-def _engine(settings: Settings) -> VectorEngine:
-    """The process's one engine: the embedded engine locks its directory, so a second one would fail."""
-    if _slot.engine is None or _slot.settings != settings:
-        close_engine()
-        _slot.engine, _slot.settings = make_engine(settings), settings
-    return _slot.engine
-
-
 def close_engine() -> None:
     """Close the process's engine (flushing it and releasing its lock), if one is open."""
-    engine, _slot.engine, _slot.settings = _slot.engine, None, None
-    if engine is not None:
-        engine.close()
+    from pvm.engines import close_shared
+
+    close_shared()
 
 
 @dataclass
@@ -497,8 +466,16 @@ class _Context:
 
     @property
     def engine(self) -> VectorEngine:
-        """Created on first use, so agent memory is kept even before an engine is reachable."""
-        return _engine(self.settings)
+        """The process's shared engine, created on first use (agent memory is kept even before one is reachable)."""
+        from pvm.engines import shared_engine
+
+        return shared_engine(self.settings)
+
+    @property
+    def embedder(self) -> Embedder:
+        from pvm.engines import shared
+
+        return shared(self.settings)[1]
 
 
 @lru_cache(maxsize=4)
@@ -512,9 +489,18 @@ def _context(connection: redis.Redis) -> _Context:
 
 
 def _upsert(ctx: _Context, points: Sequence[MemoryPoint]) -> None:
-    """Write points to the vector store (point id uuid5(minute id): idempotent). Embeddings join here."""
-    if points:
-        ctx.engine.upsert(points)
+    """Embed (when an embedder is configured) and write points to the vector store (idempotent by minute id).
+
+    An embedding failure raises: the job is retried, then lands in the failed
+    registry; the minutes stay in the log and `pvm replay` indexes them again.
+    """
+    if not points:
+        return
+    engine, embedder = ctx.engine, ctx.embedder
+    if embedder.dimensions is not None:
+        vectors = embedder.embed([p.text for p in points])
+        points = [replace(p, dense=v) for p, v in zip(points, vectors, strict=True)]
+    engine.upsert(points)
 
 
 def _advance_heads(
@@ -574,3 +560,18 @@ def run(records: list[list[Any]]) -> dict[str, Any]:
         "projects": sorted(heads_before),
         "seconds": round(indexed_at - started, 6),
     }
+
+
+def reset_project(project_id: str) -> dict[str, Any]:
+    """RQ job: forget a project's derived memory (vector points, agent memory, index head) before a replay.
+
+    Runs on the index queue so that, with the embedded engine, it runs in the
+    one process that owns the engine's files.
+    """
+    job = get_current_job()
+    assert job is not None, "workers.index_pool.reset_project runs inside an RQ worker"
+    ctx = _context(job.connection)
+    ctx.engine.delete_project(project_id)
+    ctx.memory.reset(project_id)
+    job.connection.delete(keys.index_head(project_id))
+    return {"project_id": project_id, "reset": True}

@@ -18,6 +18,7 @@ from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
+from pvm import engines
 from workers import index_pool
 from workers.index_pool import (
     COMPOSITE_WEIGHTS,
@@ -347,7 +348,7 @@ def engine(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Reco
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
     recording = RecordingEngine()
-    monkeypatch.setattr(index_pool, "make_engine", lambda _settings: recording)
+    monkeypatch.setattr(engines, "make_engine", lambda _settings, _dims: recording)
     index_pool._context.cache_clear()
     index_pool.close_engine()
     yield recording
@@ -478,7 +479,7 @@ def test_the_embedded_engine_indexes_the_batch(
         queue.enqueue("workers.index_pool.run", batch)
         queue.enqueue("workers.index_pool.run", batch)  # re-indexed: overwrites, never duplicates
         work(redis_client, "index")
-        engine = index_pool._engine(Settings.from_env())
+        engine = engines.shared_engine(Settings.from_env())
         assert isinstance(engine, EdgeEngine) and engine.path == settings.home / "var/qdrant"
         assert (engine.count("alpha"), engine.count("beta")) == (5, 2)
         found = engine.query("alpha", "task failed api", None, SearchFilters(), 3)

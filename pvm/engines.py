@@ -1,0 +1,88 @@
+"""The process's vector engine, embedder and searcher, built once from settings and shared.
+
+The embedded engine locks its directory: only one process may open it, and in
+that process the index pool and the reader must use the same engine object.
+`shared_engine()` hands every caller in a process the same one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from contracts.memory import RankWeights
+from pvm.config import Settings
+from pvm.protocols import Embedder, VectorEngine
+
+
+@dataclass
+class _Shared:
+    key: tuple[str, str] | None = None
+    engine: VectorEngine | None = None
+    embedder: Embedder | None = None
+
+
+_lock = threading.Lock()
+_shared = _Shared()
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The configured embedder: OpenAI-compatible when PVM_EMBED_MODEL is set, else none (lexical only)."""
+    from pvm.embedders import embedder_from_settings
+
+    return embedder_from_settings(
+        settings.embed_model,
+        settings.openai_base_url,
+        settings.openai_api_key,
+        settings.embed_dimensions,
+        batch_size=settings.embed_batch_size,
+        max_retries=settings.embed_max_retries,
+        timeout=settings.embed_timeout_s,
+    )
+
+
+def make_engine(settings: Settings, dense_dimensions: int | None) -> VectorEngine:
+    """A new engine: the Qdrant server at PVM_QDRANT_URL, else the embedded engine under $PVM_HOME/var/qdrant."""
+    if settings.qdrant_url:
+        from pvm.vectors.server import ServerEngine
+
+        return ServerEngine.from_url(settings.qdrant_url, settings.qdrant_api_key, dense_dimensions=dense_dimensions)
+    from pvm.vectors.edge import EdgeEngine
+
+    return EdgeEngine(settings.vector_dir, dense_dimensions=dense_dimensions)
+
+
+def shared(settings: Settings) -> tuple[VectorEngine, Embedder]:
+    """This process's engine and embedder for `settings` (created on first use)."""
+    key = (settings.qdrant_url or str(settings.vector_dir.resolve()), settings.embed_model or "")
+    with _lock:
+        if _shared.engine is None or _shared.key != key:
+            if _shared.engine is not None:
+                _shared.engine.close()
+            embedder = embedder_for(settings)
+            _shared.engine = make_engine(settings, embedder.dimensions)
+            _shared.embedder = embedder
+            _shared.key = key
+        assert _shared.embedder is not None
+        return _shared.engine, _shared.embedder
+
+
+def shared_engine(settings: Settings) -> VectorEngine:
+    return shared(settings)[0]
+
+
+def searcher_for(settings: Settings) -> object:
+    """A HybridSearch over this process's engine, weighted as configured."""
+    from pvm.search import HybridSearch
+
+    engine, embedder = shared(settings)
+    semantic, keyword, recency, importance = settings.search_weights
+    return HybridSearch(engine, embedder, RankWeights(semantic, keyword, recency, importance))
+
+
+def close_shared() -> None:
+    """Close the process's engine (flushing it and releasing the embedded engine's lock)."""
+    with _lock:
+        engine, _shared.engine, _shared.key, _shared.embedder = _shared.engine, None, None, None
+    if engine is not None:
+        engine.close()
