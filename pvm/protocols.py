@@ -25,7 +25,9 @@ class MemoryPoint:
     minute_id: str
     project_id: str
     text: str  # what the lexical leg indexes
-    payload: dict[str, Any]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
+    payload: dict[
+        str, Any
+    ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
     dense: list[float] | None = None
 
 

@@ -1,0 +1,233 @@
+"""The vector store of minutes: what both engines share (point ids, names, tenancy checks, filters, candidates).
+
+Two engines implement `pvm.protocols.VectorEngine`:
+
+- `pvm.vectors.edge.EdgeEngine`: Qdrant's in-process engine (qdrant-edge), one
+  shard directory per project, for the embedded stack;
+- `pvm.vectors.server.ServerEngine`: a Qdrant server through qdrant-client.
+
+They index the same lexical sparse vectors (`pvm.vectors.lexical`), store the
+same payload and turn `SearchFilters` into the same conditions (`conditions`),
+so a query answers alike on both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contracts.memory import SearchFilters
+from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
+from pvm.protocols import Candidate, MemoryPoint
+
+# Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
+# on the same point, so re-indexing it is an overwrite, never a duplicate.
+# Changing this constant orphans every point already stored.
+MINUTE_NAMESPACE = uuid.UUID("6b1f3c52-6a0e-5d2b-9c7e-0f4a2d8e5b31")
+
+LEXICAL = "lexical"  # the sparse vector (BM25 term weights, IDF applied by Qdrant)
+DENSE = "dense"  # the dense vector, present when an embedder is configured
+
+# Qdrant fusion of the lexical and dense legs (prefetch + fusion query).
+Fusion = Literal["rrf", "dbsf"]
+FUSIONS: tuple[str, ...] = ("rrf", "dbsf")
+RRF_K = 60
+
+# Payload fields the engines index, and how.
+KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id")
+INTEGER_FIELDS = ("timestamp_ms",)
+FLOAT_FIELDS = ("scores.composite",)
+
+
+class VectorStoreError(RuntimeError):
+    """The vector store cannot do what was asked; the message says why and what to do."""
+
+
+class ShardLockedError(VectorStoreError):
+    """Another process (or another engine in this one) holds the embedded shard directory."""
+
+
+class VectorConfigError(VectorStoreError):
+    """The stored vectors do not match the engine's configuration (e.g. another dense size)."""
+
+
+def point_id(project_id: str, minute_id: str) -> uuid.UUID:
+    """The Qdrant point id of a minute: uuid5 of the minute id, in a namespace of its project.
+
+    Minute ids are chosen by producers, so two projects can hold the same id;
+    a per-project namespace keeps one project from overwriting another's point
+    in a shared collection, while re-indexing a minute still overwrites itself.
+    """
+    return uuid.uuid5(uuid.uuid5(MINUTE_NAMESPACE, project_id), minute_id)
+
+
+def require_project(project_id: object) -> str:
+    """Return `project_id` if it names a project; a missing one is an error, never "all projects"."""
+    if not isinstance(project_id, str) or not project_id:
+        raise ValueError(f"project_id is required (got {project_id!r}): every vector read and write names one project")
+    return project_id
+
+
+def is_valid_project(project_id: str) -> bool:
+    """True when `project_id` could belong to a stored minute (the contract's project pattern)."""
+    return len(project_id) <= MAX_NAME_LENGTH and PROJECT_PATTERN.fullmatch(project_id) is not None
+
+
+def check_limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive whole number, got {limit!r}")
+    return limit
+
+
+def check_fusion(fusion: str) -> Fusion:
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion={fusion!r} is not one of {', '.join(FUSIONS)}")
+    return fusion  # type: ignore[return-value]
+
+
+def stored_payload(point: MemoryPoint) -> dict[str, Any]:
+    """The payload a point is stored with: the caller's, with the project and minute id made authoritative."""
+    project_id = require_project(point.project_id)
+    if not is_valid_project(project_id):
+        raise ValueError(
+            f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold letters, digits and _ . - "
+            f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)"
+        )
+    if not isinstance(point.minute_id, str) or not point.minute_id:
+        raise ValueError(f"minute_id is required (got {point.minute_id!r})")
+    claimed = point.payload.get("project_id")
+    if claimed is not None and claimed != project_id:
+        raise ValueError(
+            f"payload project_id {claimed!r} of minute {point.minute_id!r} differs from the point's "
+            f"project_id {project_id!r}"
+        )
+    return {**point.payload, "project_id": project_id, "minute_id": point.minute_id}
+
+
+def check_dense(vector: Sequence[float] | None, dimensions: int | None, what: str) -> list[float] | None:
+    """Validate a dense vector against the engine's size; None when there is none to use."""
+    if vector is None:
+        return None
+    if dimensions is None:
+        raise ValueError(f"{what} has a dense vector but the engine was created without dense_dimensions")
+    if len(vector) != dimensions:
+        raise ValueError(f"{what} has a dense vector of {len(vector)} dimensions; the engine holds {dimensions}")
+    return [float(x) for x in vector]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Payload field equals one value."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAny:
+    """Payload field equals any of the values."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Payload number within [gte, lt)."""
+
+    key: str
+    gte: float | None = None
+    lt: float | None = None
+
+
+Condition = Match | MatchAny | Range
+
+
+def conditions(project_id: str, filters: SearchFilters) -> list[Condition]:
+    """The `must` conditions of a query: always the project first, then each filter that is set."""
+    out: list[Condition] = [Match("project_id", require_project(project_id))]
+    for key, values in (
+        ("category", filters.categories),
+        ("event_type", filters.event_types),
+        ("agent_id", filters.agents),
+    ):
+        if values:
+            out.append(MatchAny(key, tuple(str(v) for v in values)))
+    if filters.task_id is not None:
+        out.append(Match("task_id", filters.task_id))
+    if filters.thread_id is not None:
+        out.append(Match("thread_id", filters.thread_id))
+    if filters.since_ms is not None or filters.until_ms is not None:
+        out.append(Range("timestamp_ms", gte=filters.since_ms, lt=filters.until_ms))
+    if filters.min_composite is not None:
+        out.append(Range("scores.composite", gte=float(filters.min_composite)))
+    return out
+
+
+Hit = tuple[Any, float, dict[str, Any] | None]  # (point id, score, payload or None)
+
+
+def merge_legs(
+    project_id: str,
+    lexical: Iterable[Hit],
+    dense: Iterable[Hit],
+    fused: Iterable[Hit] | None,
+) -> list[Candidate]:
+    """Candidates from the legs' hits: every point either leg found, in fused order.
+
+    Payloads may come with any of the lists. Each candidate carries its
+    per-leg scores and 1-based ranks (`extra["keyword_rank"]`,
+    `extra["semantic_rank"]`, absent when the leg missed it) and Qdrant's fused
+    score; without a fused list (one leg only) the leg's score is the fused
+    score. Hits whose payload names another project are dropped: the `must`
+    filter already excludes them, this is the second lock on the same door.
+    """
+    payloads: dict[Any, dict[str, Any]] = {}
+    scores: dict[Any, dict[str, float]] = {}
+    for leg, hits in (("keyword", lexical), ("semantic", dense)):
+        for rank, (pid, score, payload) in enumerate(hits, start=1):
+            if payload is not None:
+                payloads[pid] = payload
+            entry = scores.setdefault(pid, {})
+            entry[leg] = float(score)
+            entry[f"{leg}_rank"] = float(rank)
+    fused_scores: dict[Any, float] = {}
+    for pid, score, payload in fused or ():
+        fused_scores[pid] = float(score)
+        if payload is not None:
+            payloads[pid] = payload
+    if fused is None:
+        fused_scores = {pid: max(s.get("keyword", 0.0), s.get("semantic", 0.0)) for pid, s in scores.items()}
+    order = sorted(scores, key=lambda pid: -fused_scores.get(pid, float("-inf")))
+    out: list[Candidate] = []
+    for pid in order:
+        payload = payloads.get(pid)
+        if payload is None or payload.get("project_id") != project_id:
+            continue
+        s = scores[pid]
+        out.append(
+            Candidate(
+                minute_id=str(payload.get("minute_id", "")),
+                payload=payload,
+                keyword=s.get("keyword", 0.0),
+                semantic=s.get("semantic", 0.0),
+                fused=fused_scores.get(pid, 0.0),
+                extra={k: v for k, v in s.items() if k.endswith("_rank")},
+            )
+        )
+    return out
+
+
+def ordered_records(project_id: str, minute_ids: Sequence[str], records: Iterable[dict[str, Any]]) -> list[Candidate]:
+    """Candidates for retrieved payloads, in the order the ids were asked for, each once."""
+    by_minute = {p.get("minute_id"): p for p in records if p is not None and p.get("project_id") == project_id}
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for minute_id in minute_ids:
+        payload = by_minute.get(minute_id)
+        if payload is not None and minute_id not in seen:
+            seen.add(minute_id)
+            out.append(Candidate(minute_id=minute_id, payload=payload))
+    return out

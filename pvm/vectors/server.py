@@ -1,0 +1,346 @@
+"""Server vector engine: a Qdrant server through qdrant-client (``PVM_QDRANT_URL``, optional API key).
+
+One collection, ``{prefix}_minutes``, holds every project, with a tenant payload
+index on ``project_id`` (``is_tenant=True``: Qdrant co-locates each tenant's
+points). Per-tenant IDF comes from the query itself: every lexical search
+sends ``SearchParams(idf=IdfCorpusParams(corpus=<project filter>))``, so term
+rarity is computed over the project's own points, as the embedded engine's
+shard-per-project gets it. That needs Qdrant ≥ 1.19 (per-tenant IDF
+statistics); the engine checks the server version before first use and refuses
+older servers rather than silently scoring with collection-wide IDF.
+
+Why not a collection per project, the other honest way to per-tenant IDF:
+Qdrant's advice for many tenants is one collection with a tenant index; each
+collection costs the server its own segments, optimizer and WAL, project ids
+would need mangling into collection names, and `pvm serve` replicas would race
+to create collections. With the corpus filter the shared collection answers
+exactly like the embedded engine (the shared test suite compares scores).
+
+Every query, count, scroll and delete also carries a ``must`` filter on
+``project_id``: tenancy fails closed. Replicas of `pvm serve` are stateless;
+the collection and its indexes are created on first use (idempotently).
+
+Tests run this module against ``QdrantClient(":memory:")``, which speaks the
+same API (brute force, payload indexes ignored, per-tenant IDF honoured).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from contracts.memory import SearchFilters
+from pvm.protocols import Candidate, MemoryPoint
+from pvm.vectors import (
+    DENSE,
+    FLOAT_FIELDS,
+    INTEGER_FIELDS,
+    KEYWORD_FIELDS,
+    LEXICAL,
+    RRF_K,
+    Condition,
+    Fusion,
+    Hit,
+    Match,
+    MatchAny,
+    Range,
+    VectorConfigError,
+    check_dense,
+    check_fusion,
+    check_limit,
+    conditions,
+    merge_legs,
+    ordered_records,
+    point_id,
+    require_project,
+    stored_payload,
+)
+from pvm.vectors.lexical import LexicalEncoder
+
+COLLECTION = "minutes"
+MIN_SERVER_VERSION = (1, 19)  # per-tenant IDF statistics (`SearchParams.idf` corpus)
+UPSERT_CHUNK = 256
+
+
+class ServerEngine:
+    """A `VectorEngine` on a Qdrant server: one shared collection, tenant index, per-tenant IDF (module docstring)."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection_prefix: str = "pvm",
+        dense_dimensions: int | None = None,
+        *,
+        fusion: Fusion = "rrf",
+        lexical: LexicalEncoder | None = None,
+    ) -> None:
+        if dense_dimensions is not None and dense_dimensions < 1:
+            raise ValueError(f"dense_dimensions must be positive or None, got {dense_dimensions}")
+        self.client = client
+        self.collection = f"{collection_prefix}_{COLLECTION}"
+        self.dense_dimensions = dense_dimensions
+        self.fusion = check_fusion(fusion)
+        self._lexical = lexical or LexicalEncoder()
+        self._owns_client = False
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        api_key: str | None = None,
+        *,
+        collection_prefix: str = "pvm",
+        dense_dimensions: int | None = None,
+        fusion: Fusion = "rrf",
+        timeout: int = 10,
+    ) -> ServerEngine:
+        """An engine on the Qdrant server at `url` (PVM_QDRANT_URL), authenticating with `api_key` when given."""
+        if not url:
+            raise ValueError("PVM_QDRANT_URL is empty: give the Qdrant server URL, e.g. http://localhost:6333")
+        engine = cls(
+            QdrantClient(url=url, api_key=api_key or None, timeout=timeout),
+            collection_prefix,
+            dense_dimensions,
+            fusion=fusion,
+        )
+        engine._owns_client = True
+        return engine
+
+    # -- VectorEngine ---------------------------------------------------------------
+
+    def upsert(self, points: Sequence[MemoryPoint]) -> None:
+        """Index points, idempotently (a minute id always maps to one point); all are checked before any is written."""
+        structs: list[models.PointStruct] = []
+        for point in points:
+            payload = stored_payload(point)
+            sparse = self._lexical.document(point.text)
+            vector: dict[str, Any] = {
+                LEXICAL: models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+            }
+            dense = check_dense(point.dense, self.dense_dimensions, f"minute {point.minute_id!r}")
+            if dense is not None:
+                vector[DENSE] = dense
+            structs.append(
+                models.PointStruct(id=str(point_id(point.project_id, point.minute_id)), vector=vector, payload=payload)
+            )
+        if not structs:
+            return
+        self._ensure()
+        for start in range(0, len(structs), UPSERT_CHUNK):
+            self.client.upsert(self.collection, points=structs[start : start + UPSERT_CHUNK], wait=True)
+
+    def query(
+        self,
+        project_id: str,
+        text: str,
+        dense: list[float] | None,
+        filters: SearchFilters,
+        limit: int,
+    ) -> list[Candidate]:
+        """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
+
+        Each leg fetches its best `limit` points; the candidates are every point
+        either leg found (up to 2·limit), in the order of Qdrant's fusion.
+
+        The legs and the fusion go as one `query_batch_points` round trip, so
+        each candidate carries its per-leg scores (`keyword`, `semantic`, ranks
+        in `extra`) and Qdrant's fused score (`fused`).
+        """
+        project_id = require_project(project_id)
+        check_limit(limit)
+        dense_vector = check_dense(dense, self.dense_dimensions, "the query") if self.dense_dimensions else None
+        must = _server_filter(conditions(project_id, filters))
+        idf = _tenant_idf(project_id)
+        sparse = self._lexical.query(text or "")
+        lexical_vector = (
+            models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse.indices else None
+        )
+        both = lexical_vector is not None and dense_vector is not None
+        requests: list[models.QueryRequest] = []
+        if lexical_vector is not None:
+            requests.append(
+                models.QueryRequest(
+                    query=lexical_vector, using=LEXICAL, filter=must, limit=limit, with_payload=not both, params=idf
+                )
+            )
+        if dense_vector is not None:
+            requests.append(
+                models.QueryRequest(query=dense_vector, using=DENSE, filter=must, limit=limit, with_payload=not both)
+            )
+        if not requests:
+            return []
+        if both:
+            fusion: Any = (
+                models.RrfQuery(rrf=models.Rrf(k=RRF_K))
+                if self.fusion == "rrf"
+                else models.FusionQuery(fusion=models.Fusion.DBSF)
+            )
+            requests.append(
+                models.QueryRequest(
+                    prefetch=[
+                        models.Prefetch(query=lexical_vector, using=LEXICAL, filter=must, limit=limit, params=idf),
+                        models.Prefetch(query=dense_vector, using=DENSE, filter=must, limit=limit),
+                    ],
+                    query=fusion,
+                    filter=must,
+                    limit=2 * limit,  # the whole union of the legs
+                    with_payload=True,  # each payload sent once
+                )
+            )
+        self._ensure()
+        responses = self.client.query_batch_points(self.collection, requests)
+        lexical_hits = _hits(responses[0].points) if lexical_vector is not None else []
+        dense_hits = _hits(responses[1 if both else 0].points) if dense_vector is not None else []
+        fused_hits = _hits(responses[2].points) if both else None
+        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
+
+    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
+        """The stored points of these minutes (in the order asked, unknown ids skipped)."""
+        project_id = require_project(project_id)
+        ids = list(dict.fromkeys(minute_ids))
+        if not ids:
+            return []
+        self._ensure()
+        flt = models.Filter(
+            must=[
+                _project_condition(project_id),
+                models.HasIdCondition(has_id=[str(point_id(project_id, m)) for m in ids]),
+            ]
+        )
+        records, _ = self.client.scroll(
+            self.collection, scroll_filter=flt, limit=len(ids), with_payload=True, with_vectors=False
+        )
+        return ordered_records(project_id, ids, (r.payload or {} for r in records))
+
+    def count(self, project_id: str) -> int:
+        """Points stored for the project."""
+        project_id = require_project(project_id)
+        self._ensure()
+        flt = models.Filter(must=[_project_condition(project_id)])
+        return self.client.count(self.collection, count_filter=flt, exact=True).count
+
+    def delete_project(self, project_id: str) -> None:
+        """Remove every point of the project."""
+        project_id = require_project(project_id)
+        self._ensure()
+        flt = models.Filter(must=[_project_condition(project_id)])
+        self.client.delete(self.collection, points_selector=models.FilterSelector(filter=flt), wait=True)
+
+    def close(self) -> None:
+        """Close the client if this engine created it (`from_url`); a client passed in stays the caller's."""
+        if self._owns_client:
+            self.client.close()
+
+    # -- collection -----------------------------------------------------------------
+
+    def _ensure(self) -> None:
+        """Check the server and create the collection and its indexes once (safe when replicas race)."""
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            self._check_version()
+            if not self.client.collection_exists(self.collection):
+                try:
+                    self.client.create_collection(
+                        self.collection,
+                        vectors_config=(
+                            {DENSE: models.VectorParams(size=self.dense_dimensions, distance=models.Distance.COSINE)}
+                            if self.dense_dimensions is not None
+                            else {}
+                        ),
+                        sparse_vectors_config={LEXICAL: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+                    )
+                except Exception:
+                    if not self.client.collection_exists(self.collection):
+                        raise
+            info = self.client.get_collection(self.collection)
+            self._check_vectors(info.config.params)
+            present = set(info.payload_schema or {})
+            for field, schema in _payload_indexes():
+                if field not in present:
+                    self.client.create_payload_index(self.collection, field, schema, wait=True)
+            self._ready = True
+
+    def _check_version(self) -> None:
+        version = self.client.info().version
+        try:
+            parts = tuple(int(p) for p in version.split("-")[0].split(".")[:2])
+        except ValueError:
+            return  # a development build: trust it
+        if parts < MIN_SERVER_VERSION:
+            need = ".".join(map(str, MIN_SERVER_VERSION))
+            raise VectorConfigError(
+                f"Qdrant server {version} is too old: PVM needs ≥ {need} for per-tenant IDF "
+                "(SearchParams.idf corpus); upgrade the server"
+            )
+
+    def _check_vectors(self, params: models.CollectionParams) -> None:
+        sparse = (params.sparse_vectors or {}).get(LEXICAL)
+        if sparse is None or sparse.modifier != models.Modifier.IDF:
+            raise VectorConfigError(
+                f"collection {self.collection} has no '{LEXICAL}' sparse vector with the IDF modifier; "
+                "it was not made by PVM: choose another collection prefix or delete it"
+            )
+        if self.dense_dimensions is None:
+            return
+        vectors = params.vectors if isinstance(params.vectors, dict) else {}
+        existing = vectors.get(DENSE)
+        if existing is None:
+            self.client.create_vector_name(
+                self.collection,
+                DENSE,
+                models.DenseVectorNameConfig(
+                    dense=models.DenseVectorConfig(size=self.dense_dimensions, distance=models.Distance.COSINE)
+                ),
+            )
+        elif existing.size != self.dense_dimensions:
+            raise VectorConfigError(
+                f"collection {self.collection} holds {existing.size}-dimension dense vectors but the embedder "
+                f"makes {self.dense_dimensions}: configure the embedder it was built with, or use another "
+                "collection prefix and rebuild (`pvm replay`)"
+            )
+
+
+def _payload_indexes() -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = [
+        ("project_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True))
+    ]
+    out += [(f, models.PayloadSchemaType.KEYWORD) for f in KEYWORD_FIELDS]
+    out += [
+        (f, models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=False, range=True))
+        for f in INTEGER_FIELDS
+    ]
+    out += [(f, models.PayloadSchemaType.FLOAT) for f in FLOAT_FIELDS]
+    return out
+
+
+def _project_condition(project_id: str) -> models.FieldCondition:
+    return models.FieldCondition(key="project_id", match=models.MatchValue(value=project_id))
+
+
+def _tenant_idf(project_id: str) -> models.SearchParams:
+    """IDF statistics over the project's own points."""
+    return models.SearchParams(idf=models.IdfCorpusParams(corpus=models.Filter(must=[_project_condition(project_id)])))
+
+
+def _server_filter(conds: list[Condition]) -> models.Filter:
+    must: list[Any] = []
+    for c in conds:
+        if isinstance(c, Match):
+            must.append(models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value)))
+        elif isinstance(c, MatchAny):
+            must.append(models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values))))
+        elif isinstance(c, Range):
+            must.append(models.FieldCondition(key=c.key, range=models.Range(gte=c.gte, lt=c.lt)))
+    return models.Filter(must=must)
+
+
+def _hits(points: list[models.ScoredPoint]) -> list[Hit]:
+    return [(p.id, p.score, p.payload) for p in points]

@@ -1,0 +1,529 @@
+"""The vector engines: one suite run against both backends (qdrant-edge in tmp_path, qdrant-client local mode)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qdrant_client import QdrantClient
+
+from contracts.memory import SearchFilters
+from pvm.protocols import MemoryPoint, VectorEngine
+from pvm.vectors import MINUTE_NAMESPACE, ShardLockedError, VectorConfigError, VectorStoreError, point_id
+from pvm.vectors.edge import EdgeEngine
+from pvm.vectors.server import ServerEngine
+
+# qdrant-client's local mode warns that it ignores payload indexes; the server engine creates them anyway.
+pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
+
+T0 = 1_790_000_000_000
+EngineFactory = Callable[..., Any]
+
+
+def memory_point(
+    project_id: str,
+    minute_id: str,
+    text: str,
+    *,
+    dense: list[float] | None = None,
+    agent_id: str = "planner",
+    event_type: str = "task_completed",
+    category: str = "agent_capability",
+    timestamp_ms: int = T0,
+    task_id: str | None = "T-1",
+    thread_id: str | None = "th-1",
+    composite: float = 0.5,
+) -> MemoryPoint:
+    """A point with the payload the index pool writes."""
+    minute = {
+        "id": minute_id,
+        "timestamp": "2026-09-21T12:26:40Z",
+        "event_type": event_type,
+        "project_id": project_id,
+        "agent_id": agent_id,
+        "data": {"task_id": task_id, "description": text},
+        "context_references": [],
+        "scope": "project",
+    }
+    payload = {
+        "project_id": project_id,
+        "minute_id": minute_id,
+        "agent_id": agent_id,
+        "event_type": event_type,
+        "category": category,
+        "timestamp_ms": timestamp_ms,
+        "task_id": task_id,
+        "thread_id": thread_id,
+        "insights": [{"type": "outcome", "finding": "done", "confidence": 0.9, "applicable_contexts": []}],
+        "scores": {"recency": 1.0, "relevance": 0.5, "accuracy": 0.5, "impact": 0.5, "composite": composite},
+        "minute": minute,
+    }
+    return MemoryPoint(minute_id=minute_id, project_id=project_id, text=text, payload=payload, dense=dense)
+
+
+def ids(candidates: list[Any]) -> list[str]:
+    return [c.minute_id for c in candidates]
+
+
+@pytest.fixture(params=["edge", "server"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_engine(backend: str, tmp_path: Path) -> Iterator[EngineFactory]:
+    """Builds engines of the parametrized backend; each call gets fresh storage. All are closed afterwards."""
+    made: list[Any] = []
+
+    def make(dense_dimensions: int | None = None, **kwargs: Any) -> Any:
+        if backend == "edge":
+            engine: Any = EdgeEngine(tmp_path / f"edge{len(made)}", dense_dimensions, **kwargs)
+        else:
+            engine = ServerEngine(QdrantClient(":memory:"), dense_dimensions=dense_dimensions, **kwargs)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()
+
+
+@pytest.fixture
+def engine(make_engine: EngineFactory) -> Any:
+    return make_engine()
+
+
+def test_engines_satisfy_the_protocol(engine: Any) -> None:
+    checked: VectorEngine = engine
+    assert checked is engine
+
+
+def test_point_ids_are_uuid5_of_the_minute_id_in_a_namespace_per_project() -> None:
+    ns = uuid.uuid5(MINUTE_NAMESPACE, "alpha")
+    assert point_id("alpha", "01J0000000000000000000000A") == uuid.uuid5(ns, "01J0000000000000000000000A")
+    assert point_id("alpha", "x") != point_id("beta", "x")
+    assert point_id("p", "m1") != point_id("p", "m2")
+
+
+def test_upsert_is_idempotent(engine: Any) -> None:
+    engine.upsert([memory_point("alpha", "m1", "deploy the gateway")])
+    engine.upsert([memory_point("alpha", "m1", "deploy the gateway")])
+    assert engine.count("alpha") == 1
+    # The same minute re-indexed with a new payload overwrites the point.
+    engine.upsert([memory_point("alpha", "m1", "rollback of the gateway", composite=0.9)])
+    assert engine.count("alpha") == 1
+    [stored] = engine.retrieve("alpha", ["m1"])
+    assert stored.payload["scores"]["composite"] == 0.9
+    assert ids(engine.query("alpha", "rollback", None, SearchFilters(), 5)) == ["m1"]
+    assert engine.query("alpha", "deploy", None, SearchFilters(), 5) == []
+
+
+def test_a_batch_with_an_invalid_point_writes_nothing(engine: Any) -> None:
+    with pytest.raises(ValueError, match="project_id"):
+        engine.upsert(
+            [memory_point("alpha", "m1", "deploy"), replace(memory_point("beta", "m2", "deploy"), project_id="")]
+        )
+    assert engine.count("alpha") == 0
+
+
+def test_points_of_one_project_are_never_returned_for_another(engine: Any) -> None:
+    engine.upsert(
+        [
+            memory_point("alpha", "a1", "database migration failed on the replica"),
+            memory_point("alpha", "a2", "database migration retried"),
+            memory_point("beta", "b1", "database migration finished"),
+        ]
+    )
+    for project, expected in (("alpha", {"a1", "a2"}), ("beta", {"b1"})):
+        found = engine.query(project, "database migration", None, SearchFilters(), 10)
+        assert set(ids(found)) == expected
+        assert {c.payload["project_id"] for c in found} == {project}
+    assert ids(engine.retrieve("beta", ["a1", "a2", "b1"])) == ["b1"]
+    assert engine.count("alpha") == 2
+    assert engine.count("beta") == 1
+    assert engine.query("gamma", "database migration", None, SearchFilters(), 10) == []
+    assert engine.count("gamma") == 0
+
+
+@pytest.mark.parametrize("missing", ["", None])
+def test_a_missing_project_is_an_error_not_all_projects(engine: Any, missing: Any) -> None:
+    engine.upsert([memory_point("alpha", "a1", "deploy")])
+    with pytest.raises(ValueError, match="project_id"):
+        engine.query(missing, "deploy", None, SearchFilters(), 5)
+    with pytest.raises(ValueError, match="project_id"):
+        engine.retrieve(missing, ["a1"])
+    with pytest.raises(ValueError, match="project_id"):
+        engine.count(missing)
+    with pytest.raises(ValueError, match="project_id"):
+        engine.delete_project(missing)
+    with pytest.raises(ValueError, match="project_id"):
+        engine.upsert([replace(memory_point("alpha", "a2", "deploy"), project_id=missing)])
+    assert engine.count("alpha") == 1
+
+
+def test_payload_naming_another_project_is_rejected(engine: Any) -> None:
+    point = memory_point("alpha", "a1", "deploy")
+    point.payload["project_id"] = "beta"
+    with pytest.raises(ValueError, match="project_id"):
+        engine.upsert([point])
+
+
+FILTER_POINTS: list[dict[str, Any]] = [
+    dict(minute_id="f1", agent_id="planner", event_type="task_assigned", category="task_assignment",
+         timestamp_ms=T0, task_id="T-1", thread_id="th-1", composite=0.2),
+    dict(minute_id="f2", agent_id="coder", event_type="task_completed", category="agent_capability",
+         timestamp_ms=T0 + 1000, task_id="T-1", thread_id="th-2", composite=0.6),
+    dict(minute_id="f3", agent_id="coder", event_type="task_failed", category="failure_pattern",
+         timestamp_ms=T0 + 2000, task_id="T-2", thread_id="th-2", composite=0.8),
+    dict(minute_id="f4", agent_id="reviewer", event_type="conflict_resolved", category="conflict_resolution",
+         timestamp_ms=T0 + 3000, task_id=None, thread_id=None, composite=0.4),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (SearchFilters(), {"f1", "f2", "f3", "f4"}),
+        (SearchFilters(categories=("failure_pattern", "conflict_resolution")), {"f3", "f4"}),
+        (SearchFilters(event_types=("task_completed",)), {"f2"}),
+        (SearchFilters(agents=("coder", "reviewer")), {"f2", "f3", "f4"}),
+        (SearchFilters(task_id="T-1"), {"f1", "f2"}),
+        (SearchFilters(thread_id="th-2"), {"f2", "f3"}),
+        (SearchFilters(since_ms=T0 + 1000), {"f2", "f3", "f4"}),
+        (SearchFilters(until_ms=T0 + 2000), {"f1", "f2"}),
+        (SearchFilters(since_ms=T0 + 1000, until_ms=T0 + 3000), {"f2", "f3"}),
+        (SearchFilters(min_composite=0.6), {"f2", "f3"}),
+        (SearchFilters(agents=("coder",), event_types=("task_failed",), min_composite=0.5), {"f3"}),
+        (SearchFilters(agents=("nobody",)), set()),
+    ],
+    ids=lambda v: "" if isinstance(v, set) else ",".join(k for k, x in v.to_dict().items() if x not in (None, [])),
+)
+def test_each_filter(engine: Any, filters: SearchFilters, expected: set[str]) -> None:
+    engine.upsert([memory_point("alpha", text="gateway deploy step", **fields) for fields in FILTER_POINTS])
+    engine.upsert([memory_point("beta", "x1", "gateway deploy step", agent_id="coder", composite=0.9)])
+    assert set(ids(engine.query("alpha", "gateway deploy", None, filters, 10))) == expected
+
+
+def test_retrieve_by_minute_ids_in_the_order_asked(engine: Any) -> None:
+    engine.upsert([memory_point("alpha", f"m{i}", f"step {i}") for i in range(5)])
+    found = engine.retrieve("alpha", ["m3", "nope", "m0", "m3", "m4"])
+    assert ids(found) == ["m3", "m0", "m4"]
+    assert found[0].payload["minute"]["id"] == "m3"
+    assert engine.retrieve("alpha", []) == []
+    assert engine.retrieve("beta", ["m1"]) == []
+
+
+def test_delete_project_removes_only_that_project(engine: Any) -> None:
+    engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
+    engine.delete_project("alpha")
+    assert engine.count("alpha") == 0
+    assert engine.query("alpha", "deploy", None, SearchFilters(), 5) == []
+    assert ids(engine.query("beta", "deploy", None, SearchFilters(), 5)) == ["b1"]
+    engine.delete_project("never-existed")
+    engine.upsert([memory_point("alpha", "a2", "deploy again")])
+    assert ids(engine.query("alpha", "deploy", None, SearchFilters(), 5)) == ["a2"]
+
+
+def test_lexical_leg_matches_stems_and_skips_stopwords(engine: Any) -> None:
+    engine.upsert(
+        [
+            memory_point("alpha", "m1", "The agents were deploying the new gateways"),
+            memory_point("alpha", "m2", "Reviewer approved the schema change"),
+        ]
+    )
+    [hit] = engine.query("alpha", "deployed gateway", None, SearchFilters(), 5)
+    assert hit.minute_id == "m1"
+    assert hit.keyword > 0 and hit.semantic == 0
+    assert hit.extra["keyword_rank"] == 1
+    assert engine.query("alpha", "the of and were", None, SearchFilters(), 5) == []
+    assert engine.query("alpha", "", None, SearchFilters(), 5) == []
+
+
+def test_idf_is_computed_per_tenant(engine: Any) -> None:
+    # "gateway" is in every minute of alpha but in one minute of beta: rare in beta, so worth more there.
+    engine.upsert([memory_point("alpha", f"a{i}", f"gateway timeout number {i}") for i in range(8)])
+    engine.upsert([memory_point("alpha", "target-a", "gateway rollback")])
+    engine.upsert([memory_point("beta", f"b{i}", f"schema review number {i}") for i in range(8)])
+    engine.upsert([memory_point("beta", "target-b", "gateway rollback")])
+
+    def score(project: str, minute_id: str, query: str) -> float:
+        hits = {c.minute_id: c.keyword for c in engine.query(project, query, None, SearchFilters(), 20)}
+        return hits[minute_id]
+
+    assert score("alpha", "target-a", "gateway") < score("beta", "target-b", "gateway")
+    # "rollback" is equally rare in both projects (one minute of nine).
+    assert score("alpha", "target-a", "rollback") == pytest.approx(score("beta", "target-b", "rollback"), rel=1e-4)
+
+
+def test_dense_leg_with_explicit_vectors(make_engine: EngineFactory) -> None:
+    engine = make_engine(dense_dimensions=8)
+    basis = [[1.0 if i == j else 0.0 for i in range(8)] for j in range(8)]
+    engine.upsert(
+        [
+            memory_point("alpha", "m0", "gateway timeout", dense=basis[0]),
+            memory_point("alpha", "m1", "schema review", dense=basis[1]),
+            memory_point("alpha", "m2", "cache warmup", dense=[0.9, 0.1, 0, 0, 0, 0, 0, 0]),
+            memory_point("alpha", "m3", "lexical only, indexed before the embedder"),
+            memory_point("beta", "b0", "gateway timeout", dense=basis[1]),
+        ]
+    )
+    # No lexical match at all: the dense leg alone answers, nearest first.
+    found = engine.query("alpha", "zyxwv", basis[1], SearchFilters(), 2)
+    assert ids(found) == ["m1", "m2"]
+    assert found[0].semantic == pytest.approx(1.0, abs=1e-5) and found[0].keyword == 0
+    # Both legs: per-leg scores and ranks plus Qdrant's fused score.
+    found = engine.query("alpha", "gateway", basis[0], SearchFilters(), 3)
+    assert ids(found)[0] == "m0"
+    top = found[0]
+    assert top.keyword > 0 and top.semantic == pytest.approx(1.0, abs=1e-5) and top.fused > 0
+    assert top.extra == {"keyword_rank": 1.0, "semantic_rank": 1.0}
+    assert {c.payload["project_id"] for c in found} == {"alpha"}
+    # Filters apply to the dense leg too.
+    found = engine.query("alpha", "zyxwv", basis[1], SearchFilters(task_id="T-9"), 3)
+    assert found == []
+    with pytest.raises(ValueError, match="dimensions"):
+        engine.query("alpha", "gateway", [1.0, 0.0], SearchFilters(), 3)
+    with pytest.raises(ValueError, match="dimensions"):
+        engine.upsert([memory_point("alpha", "m9", "x", dense=[1.0])])
+
+
+def test_dense_vectors_need_an_engine_with_dense_dimensions(engine: Any) -> None:
+    with pytest.raises(ValueError, match="dense_dimensions"):
+        engine.upsert([memory_point("alpha", "m1", "gateway", dense=[1.0] * 8)])
+    engine.upsert([memory_point("alpha", "m1", "gateway")])
+    # A query vector is ignored by a lexical-only engine: the lexical leg answers.
+    [hit] = engine.query("alpha", "gateway", [1.0] * 8, SearchFilters(), 5)
+    assert hit.minute_id == "m1" and hit.semantic == 0
+
+
+def test_both_backends_score_alike(tmp_path: Path) -> None:
+    points = [
+        memory_point("alpha", "m1", "deploy the gateway to staging", dense=[1, 0, 0, 0]),
+        memory_point("alpha", "m2", "gateway timeout during deploy", dense=[0, 1, 0, 0]),
+        memory_point("alpha", "m3", "schema review of the gateway", dense=[0.5, 0.5, 0, 0]),
+        memory_point("beta", "b1", "deploy deploy deploy", dense=[1, 0, 0, 0]),
+    ]
+    edge = EdgeEngine(tmp_path / "edge", 4)
+    server = ServerEngine(QdrantClient(":memory:"), dense_dimensions=4)
+    try:
+        results = []
+        for engine in (edge, server):
+            engine.upsert(points)
+            found = engine.query("alpha", "deploying gateways", [1.0, 0.2, 0.0, 0.0], SearchFilters(), 10)
+            results.append({c.minute_id: (c.keyword, c.semantic) for c in found})
+        assert results[0].keys() == results[1].keys() == {"m1", "m2", "m3"}
+        for minute_id, (keyword, semantic) in results[0].items():
+            assert results[1][minute_id][0] == pytest.approx(keyword, rel=1e-4)
+            assert results[1][minute_id][1] == pytest.approx(semantic, rel=1e-4)
+    finally:
+        edge.close()
+        server.close()
+
+
+@pytest.mark.parametrize("bad_limit", [0, -1])
+def test_limit_must_be_positive(engine: Any, bad_limit: int) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        engine.query("alpha", "x", None, SearchFilters(), bad_limit)
+
+
+# -- embedded engine only --------------------------------------------------------------
+
+
+def test_edge_keeps_one_shard_directory_per_project(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
+    engine.query("nobody", "deploy", None, SearchFilters(), 5)
+    assert engine.projects() == ["alpha", "beta"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["alpha", "beta"]
+    # A name that could never be a project touches nothing on disk.
+    assert engine.query("../beta", "deploy", None, SearchFilters(), 5) == []
+    assert engine.count("../beta") == 0
+    engine.delete_project("alpha")
+    assert engine.projects() == ["beta"]
+    engine.close()
+
+
+def test_edge_data_survives_reopen_and_optimize(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", f"a{i}", f"deploy step {i}") for i in range(50)])
+    engine.close()
+    with pytest.raises(VectorStoreError, match="closed"):
+        engine.count("alpha")
+    engine = EdgeEngine(tmp_path)
+    assert engine.count("alpha") == 50
+    assert set(engine.optimize()) == {"alpha"}
+    assert engine.optimize("nobody") == {}
+    assert len(engine.query("alpha", "deploy", None, SearchFilters(), 10)) == 10
+    engine.close()
+
+
+def test_edge_allows_one_owner_per_directory(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", "a1", "deploy")])
+    with pytest.raises(ShardLockedError, match="one process"):
+        EdgeEngine(tmp_path)
+    script = (
+        "import sys; from pathlib import Path; from pvm.vectors.edge import EdgeEngine; EdgeEngine(Path(sys.argv[1]))"
+    )
+    other = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert other.returncode != 0 and "ShardLockedError" in other.stderr
+    engine.close()
+    again = EdgeEngine(tmp_path)  # released on close
+    assert again.count("alpha") == 1
+    again.close()
+
+
+def test_edge_closes_least_recently_used_shards(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path, max_open_shards=2)
+    for project in ("p1", "p2", "p3", "p4"):
+        engine.upsert([memory_point(project, f"{project}-m", f"deploy {project}")])
+    assert len(engine._open) == 2
+    for project in ("p1", "p2", "p3", "p4"):
+        assert ids(engine.query(project, "deploy", None, SearchFilters(), 5)) == [f"{project}-m"]
+    engine.close()
+
+
+def test_edge_serves_threads_while_shards_open(tmp_path: Path) -> None:
+    """Writers racing to open the same new shards, readers on others, and a delete, from several threads."""
+    engine = EdgeEngine(tmp_path, max_open_shards=3)
+    engine.upsert([memory_point("steady", "s0", "deploy gateway")])
+    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        try:
+            for i in range(5):
+                project = f"p{i}"
+                engine.upsert([memory_point(project, f"{project}-w{worker}", "deploy gateway")])
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            for _ in range(40):
+                assert ids(engine.query("steady", "deploy", None, SearchFilters(), 5)) == ["s0"]
+                engine.query("p2", "deploy", None, SearchFilters(), 5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    engine.delete_project("p4")
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert [engine.count(f"p{i}") for i in range(4)] == [4, 4, 4, 4]
+    assert engine.count("p4") <= 4  # the delete raced the writers; whatever came after it stays
+    engine.close()
+
+
+def test_edge_refuses_dense_vectors_of_another_size(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", "a1", "deploy")])
+    engine.close()
+    # A lexical-only shard gains the dense vector when an embedder is configured later.
+    engine = EdgeEngine(tmp_path, 8)
+    engine.upsert([memory_point("alpha", "a2", "deploy", dense=[1.0] * 8)])
+    assert ids(engine.query("alpha", "zyxwv", [1.0] * 8, SearchFilters(), 5)) == ["a2"]
+    engine.close()
+    engine = EdgeEngine(tmp_path, 16)
+    with pytest.raises(VectorConfigError, match="pvm replay"):
+        engine.count("alpha")
+    engine.close()
+
+
+def test_server_refuses_dense_vectors_of_another_size() -> None:
+    client = QdrantClient(":memory:")
+    ServerEngine(client, dense_dimensions=8).upsert([memory_point("alpha", "a1", "deploy", dense=[1.0] * 8)])
+    with pytest.raises(VectorConfigError, match="8-dimension"):
+        ServerEngine(client, dense_dimensions=16).count("alpha")
+    assert ServerEngine(client).count("alpha") == 1  # a lexical-only reader of the same collection is fine
+    with pytest.raises(ValueError, match="PVM_QDRANT_URL"):
+        ServerEngine.from_url("")
+
+
+PROJECT_NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,15}", fullmatch=True)
+WORDS = st.sampled_from(
+    ["deploy", "gateway", "schema", "review", "rollback", "cache", "timeout", "merge", "conflict", "agent"]
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    projects=st.lists(PROJECT_NAMES, min_size=1, max_size=4, unique=True),
+    texts=st.lists(st.lists(WORDS, min_size=1, max_size=5).map(" ".join), min_size=1, max_size=12),
+    query=st.lists(WORDS, min_size=1, max_size=3).map(" ".join),
+    stranger=PROJECT_NAMES,
+)
+def test_edge_tenancy_property(projects: list[str], texts: list[str], query: str, stranger: str) -> None:
+    """Random projects and queries: a query only ever sees its own project's minutes; no project is an error."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = EdgeEngine(Path(tmp))
+        try:
+            owner = {}
+            points = []
+            for i, text in enumerate(texts):
+                project = projects[i % len(projects)]
+                minute_id = f"{project}-{i}"
+                owner[minute_id] = project
+                points.append(memory_point(project, minute_id, text))
+            engine.upsert(points)
+            for project in [*projects, stranger]:
+                found = engine.query(project, query, None, SearchFilters(), 50)
+                assert all(c.payload["project_id"] == project and owner[c.minute_id] == project for c in found)
+                mine = {m for m, p in owner.items() if p == project}
+                assert set(ids(engine.retrieve(project, list(owner)))) == mine
+                assert engine.count(project) == len(mine)
+            for missing in ("", None):
+                with pytest.raises(ValueError, match="project_id"):
+                    engine.query(missing, query, None, SearchFilters(), 5)  # type: ignore[arg-type]
+        finally:
+            engine.close()
+
+
+def test_payload_round_trips_exactly(engine: Any) -> None:
+    golden = json.loads((Path(__file__).parents[2] / "contracts/vectors/data_value_types.json").read_text())
+    golden.pop("v", None)
+    point = memory_point("alpha", "m1", "capability observed")
+    point.payload["minute"] = golden
+    point.payload["seq"] = 7
+    point.payload["note"] = "ünïcödé ✓"
+    engine.upsert([point])
+    [stored] = engine.retrieve("alpha", ["m1"])
+    assert stored.payload == point.payload
+    [found] = engine.query("alpha", "capability", None, SearchFilters(), 5)
+    assert found.payload == point.payload
+
+
+def test_the_same_minute_id_in_two_projects_keeps_both(tmp_path: Path) -> None:
+    """Producers choose minute ids: one project must never overwrite another's point (shared collection)."""
+    from qdrant_client import QdrantClient
+
+    from pvm.vectors.server import ServerEngine
+
+    engine = ServerEngine(QdrantClient(":memory:"))
+    shared = "01J0000000000000000000SAME"
+    for project in ("alpha", "beta"):
+        engine.upsert(
+            [
+                MemoryPoint(
+                    shared,
+                    project,
+                    f"{project} only words",
+                    {"project_id": project, "minute_id": shared, "minute": {"id": shared, "project_id": project}},
+                )
+            ]
+        )
+    assert engine.count("alpha") == 1 and engine.count("beta") == 1
+    assert engine.retrieve("alpha", [shared])[0].payload["minute"]["project_id"] == "alpha"
