@@ -1,4 +1,4 @@
-"""A real Prometheus scrapes the exporter while a backlog builds; the lag and a firing lag alert come back over its API."""
+"""A real Prometheus scrapes the exporter while a backlog builds; lag and a firing lag alert come back over its API."""
 
 from __future__ import annotations
 
@@ -96,7 +96,9 @@ def test_prometheus_scrapes_lag_and_fires_the_lag_alert(
             backlog += 500
             time.sleep(1)
             try:
-                result = api(prom_port, "query", query='pvm_stream_lag{shard="0",group="pvm-dispatch"}')["data"]["result"]
+                result = api(prom_port, "query", query='pvm_stream_lag{shard="0",group="pvm-dispatch"}')["data"][
+                    "result"
+                ]
                 alerts = api(prom_port, "alerts")["data"]["alerts"]
             except OSError:
                 continue  # Prometheus still starting

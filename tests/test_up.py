@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ from contracts import Minute
 from pvm.config import Settings
 from pvm.emitter import Emitter
 from pvm.stores.log import LogReader
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +25,13 @@ pytestmark = pytest.mark.slow
 def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PVM_REDIS_URL"}
     env["PVM_HOME"] = str(tmp_path)
+    api_port = free_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "pvm.cli", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "pvm.cli", "up", "--api-port", str(api_port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         assert up.stdout is not None
@@ -44,6 +51,31 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert [r.id for r in reader.history("up-test")] == ids
+        # the index pool runs inside `pvm serve`; the CLI reads through the API
+        cli_env = {**env, "PVM_API_URL": f"http://127.0.0.1:{api_port}", "PVM_REDIS_URL": url}
+        deadline = time.monotonic() + 30
+        while True:
+            ctx = subprocess.run(
+                [sys.executable, "-m", "pvm.cli", "context", "--project", "up-test", "--agent", "a1", "--json"],
+                env=cli_env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if ctx.returncode == 0 and json.loads(ctx.stdout)["freshness"]["index"]["seq"] == 100:
+                break
+            assert time.monotonic() < deadline, ctx.stdout + ctx.stderr
+            time.sleep(0.2)
+        package = json.loads(ctx.stdout)
+        assert package["recent"][-1]["id"] == ids[-1] and package["freshness"]["index"]["behind"] == 0
+        found = subprocess.run(
+            [sys.executable, "-m", "pvm.cli", "search", "--project", "up-test", "message", "--json"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert found.returncode == 0 and json.loads(found.stdout)["hits"]
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
         assert up.returncode == 0

@@ -13,12 +13,12 @@ import redis
 
 from contracts import Minute, encode_minute, keys
 from contracts.memory import Category, SearchFilters
+from pvm import engines
 from pvm.config import Settings
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
-from pvm import engines
 from workers import index_pool
 from workers.index_pool import (
     COMPOSITE_WEIGHTS,

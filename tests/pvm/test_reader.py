@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from contracts import Minute, keys
+from contracts.memory import ContextPackage, SearchFilters
+from pvm import engines
+from pvm.config import Settings
+from pvm.demo import sample_session
+from pvm.reader import ContextReader, estimate_tokens
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes, use_settings
+
+
+@pytest.fixture
+def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContextReader]:
+    use_settings(settings, monkeypatch)
+    yield ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    engines.close_shared()
+
+
+def test_the_context_holds_every_section(reader: ContextReader, redis_client: redis.Redis, settings: Settings) -> None:
+    minutes = list(sample_session("apollo", 120, seed=3))
+    log_minutes(redis_client, settings, minutes)
+    pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert [m["id"] for m in pkg.recent] == [m.id for m in minutes[-50:]]
+    refs = {r for m in pkg.recent for r in m["context_references"]} - {m["id"] for m in pkg.recent}
+    assert {m["id"] for m in pkg.referenced} == refs
+    assert pkg.agent_memory.agent_id == "coder" and pkg.agent_memory.tasks_assigned > 0
+    assert 0 < len(pkg.relevant_experience) <= 5
+    assert any("login" in (h.minute.get("memory_note") or "") for h in pkg.relevant_experience)
+    assert pkg.freshness["index"]["behind"] == 0 and pkg.freshness["durable"]["seq"] == 120
+    assert pkg.full_log_available
+    assert pkg.budget.used_tokens <= pkg.budget.budget_tokens and not pkg.budget.cut
+    text = pkg.render()
+    assert "## Your track record" in text and "## Relevant past experience" in text
+    assert ContextPackage.from_dict(pkg.to_dict()) == pkg
+    # returned memories get their access counted
+    counted = redis_client.hgetall(keys.access_counts("apollo"))
+    assert {k.decode() for k in counted} >= {h.minute_id for h in pkg.relevant_experience}
+
+
+def test_references_missing_from_the_cache_come_from_the_log(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    settings = settings.with_(minute_cache_size=60, recent_window=60)
+    old = Minute(project_id="p", event_type="decision", memory_note="the original decision")
+    rest = [Minute(project_id="p", event_type="message", memory_note=f"n{i}") for i in range(200)]
+    rest[-1] = Minute(
+        project_id="p", event_type="message", memory_note="see the decision", context_references=(old.id,)
+    )
+    log_minutes(redis_client, settings, [old, *rest], index=False)
+    assert redis_client.hget(keys.minute_by_id("p"), old.id) is None  # evicted from the cache
+    pkg = reader.build_context("p", "a1")
+    assert [m["memory_note"] for m in pkg.referenced] == ["the original decision"]
+
+
+@pytest.mark.parametrize("budget", [1, 40, 200, 800, 3000])
+def test_the_budget_is_never_exceeded(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, budget: int
+) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 150, seed=5)))
+    pkg = reader.build_context("apollo", "tester", task="migrate the database", budget_tokens=budget)
+    assert pkg.budget.used_tokens <= budget
+    assert sum(pkg.budget.sections.values()) == pkg.budget.used_tokens
+    kept = len(pkg.recent) + len(pkg.referenced) + len(pkg.relevant_experience)
+    if budget < 3000:
+        assert pkg.budget.cut, "a small budget must report what it left out"
+    assert kept <= 50 + 5 + 200
+    assert estimate_tokens("x" * 40) == 10
+
+
+def test_freshness_shows_how_far_the_index_is_behind(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    first = list(sample_session("apollo", 30, seed=1))
+    later = [Minute(project_id="apollo", event_type="message", memory_note=f"late {i}") for i in range(7)]
+    log_minutes(redis_client, settings, first)
+    log_minutes(redis_client, settings, later, index=False)
+    fresh = reader.freshness("apollo")
+    assert fresh["durable"]["seq"] == 37 and fresh["index"]["seq"] == 30 and fresh["index"]["behind"] == 7
+    assert reader.build_context("apollo", "coder").recent[-1]["memory_note"] == "late 6"  # read-your-writes
+
+
+def test_reads_without_a_project_fail_closed(reader: ContextReader) -> None:
+    for call in (
+        lambda: reader.build_context("", "a"),
+        lambda: reader.build_context(None, "a"),  # type: ignore[arg-type]
+        lambda: reader.search("", "anything"),
+        lambda: reader.get_recent("", 5),
+        lambda: reader.get_by_ids("", ["x"]),
+    ):
+        with pytest.raises(ValueError, match="project_id"):
+            call()
+    with pytest.raises(ValueError, match="agent_id"):
+        reader.build_context("p", "")
+
+
+project_names = st.sampled_from(["alpha", "beta", "gamma", "delta", "epsilon"])
+words = st.sampled_from(["login", "deploy", "cache", "conflict", "failed", "database", "release", "review"])
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(
+    layout=st.lists(st.tuples(project_names, st.lists(words, min_size=1, max_size=4)), min_size=2, max_size=25),
+    asked=project_names,
+    query=st.lists(words, min_size=1, max_size=3),
+)
+def test_no_read_ever_returns_another_projects_minutes(
+    reader: ContextReader,
+    redis_client: redis.Redis,
+    settings: Settings,
+    layout: list[tuple[str, list[str]]],
+    asked: str,
+    query: list[str],
+) -> None:
+    redis_client.flushdb()
+    import shutil
+
+    shutil.rmtree(settings.log_dir, ignore_errors=True)
+    for p in {p for p, _ in layout}:
+        engines.shared_engine(settings).delete_project(p)
+    minutes = [Minute(project_id=p, event_type="message", agent_id="a1", memory_note=" ".join(w)) for p, w in layout]
+    log_minutes(redis_client, settings, minutes)
+    foreign = [m.id for m in minutes if m.project_id != asked]
+    text = " ".join(query)
+    pkg = reader.build_context(asked, "a1", task=text, budget_tokens=50_000)
+    seen = [m["project_id"] for m in (*pkg.recent, *pkg.referenced)]
+    seen += [h.minute["project_id"] for h in pkg.relevant_experience]
+    seen += [h.minute["project_id"] for h in reader.search(asked, text, SearchFilters(), 10)]
+    seen += [m["project_id"] for m in reader.get_recent(asked, 50)]
+    assert reader.get_by_ids(asked, foreign) == []
+    assert set(seen) <= {asked}

@@ -1,0 +1,75 @@
+"""Semantic memory end to end: a failing embedding provider, the failed registry, and `pvm replay` recovering."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from rq.registry import FailedJobRegistry
+
+from contracts.memory import SearchFilters
+from pvm import engines
+from pvm.config import Settings
+from pvm.demo import sample_session
+from pvm.queues import pool_queue
+from pvm.replay import replay
+from pvm.serializers import MsgpackSerializer
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes, run_index_worker, use_settings
+from tests.openai_server import status
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_embedding_outage_fails_the_batch_and_replay_recovers_it(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, openai_server
+) -> None:
+    settings = settings.with_(
+        embed_model="test-embed",
+        openai_base_url=openai_server.base_url,
+        openai_api_key="test-key",
+        embed_dimensions=32,
+        embed_max_retries=1,
+    )
+    use_settings(settings, monkeypatch)
+    minutes = list(sample_session("apollo", 60, seed=9))
+    openai_server.fail_next(status(500), times=1_000)  # the provider is down for good
+    log_minutes(redis_client, settings, minutes)  # the log pool made them durable; indexing fails
+    failed = FailedJobRegistry("pvm-index", connection=redis_client, serializer=MsgpackSerializer)
+    assert len(failed.get_job_ids()) == 1
+    assert LogReader(settings.log_dir).count("apollo") == 60  # nothing lost: the log has every minute
+    engine = engines.shared_engine(settings)
+    assert engine.count("apollo") == 0
+
+    openai_server.reset()  # the provider is back
+    replay(redis_client, settings, "apollo", wait=False)
+    run_index_worker(redis_client)
+    assert engine.count("apollo") == 60
+    hits = engines.searcher_for(settings).search("apollo", "login bug finished", SearchFilters(), 5)  # type: ignore[attr-defined]
+    assert hits and all(h.minute["project_id"] == "apollo" for h in hits)
+    assert any(h.parts.get("semantic", 0) > 0 for h in hits), "the dense leg took part after the replay"
+    engines.close_shared()
+
+
+def test_replay_rebuilds_an_index_that_answers_as_before(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 300, seed=11)))
+    searcher = engines.searcher_for(settings)
+    queries = ["conflict resolved serialized the writers", "migrate-db failed", "handed write-docs", "tune the cache"]
+    now = 1_900_000_000_000
+    before = [[(h.minute_id, round(h.score, 9)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
+    recent_before = redis_client.zrange("pvm:{p:apollo}:recent", 0, -1, withscores=True)
+    agent_before = redis_client.hgetall("pvm:{p:apollo}:agent:coder")
+
+    # lose every derived store of the project, then rebuild from the log alone
+    redis_client.delete("pvm:{p:apollo}:recent", "pvm:{p:apollo}:byid", "pvm:{p:apollo}:agent:coder")
+    replay(redis_client, settings, "apollo", wait=False)
+    assert pool_queue("index", redis_client).count > 0
+    run_index_worker(redis_client)
+
+    after = [[(h.minute_id, round(h.score, 9)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
+    assert after == before
+    assert redis_client.zrange("pvm:{p:apollo}:recent", 0, -1, withscores=True) == recent_before
+    assert redis_client.hgetall("pvm:{p:apollo}:agent:coder") == agent_before
+    engines.close_shared()
