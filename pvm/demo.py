@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from contracts import Minute
 from pvm.config import Settings
@@ -13,12 +13,76 @@ from pvm.config import Settings
 AGENTS = ("planner", "coder", "reviewer", "tester", "deployer")
 TASKS = ("parse-invoices", "fix-login-bug", "migrate-db", "write-docs", "tune-cache", "ship-release")
 
+# What agents say about each task: work notes, failure causes, and things learned.
+TASK_NOTES = {
+    "parse-invoices": (
+        [
+            "PDF tables split across pages break the line-item parser",
+            "switched to layout-aware extraction",
+            "VAT totals now reconcile for EU vendors",
+            "OCR confidence below 0.8 goes to manual review",
+        ],
+        ["scanned invoices without a text layer", "currency symbols parsed as digits"],
+        ["invoices from vendor Acme use a two-column layout"],
+    ),
+    "fix-login-bug": (
+        [
+            "session cookie expires after 5 minutes instead of 8 hours",
+            "the refresh token is not rotated on login",
+            "reproduced the logout loop in Safari",
+            "cookie SameSite=Lax fixes the redirect loop",
+        ],
+        ["the fix broke single sign-on for the admin console", "flaky end-to-end login test timed out"],
+        ["the auth service caches sessions in Redis with a TTL set in config/auth.yml"],
+    ),
+    "migrate-db": (
+        [
+            "orders table migration needs a backfill of 40M rows",
+            "added the index concurrently to avoid locks",
+            "dry run on the staging snapshot took 3h",
+            "foreign keys re-enabled after the copy",
+        ],
+        ["the migration locked the orders table for 20 minutes", "disk filled up during the backfill"],
+        ["run schema migrations in batches of 50k rows outside business hours"],
+    ),
+    "write-docs": (
+        [
+            "API reference regenerated from the OpenAPI spec",
+            "added a quickstart for the Python client",
+            "documented the rate limits per plan",
+            "screenshots updated for the new dashboard",
+        ],
+        ["docs build failed on a broken cross-reference"],
+        ["the docs site deploys from the main branch every hour"],
+    ),
+    "tune-cache": (
+        [
+            "cache hit rate rose from 71% to 93% after key normalization",
+            "evictions spike at midnight batch jobs",
+            "moved hot keys to a separate Redis database",
+            "TTL jitter stops the thundering herd",
+        ],
+        ["cache stampede took the product page down", "memory limit hit on the cache nodes"],
+        ["product pages are cached for 10 minutes; prices for 1 minute"],
+    ),
+    "ship-release": (
+        [
+            "release 2.4 tagged and the changelog drafted",
+            "canary at 5% of traffic shows no errors",
+            "rollback plan rehearsed on staging",
+            "feature flags default off for the new checkout",
+        ],
+        ["canary error rate crossed 2% and the release was rolled back"],
+        ["releases go out Tuesday and Thursday mornings, never on Friday"],
+    ),
+}
+
 
 def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
     """A plausible stream of minutes: assignments, work, conflicts and resolutions, failures, handoffs."""
     rng = random.Random(seed)
     recent: list[str] = []
-    for i in range(n):
+    for _ in range(n):
         task = rng.choice(TASKS)
         agent = rng.choice(AGENTS)
         kind = rng.choices(
@@ -37,13 +101,17 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
             weights=[12, 10, 10, 4, 4, 4, 6, 20, 5, 3],
         )[0]
         data: dict[str, object] = {"task_id": task}
+        work, causes, facts = TASK_NOTES[task]
         note = None
         if kind == "task_assigned":
             data["assignment_reasoning"] = f"{agent} has the best record on {task.split('-')[0]} work"
             note = f"{task} assigned to {agent}"
         elif kind in ("task_completed", "task_failed"):
             data["success_criteria_met"] = rng.randint(70, 100) if kind == "task_completed" else rng.randint(0, 40)
-            note = f"{agent} {'finished' if kind == 'task_completed' else 'failed'} {task}"
+            if kind == "task_completed":
+                note = f"{agent} finished {task}: {rng.choice(work)}"
+            else:
+                note = f"{agent} failed {task}: {rng.choice(causes)}"
         elif kind == "conflict_detected":
             data["conflict_type"] = rng.choice(["resource", "priority", "file-lock"])
             note = f"{agent} hit a {data['conflict_type']} conflict on {task}"
@@ -54,8 +122,10 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
         elif kind == "handoff":
             data["to_agent"] = rng.choice(AGENTS)
             note = f"{agent} handed {task} to {data['to_agent']}"
+        elif kind == "knowledge":
+            note = rng.choice(facts)
         else:
-            note = f"{agent} on {task}: update {i}"
+            note = f"{agent} on {task}: {rng.choice(work)}"
         refs = tuple(rng.sample(recent, k=min(len(recent), rng.randint(0, 2))))
         minute = Minute(
             project_id=project_id,
@@ -70,42 +140,75 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
         yield minute
 
 
+def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90) -> bool:
+    deadline = time.monotonic() + timeout
+    shown = -1
+    tty = sys.stdout.isatty()
+    while True:
+        n = done()
+        if n != shown:
+            print(f"\r  {label}: {n}/{target}", end="" if tty else "\n")
+            sys.stdout.flush()
+            shown = n
+        if n >= target:
+            if tty:
+                print()
+            return True
+        if time.monotonic() > deadline:
+            print(f"\npvm demo: timed out waiting ({label})", file=sys.stderr)
+            return False
+        time.sleep(0.1)
+
+
 def run_demo(settings: Settings, minutes: int = 300) -> int:
-    """Start the stack, emit `minutes` minutes over 3 projects, wait until all are durable, show the log."""
+    """Run a coordination session through the embedded stack, then show the log and one agent's context."""
+    import json
+    import socket
+    import urllib.parse
+    import urllib.request
+
     from pvm.emitter import Emitter
     from pvm.stack import Stack
     from pvm.stores.log import LogReader
 
-    projects = ["apollo", "borealis", "cygnus"]
+    project = "apollo"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        api_port = int(s.getsockname()[1])
     print(f"pvm demo: starting the embedded stack (home {settings.home.resolve()})")
-    with Stack(settings) as stack:
+    with Stack(settings, api_port=api_port) as stack:
         live = stack.settings
         reader = LogReader(live.log_dir)
-        before = {p: reader.count(p) for p in projects}
-        print(f"  Redis at {live.redis_url}; dispatcher and log pool running")
+        before = reader.count(project)
+        print(f"  Redis {live.redis_url}; dispatcher, log pool, and the reader API + index pool on {live.api_url}")
+        session = list(sample_session(project, minutes, seed=int(time.time()) % 1000))
         started = time.monotonic()
         with Emitter(settings=live) as emitter:
-            for i, minute in enumerate(sample_session("demo", minutes)):
-                project = projects[i % len(projects)]
-                emitter.emit(Minute(**{**minute.to_dict(), "project_id": project}))
-        print(f"  emitted {minutes} minutes from {len(AGENTS)} agents over {len(projects)} projects")
-        deadline = time.monotonic() + 60
-        shown = -1
-        while True:
-            durable = sum(reader.count(p) for p in projects) - sum(before.values())
-            if durable != shown:
-                end = "" if sys.stdout.isatty() else "\n"
-                print(f"\r  durable in the log: {durable}/{minutes}", end=end)
-                sys.stdout.flush()
-                shown = durable
-            if durable >= minutes:
-                break
-            if time.monotonic() > deadline:
-                print("\npvm demo: timed out waiting for the log pool", file=sys.stderr)
-                return 1
-            time.sleep(0.1)
-        print(f"{chr(10) if sys.stdout.isatty() else ''}  all durable in {time.monotonic() - started:.2f}s")
-    print()
-    from pvm.cli import main
+            for minute in session:
+                emitter.emit(minute)
+        agents = sorted({m.agent_id for m in session if m.agent_id})
+        print(f"  emitted {minutes} minutes of project {project!r} from {len(agents)} agents: {', '.join(agents)}")
+        if not _wait("durable in the log", lambda: reader.count(project) - before, minutes):
+            return 1
 
-    return main(["log", "tail", "--project", projects[0], "-n", "12"])
+        def indexed() -> int:
+            url = f"{live.api_url}/v1/projects/{project}/context?agent_id=coder&budget_tokens=1"
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    return int(json.loads(r.read())["freshness"]["index"]["seq"]) - before
+            except OSError:
+                return 0
+
+        if not _wait("indexed for search", indexed, minutes):
+            return 1
+        print(f"  all durable and indexed in {time.monotonic() - started:.2f}s\n")
+        from pvm.cli import main
+
+        main(["log", "tail", "--project", project, "-n", "8"])
+        task = "fix the login bug: the session cookie expires too early"
+        query = urllib.parse.urlencode({"agent_id": "coder", "task": task, "budget_tokens": 1200, "format": "text"})
+        with urllib.request.urlopen(f"{live.api_url}/v1/projects/{project}/context?{query}", timeout=10) as r:
+            context = r.read().decode()
+        print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}:\n")
+        print(context)
+    return 0
