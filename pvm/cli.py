@@ -101,6 +101,11 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from workers.runner import WorkerGroup, run_worker
 
+    if "index" in args.pools and args.processes > 1 and not settings.qdrant_url:
+        raise SystemExit(
+            "pvm: the index pool runs in one process with the embedded engine (it owns the engine's files); "
+            "set PVM_QDRANT_URL to a Qdrant server to run more"
+        )
     if args.processes == 1:
         run_worker(args.pools, settings, burst=args.burst, name=args.name)
         return 0
@@ -292,6 +297,9 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.serializers import MsgpackSerializer
 
     r = redis_from_settings(settings)
+    if args.failed_command == "retry" and not args.ids and not args.all:
+        print("pvm: name failed job ids to retry, or pass --all", file=sys.stderr)
+        return 2
     pools = [args.pool] if args.pool else list(keys.QUEUES)
     rows = []
     retried = 0
@@ -424,6 +432,17 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return replay(redis_from_settings(settings), settings, None if args.all else args.project, wait=not args.no_wait)
 
 
+def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.connection import redis_from_settings
+    from pvm.queues import pool_queue
+
+    job = pool_queue("index", redis_from_settings(settings)).enqueue(
+        "workers.index_pool.optimize", args.project, job_timeout=3600
+    )
+    print(f"optimize of {args.project or 'every project'} queued for the index worker (job {job.id})")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.demo import run_demo
 
@@ -491,11 +510,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("drop", "delete dead letters"),
     ):
         p = dead_sub.add_parser(name, help=text)
-        p.add_argument("ids", nargs="*", help="dead-letter entry ids (default: all listed)")
         p.add_argument("--shard", type=int, help="only this shard")
-        p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-        if name != "list":
+        if name == "list":
+            p.add_argument("ids", nargs="*", help="only these dead-letter entry ids")
+            p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        else:
+            p.add_argument("ids", nargs="*", help="dead-letter entry ids (or --all)")
             p.add_argument("--all", action="store_true", help=f"{name} every dead letter (of --shard)")
         p.set_defaults(func=cmd_dead)
 
@@ -503,10 +524,14 @@ def build_parser() -> argparse.ArgumentParser:
     failed_sub = failed.add_subparsers(dest="failed_command", required=True, metavar="SUBCOMMAND")
     for name, text in (("list", "show failed jobs and their last error"), ("retry", "requeue failed jobs")):
         p = failed_sub.add_parser(name, help=text)
-        p.add_argument("ids", nargs="*", help="job ids (default: every failed job)")
         p.add_argument("--pool", help="only this pool")
-        p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "list":
+            p.add_argument("ids", nargs="*", help="only these job ids")
+            p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        else:
+            p.add_argument("ids", nargs="*", help="job ids (or --all)")
+            p.add_argument("--all", action="store_true", help="requeue every failed job (of --pool)")
         p.set_defaults(func=cmd_failed)
 
     serve = sub.add_parser("serve", help="the reader HTTP API (and, with the embedded engine, the index pool)")
@@ -548,7 +573,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd.add_argument("--no-wait", action="store_true", help="enqueue the rebuild and return")
     replay_cmd.set_defaults(func=cmd_replay)
 
-    demo = sub.add_parser("demo", help="start the embedded stack, emit sample minutes, show the log, stop")
+    optimize = sub.add_parser(
+        "optimize", help="optimize the embedded engine's shards (queued for the index worker that owns them)"
+    )
+    optimize.add_argument("--project", help="one project (default: all)")
+    optimize.set_defaults(func=cmd_optimize)
+
+    demo = sub.add_parser(
+        "demo", help="run a coordination session through the embedded stack; show the log and an agent's context"
+    )
     demo.add_argument("--minutes", type=int, default=300, help="how many minutes to emit (default 300)")
     demo.set_defaults(func=cmd_demo)
     return parser

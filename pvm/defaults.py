@@ -18,6 +18,8 @@ SPOOL_DIR = "var/spool"
 
 # Pools the log pool feeds with every durable batch.
 DOWNSTREAM = ("index",)
+# Their jobs may call providers that retry with backoff (embeddings: up to 6 tries of 30 s).
+DOWNSTREAM_JOB_TIMEOUT_S = 600
 
 # Dispatcher
 DISPATCH_BATCH_SIZE = 500  # minutes per RQ job (and per XREADGROUP)

@@ -9,6 +9,7 @@ how fresh each part is. Every call names a project; nothing crosses projects.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from pvm import defaults
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
 from pvm.stores.log import LogReader
+
+log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English under BPE tokenizers; no tokenizer dependency
 
@@ -153,8 +156,13 @@ class ContextReader:
         referenced = self.get_by_ids(project_id, wanted)
         memory = self.agents.get(project_id, agent_id)
         experience: list[SearchHit] = []
+        search_error = None
         if task and self.searcher is not None:
-            experience = self.searcher.search(project_id, task, SearchFilters(), self.experience_k)
+            try:
+                experience = self.searcher.search(project_id, task, SearchFilters(), self.experience_k)
+            except Exception as exc:  # the vector store is down: the rest of the context still answers
+                log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
+                search_error = f"{type(exc).__name__}: {exc}"
         newest_first = list(reversed(recent))
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
@@ -164,6 +172,9 @@ class ContextReader:
         ]
         kept, report = fit_budget(sections, budget_tokens)
         self._count_access(project_id, [h.minute_id for h in kept["relevant_experience"]])
+        freshness = self.freshness(project_id)
+        if search_error:
+            freshness["index"]["error"] = search_error
         return ContextPackage(
             project_id=project_id,
             agent_id=agent_id,
@@ -173,7 +184,7 @@ class ContextReader:
             agent_memory=memory,
             relevant_experience=tuple(kept["relevant_experience"]),
             budget=report,
-            freshness=self.freshness(project_id),
+            freshness=freshness,
             full_log_available=project_id in self.log.projects(),
         )
 

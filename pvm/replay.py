@@ -15,8 +15,7 @@ import sys
 import time
 
 import redis
-from rq import Queue, Retry
-from rq.job import Job
+from rq import Queue, Retry, Worker
 
 from contracts import keys
 from pvm import defaults
@@ -57,44 +56,27 @@ def _clear_caches(connection: redis.Redis, project_id: str) -> None:
     connection.delete(*doomed)
 
 
-def _wait_job(job: Job, label: str) -> None:
-    announced = False
-    while True:
-        status = job.get_status(refresh=True)
-        if status == "finished":
-            return
-        if status in ("failed", "stopped", "canceled"):
-            raise SystemExit(f"pvm replay: {label} job {job.id} {status}; see `pvm failed list --pool index`")
-        if not announced:
-            print(
-                f"pvm replay: waiting for an index worker to run {label} "
-                "(`pvm up`, `pvm serve` or `pvm worker index` must be running)",
-                file=sys.stderr,
-            )
-            announced = True
-        time.sleep(0.1)
-
-
 def replay_project(connection: redis.Redis, settings: Settings, project_id: str, wait: bool = True) -> int:
     """Rebuild one project's caches, index and agent memory from its log; returns minutes replayed."""
     log = LogReader(settings.log_dir)
     total = log.count(project_id)
     cache = MinuteCache(connection, settings.recent_window, settings.minute_cache_size)
     index_queue = pool_queue("index", connection)
+    # The index jobs depend on the reset: RQ holds them back until it has finished,
+    # however many index workers there are.
     reset = index_queue.enqueue("workers.index_pool.reset_project", project_id, result_ttl=600)
     _clear_caches(connection, project_id)
-    if wait:
-        _wait_job(reset, f"the reset of {project_id!r}")
     progress = Progress(f"replay {project_id}: log", total)
     sent = 0
     batch: list[CachedMinute] = []
+    last = reset
 
     def flush() -> None:
-        nonlocal sent, batch
+        nonlocal sent, batch, last
         if not batch:
             return
         cache.update(project_id, batch, time.time())
-        index_queue.enqueue_many(
+        [last] = index_queue.enqueue_many(
             [
                 Queue.prepare_data(
                     "workers.index_pool.run",
@@ -102,7 +84,8 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
                     retry=Retry(max=defaults.JOB_RETRIES),
                     result_ttl=defaults.JOB_RESULT_TTL_S,
                     failure_ttl=defaults.JOB_FAILURE_TTL_S,
-                    timeout=settings.job_timeout,
+                    timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
+                    depends_on=reset,
                 )
             ]
         )
@@ -118,17 +101,31 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
         if len(batch) >= BATCH:
             flush()
     flush()
+    # The embedded engine's search is fastest on an optimized shard: ask for it once the rebuild is in.
+    index_queue.enqueue("workers.index_pool.optimize", project_id, depends_on=last, job_timeout=3600)
     progress.show(sent, "queued for indexing", force=True)
     progress.done()
     if not wait:
         return sent
     progress = Progress(f"replay {project_id}: index", total)
+    hinted = False
+    started = time.monotonic()
     while True:
         head = connection.hget(keys.index_head(project_id), "seq")
         indexed = int(head) if head else 0
         progress.show(indexed)
         if indexed >= total:
             break
+        if (
+            not hinted
+            and time.monotonic() - started > 5
+            and Worker.count(connection=connection, queue=index_queue) == 0
+        ):
+            print(
+                "\npvm replay: no index worker is running; start `pvm up`, `pvm serve` or `pvm worker index`",
+                file=sys.stderr,
+            )
+            hinted = True
         time.sleep(0.1)
     progress.show(total, "done", force=True)
     progress.done()

@@ -58,7 +58,7 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
     searcher = engines.searcher_for(settings)
     queries = ["conflict resolved serialized the writers", "migrate-db failed", "handed write-docs", "tune the cache"]
     now = 1_900_000_000_000
-    before = [[(h.minute_id, round(h.score, 9)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
+    before = [[(h.minute_id, round(h.score, 4)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
     recent_before = redis_client.zrange("pvm:{p:apollo}:recent", 0, -1, withscores=True)
     agent_before = redis_client.hgetall("pvm:{p:apollo}:agent:coder")
 
@@ -68,7 +68,7 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
     assert pool_queue("index", redis_client).count > 0
     run_index_worker(redis_client)
 
-    after = [[(h.minute_id, round(h.score, 9)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
+    after = [[(h.minute_id, round(h.score, 4)) for h in searcher.search("apollo", q, None, 10, now)] for q in queries]  # type: ignore[attr-defined]
     assert after == before
     assert redis_client.zrange("pvm:{p:apollo}:recent", 0, -1, withscores=True) == recent_before
     assert redis_client.hgetall("pvm:{p:apollo}:agent:coder") == agent_before

@@ -498,7 +498,20 @@ def _upsert(ctx: _Context, points: Sequence[MemoryPoint]) -> None:
         return
     engine, embedder = ctx.engine, ctx.embedder
     if embedder.dimensions is not None:
-        vectors = embedder.embed([p.text for p in points])
+        tokens_before = embedder.stats.input_tokens  # type: ignore[attr-defined]
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            vectors = embedder.embed([p.text for p in points])
+            outcome = "ok"
+        finally:
+            ctx.metrics.provider_call(
+                "openai",
+                "embedding",
+                outcome,
+                time.monotonic() - started,
+                tokens=embedder.stats.input_tokens - tokens_before,  # type: ignore[attr-defined]
+            )
         points = [replace(p, dense=v) for p, v in zip(points, vectors, strict=True)]
     engine.upsert(points)
 
@@ -575,3 +588,19 @@ def reset_project(project_id: str) -> dict[str, Any]:
     ctx.memory.reset(project_id)
     job.connection.delete(keys.index_head(project_id))
     return {"project_id": project_id, "reset": True}
+
+
+def optimize(project_id: str | None = None) -> dict[str, Any]:
+    """RQ job: optimize the embedded engine's shards (all, or one project's); explicit and blocking.
+
+    With a Qdrant server the server optimizes on its own and this does nothing.
+    """
+    job = get_current_job()
+    assert job is not None, "workers.index_pool.optimize runs inside an RQ worker"
+    engine = _context(job.connection).engine
+    run_optimize = getattr(engine, "optimize", None)
+    if run_optimize is None:
+        return {"optimized": {}, "note": "the Qdrant server optimizes its collections itself"}
+    started = time.time()
+    done = run_optimize(project_id)
+    return {"optimized": done, "seconds": round(time.time() - started, 3)}

@@ -128,6 +128,7 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
                     Queue.prepare_data(
                         f"workers.{pool}_pool.run",
                         args=(records,),
+                        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
                         retry=Retry(max=defaults.JOB_RETRIES),
                         result_ttl=defaults.JOB_RESULT_TTL_S,
                         failure_ttl=defaults.JOB_FAILURE_TTL_S,

@@ -168,5 +168,6 @@ def test_failed_jobs_are_listed_and_retried(
     assert main(["failed", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["job"] for r in rows] == [job.id] and rows[0]["function"] == "workers.log_pool.run"
-    assert main(["failed", "retry", "--pool", "log"]) == 0
+    assert main(["failed", "retry", "--pool", "log"]) == 2  # refuses without ids or --all
+    assert main(["failed", "retry", "--pool", "log", "--all"]) == 0
     assert q.job_ids == [job.id]
