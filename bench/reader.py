@@ -1,0 +1,496 @@
+#!/usr/bin/env python
+"""Reader benchmark: build_context and search latency at 10k and 100k indexed minutes; index pool minutes/s.
+
+Everything runs in this one process on a temporary PVM_HOME and a fresh embedded
+Valkey, with the embedded vector engine and no embedder (lexical only), through
+the code the pools and the reader run in production:
+
+1. load       generated multi-agent minutes (bench/sessions.py: failures with
+              causes, conflicts with resolutions, tasks, chatter; references to
+              earlier minutes) arrive in 500-minute batches, ~90% of them in the
+              measured project and the rest in 4 small ones, interleaved in time.
+              Per batch, as the log pool does: `log_pool.process` (the durable
+              log, one fsync per project) and `MinuteCache.update` (recent
+              windows, minutes by id, log head) in one pipeline. Then, as
+              `workers.index_pool.run` does without RQ: decode, `build_points`,
+              agent memory (`AgentMemoryStore.apply`), the engine's upsert, the
+              index head and the pool's metrics. index_per_s is the minutes of
+              all batches / the time in those index steps (one process).
+                                                        target: >= 5,000/s
+2. optimize   when the measured project holds 10k (then 100k) minutes, loading
+              pauses and `engine.optimize()` runs once, explicitly, as an
+              operator would after a bulk load (timed).
+3. measure    `ContextReader.build_context(project, agent, task, budget_tokens=2000)`
+              and `ContextReader.search(project, query, k=5)`, each timed call by
+              call over `--calls` calls (after a warm-up) with agents and
+              task texts varied (work, incidents, conflicts in any wording).
+              The reader is the one `pvm serve` builds: Redis caches, the log,
+              `HybridSearch` over the process's shared engine.
+                                                        target: build_context p99 <= 10 ms at 100k
+
+Progress goes to stderr; the result (one JSON object with --json, else a table) to stdout.
+
+    .venv/bin/python bench/reader.py --json
+    .venv/bin/python bench/reader.py --minutes-scale 0.1     # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import math
+import os
+import pstats
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis
+
+from bench.ingest import embedded_redis, percentile, say, stdout_to_stderr
+from bench.machine import machine
+from bench.sessions import AGENTS, stream, task_texts
+from contracts import Minute, encode_minute
+from pvm import defaults, engines
+from pvm.config import Settings
+from pvm.metrics import MetricsRecorder
+from pvm.reader import ContextReader
+from pvm.stores.agent_memory import AgentMemoryStore
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import LogReader, LogWriter
+from workers import index_pool, log_pool
+
+MAIN_PROJECT = "bench-main"
+SIDE_PROJECTS = ("bench-side-1", "bench-side-2", "bench-side-3", "bench-side-4")
+SIDE_SHARE = 0.1  # of all minutes, spread over the side projects
+MAIN_MINUTES = 100_000  # at --minutes-scale 1.0; the first checkpoint is a tenth of it
+BATCH = defaults.DISPATCH_BATCH_SIZE
+CALLS = 1_000
+WARMUP_CALLS = 100
+BUDGET_TOKENS = 2_000
+SEARCH_K = 5
+INDEX_STAGES = ("decode", "build_points", "agent_memory", "upsert", "head_metrics")
+
+# build_context's target applies at the largest checkpoint (100k at --minutes-scale 1).
+TARGETS: dict[str, tuple[str, float]] = {
+    "context_p99_ms_largest": ("<=", 10.0),
+    "index_per_s": (">=", 5_000.0),
+}
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not produce a valid measurement."""
+
+
+@dataclass
+class IndexTimes:
+    """Seconds spent in each index step, summed over batches, and each batch's total."""
+
+    stages: dict[str, float] = field(default_factory=lambda: dict.fromkeys(INDEX_STAGES, 0.0))
+    batches: list[float] = field(default_factory=list)
+    minutes: int = 0
+    log_cache_s: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.batches)
+
+
+class Progress:
+    """Progress lines on stderr, at most about once a second unless forced."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def tick(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= 1.0:
+            self._last = now
+            say(f"reader bench: {text}")
+
+
+# -- load ---------------------------------------------------------------------------
+
+
+def build_minutes(main_minutes: int, seed: int) -> list[tuple[Minute, bytes]]:
+    """Minutes in time order until the main project holds `main_minutes`; with their wire bytes."""
+    weights = {MAIN_PROJECT: 1 - SIDE_SHARE, **{p: SIDE_SHARE / len(SIDE_PROJECTS) for p in SIDE_PROJECTS}}
+    expected = math.ceil(main_minutes / (1 - SIDE_SHARE) * 1.05) + 1_000
+    out: list[tuple[Minute, bytes]] = []
+    main = 0
+    for minute in stream(weights, expected, seed=seed):
+        out.append((minute, encode_minute(minute)))
+        if minute.project_id == MAIN_PROJECT:
+            main += 1
+            if main >= main_minutes:
+                return out
+    raise BenchError(f"the session stream ended with {main:,}/{main_minutes:,} minutes in {MAIN_PROJECT}")
+
+
+class Loader:
+    """Feeds batches through the log pool's and the index pool's steps, as their RQ jobs do."""
+
+    def __init__(self, settings: Settings, connection: redis.Redis) -> None:
+        self.connection = connection
+        self.writer = LogWriter(settings.log_dir)
+        self.cache = MinuteCache(connection, settings.recent_window, settings.minute_cache_size)
+        # The index pool's context, as `index_pool._context` builds it, on our settings (not the environment's).
+        self.index = index_pool._Context(
+            settings=settings,
+            memory=AgentMemoryStore(connection),
+            metrics=MetricsRecorder(connection),
+            advance_head=connection.register_script(index_pool._ADVANCE_HEAD),
+        )
+        self.times = IndexTimes()
+        self._entry = 0
+
+    def batch(self, minutes: Sequence[tuple[Minute, bytes]]) -> None:
+        started = time.perf_counter()
+        entries = []
+        for _, raw in minutes:
+            self._entry += 1
+            entries.append([f"{self._entry}-0", raw])
+        # log pool: durable log, then the caches (as log_pool.run / _update_caches).
+        result = log_pool.process(self.writer, entries)
+        durable_at = time.time()
+        pipe = self.connection.pipeline(transaction=False)
+        for project_id, pairs in result.projects.items():
+            self.cache.update(
+                project_id,
+                [CachedMinute(a.id, a.seq, item.raw, item.agent_id) for item, a in pairs],
+                durable_at,
+                pipeline=pipe,
+            )
+        pipe.execute()
+        records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
+        self.times.log_cache_s += time.perf_counter() - started
+        self._index(records)
+
+    def _index(self, records: list[list[Any]]) -> None:
+        """The body of `workers.index_pool.run`, step by step, timed."""
+        ctx, stages = self.index, self.times.stages
+        clock = time.perf_counter
+        t0 = clock()
+        started = time.time()
+        logged, undecodable = index_pool.decode(records)
+        logged = index_pool._unique(logged)
+        t1 = clock()
+        points = index_pool.build_points(logged, now=started)
+        t2 = clock()
+        ctx.memory.apply(index_pool.agent_updates(logged))
+        t3 = clock()
+        index_pool._upsert(ctx, points)
+        t4 = clock()
+        indexed_at = time.time()
+        heads_before = index_pool._advance_heads(ctx, self.connection, logged, indexed_at)
+        ctx.metrics.batch("index", len(records), indexed_at - started)
+        ctx.metrics.freshness("indexed", index_pool._lags(logged, heads_before, indexed_at))
+        t5 = clock()
+        if undecodable:
+            raise BenchError(f"{len(undecodable)} minutes did not decode")
+        for name, (a, b) in zip(INDEX_STAGES, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):
+            stages[name] += b - a
+        self.times.batches.append(t5 - t0)
+        self.times.minutes += len(records)
+
+
+def load(
+    loader: Loader, minutes: Sequence[tuple[Minute, bytes]], start: int, main_target: int, progress: Progress
+) -> int:
+    """Load minutes from `start` until the main project holds `main_target`; returns where it stopped."""
+    position = start
+    main = sum(1 for m, _ in minutes[:start] if m.project_id == MAIN_PROJECT)
+    while main < main_target and position < len(minutes):
+        batch: list[tuple[Minute, bytes]] = []
+        while len(batch) < BATCH and position < len(minutes) and main < main_target:
+            minute = minutes[position]
+            batch.append(minute)
+            main += minute[0].project_id == MAIN_PROJECT
+            position += 1
+        loader.batch(batch)
+        t = loader.times
+        progress.tick(
+            f"loaded {main:,}/{main_target:,} minutes of {MAIN_PROJECT} ({t.minutes / t.seconds:,.0f}/s indexed)"
+        )
+    return position
+
+
+# -- measure ------------------------------------------------------------------------
+
+
+def timed_calls(calls: Sequence[Callable[[], Any]]) -> list[float]:
+    """Each call's wall time in ms, sorted."""
+    clock = time.perf_counter_ns
+    out = []
+    for call in calls:
+        t = clock()
+        call()
+        out.append((clock() - t) / 1e6)
+    out.sort()
+    return out
+
+
+def measure(reader: ContextReader, calls: int, seed: int, label: str, progress: Progress) -> dict[str, Any]:
+    """build_context and search latency over `calls` varied calls each, after a warm-up."""
+    rng = random.Random(seed)
+    agents = [*AGENTS, "newcomer"]  # plus an agent with no memory yet
+    tasks = task_texts(rng, calls + WARMUP_CALLS)
+    queries = task_texts(rng, calls + WARMUP_CALLS)
+    askers = [rng.choice(agents) for _ in tasks]
+    contexts = [
+        (lambda a=a, t=t: reader.build_context(MAIN_PROJECT, a, task=t, budget_tokens=BUDGET_TOKENS))
+        for a, t in zip(askers, tasks, strict=True)
+    ]
+    searches = [(lambda q=q: reader.search(MAIN_PROJECT, q, k=SEARCH_K)) for q in queries]
+    progress.tick(f"{label}: warming up ({WARMUP_CALLS} calls each)", force=True)
+    for call in contexts[:WARMUP_CALLS] + searches[:WARMUP_CALLS]:
+        call()
+    gc.collect()
+    load_before = os.getloadavg()[0]
+    progress.tick(f"{label}: timing {calls:,} build_context calls", force=True)
+    context_ms = timed_calls(contexts[WARMUP_CALLS:])
+    progress.tick(f"{label}: timing {calls:,} search calls", force=True)
+    search_ms = timed_calls(searches[WARMUP_CALLS:])
+    load_after = os.getloadavg()[0]
+    sample = reader.build_context(MAIN_PROJECT, "coder", task=tasks[0], budget_tokens=BUDGET_TOKENS)
+    hits = [len(reader.search(MAIN_PROJECT, q, k=SEARCH_K)) for q in queries[:50]]
+    out = {
+        f"context_p50_ms_{label}": round(percentile(context_ms, 50), 3),
+        f"context_p99_ms_{label}": round(percentile(context_ms, 99), 3),
+        f"context_mean_ms_{label}": round(sum(context_ms) / len(context_ms), 3),
+        f"context_max_ms_{label}": round(context_ms[-1], 3),
+        f"search_p50_ms_{label}": round(percentile(search_ms, 50), 3),
+        f"search_p99_ms_{label}": round(percentile(search_ms, 99), 3),
+        f"search_mean_ms_{label}": round(sum(search_ms) / len(search_ms), 3),
+        f"search_max_ms_{label}": round(search_ms[-1], 3),
+        f"context_sample_{label}": {
+            "task": sample.task,
+            "recent": len(sample.recent),
+            "referenced": len(sample.referenced),
+            "relevant_experience": len(sample.relevant_experience),
+            "used_tokens": sample.budget.used_tokens,
+            "cut": sample.budget.cut,
+            "index_behind": sample.freshness["index"]["behind"],
+        },
+        f"search_hits_mean_{label}": round(sum(hits) / len(hits), 2),
+        # The machine's 1-minute load average around the timed calls: above ~1 someone else shared the 2 cores.
+        f"load_avg_{label}": [round(load_before, 2), round(load_after, 2)],
+    }
+    progress.tick(
+        f"{label}: build_context p50 {out[f'context_p50_ms_{label}']} ms p99 {out[f'context_p99_ms_{label}']} ms; "
+        f"search p50 {out[f'search_p50_ms_{label}']} ms p99 {out[f'search_p99_ms_{label}']} ms",
+        force=True,
+    )
+    return out
+
+
+def profile_context(reader: ContextReader, calls: int, seed: int, top: int = 25) -> str:
+    """cProfile of `calls` build_context calls: the top functions by cumulative time."""
+    rng = random.Random(seed)
+    tasks = task_texts(rng, calls)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for t in tasks:
+        reader.build_context(MAIN_PROJECT, rng.choice(AGENTS), task=t, budget_tokens=BUDGET_TOKENS)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# -- run ----------------------------------------------------------------------------
+
+
+@contextmanager
+def bench_home() -> Iterator[Settings]:
+    """Settings on a fresh temporary PVM_HOME: embedded engine, no embedder (none of the caller's environment)."""
+    with tempfile.TemporaryDirectory(prefix="pvm-bench-reader-") as tmp:
+        yield Settings.from_env({"PVM_HOME": tmp})
+
+
+def optimize(engine: Any, label: str, progress: Progress) -> dict[str, Any]:
+    """Run the embedded engine's explicit optimize() over every project, timed; and what it did."""
+    progress.tick(f"{label}: engine.optimize() (explicit, blocking)", force=True)
+    started = time.perf_counter()
+    done = engine.optimize()  # the embedded engine's extra: {project: whether anything was optimized}
+    seconds = time.perf_counter() - started
+    progress.tick(f"{label}: optimized in {seconds:.2f} s ({done.get(MAIN_PROJECT)} for {MAIN_PROJECT})", force=True)
+    return {f"optimize_s_{label}": round(seconds, 3), f"optimize_did_work_{label}": bool(done.get(MAIN_PROJECT))}
+
+
+def run(main_minutes: int, calls: int, seed: int, profile: bool, progress: Progress) -> dict[str, Any]:
+    """Load, optimize and measure at a tenth of `main_minutes`, then again at `main_minutes`."""
+    small = max(1, main_minutes // 10)
+    small_label = _label(small)
+    large_label = _label(main_minutes)
+    progress.tick(f"building {main_minutes:,} minutes of {MAIN_PROJECT} plus {len(SIDE_PROJECTS)} side projects", True)
+    minutes = build_minutes(main_minutes, seed)
+    gc.collect()
+    gc.freeze()  # the pre-built minutes are not the reader's garbage
+    result: dict[str, Any] = {}
+    with bench_home() as settings, embedded_redis(settings) as server:
+        live = settings.with_(redis_url=server.url)
+        connection = redis.Redis.from_url(server.url)
+        loader = Loader(live, connection)
+        try:
+            # The reader `pvm serve` builds: caches, the log, HybridSearch over the process's shared engine.
+            searcher = engines.searcher_for(live)
+            reader = ContextReader(connection, LogReader(live.log_dir), searcher)  # type: ignore[arg-type]
+            engine = engines.shared_engine(live)
+            position = load(loader, minutes, 0, small, progress)
+            result.update(optimize(engine, small_label, progress))
+            result.update(measure(reader, calls, seed, small_label, progress))
+            position = load(loader, minutes, position, main_minutes, progress)
+            result.update(optimize(engine, large_label, progress))
+            result.update(measure(reader, calls, seed + 1, large_label, progress))
+            if profile:
+                result["profile_context"] = profile_context(reader, min(calls, 300), seed + 2)
+            result["points_main"] = engine.count(MAIN_PROJECT)
+            result["points_total"] = sum(engine.count(p) for p in (MAIN_PROJECT, *SIDE_PROJECTS))
+            result["machine"] = machine(connection)
+        finally:
+            engines.close_shared()
+            loader.writer.close()
+            connection.close()
+    t = loader.times
+    batches = sorted(t.batches)
+    result.update(
+        {
+            "index_per_s": round(t.minutes / t.seconds),
+            "index_minutes": t.minutes,
+            "index_batches": len(batches),
+            "index_batch_p50_ms": round(percentile(batches, 50) * 1000, 2),
+            "index_batch_p99_ms": round(percentile(batches, 99) * 1000, 2),
+            "index_stage_share": {k: round(v / t.seconds, 3) for k, v in t.stages.items()},
+            "index_stage_us_per_minute": {k: round(v / t.minutes * 1e6, 1) for k, v in t.stages.items()},
+            "log_cache_per_s": round(t.minutes / t.log_cache_s),
+            "minutes_main": main_minutes,
+            "minutes_total": position,
+            "checkpoints": [small, main_minutes],
+        }
+    )
+    result["context_p99_ms_largest"] = result[f"context_p99_ms_{large_label}"]
+    return result
+
+
+def _label(n: int) -> str:
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
+    out: dict[str, bool | None] = {}
+    for key, (op, bound) in TARGETS.items():
+        value = result.get(key)
+        out[key] = None if value is None else (value <= bound if op == "<=" else value >= bound)
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    small, large = (_label(n) for n in result["checkpoints"])
+    rows = []
+    for label in (small, large):
+        rows += [
+            (f"build_context p50 / p99 @{label}", f"{result[f'context_p50_ms_{label}']} / "
+             f"{result[f'context_p99_ms_{label}']} ms", "context_p99_ms_largest" if label == large else ""),
+            (f"search p50 / p99 @{label}", f"{result[f'search_p50_ms_{label}']} / "
+             f"{result[f'search_p99_ms_{label}']} ms", ""),
+            (f"optimize @{label}", f"{result[f'optimize_s_{label}']} s", ""),
+        ]  # fmt: skip
+    rows.append(("index (1 process)", f"{result['index_per_s']:,} minutes/s", "index_per_s"))
+    rows.append(("log + caches", f"{result['log_cache_per_s']:,} minutes/s", ""))
+    met = result.get("met", {})
+    lines = [f"{'METRIC':<34}{'VALUE':>24}  {'TARGET':<12}RESULT"]
+    for name, value, key in rows:
+        target = verdict = ""
+        if key in TARGETS:
+            op, bound = TARGETS[key]
+            target = f"{op} {bound:g}"
+            verdict = {True: "ok", False: "MISSED", None: "n/a"}[met.get(key)]
+        lines.append(f"{name:<34}{value:>24}  {target:<12}{verdict}")
+    box = result["machine"]
+    lines.append("")
+    lines.append(f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}; {result['elapsed_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/reader.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--minutes-scale", type=float, default=1.0, metavar="X",
+        help=f"multiply the {MAIN_MINUTES:,} minutes of the measured project by X (checkpoints at X/10 and X)",
+    )  # fmt: skip
+    parser.add_argument("--calls", type=int, default=CALLS, help="timed calls of each kind (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="add a cProfile of build_context at the last size")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    if args.minutes_scale <= 0:
+        parser.error("--minutes-scale must be positive")
+    if args.calls < 10:
+        parser.error("--calls must be at least 10")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    main_minutes = max(1_000, round(MAIN_MINUTES * args.minutes_scale / 1_000) * 1_000)
+    progress = Progress()
+    started = time.monotonic()
+    try:
+        with stdout_to_stderr():
+            result = run(main_minutes, args.calls, args.seed, args.profile, progress)
+    except KeyboardInterrupt:
+        say("reader bench: interrupted")
+        return 130
+    except (BenchError, redis.exceptions.RedisError) as exc:
+        say(f"reader bench: failed: {exc}")
+        return 1
+    result["config"] = {
+        "minutes_scale": args.minutes_scale,
+        "calls": args.calls,
+        "warmup_calls": WARMUP_CALLS,
+        "batch": BATCH,
+        "budget_tokens": BUDGET_TOKENS,
+        "search_k": SEARCH_K,
+        "side_projects": len(SIDE_PROJECTS),
+        "side_share": SIDE_SHARE,
+        "engine": "embedded (qdrant-edge), lexical only",
+        "index_rate_basis": "minutes / time in decode + build_points + agent memory + upsert + head/metrics",
+    }
+    result["targets"] = {k: f"{op} {bound:g}" for k, (op, bound) in TARGETS.items()}
+    result["met"] = verdicts(result)
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    profile = result.pop("profile_context", None)
+    if profile:
+        say(profile)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
