@@ -13,9 +13,11 @@ so a query answers alike on both.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from contracts.memory import SearchFilters
@@ -53,14 +55,29 @@ class VectorConfigError(VectorStoreError):
     """The stored vectors do not match the engine's configuration (e.g. another dense size)."""
 
 
+# uuid5's version (5) and RFC 4122 variant bits, set over the first 16 bytes of the SHA-1.
+_UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
+
+
+@lru_cache(maxsize=4096)
+def _project_namespace(project_id: str) -> bytes:
+    return uuid.uuid5(MINUTE_NAMESPACE, project_id).bytes
+
+
 def point_id(project_id: str, minute_id: str) -> uuid.UUID:
     """The Qdrant point id of a minute: uuid5 of the minute id, in a namespace of its project.
 
     Minute ids are chosen by producers, so two projects can hold the same id;
     a per-project namespace keeps one project from overwriting another's point
     in a shared collection, while re-indexing a minute still overwrites itself.
+
+    Equal to ``uuid.uuid5(uuid.uuid5(MINUTE_NAMESPACE, project_id), minute_id)``;
+    computed here with the project's namespace cached, because `uuid.uuid5`'s
+    per-call overhead was a tenth of an upsert's Python time.
     """
-    return uuid.uuid5(uuid.uuid5(MINUTE_NAMESPACE, project_id), minute_id)
+    digest = hashlib.sha1(_project_namespace(project_id) + minute_id.encode()).digest()
+    return uuid.UUID(int=(int.from_bytes(digest[:16], "big") & _UUID5_CLEAR) | _UUID5_SET)
 
 
 def require_project(project_id: object) -> str:

@@ -16,10 +16,13 @@ Qdrant server (`pvm.vectors.server`). Open the engine after any fork, never
 before: the lock and the engine's threads do not survive one.
 
 Payloads are stored with the filtered fields (project, agent, event type,
-category, task, thread, timestamp, composite score) as themselves and the
-rest packed into one JSON string: qdrant-edge converts payload values one by
-one at a few microseconds each, and a minute's nested payload made upserts
-twice as slow. Reads unpack it; callers see the payload they wrote.
+category, task, thread, timestamp) and the minute id as themselves, the
+composite score flat as ``_composite``, and the rest packed into one JSON
+string: qdrant-edge converts payload values one by one at a few microseconds
+each (a string or a nested object the most), and a minute's nested payload
+made upserts twice as slow. Reads unpack it; callers see the payload they
+wrote. Shards written before ``_composite`` existed answer ``min_composite``
+filters only after a rebuild (`pvm replay`).
 
 Writes go through the WAL (kept on). Segments are only merged and HNSW graphs
 only built by `optimize()`, which is explicit and blocking: call it after a
@@ -82,9 +85,16 @@ MAX_OPEN_SHARDS = 128
 SEARCH_THREADS = 1  # per shard; one segment is searched by one thread anyway
 UPSERT_CHUNK = 1024
 LOCK_FILE = ".lock"
-# Payload fields stored as themselves (filtered on); the rest travels packed in one JSON string.
-DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
+# Payload fields stored as themselves (filtered on, or read to rank candidates); the rest travels packed in
+# one JSON string.
+DIRECT_FIELDS = ("project_id", "minute_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
 PACKED_FIELD = "_packed"
+# scores.composite, stored flat: a nested object costs qdrant-edge a conversion of its own. The whole
+# `scores` travels in the packed JSON; this copy serves the min_composite filter and ranking.
+COMPOSITE_FIELD = "_composite"
+STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}  # a filter's payload key -> the key it is stored under
+_DIRECT = frozenset(DIRECT_FIELDS)
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass
@@ -393,18 +403,19 @@ def _payload_indexes() -> Iterable[tuple[str, Any]]:
     for field in INTEGER_FIELDS:
         yield field, qe.IntegerIndexParams(lookup=False, range=True)
     for field in FLOAT_FIELDS:
-        yield field, qe.FloatIndexParams()
+        yield STORED_KEYS.get(field, field), qe.FloatIndexParams()
 
 
 def _edge_filter(conds: list[Condition]) -> qe.Filter:
     must: list[Any] = []
     for c in conds:
+        key = STORED_KEYS.get(c.key, c.key)
         if isinstance(c, Match):
-            must.append(qe.FieldCondition(c.key, match=qe.MatchValue(c.value)))
+            must.append(qe.FieldCondition(key, match=qe.MatchValue(c.value)))
         elif isinstance(c, MatchAny):
-            must.append(qe.FieldCondition(c.key, match=qe.MatchAny(list(c.values))))
+            must.append(qe.FieldCondition(key, match=qe.MatchAny(list(c.values))))
         elif isinstance(c, Range):
-            must.append(qe.FieldCondition(c.key, range=qe.RangeFloat(gte=c.gte, lt=c.lt)))
+            must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=c.gte, lt=c.lt)))
     return qe.Filter(must=must)
 
 
@@ -413,20 +424,25 @@ def _hits(points: list[qe.ScoredPoint]) -> list[Hit]:
 
 
 def _pack(payload: dict[str, Any], minute_id: str) -> dict[str, Any]:
-    """The payload as stored: the filtered fields as themselves, everything else as one JSON string.
+    """The payload as stored: `DIRECT_FIELDS` as themselves, the composite flat, everything else as one JSON string.
 
     qdrant-edge converts a Python payload value by value at a few microseconds
     each; a minute's nested payload (~40 values) made every upsert cost ~0.2 ms.
     One string for the parts nobody filters on makes it ~4x cheaper.
     """
-    stored: dict[str, Any] = {k: payload[k] for k in DIRECT_FIELDS if payload.get(k) is not None}
+    stored: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in payload.items():
+        if key in _DIRECT and value is not None:
+            stored[key] = value
+        else:
+            rest[key] = value
     scores = payload.get("scores")
     composite = scores.get("composite") if isinstance(scores, dict) else None
     if isinstance(composite, int | float) and not isinstance(composite, bool):
-        stored["scores"] = {"composite": float(composite)}
-    rest = {k: v for k, v in payload.items() if k not in stored or k == "scores"}
+        stored[COMPOSITE_FIELD] = float(composite)
     try:
-        stored[PACKED_FIELD] = json.dumps(rest, separators=(",", ":"), ensure_ascii=False)
+        stored[PACKED_FIELD] = _JSON.encode(rest)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload of minute {minute_id!r} is not JSON: {exc}") from None
     return stored
@@ -437,6 +453,7 @@ def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     payload = dict(stored)
     packed = payload.pop(PACKED_FIELD, None)
+    payload.pop(COMPOSITE_FIELD, None)
     if packed is not None:
         payload.update(json.loads(packed))
     return payload

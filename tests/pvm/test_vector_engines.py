@@ -116,6 +116,17 @@ def test_point_ids_are_uuid5_of_the_minute_id_in_a_namespace_per_project() -> No
     assert point_id("p", "m1") != point_id("p", "m2")
 
 
+@given(st.text(min_size=1, max_size=40), st.text(min_size=1, max_size=70))
+def test_point_ids_equal_uuid5_for_any_names(project_id: str, minute_id: str) -> None:
+    try:
+        expected = uuid.uuid5(uuid.uuid5(MINUTE_NAMESPACE, project_id), minute_id)
+    except UnicodeEncodeError:  # lone surrogates: uuid5 refuses them, and so does point_id
+        with pytest.raises(UnicodeEncodeError):
+            point_id(project_id, minute_id)
+        return
+    assert point_id(project_id, minute_id) == expected
+
+
 def test_upsert_is_idempotent(engine: Any) -> None:
     engine.upsert([memory_point("alpha", "m1", "deploy the gateway")])
     engine.upsert([memory_point("alpha", "m1", "deploy the gateway")])
