@@ -12,10 +12,10 @@ the code the pools and the reader run in production:
               Per batch, as the log pool does: `log_pool.process` (the durable
               log, one fsync per project) and `MinuteCache.update` (recent
               windows, minutes by id, log head) in one pipeline. Then, as
-              `workers.index_pool.run` does without RQ: decode, `build_points`,
-              agent memory (`AgentMemoryStore.apply`), the engine's upsert, the
-              index head and the pool's metrics. index_per_s is the minutes of
-              all batches / the time in those index steps (one process).
+              `workers.index_pool.run` does without RQ, `index_pool.index_batch`:
+              decode, build points, agent memory (`AgentMemoryStore.apply`), the
+              engine's upsert, the index head and the pool's metrics. index_per_s
+              is the minutes of all batches / the time in `index_batch` (one process).
                                                         target: >= 5,000/s
 2. optimize   when the measured project holds 10k (then 100k) minutes, loading
               pauses and `engine.optimize()` runs once, explicitly, as an
@@ -66,9 +66,7 @@ from bench.sessions import AGENTS, stream, task_texts
 from contracts import Minute, encode_minute
 from pvm import defaults, engines
 from pvm.config import Settings
-from pvm.metrics import MetricsRecorder
 from pvm.reader import ContextReader
-from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
 from workers import index_pool, log_pool
@@ -82,7 +80,7 @@ CALLS = 1_000
 WARMUP_CALLS = 100
 BUDGET_TOKENS = 2_000
 SEARCH_K = 5
-INDEX_STAGES = ("decode", "build_points", "agent_memory", "upsert", "head_metrics")
+INDEX_STAGES = index_pool.STEPS  # decode, build_points, agent_memory, upsert, head_metrics
 
 # build_context's target applies at the largest checkpoint (100k at --minutes-scale 1).
 TARGETS: dict[str, tuple[str, float]] = {
@@ -147,13 +145,8 @@ class Loader:
         self.connection = connection
         self.writer = LogWriter(settings.log_dir)
         self.cache = MinuteCache(connection, settings.recent_window, settings.minute_cache_size)
-        # The index pool's context, as `index_pool._context` builds it, on our settings (not the environment's).
-        self.index = index_pool._Context(
-            settings=settings,
-            memory=AgentMemoryStore(connection),
-            metrics=MetricsRecorder(connection),
-            advance_head=connection.register_script(index_pool._ADVANCE_HEAD),
-        )
+        # The index pool's context, as its RQ job builds it, on our settings (not the environment's).
+        self.index = index_pool.IndexContext.build(connection, settings)
         self.times = IndexTimes()
         self._entry = 0
 
@@ -180,30 +173,12 @@ class Loader:
         self._index(records)
 
     def _index(self, records: list[list[Any]]) -> None:
-        """The body of `workers.index_pool.run`, step by step, timed."""
-        ctx, stages = self.index, self.times.stages
-        clock = time.perf_counter
-        t0 = clock()
-        started = time.time()
-        logged, undecodable = index_pool.decode(records)
-        logged = index_pool._unique(logged)
-        t1 = clock()
-        points = index_pool.build_points(logged, now=started)
-        t2 = clock()
-        ctx.memory.apply(index_pool.agent_updates(logged))
-        t3 = clock()
-        index_pool._upsert(ctx, points)
-        t4 = clock()
-        indexed_at = time.time()
-        heads_before = index_pool._advance_heads(ctx, self.connection, logged, indexed_at)
-        ctx.metrics.batch("index", len(records), indexed_at - started)
-        ctx.metrics.freshness("indexed", index_pool._lags(logged, heads_before, indexed_at))
-        t5 = clock()
-        if undecodable:
-            raise BenchError(f"{len(undecodable)} minutes did not decode")
-        for name, (a, b) in zip(INDEX_STAGES, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):
-            stages[name] += b - a
-        self.times.batches.append(t5 - t0)
+        """What `workers.index_pool.run` does without RQ: `index_pool.index_batch`, timed step by step."""
+        started = time.perf_counter()
+        result = index_pool.index_batch(self.index, self.connection, records, timings=self.times.stages)
+        self.times.batches.append(time.perf_counter() - started)
+        if result["undecodable"]:
+            raise BenchError(f"{len(result['undecodable'])} minutes did not decode")
         self.times.minutes += len(records)
 
 
@@ -477,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "side_projects": len(SIDE_PROJECTS),
         "side_share": SIDE_SHARE,
         "engine": "embedded (qdrant-edge), lexical only",
-        "index_rate_basis": "minutes / time in decode + build_points + agent memory + upsert + head/metrics",
+        "index_rate_basis": "minutes / time in index_pool.index_batch (decode, points, agent memory, upsert, head)",
     }
     result["targets"] = {k: f"{op} {bound:g}" for k, (op, bound) in TARGETS.items()}
     result["met"] = verdicts(result)

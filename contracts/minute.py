@@ -214,6 +214,41 @@ class Minute:
             raise InvalidMinute("data", f"must be a mapping, got {type(kwargs['data']).__name__}")
         return cls(**kwargs)
 
+    @classmethod
+    def trusted(cls, raw: dict[str, Any]) -> Minute:
+        """Build a minute from a mapping that was validated before, without validating it again.
+
+        For minutes PVM itself made durable (the dispatcher validated each one
+        before the log took it), read back by a pool that must not spend a
+        revalidation per minute. Never for input from outside PVM: producers,
+        the HTTP API and anything else untrusted go through `from_dict` (or
+        `contracts.decode_minute`). Only the shape is checked: an unknown or
+        missing required field raises `InvalidMinute`.
+        """
+        if not _FIELDS.issuperset(raw):
+            name = sorted(str(k) for k in set(raw) - _FIELDS)[0]
+            raise InvalidMinute(name, "is not a minute field; put free-form values under 'data'")
+        minute = object.__new__(cls)
+        put = object.__setattr__
+        try:
+            put(minute, "id", raw["id"])
+            put(minute, "timestamp", raw["timestamp"])
+            put(minute, "event_type", raw["event_type"])
+            put(minute, "project_id", raw["project_id"])
+        except KeyError as missing:
+            raise InvalidMinute(str(missing.args[0]), "is required") from None
+        get = raw.get
+        put(minute, "agent_id", get("agent_id"))
+        data = get("data")
+        put(minute, "data", {} if data is None else data)
+        refs = get("context_references")
+        put(minute, "context_references", () if refs is None else tuple(refs))
+        put(minute, "memory_note", get("memory_note"))
+        put(minute, "thread_id", get("thread_id"))
+        scope = get("scope")
+        put(minute, "scope", Scope.PROJECT.value if scope is None else scope)
+        return minute
+
 
 _FIELDS = frozenset(
     (

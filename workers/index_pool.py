@@ -19,17 +19,20 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+import msgpack
 import redis
 from redis.commands.core import Script
 from rq import get_current_job
 
-from contracts import ContractError, Minute, decode_minute, keys
+from contracts import ContractError, InvalidMinute, MalformedMinute, Minute, UnsupportedSchemaVersion, keys
+from contracts.codec import SUPPORTED_VERSIONS
 from contracts.memory import Category, Insight, Scores
 from contracts.minute import parse_timestamp
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.protocols import Embedder, MemoryPoint, VectorEngine
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
+from pvm.vectors import is_valid_project
 
 log = logging.getLogger(__name__)
 
@@ -121,16 +124,26 @@ ASSIGNEE_KEYS = ("assignee", "assigned_to", "to_agent")
 MAX_CAPABILITY_LENGTH = 64
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 _NOT_WORD = re.compile(r"[^0-9a-z]+")
 _TRAILING_NUMBER = re.compile(r"[^0-9A-Za-z]*[0-9]+$")
 
 
 @dataclass(frozen=True, slots=True)
 class LoggedMinute:
-    """A minute as the log made it durable: the decoded minute and its sequence in the project's log."""
+    """A minute as the log made it durable: the decoded minute, its sequence in the project's log, its time.
+
+    `at_ms` is the minute's `timestamp_ms`, parsed once for every step of the
+    batch (worked out from the minute when not given).
+    """
 
     seq: int
     minute: Minute
+    at_ms: int = None  # type: ignore[assignment]  # always an int once constructed
+
+    def __post_init__(self) -> None:
+        if self.at_ms is None:
+            object.__setattr__(self, "at_ms", timestamp_ms(self.minute))
 
 
 # -- pure core ------------------------------------------------------------------
@@ -142,6 +155,11 @@ def _text(value: Any) -> str | None:
 
 def _words(name: str) -> str:
     return _NOT_WORD.sub(" ", name.lower()).strip()
+
+
+@lru_cache(maxsize=1024)
+def _event_words(event_type: str) -> str:
+    return _words(event_type)  # event types are few: every minute of a type shares the result
 
 
 def success_score(minute: Minute) -> float | None:
@@ -235,13 +253,17 @@ def _clamp(value: float, low: float = 0.0, high: float = 1.0) -> float:
 
 def insights(minute: Minute) -> list[Insight]:
     """Findings a minute supports: its outcome, what it shows about the agent, how a conflict was resolved."""
+    return _insights(minute, task_kind(minute))
+
+
+def _insights(minute: Minute, kind: str | None) -> list[Insight]:
+    """`insights` given the minute's `task_kind`."""
     out: list[Insight] = []
-    kind = task_kind(minute)
     contexts = _contexts(minute, kind)
     task_id = _text(minute.data.get("task_id"))
     score = success_score(minute)
     if score is not None:
-        subject = f"task {task_id}" if task_id else f"the {_words(minute.event_type)}"
+        subject = f"task {task_id}" if task_id else f"the {_event_words(minute.event_type)}"
         # 0% and 100% are as decisive as it gets; 50% says little either way.
         confidence = _clamp(0.5 + abs(score - 50.0) / 100.0)
         out.append(
@@ -278,7 +300,7 @@ def insights(minute: Minute) -> list[Insight]:
 
 def timestamp_ms(minute: Minute) -> int:
     """The minute's timestamp as integer Unix milliseconds (exact: no float rounding)."""
-    return (parse_timestamp(minute.timestamp) - _EPOCH) // timedelta(milliseconds=1)
+    return (parse_timestamp(minute.timestamp) - _EPOCH) // _ONE_MS
 
 
 def initial_scores(minute: Minute, now: float, category: Category | None = None, at_ms: int | None = None) -> Scores:
@@ -298,8 +320,10 @@ def initial_scores(minute: Minute, now: float, category: Category | None = None,
     impact = IMPACT_BY_EVENT.get(minute.event_type)
     if impact is None:
         impact = IMPACT_BY_CATEGORY[category or categorize(minute)]
-    parts = {"recency": recency, "relevance": NEUTRAL_RELEVANCE, "accuracy": accuracy, "impact": impact}
-    composite = sum(COMPOSITE_WEIGHTS[name] * value for name, value in parts.items())
+    w = COMPOSITE_WEIGHTS
+    composite = (
+        w["recency"] * recency + w["relevance"] * NEUTRAL_RELEVANCE + w["accuracy"] * accuracy + w["impact"] * impact
+    )
     return Scores(
         recency=round(recency, 4),
         relevance=round(NEUTRAL_RELEVANCE, 4),
@@ -311,18 +335,36 @@ def initial_scores(minute: Minute, now: float, category: Category | None = None,
 
 def lexical_text(minute: Minute) -> str:
     """The text the lexical leg indexes: event type words, agent, task, the note and the data's prose."""
+    return _lexical_text(minute, task_kind(minute))
+
+
+# data keys whose text the lexical leg indexes, after the note.
+_LEXICAL_DATA_KEYS = ("assignment_reasoning", "resolution", "error", "reason", "capability", *ASSIGNEE_KEYS)
+
+
+def _lexical_text(minute: Minute, kind: str | None) -> str:
+    """`lexical_text` given the minute's `task_kind`."""
     data = minute.data
-    parts = [_words(minute.event_type), minute.agent_id or "", _text(data.get("task_id")) or ""]
-    conflict_type = _text(data.get("conflict_type"))
-    if conflict_type:
-        parts.append(_words(conflict_type))
-    parts.append(minute.memory_note or "")
-    for key in ("assignment_reasoning", "resolution", "error", "reason", "capability", *ASSIGNEE_KEYS):
-        parts.append(_text(data.get(key)) or "")
-    kind = task_kind(minute)
+    parts = [_event_words(minute.event_type)]
+    if minute.agent_id:
+        parts.append(minute.agent_id)
+    if data:
+        task_id = _text(data.get("task_id"))
+        if task_id:
+            parts.append(task_id)
+        conflict_type = _text(data.get("conflict_type"))
+        if conflict_type:
+            parts.append(_words(conflict_type))
+    if minute.memory_note:
+        parts.append(minute.memory_note)
+    if data:
+        for key in _LEXICAL_DATA_KEYS:
+            value = data.get(key)
+            if isinstance(value, str) and value and not value.isspace():
+                parts.append(value)
     if kind and kind not in parts:
         parts.append(kind)
-    return " ".join(p.strip() for p in parts if p and p.strip())
+    return " ".join(stripped for stripped in (p.strip() for p in parts) if stripped)
 
 
 def _unique(records: Iterable[LoggedMinute]) -> list[LoggedMinute]:
@@ -339,23 +381,27 @@ def _unique(records: Iterable[LoggedMinute]) -> list[LoggedMinute]:
 
 def build_points(records: Sequence[LoggedMinute], now: float | None = None) -> list[MemoryPoint]:
     """Vector-store points for a batch, one per minute; `dense` is left for the embedder."""
-    now = time.time() if now is None else now
+    return _points(_unique(records), time.time() if now is None else now)
+
+
+def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
+    """`build_points` for records without repeats."""
     points = []
-    for r in _unique(records):
+    for r in records:
         m = r.minute
         category = categorize(m)
-        at_ms = timestamp_ms(m)
-        scores = initial_scores(m, now, category, at_ms)
+        kind = task_kind(m)
+        scores = initial_scores(m, now, category, r.at_ms)
         payload = {
             "project_id": m.project_id,
             "minute_id": m.id,
             "agent_id": m.agent_id,
             "event_type": m.event_type,
             "category": category.value,
-            "timestamp_ms": at_ms,
+            "timestamp_ms": r.at_ms,
             "task_id": _text(m.data.get("task_id")),
             "thread_id": m.thread_id,
-            "insights": [i.to_dict() for i in insights(m)],
+            "insights": [i.to_dict() for i in _insights(m, kind)],
             # Field by field: dataclasses.asdict deep-copies, a third of this loop's time.
             "scores": {
                 "recency": scores.recency,
@@ -367,7 +413,9 @@ def build_points(records: Sequence[LoggedMinute], now: float | None = None) -> l
             "minute": m.to_dict(),
             "seq": r.seq,
         }
-        points.append(MemoryPoint(minute_id=m.id, project_id=m.project_id, text=lexical_text(m), payload=payload))
+        points.append(
+            MemoryPoint(minute_id=m.id, project_id=m.project_id, text=_lexical_text(m, kind), payload=payload)
+        )
     return points
 
 
@@ -393,12 +441,17 @@ def agent_updates(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
     "success" is success_criteria_met when the minute states it; mean success is
     the mean over the finished tasks that state one.
     """
+    return _deltas(_unique(records))
+
+
+def _deltas(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
+    """`agent_updates` for records without repeats."""
     out: list[AgentDelta] = []
-    for r in _unique(records):
+    for r in records:
         m = r.minute
         fields: dict[str, dict[str, Any]] = {}  # agent -> AgentDelta fields
         if m.agent_id:
-            fields[m.agent_id] = {"active_ms": timestamp_ms(m), "active_at": m.timestamp}
+            fields[m.agent_id] = {"active_ms": r.at_ms, "active_at": m.timestamp}
         if m.event_type in ("task_assigned", "handoff"):
             assignee = _assignee(m)
             if assignee:
@@ -423,19 +476,49 @@ def agent_updates(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
 def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
     """Decode ``[minute_id, seq, minute_bytes]`` records; returns the minutes and the ids that would not decode.
 
-    The dispatcher validated every minute before the log took it, so a failure
-    here means a contract change between writer and reader: the record is
-    skipped (it stays in the log for a replay) and its neighbours are indexed.
+    The dispatcher validated every minute before the log took it, so the bytes
+    are read as trusted (`Minute.trusted`: no second validation, which cost as
+    much as the rest of decoding). What would still break the whole batch is
+    checked: the shape, the schema version, the project name (it names a vector
+    shard), the data mapping and the timestamp (parsed here once for every
+    later step). A failure means a contract change between writer and reader:
+    the record is skipped (it stays in the log for a replay) and its neighbours
+    are indexed.
     """
     good: list[LoggedMinute] = []
     bad: list[str] = []
     for minute_id, seq, raw in records:
         try:
-            good.append(LoggedMinute(int(seq), decode_minute(raw)))
+            minute = _durable_minute(raw)
+            good.append(LoggedMinute(int(seq), minute, timestamp_ms(minute)))
         except ContractError as exc:
             log.warning("index pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
             bad.append(str(minute_id))
     return good, bad
+
+
+def _durable_minute(raw: bytes) -> Minute:
+    """A minute from bytes the log holds (validated when they were written); `ContractError` when they are not one."""
+    try:
+        body = msgpack.unpackb(raw, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types for junk input
+        raise MalformedMinute(f"not valid msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(body, dict):
+        raise MalformedMinute(f"expected a msgpack map, got {type(body).__name__}")
+    version = body.pop("v", None)
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        raise UnsupportedSchemaVersion(f"schema version {version!r} is not supported")
+    minute = Minute.trusted(body)
+    if not isinstance(minute.project_id, str) or not _valid_project(minute.project_id):
+        raise InvalidMinute("project_id", f"{str(minute.project_id)[:40]!r} is not a project name")
+    if not isinstance(minute.data, dict):
+        raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
+    return minute
+
+
+@lru_cache(maxsize=4096)
+def _valid_project(project_id: str) -> bool:
+    return is_valid_project(project_id)
 
 
 # -- RQ entry point -------------------------------------------------------------
@@ -458,11 +541,22 @@ def close_engine() -> None:
 
 
 @dataclass
-class _Context:
+class IndexContext:
+    """What a batch is indexed with: settings, agent memory, metrics, the head script, and the process's engine."""
+
     settings: Settings
     memory: AgentMemoryStore
     metrics: MetricsRecorder
     advance_head: Script
+
+    @classmethod
+    def build(cls, connection: redis.Redis, settings: Settings) -> IndexContext:
+        return cls(
+            settings=settings,
+            memory=AgentMemoryStore(connection),
+            metrics=MetricsRecorder(connection),
+            advance_head=connection.register_script(_ADVANCE_HEAD),
+        )
 
     @property
     def engine(self) -> VectorEngine:
@@ -479,16 +573,11 @@ class _Context:
 
 
 @lru_cache(maxsize=4)
-def _context(connection: redis.Redis) -> _Context:
-    return _Context(
-        settings=Settings.from_env(),
-        memory=AgentMemoryStore(connection),
-        metrics=MetricsRecorder(connection),
-        advance_head=connection.register_script(_ADVANCE_HEAD),
-    )
+def _context(connection: redis.Redis) -> IndexContext:
+    return IndexContext.build(connection, Settings.from_env())
 
 
-def _upsert(ctx: _Context, points: Sequence[MemoryPoint]) -> None:
+def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
     """Embed (when an embedder is configured) and write points to the vector store (idempotent by minute id).
 
     An embedding failure raises: the job is retried, then lands in the failed
@@ -517,7 +606,7 @@ def _upsert(ctx: _Context, points: Sequence[MemoryPoint]) -> None:
 
 
 def _advance_heads(
-    ctx: _Context, connection: redis.Redis, records: Sequence[LoggedMinute], indexed_at: float
+    ctx: IndexContext, connection: redis.Redis, records: Sequence[LoggedMinute], indexed_at: float
 ) -> dict[str, int]:
     """Raise each project's index head to the newest seq of the batch; returns the seq each head held before.
 
@@ -540,32 +629,48 @@ def _advance_heads(
 
 def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
     """Emit -> indexed seconds of minutes past the previous head (not of re-indexed ones, which would skew it)."""
-    return [
-        indexed_at - timestamp_ms(r.minute) / 1000.0
-        for r in records
-        if r.seq > heads_before.get(r.minute.project_id, 0)
-    ]
+    return [indexed_at - r.at_ms / 1000.0 for r in records if r.seq > heads_before.get(r.minute.project_id, 0)]
 
 
-def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: index one batch of durable minutes (agent memory, vector points, index head)."""
-    job = get_current_job()
-    assert job is not None, "workers.index_pool.run runs inside an RQ worker"
-    ctx = _context(job.connection)
+# Steps of `index_batch`, as named in its `timings`.
+STEPS = ("decode", "build_points", "agent_memory", "upsert", "head_metrics")
+
+
+def index_batch(
+    ctx: IndexContext,
+    connection: redis.Redis,
+    records: Sequence[Sequence[Any]],
+    timings: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Index one batch of ``[minute_id, log_seq, minute_bytes]`` records: agent memory, vector points, index head.
+
+    The body of the RQ job `run`. `timings`, when given, gets the seconds each
+    of `STEPS` took added to it (the reader benchmark reports them).
+    """
+    clock = time.perf_counter
+    marks = [clock()]
     started = time.time()
     logged, undecodable = decode(records)
     logged = _unique(logged)
+    marks.append(clock())
     try:
-        points = build_points(logged, now=started)
-        counted = ctx.memory.apply(agent_updates(logged))
+        points = _points(logged, started)
+        marks.append(clock())
+        counted = ctx.memory.apply(_deltas(logged))
+        marks.append(clock())
         _upsert(ctx, points)
+        marks.append(clock())
     except Exception:
         ctx.metrics.failure("index", len(records))
         raise
     indexed_at = time.time()
-    heads_before = _advance_heads(ctx, job.connection, logged, indexed_at)
+    heads_before = _advance_heads(ctx, connection, logged, indexed_at)
     ctx.metrics.batch("index", len(records), indexed_at - started)
     ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))
+    marks.append(clock())
+    if timings is not None:
+        for step, begun, ended in zip(STEPS, marks[:-1], marks[1:], strict=True):
+            timings[step] = timings.get(step, 0.0) + ended - begun
     return {
         "indexed": len(points),
         "agent_minutes_counted": counted,
@@ -573,6 +678,13 @@ def run(records: list[list[Any]]) -> dict[str, Any]:
         "projects": sorted(heads_before),
         "seconds": round(indexed_at - started, 6),
     }
+
+
+def run(records: list[list[Any]]) -> dict[str, Any]:
+    """RQ job: index one batch of durable minutes (agent memory, vector points, index head)."""
+    job = get_current_job()
+    assert job is not None, "workers.index_pool.run runs inside an RQ worker"
+    return index_batch(_context(job.connection), job.connection, records)
 
 
 def reset_project(project_id: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import msgpack
 import pytest
 import redis
 
-from contracts import Minute, encode_minute, keys
+from contracts import Minute, decode_minute, encode_minute, keys
 from contracts.memory import Category, SearchFilters
 from pvm import engines
 from pvm.config import Settings
@@ -287,6 +287,45 @@ def test_build_points_payload_shape() -> None:
     assert points[1].payload["task_id"] is None and points[1].payload["agent_id"] == "a1"
 
 
+# -- decode -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(VECTORS.glob("*.msgpack")), ids=lambda p: p.stem)
+def test_decode_reads_durable_minutes_as_the_strict_decoder_does(path: Path) -> None:
+    raw = path.read_bytes()
+    [logged], bad = index_pool.decode([["x", 9, raw]])
+    assert bad == [] and logged.seq == 9
+    assert logged.minute == decode_minute(raw)
+    assert logged.at_ms == timestamp_ms(logged.minute)
+
+
+def test_decode_skips_records_that_would_break_the_batch() -> None:
+    good = golden("task_assigned_full")
+    body = {"v": 1, **good.to_dict()}
+
+    def packed(**changes: Any) -> bytes:
+        return msgpack.packb({k: v for k, v in {**body, **changes}.items() if v is not ...})
+
+    broken = [
+        ["junk", 1, b"\xc1 not msgpack"],
+        ["list", 2, msgpack.packb([1, 2])],
+        ["version", 3, packed(v=2)],
+        ["unknown-field", 4, packed(colour="red")],
+        ["no-project", 5, packed(project_id=...)],
+        ["bad-project", 6, packed(project_id="../etc")],
+        ["bad-time", 7, packed(timestamp="yesterday")],
+        ["data-list", 8, packed(data=[1])],
+    ]
+    logged, bad = index_pool.decode([*broken, [good.id, 9, encode_minute(good)]])
+    assert bad == [r[0] for r in broken]
+    assert [r.minute for r in logged] == [good]
+
+
+def test_a_logged_minute_works_out_its_time_when_not_given() -> None:
+    m = golden("task_failed_zero_score")
+    assert LoggedMinute(1, m).at_ms == timestamp_ms(m) == LoggedMinute(1, m, timestamp_ms(m)).at_ms
+
+
 # -- agent deltas -----------------------------------------------------------------
 
 
@@ -407,6 +446,16 @@ def test_a_batch_becomes_points_agent_memory_and_an_index_head(
     assert memory.get("p1", "b1") == b1
     assert redis_client.hget(keys.index_head("p1"), "indexed_at").decode() == head["indexed_at"]
     assert len(engine.points) == 5 and engine.upserts == 2
+
+
+def test_index_batch_reports_each_step_when_asked(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    timings: dict[str, float] = {}
+    result = index_pool.index_batch(ctx, redis_client, records(session()), timings=timings)
+    assert result["indexed"] == 5 and result["agent_minutes_counted"] == 5
+    assert list(timings) == list(index_pool.STEPS) and all(t >= 0 for t in timings.values())
+    index_pool.index_batch(ctx, redis_client, records(session()), timings=timings)  # adds up over batches
+    assert engine.upserts == 2
 
 
 def test_an_older_batch_indexed_late_does_not_move_the_head_back(
