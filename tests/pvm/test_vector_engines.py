@@ -379,6 +379,26 @@ def test_edge_data_survives_reopen_and_optimize(tmp_path: Path) -> None:
     engine.close()
 
 
+def test_edge_reads_points_stored_by_earlier_versions(tmp_path: Path) -> None:
+    """Before `_msgpack` and `_composite`, shards held the unfiltered payload as `_packed` JSON: it still reads."""
+    import qdrant_edge as qe
+
+    point = memory_point("alpha", "old1", "legacy rollback")
+    payload = point.payload
+    direct = {k: payload[k] for k in ("project_id", "agent_id", "event_type", "category", "timestamp_ms", "task_id")}
+    rest = {k: v for k, v in payload.items() if k not in direct}
+    stored = {**direct, "scores": {"composite": 0.5}, "_packed": json.dumps(rest)}
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", "new1", "fresh deploy")])
+    with engine._shard("alpha", create=False) as shard:
+        vectors = {"lexical": engine._lexical.document(point.text)}
+        shard.update(qe.UpdateOperation.upsert_points([qe.Point(point_id("alpha", "old1"), vectors, stored)]))
+    [found] = engine.query("alpha", "rollback", None, SearchFilters(), 5)
+    assert found.minute_id == "old1" and found.payload == payload
+    assert [c.payload for c in engine.retrieve("alpha", ["old1"])] == [payload]
+    engine.close()
+
+
 def test_edge_allows_one_owner_per_directory(tmp_path: Path) -> None:
     engine = EdgeEngine(tmp_path)
     engine.upsert([memory_point("alpha", "a1", "deploy")])
