@@ -31,6 +31,12 @@ class MemoryPoint:
     dense: list[float] | None = None
 
 
+# What ranking reads of a candidate. A query with with_payload=False returns payloads holding only these
+# (the composite nested as written, ``{"scores": {"composite": ...}}``): fetching and unpacking whole payloads
+# for every candidate cost more than the search; `retrieve` fetches them for the few that rank highest.
+RANKING_FIELDS = ("project_id", "minute_id", "timestamp_ms", "scores.composite")
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A point a vector query returned, before the final re-ranking."""
@@ -55,9 +61,15 @@ class VectorEngine(Protocol):
         dense: list[float] | None,
         filters: SearchFilters,
         limit: int,
-    ) -> list[Candidate]: ...
+        *,
+        with_payload: bool = True,
+    ) -> list[Candidate]:
+        """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only."""
+        ...
 
-    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]: ...
+    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
+        """The stored points of these minutes with their whole payloads, in the order asked."""
+        ...
 
     def count(self, project_id: str) -> int: ...
 

@@ -106,6 +106,10 @@ class HybridSearch:
 
         An empty query finds nothing. If the embedder fails, the search goes on
         with the lexical leg alone (and logs why): a reader must answer.
+
+        Candidates come with only what ranking reads (`RANKING_FIELDS`); the
+        whole payloads are retrieved for the `k` that rank highest. A winner
+        deleted in between (its project reset for a replay) is left out.
         """
         project_id = require_project(project_id)
         if not isinstance(k, int) or k < 1:
@@ -114,9 +118,16 @@ class HybridSearch:
             return []
         dense = self._embed(query)
         limit = max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k)
-        candidates = self.engine.query(project_id, query, dense, filters or SearchFilters(), limit)
+        filters = filters or SearchFilters()
+        candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        return self.rank(candidates, now, limit, k)
+        best = self._ranked(candidates, now, limit)[:k]
+        if not best:
+            return []
+        stored = {c.minute_id: c.payload for c in self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])}
+        return [
+            _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
+        ]
 
     def rank(
         self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, k: int | None = None
@@ -126,7 +137,17 @@ class HybridSearch:
         `limit` is how many candidates each leg was asked for: a leg that came
         back full gives the candidates it missed its lowest score (they ranked
         below it, not at zero); a leg that came back short missed them outright.
+        The hits are built from the candidates' payloads.
         """
+        return [
+            _hit(c.minute_id, c.payload, score, parts)
+            for score, c, parts in self._ranked(candidates, now_ms, limit)[:k]
+        ]
+
+    def _ranked(
+        self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None
+    ) -> list[tuple[float, Candidate, dict[str, float]]]:
+        """Every candidate with its score and the parts of it, best first (`rank` without building hits)."""
         if not candidates:
             return []
         w = self.weights
@@ -154,7 +175,7 @@ class HybridSearch:
             score = (relevance + w.recency * parts["recency"] + w.importance * parts["importance"]) / total
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
-        return [_hit(c, score, parts) for score, _, _, c, parts in scored[:k]]
+        return [(score, c, parts) for score, _, _, c, parts in scored]
 
     def _leg(self, candidates: Sequence[Candidate], leg: str, limit: int) -> list[float]:
         """One leg's scores on 0..1 for every candidate, missed candidates included."""
@@ -224,13 +245,12 @@ def _parsed(parse: Callable[[Any], Any], raw: Any) -> Any:
         return None
 
 
-def _hit(candidate: Candidate, score: float, parts: dict[str, float]) -> SearchHit:
-    payload = candidate.payload
+def _hit(minute_id: str, payload: dict[str, Any], score: float, parts: dict[str, float]) -> SearchHit:
     insights = tuple(
         i for i in (_parsed(Insight.from_dict, raw) for raw in payload.get("insights") or ()) if i is not None
     )
     return SearchHit(
-        minute_id=candidate.minute_id,
+        minute_id=minute_id,
         score=score,
         minute=payload.get("minute") or {},
         category=str(payload.get("category") or ""),

@@ -201,6 +201,9 @@ def merge_legs(
     score. Hits whose payload names another project are dropped: the `must`
     filter already excludes them, this is the second lock on the same door.
     """
+    lexical, dense = list(lexical), list(dense)
+    if fused is None and not (lexical and dense):
+        return _one_leg(project_id, "keyword" if lexical else "semantic", lexical or dense)
     payloads: dict[Any, dict[str, Any]] = {}
     scores: dict[Any, dict[str, float]] = {}
     for leg, hits in (("keyword", lexical), ("semantic", dense)):
@@ -232,6 +235,29 @@ def merge_legs(
                 semantic=s.get("semantic", 0.0),
                 fused=fused_scores.get(pid, 0.0),
                 extra={k: v for k, v in s.items() if k.endswith("_rank")},
+            )
+        )
+    return out
+
+
+def _one_leg(project_id: str, leg: str, hits: list[Hit]) -> list[Candidate]:
+    """`merge_legs` when one leg ran: the same candidates, without the bookkeeping of two (a third of a search)."""
+    ranked = sorted(
+        ((rank, pid, float(score), payload) for rank, (pid, score, payload) in enumerate(hits, start=1)),
+        key=lambda h: -max(h[2], 0.0),
+    )
+    out: list[Candidate] = []
+    for rank, _, score, payload in ranked:
+        if payload is None or payload.get("project_id") != project_id:
+            continue
+        out.append(
+            Candidate(
+                minute_id=str(payload.get("minute_id", "")),
+                payload=payload,
+                keyword=score if leg == "keyword" else 0.0,
+                semantic=score if leg == "semantic" else 0.0,
+                fused=max(score, 0.0),
+                extra={f"{leg}_rank": float(rank)},
             )
         )
     return out

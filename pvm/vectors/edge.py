@@ -46,7 +46,7 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,7 @@ import msgpack
 import qdrant_edge as qe
 
 from contracts.memory import SearchFilters
-from pvm.protocols import Candidate, MemoryPoint
+from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
@@ -100,6 +100,9 @@ JSON_PACKED_FIELD = "_packed"  # what shards written before _msgpack hold: JSON
 COMPOSITE_FIELD = "_composite"
 STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}  # a filter's payload key -> the key it is stored under
 _DIRECT = frozenset(DIRECT_FIELDS)
+# RANKING_FIELDS as stored; points written before _msgpack hold the minute id only in their _packed JSON.
+_RANKING_DIRECT = tuple(f for f in RANKING_FIELDS if f in _DIRECT)
+_RANKING_SELECTOR = qe.PayloadSelector.Include([*_RANKING_DIRECT, COMPOSITE_FIELD, JSON_PACKED_FIELD])
 
 
 @dataclass
@@ -167,6 +170,8 @@ class EdgeEngine:
         dense: list[float] | None,
         filters: SearchFilters,
         limit: int,
+        *,
+        with_payload: bool = True,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 
@@ -176,6 +181,7 @@ class EdgeEngine:
         The legs and the fusion run as one planned batch, so each candidate
         carries its per-leg scores (`keyword`, `semantic`, ranks in `extra`)
         and Qdrant's fused score (`fused`, RRF k=60 or DBSF per the engine).
+        With ``with_payload=False`` each payload holds only `RANKING_FIELDS`.
         """
         project_id = require_project(project_id)
         check_limit(limit)
@@ -185,8 +191,9 @@ class EdgeEngine:
         lexical_query = qe.Query.Nearest(sparse, using=LEXICAL) if sparse.indices else None
         dense_query = qe.Query.Nearest(dense_vector, using=DENSE) if dense_vector is not None else None
         both = lexical_query is not None and dense_query is not None
+        selector: Any = True if with_payload else _RANKING_SELECTOR
         legs = [
-            qe.QueryRequest(limit=limit, query=leg_query, filter=must, with_payload=not both)
+            qe.QueryRequest(limit=limit, query=leg_query, filter=must, with_payload=False if both else selector)
             for leg_query in (lexical_query, dense_query)
             if leg_query is not None
         ]
@@ -204,7 +211,7 @@ class EdgeEngine:
                 ],
                 query=fusion_query,
                 filter=must,
-                with_payload=True,  # the union of the legs, each payload converted once
+                with_payload=selector,  # the union of the legs, each payload converted once
             )
         with self._shard(project_id, create=False) as shard:
             if shard is None:
@@ -213,9 +220,10 @@ class EdgeEngine:
                 results = [shard.query(legs[0])]
             else:
                 results = shard.query_batch(qe.QueryBatchRequest([*legs, fused_request]))
-        lexical_hits = _hits(results[0]) if lexical_query is not None else []
-        dense_hits = _hits(results[1 if fused_request is not None else 0]) if dense_query is not None else []
-        fused_hits = _hits(results[2]) if fused_request is not None else None
+        read = _unpack if with_payload else _ranking_payload
+        lexical_hits = _hits(results[0], read) if lexical_query is not None else []
+        dense_hits = _hits(results[1 if fused_request is not None else 0], read) if dense_query is not None else []
+        fused_hits = _hits(results[2], read) if fused_request is not None else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
@@ -424,8 +432,12 @@ def _edge_filter(conds: list[Condition]) -> qe.Filter:
     return qe.Filter(must=must)
 
 
-def _hits(points: list[qe.ScoredPoint]) -> list[Hit]:
-    return [(p.id, p.score, _unpack(p.payload) if p.payload else None) for p in points]
+def _hits(points: list[qe.ScoredPoint], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
+    out: list[Hit] = []
+    for p in points:
+        stored = p.payload
+        out.append((p.id, p.score, read(stored) if stored else None))
+    return out
 
 
 def _pack(payload: dict[str, Any], minute_id: str) -> dict[str, Any]:
@@ -452,6 +464,17 @@ def _pack(payload: dict[str, Any], minute_id: str) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload of minute {minute_id!r} holds a value msgpack cannot pack: {exc}") from None
     return stored
+
+
+def _ranking_payload(stored: dict[str, Any]) -> dict[str, Any]:
+    """`RANKING_FIELDS` of a payload stored by `_pack` and read through `_RANKING_SELECTOR`."""
+    if JSON_PACKED_FIELD in stored:  # a point written before these fields existed: whole, as it was
+        return _unpack(stored)
+    payload = {k: stored[k] for k in _RANKING_DIRECT if k in stored}
+    composite = stored.get(COMPOSITE_FIELD)
+    if composite is not None:
+        payload["scores"] = {"composite": composite}
+    return payload
 
 
 def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 
 from contracts.memory import SearchFilters
-from pvm.protocols import Candidate, MemoryPoint
+from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
@@ -61,6 +61,7 @@ from pvm.vectors import (
 from pvm.vectors.lexical import LexicalEncoder
 
 COLLECTION = "minutes"
+_RANKING_SELECTOR = models.PayloadSelectorInclude(include=list(RANKING_FIELDS))
 MIN_SERVER_VERSION = (1, 19)  # per-tenant IDF statistics (`SearchParams.idf` corpus)
 UPSERT_CHUNK = 256
 
@@ -141,6 +142,8 @@ class ServerEngine:
         dense: list[float] | None,
         filters: SearchFilters,
         limit: int,
+        *,
+        with_payload: bool = True,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 
@@ -149,7 +152,8 @@ class ServerEngine:
 
         The legs and the fusion go as one `query_batch_points` round trip, so
         each candidate carries its per-leg scores (`keyword`, `semantic`, ranks
-        in `extra`) and Qdrant's fused score (`fused`).
+        in `extra`) and Qdrant's fused score (`fused`). With
+        ``with_payload=False`` each payload holds only `RANKING_FIELDS`.
         """
         project_id = require_project(project_id)
         check_limit(limit)
@@ -161,16 +165,18 @@ class ServerEngine:
             models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse.indices else None
         )
         both = lexical_vector is not None and dense_vector is not None
+        selector: Any = True if with_payload else _RANKING_SELECTOR
+        leg_payload = False if both else selector
         requests: list[models.QueryRequest] = []
         if lexical_vector is not None:
             requests.append(
                 models.QueryRequest(
-                    query=lexical_vector, using=LEXICAL, filter=must, limit=limit, with_payload=not both, params=idf
+                    query=lexical_vector, using=LEXICAL, filter=must, limit=limit, with_payload=leg_payload, params=idf
                 )
             )
         if dense_vector is not None:
             requests.append(
-                models.QueryRequest(query=dense_vector, using=DENSE, filter=must, limit=limit, with_payload=not both)
+                models.QueryRequest(query=dense_vector, using=DENSE, filter=must, limit=limit, with_payload=leg_payload)
             )
         if not requests:
             return []
@@ -189,7 +195,7 @@ class ServerEngine:
                     query=fusion,
                     filter=must,
                     limit=2 * limit,  # the whole union of the legs
-                    with_payload=True,  # each payload sent once
+                    with_payload=selector,  # each payload sent once
                 )
             )
         self._ensure()

@@ -11,7 +11,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from contracts.memory import Insight, RankWeights, Scores, SearchFilters
-from pvm.protocols import MemoryPoint
+from pvm.protocols import Candidate, MemoryPoint
 from pvm.search import HALF_LIFE_MS, HybridSearch
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
@@ -184,6 +184,43 @@ def test_k_and_project_are_checked(engine: EdgeEngine) -> None:
         HybridSearch(engine, weights=RankWeights(0, 0, 0, 0))
     with pytest.raises(ValueError, match="fusion"):
         HybridSearch(engine, fusion="sum")  # type: ignore[arg-type]
+
+
+class CountingEngine:
+    """Wraps an engine, recording how queries asked for payloads and which minutes were retrieved."""
+
+    def __init__(self, inner: EdgeEngine) -> None:
+        self.inner = inner
+        self.with_payload: list[bool] = []
+        self.retrieved: list[list[str]] = []
+        self.forget: set[str] = set()  # minutes that vanish between the query and the retrieve
+
+    def query(self, *args: Any, with_payload: bool = True) -> list[Candidate]:
+        self.with_payload.append(with_payload)
+        return self.inner.query(*args, with_payload=with_payload)
+
+    def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
+        self.retrieved.append(list(minute_ids))
+        return [c for c in self.inner.retrieve(project_id, minute_ids) if c.minute_id not in self.forget]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_whole_payloads_are_read_only_for_the_winners(engine: EdgeEngine) -> None:
+    engine.upsert([memory_point("alpha", f"m{i}", f"deploy step {i}", composite=i / 20) for i in range(20)])
+    counting = CountingEngine(engine)
+    search = HybridSearch(counting)  # type: ignore[arg-type]
+    hits = search.search("alpha", "deploy step", k=3, now_ms=NOW)
+    assert counting.with_payload == [False]
+    assert counting.retrieved == [[h.minute_id for h in hits]] and len(hits) == 3
+    # The same hits as ranking the candidates with their whole payloads.
+    whole = engine.query("alpha", "deploy step", None, SearchFilters(), 50)
+    assert HybridSearch(engine).rank(whole, NOW, 50, 3) == hits
+    # A winner deleted in between is left out, not returned half-read.
+    counting.forget = {hits[0].minute_id}
+    fewer = search.search("alpha", "deploy step", k=3, now_ms=NOW)
+    assert [h.minute_id for h in fewer] == [h.minute_id for h in hits[1:]]
 
 
 def test_dense_leg_finds_what_the_words_miss(dense_engine: EdgeEngine) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from contracts.memory import SearchFilters
-from pvm.protocols import MemoryPoint, VectorEngine
+from pvm.protocols import RANKING_FIELDS, MemoryPoint, VectorEngine
 from pvm.vectors import MINUTE_NAMESPACE, ShardLockedError, VectorConfigError, VectorStoreError, point_id
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
@@ -535,6 +535,28 @@ def test_payload_round_trips_exactly(engine: Any) -> None:
     assert stored.payload == point.payload
     [found] = engine.query("alpha", "capability", None, SearchFilters(), 5)
     assert found.payload == point.payload
+
+
+def test_candidates_without_payload_carry_what_ranking_reads(engine: Any) -> None:
+    engine.upsert(
+        [memory_point("alpha", f"m{i}", f"gateway deploy {i}", composite=i / 10, timestamp_ms=T0 + i) for i in range(6)]
+    )
+    engine.upsert([memory_point("beta", "b1", "gateway deploy")])
+    for filters in (SearchFilters(), SearchFilters(min_composite=0.3)):
+        whole = engine.query("alpha", "gateway deploy", None, filters, 10)
+        slim = engine.query("alpha", "gateway deploy", None, filters, 10, with_payload=False)
+        assert [(c.minute_id, c.keyword, c.fused, c.extra) for c in slim] == [
+            (c.minute_id, c.keyword, c.fused, c.extra) for c in whole
+        ]
+        for c, w in zip(slim, whole, strict=True):
+            p = w.payload
+            assert set(RANKING_FIELDS) == {"project_id", "minute_id", "timestamp_ms", "scores.composite"}
+            assert c.payload == {
+                "project_id": "alpha",
+                "minute_id": p["minute_id"],
+                "timestamp_ms": p["timestamp_ms"],
+                "scores": {"composite": p["scores"]["composite"]},
+            }
 
 
 def test_the_same_minute_id_in_two_projects_keeps_both(tmp_path: Path) -> None:
