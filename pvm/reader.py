@@ -30,6 +30,24 @@ log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English under BPE tokenizers; no tokenizer dependency
 
+# Everything build_context needs from Redis before it searches, in one round trip (all keys share the project's
+# hash tag). HMGET is chunked: Lua's unpack() takes a few thousand values at most.
+_CONTEXT_READ = """
+-- KEYS: recent window, minutes by id, log head, index head, agent memory, agent capabilities
+-- ARGV[1]: how many recent minutes. Returns: the cached bytes of the recent minutes, oldest first (nil when
+-- evicted), then the log head, index head and agent memory hashes (flat) and the capabilities.
+local n = tonumber(ARGV[1])
+local ids = {}
+if n > 0 then ids = redis.call('ZRANGE', KEYS[1], -n, -1) end
+local bodies = {}
+for start = 1, #ids, 1000 do
+  local part = redis.call('HMGET', KEYS[2], unpack(ids, start, math.min(start + 999, #ids)))
+  for _, body in ipairs(part) do bodies[#bodies + 1] = body end
+end
+return {bodies, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]),
+        redis.call('HGETALL', KEYS[5]), redis.call('SMEMBERS', KEYS[6])}
+"""
+
 
 class Searcher(Protocol):
     def search(self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...) -> list[SearchHit]: ...
@@ -97,6 +115,7 @@ class ContextReader:
         self.searcher = searcher
         self.recent_n = recent_n
         self.experience_k = experience_k
+        self._context_read = connection.register_script(_CONTEXT_READ)
 
     # -- single reads --------------------------------------------------------------
 
@@ -105,7 +124,11 @@ class ContextReader:
         require_project(project_id)
         ids = self.cache.recent_ids(project_id, n)
         cached = self.cache.get_many(project_id, ids)
-        minutes = [_decode(cached[i]) for i in ids if i in cached]
+        return self._recent(project_id, n, [cached.get(i) for i in ids])
+
+    def _recent(self, project_id: str, n: int, cached: Sequence[bytes | None]) -> list[dict[str, Any]]:
+        """`get_recent` given the cached bytes of the recent window's ids (None where evicted)."""
+        minutes = [_decode(raw) for raw in cached if raw is not None]
         if len(minutes) < n:
             from_log = [r.minute.to_dict() for r in self.log.get_recent(project_id, n)]
             if len(from_log) > len(minutes):
@@ -115,7 +138,11 @@ class ContextReader:
     def get_by_ids(self, project_id: str, ids: Sequence[str]) -> list[dict[str, Any]]:
         """Minutes of the project with these ids, in the order asked (Redis cache, then the log)."""
         require_project(project_id)
-        found = {i: _decode(b) for i, b in self.cache.get_many(project_id, list(ids)).items()}
+        return self._by_ids(project_id, ids, self.cache.get_many(project_id, list(ids)))
+
+    def _by_ids(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> list[dict[str, Any]]:
+        """`get_by_ids` given the cached bytes found for the ids."""
+        found = {i: _decode(b) for i, b in cached.items()}
         missing = [i for i in ids if i not in found]
         if missing:
             for minute_id, record in self.log.get_by_ids(project_id, missing).items():
@@ -140,21 +167,40 @@ class ContextReader:
         task: str | None = None,
         budget_tokens: int = defaults.CONTEXT_BUDGET_TOKENS,
     ) -> ContextPackage:
-        """Assemble an agent's context under a token budget."""
+        """Assemble an agent's context under a token budget.
+
+        Two Redis round trips besides the search: one script reads the recent
+        window, its cached minutes, both heads and the agent's memory; one
+        pipeline reads the referenced minutes and counts access to the
+        experience that fits the budget (which the referenced minutes, last in
+        priority, cannot change).
+        """
         require_project(project_id)
         if not isinstance(agent_id, str) or not agent_id:
             raise ValueError("agent_id is required: the context is built for one agent")
         if budget_tokens < 1:
             raise ValueError(f"budget_tokens must be at least 1, got {budget_tokens}")
-        recent = self.get_recent(project_id, self.recent_n)
+        read_at = time.time()
+        bodies, log_head, index_head, memory_hash, capabilities = self._context_read(
+            keys=[
+                keys.recent_window(project_id),
+                keys.minute_by_id(project_id),
+                keys.log_head(project_id),
+                keys.index_head(project_id),
+                keys.agent_memory(project_id, agent_id),
+                keys.agent_capabilities(project_id, agent_id),
+            ],
+            args=[max(0, self.recent_n)],
+        )
+        recent = self._recent(project_id, self.recent_n, bodies)
+        freshness = _freshness(_decoded(_hash(log_head)), _decoded(_hash(index_head)), read_at)
+        memory = AgentMemoryStore.parse(agent_id, _hash(memory_hash), capabilities)
         recent_ids = {m["id"] for m in recent}
         wanted: list[str] = []
         for m in reversed(recent):  # references of the newest minutes first
             for ref in m.get("context_references") or ():
                 if ref not in recent_ids and ref not in wanted:
                     wanted.append(ref)
-        referenced = self.get_by_ids(project_id, wanted)
-        memory = self.agents.get(project_id, agent_id)
         experience: list[SearchHit] = []
         search_error = None
         if task and self.searcher is not None:
@@ -163,16 +209,25 @@ class ContextReader:
             except Exception as exc:  # the vector store is down: the rest of the context still answers
                 log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
                 search_error = f"{type(exc).__name__}: {exc}"
-        newest_first = list(reversed(recent))
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section("relevant_experience", experience, [hit_line(h) for h in experience]),
+        ]
+        counted = [h.minute_id for h in fit_budget(sections, budget_tokens)[0]["relevant_experience"]]
+        pipe = self.connection.pipeline(transaction=False)
+        if wanted:
+            pipe.hmget(keys.minute_by_id(project_id), wanted)
+        for minute_id in counted:
+            pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
+        replies = pipe.execute() if wanted or counted else []
+        cached = {i: b for i, b in zip(wanted, replies[0], strict=True) if b is not None} if wanted else {}
+        referenced = self._by_ids(project_id, wanted, cached) if wanted else []
+        newest_first = list(reversed(recent))
+        sections += [
             _Section("recent", newest_first, [minute_line(m) for m in newest_first]),
             _Section("referenced", referenced, [minute_line(m) for m in referenced]),
         ]
         kept, report = fit_budget(sections, budget_tokens)
-        self._count_access(project_id, [h.minute_id for h in kept["relevant_experience"]])
-        freshness = self.freshness(project_id)
         if search_error:
             freshness["index"]["error"] = search_error
         return ContextPackage(
@@ -185,7 +240,7 @@ class ContextReader:
             relevant_experience=tuple(kept["relevant_experience"]),
             budget=report,
             freshness=freshness,
-            full_log_available=project_id in self.log.projects(),
+            full_log_available=self.log.has_project(project_id),
         )
 
     def freshness(self, project_id: str) -> dict[str, Any]:
@@ -195,23 +250,8 @@ class ContextReader:
         pipe = self.connection.pipeline(transaction=False)
         pipe.hgetall(keys.log_head(project_id))
         pipe.hgetall(keys.index_head(project_id))
-        log_head, index_head = ({k.decode(): v.decode() for k, v in raw.items()} for raw in pipe.execute())
-        durable_seq = int(log_head.get("seq", 0))
-        indexed_seq = int(index_head.get("seq", 0))
-        out: dict[str, Any] = {
-            "durable": {
-                "seq": durable_seq,
-                "newest_id": log_head.get("id"),
-                "age_s": round(now - float(log_head["durable_at"]), 3) if "durable_at" in log_head else None,
-            },
-            "cache": {"seq": durable_seq, "behind": 0},  # written by the log pool right after the fsync
-            "index": {
-                "seq": indexed_seq,
-                "behind": max(0, durable_seq - indexed_seq),
-                "age_s": round(now - float(index_head["indexed_at"]), 3) if "indexed_at" in index_head else None,
-            },
-        }
-        return out
+        log_head, index_head = (_decoded(raw) for raw in pipe.execute())
+        return _freshness(log_head, index_head, now)
 
     def _count_access(self, project_id: str, minute_ids: Sequence[str]) -> None:
         if not minute_ids:
@@ -220,6 +260,34 @@ class ContextReader:
         for minute_id in minute_ids:
             pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
         pipe.execute()
+
+
+def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float) -> dict[str, Any]:
+    """`ContextReader.freshness` from the two heads as read at `now`."""
+    durable_seq = int(log_head.get("seq", 0))
+    indexed_seq = int(index_head.get("seq", 0))
+    return {
+        "durable": {
+            "seq": durable_seq,
+            "newest_id": log_head.get("id"),
+            "age_s": round(now - float(log_head["durable_at"]), 3) if "durable_at" in log_head else None,
+        },
+        "cache": {"seq": durable_seq, "behind": 0},  # written by the log pool right after the fsync
+        "index": {
+            "seq": indexed_seq,
+            "behind": max(0, durable_seq - indexed_seq),
+            "age_s": round(now - float(index_head["indexed_at"]), 3) if "indexed_at" in index_head else None,
+        },
+    }
+
+
+def _hash(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """A hash from HGETALL inside a script: field, value, field, value, ..."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def _decode(raw: bytes) -> dict[str, Any]:

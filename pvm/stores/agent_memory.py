@@ -26,7 +26,7 @@ memory too (replay from scratch does exactly that).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,18 +190,25 @@ class AgentMemoryStore:
         pipe.hgetall(keys.agent_memory(project_id, agent_id))
         pipe.smembers(keys.agent_capabilities(project_id, agent_id))
         raw, caps = pipe.execute()
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
-        capabilities: set[bytes] = caps
-        count = int(fields.get("success_count", 0))
-        mean = round(float(fields["success_sum"]) / count, 4) if count else None
+        return self.parse(agent_id, raw, caps)
+
+    @staticmethod
+    def parse(agent_id: str, fields: dict[bytes, bytes], capabilities: Iterable[bytes]) -> AgentMemory:
+        """An agent's track record from its memory hash and capabilities set as Redis returned them.
+
+        For readers that fetch them along with other keys in one round trip.
+        """
+        values = {k.decode(): v.decode() for k, v in fields.items()}
+        count = int(values.get("success_count", 0))
+        mean = round(float(values["success_sum"]) / count, 4) if count else None
         return AgentMemory(
             agent_id=agent_id,
-            tasks_assigned=int(fields.get("assigned", 0)),
-            tasks_completed=int(fields.get("completed", 0)),
-            tasks_failed=int(fields.get("failed", 0)),
+            tasks_assigned=int(values.get("assigned", 0)),
+            tasks_completed=int(values.get("completed", 0)),
+            tasks_failed=int(values.get("failed", 0)),
             mean_success=mean,
             capabilities=tuple(sorted(c.decode() for c in capabilities)),
-            last_active=fields.get("last_active"),
+            last_active=values.get("last_active"),
         )
 
     def agents(self, project_id: str) -> list[str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 import msgpack
 
 from contracts import Minute, decode_minute
+from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
 
@@ -248,6 +249,16 @@ class LogReader:
             return sorted(p.name for p in self.log_dir.iterdir() if p.is_dir() and _segments(p))
         except FileNotFoundError:
             return []
+
+    def has_project(self, project_id: str) -> bool:
+        """Whether the project has a log (one directory looked at, where `projects` lists them all)."""
+        if len(project_id) > MAX_NAME_LENGTH or PROJECT_PATTERN.fullmatch(project_id) is None:
+            return False  # never a path outside the log directory
+        try:
+            with os.scandir(self.log_dir / project_id) as entries:
+                return any(e.name.endswith(SEGMENT_SUFFIX) for e in entries)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def _newest_backward(self, project_id: str) -> Iterator[LogRecord]:
         for seg in reversed(_segments(self.log_dir / project_id)):

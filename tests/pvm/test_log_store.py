@@ -34,6 +34,20 @@ def test_append_then_read_back(tmp_path: Path) -> None:
     assert got["m000004"].minute.memory_note == "note 4"
     assert got["m000004"].stream_id == "1004-0"
     assert reader.projects() == ["p"]
+    assert reader.has_project("p")
+
+
+def test_has_project_looks_at_one_directory_inside_the_log(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    LogWriter(tmp_path / "logs").append("p", entries("p", 1))
+    (tmp_path / "logs" / "empty").mkdir()
+    (tmp_path / "outside").mkdir()
+    LogWriter(tmp_path).append("outside", entries("outside", 1))
+    reader = LogReader(tmp_path / "logs")
+    assert reader.has_project("p")
+    for other in ("empty", "nobody", "../outside", "p/..", "", ".", "x" * 200):
+        assert not reader.has_project(other), other
+    assert not LogReader(tmp_path / "missing").has_project("p")
 
 
 def test_redelivered_ids_are_skipped(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from contracts import Minute, keys
-from contracts.memory import ContextPackage, SearchFilters
+from contracts.memory import ContextPackage, SearchFilters, agent_lines, hit_line
 from pvm import engines
 from pvm.config import Settings
 from pvm.demo import sample_session
@@ -86,6 +86,28 @@ def test_freshness_shows_how_far_the_index_is_behind(
     fresh = reader.freshness("apollo")
     assert fresh["durable"]["seq"] == 37 and fresh["index"]["seq"] == 30 and fresh["index"]["behind"] == 7
     assert reader.build_context("apollo", "coder").recent[-1]["memory_note"] == "late 6"  # read-your-writes
+
+
+def test_access_is_counted_for_the_experience_that_fits(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=3)))
+    whole = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert len(whole.relevant_experience) >= 2
+    first = whole.relevant_experience[0]
+    budget = estimate_tokens("\n".join(agent_lines(whole.agent_memory))) + 1 + estimate_tokens(hit_line(first)) + 1
+    redis_client.delete(keys.access_counts("apollo"))
+    pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=budget)
+    assert [h.minute_id for h in pkg.relevant_experience] == [first.minute_id]
+    assert redis_client.hgetall(keys.access_counts("apollo")) == {first.minute_id.encode(): b"1"}
+    assert pkg.budget.cut["relevant_experience"] == len(whole.relevant_experience) - 1
+
+
+def test_a_project_without_a_log_has_an_empty_context(reader: ContextReader) -> None:
+    pkg = reader.build_context("nobody-here", "a1", task="anything")
+    assert (pkg.recent, pkg.referenced, pkg.relevant_experience) == ((), (), ())
+    assert not pkg.full_log_available and pkg.freshness["durable"]["seq"] == 0
+    assert pkg.agent_memory.tasks_assigned == 0
 
 
 def test_reads_without_a_project_fail_closed(reader: ContextReader) -> None:
