@@ -194,6 +194,8 @@ def task_kind(minute: Minute) -> str | None:
     names no kind).
     """
     data = minute.data
+    if not data:
+        return None
     for key in TASK_KIND_KEYS:
         value = _text(data.get(key))
         if value:
@@ -256,12 +258,18 @@ def insights(minute: Minute) -> list[Insight]:
     return _insights(minute, task_kind(minute))
 
 
+# Event types with insights of their own; any other minute has insights only when it states a score.
+_INSIGHT_EVENTS = frozenset(("task_completed", "task_failed", "capability_observed", "conflict_resolved"))
+
+
 def _insights(minute: Minute, kind: str | None) -> list[Insight]:
     """`insights` given the minute's `task_kind`."""
+    score = success_score(minute)
+    if score is None and minute.event_type not in _INSIGHT_EVENTS:
+        return []
     out: list[Insight] = []
     contexts = _contexts(minute, kind)
     task_id = _text(minute.data.get("task_id"))
-    score = success_score(minute)
     if score is not None:
         subject = f"task {task_id}" if task_id else f"the {_event_words(minute.event_type)}"
         # 0% and 100% are as decisive as it gets; 50% says little either way.
@@ -312,6 +320,11 @@ def initial_scores(minute: Minute, now: float, category: Category | None = None,
     composite: `COMPOSITE_WEIGHTS` over the four. `category` and `at_ms` (the
     minute's `timestamp_ms`) save recomputing them when the caller has them.
     """
+    return Scores(**_scores(minute, now, category, at_ms))
+
+
+def _scores(minute: Minute, now: float, category: Category | None, at_ms: int | None) -> dict[str, float]:
+    """`initial_scores` as the payload holds them (a dict, field by field: dataclasses.asdict deep-copies)."""
     at_ms = timestamp_ms(minute) if at_ms is None else at_ms
     age_s = max(0.0, now - at_ms / 1000.0)
     recency = 0.5 ** (age_s / RECENCY_HALF_LIFE_S)
@@ -324,13 +337,13 @@ def initial_scores(minute: Minute, now: float, category: Category | None = None,
     composite = (
         w["recency"] * recency + w["relevance"] * NEUTRAL_RELEVANCE + w["accuracy"] * accuracy + w["impact"] * impact
     )
-    return Scores(
-        recency=round(recency, 4),
-        relevance=round(NEUTRAL_RELEVANCE, 4),
-        accuracy=round(accuracy, 4),
-        impact=round(impact, 4),
-        composite=round(composite, 4),
-    )
+    return {
+        "recency": round(recency, 4),
+        "relevance": round(NEUTRAL_RELEVANCE, 4),
+        "accuracy": round(accuracy, 4),
+        "impact": round(impact, 4),
+        "composite": round(composite, 4),
+    }
 
 
 def lexical_text(minute: Minute) -> str:
@@ -391,7 +404,6 @@ def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
         m = r.minute
         category = categorize(m)
         kind = task_kind(m)
-        scores = initial_scores(m, now, category, r.at_ms)
         payload = {
             "project_id": m.project_id,
             "minute_id": m.id,
@@ -402,14 +414,7 @@ def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
             "task_id": _text(m.data.get("task_id")),
             "thread_id": m.thread_id,
             "insights": [i.to_dict() for i in _insights(m, kind)],
-            # Field by field: dataclasses.asdict deep-copies, a third of this loop's time.
-            "scores": {
-                "recency": scores.recency,
-                "relevance": scores.relevance,
-                "accuracy": scores.accuracy,
-                "impact": scores.impact,
-                "composite": scores.composite,
-            },
+            "scores": _scores(m, now, category, r.at_ms),
             "minute": m.to_dict(),
             "seq": r.seq,
         }
