@@ -92,6 +92,11 @@ def is_valid_project(project_id: str) -> bool:
     return len(project_id) <= MAX_NAME_LENGTH and PROJECT_PATTERN.fullmatch(project_id) is not None
 
 
+@lru_cache(maxsize=4096)
+def _valid_project(project_id: str) -> bool:
+    return is_valid_project(project_id)  # checked for every point written; a process writes few projects
+
+
 def check_limit(limit: int) -> int:
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive whole number, got {limit!r}")
@@ -104,10 +109,10 @@ def check_fusion(fusion: str) -> Fusion:
     return fusion  # type: ignore[return-value]
 
 
-def stored_payload(point: MemoryPoint) -> dict[str, Any]:
-    """The payload a point is stored with: the caller's, with the project and minute id made authoritative."""
+def check_point(point: MemoryPoint) -> None:
+    """Refuse a point that names no valid project or minute, or whose payload claims another project."""
     project_id = require_project(point.project_id)
-    if not is_valid_project(project_id):
+    if not _valid_project(project_id):
         raise ValueError(
             f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold letters, digits and _ . - "
             f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)"
@@ -120,7 +125,12 @@ def stored_payload(point: MemoryPoint) -> dict[str, Any]:
             f"payload project_id {claimed!r} of minute {point.minute_id!r} differs from the point's "
             f"project_id {project_id!r}"
         )
-    return {**point.payload, "project_id": project_id, "minute_id": point.minute_id}
+
+
+def stored_payload(point: MemoryPoint) -> dict[str, Any]:
+    """The payload a point is stored with: the caller's, with the project and minute id made authoritative."""
+    check_point(point)
+    return {**point.payload, "project_id": point.project_id, "minute_id": point.minute_id}
 
 
 def check_dense(vector: Sequence[float] | None, dimensions: int | None, what: str) -> list[float] | None:
