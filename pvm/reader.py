@@ -294,4 +294,4 @@ def _decode(raw: bytes) -> dict[str, Any]:
     body = msgpack.unpackb(raw, raw=False)
     body.pop("v", None)
     body.setdefault("context_references", [])
-    return body  # type: ignore[no-any-return]
+    return body
