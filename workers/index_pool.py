@@ -514,16 +514,11 @@ def _durable_minute(raw: bytes) -> Minute:
     if type(version) is not int or version not in SUPPORTED_VERSIONS:
         raise UnsupportedSchemaVersion(f"schema version {version!r} is not supported")
     minute = Minute.trusted(body)
-    if not isinstance(minute.project_id, str) or not _valid_project(minute.project_id):
+    if not isinstance(minute.project_id, str) or not is_valid_project(minute.project_id):
         raise InvalidMinute("project_id", f"{str(minute.project_id)[:40]!r} is not a project name")
     if not isinstance(minute.data, dict):
         raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
     return minute
-
-
-@lru_cache(maxsize=4096)
-def _valid_project(project_id: str) -> bool:
-    return is_valid_project(project_id)
 
 
 # -- RQ entry point -------------------------------------------------------------

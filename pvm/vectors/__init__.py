@@ -87,14 +87,10 @@ def require_project(project_id: object) -> str:
     return project_id
 
 
+@lru_cache(maxsize=4096)  # checked for every point written and read; a process sees few projects
 def is_valid_project(project_id: str) -> bool:
     """True when `project_id` could belong to a stored minute (the contract's project pattern)."""
     return len(project_id) <= MAX_NAME_LENGTH and PROJECT_PATTERN.fullmatch(project_id) is not None
-
-
-@lru_cache(maxsize=4096)
-def _valid_project(project_id: str) -> bool:
-    return is_valid_project(project_id)  # checked for every point written; a process writes few projects
 
 
 def check_limit(limit: int) -> int:
@@ -112,7 +108,7 @@ def check_fusion(fusion: str) -> Fusion:
 def check_point(point: MemoryPoint) -> None:
     """Refuse a point that names no valid project or minute, or whose payload claims another project."""
     project_id = require_project(point.project_id)
-    if not _valid_project(project_id):
+    if not is_valid_project(project_id):
         raise ValueError(
             f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold letters, digits and _ . - "
             f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)"
