@@ -16,16 +16,19 @@ Qdrant server (`pvm.vectors.server`). Open the engine after any fork, never
 before: the lock and the engine's threads do not survive one.
 
 Payloads are stored with the filtered fields (project, agent, event type,
-category, task, thread, timestamp) and the minute id as themselves, the
-composite score flat as ``_composite``, and the rest packed into one string
-(``_msgpack``: base64 of msgpack): qdrant-edge converts payload values one by
-one at a few microseconds each (a string or a nested object the most), and a
-minute's nested payload made upserts twice as slow; msgpack packs and unpacks
-in a third of JSON's time. Reads unpack it; callers see the payload they
-wrote (msgpack keeps what JSON keeps, and bytes and non-string keys besides;
-the server engine takes JSON values only). Shards written before these
-fields existed (``_packed`` JSON, a nested ``scores.composite``) still read
-back, but answer ``min_composite`` filters only after a rebuild (`pvm replay`).
+category, task, thread, timestamp) as themselves, the composite score flat as
+``_composite``, and the rest packed into one string, ``_msgpack``: the minute
+id (length-prefixed, ``26:01J...``) then base64 of msgpack. qdrant-edge
+converts payload values one by one at ~5 microseconds each (a string or a
+nested object the most), and a minute's nested payload made upserts twice as
+slow; the minute id rides in the packed string rather than a field of its own
+for the same reason, and candidates read it from there without unpacking the
+rest. msgpack packs and unpacks in a third of JSON's time. Reads unpack it;
+callers see the payload they wrote (msgpack keeps what JSON keeps, and bytes
+and non-string keys besides; the server engine takes JSON values only).
+Shards written before these fields existed (``_packed`` JSON, a nested
+``scores.composite``) still read back, but answer ``min_composite`` filters
+only after a rebuild (`pvm replay`).
 
 Writes go through the WAL (kept on). Segments are only merged and HNSW graphs
 only built by `optimize()`, which is explicit and blocking: call it after a
@@ -90,19 +93,18 @@ MAX_OPEN_SHARDS = 128
 SEARCH_THREADS = 1  # per shard; one segment is searched by one thread anyway
 UPSERT_CHUNK = 1024
 LOCK_FILE = ".lock"
-# Payload fields stored as themselves (filtered on, or read to rank candidates); the rest travels packed in
-# one string (PACKED_FIELD).
-DIRECT_FIELDS = ("project_id", "minute_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
-PACKED_FIELD = "_msgpack"  # base64 of msgpack
+# Payload fields stored as themselves (filtered on); the rest travels packed in one string (PACKED_FIELD).
+DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
+PACKED_FIELD = "_msgpack"  # <length of the minute id>:<minute id><base64 of msgpack>
 JSON_PACKED_FIELD = "_packed"  # what shards written before _msgpack hold: JSON
 # scores.composite, stored flat: a nested object costs qdrant-edge a conversion of its own. The whole
 # `scores` travels packed; this copy serves the min_composite filter and ranking.
 COMPOSITE_FIELD = "_composite"
 STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}  # a filter's payload key -> the key it is stored under
 _DIRECT = frozenset(DIRECT_FIELDS)
-# RANKING_FIELDS as stored; points written before _msgpack hold the minute id only in their _packed JSON.
+# RANKING_FIELDS as stored: the minute id is read from the front of PACKED_FIELD (or a legacy _packed JSON).
 _RANKING_DIRECT = tuple(f for f in RANKING_FIELDS if f in _DIRECT)
-_RANKING_SELECTOR = qe.PayloadSelector.Include([*_RANKING_DIRECT, COMPOSITE_FIELD, JSON_PACKED_FIELD])
+_RANKING_SELECTOR = qe.PayloadSelector.Include([*_RANKING_DIRECT, COMPOSITE_FIELD, PACKED_FIELD, JSON_PACKED_FIELD])
 
 
 @dataclass
@@ -449,11 +451,11 @@ def _pack(point: MemoryPoint) -> dict[str, Any]:
     claiming another project).
     """
     payload = point.payload
-    stored: dict[str, Any] = {"project_id": point.project_id, "minute_id": point.minute_id}
+    stored: dict[str, Any] = {"project_id": point.project_id}
     rest: dict[str, Any] = {}
     for key, value in payload.items():
-        if key in stored:
-            continue  # the point's own project and minute id
+        if key == "project_id" or key == "minute_id":
+            continue  # the point's own
         if key in _DIRECT and value is not None:
             stored[key] = value
         else:
@@ -463,10 +465,18 @@ def _pack(point: MemoryPoint) -> dict[str, Any]:
     if isinstance(composite, int | float) and not isinstance(composite, bool):
         stored[COMPOSITE_FIELD] = float(composite)
     try:
-        stored[PACKED_FIELD] = base64.b64encode(msgpack.packb(rest)).decode("ascii")
+        blob = base64.b64encode(msgpack.packb(rest)).decode("ascii")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload of minute {point.minute_id!r} holds a value msgpack cannot pack: {exc}") from None
+    stored[PACKED_FIELD] = f"{len(point.minute_id)}:{point.minute_id}{blob}"
     return stored
+
+
+def _packed_parts(packed: str) -> tuple[str, str]:
+    """The minute id and the base64 msgpack of a `PACKED_FIELD` value."""
+    length, _, rest = packed.partition(":")
+    n = int(length)
+    return rest[:n], rest[n:]
 
 
 def _ranking_payload(stored: dict[str, Any]) -> dict[str, Any]:
@@ -474,6 +484,9 @@ def _ranking_payload(stored: dict[str, Any]) -> dict[str, Any]:
     if JSON_PACKED_FIELD in stored:  # a point written before these fields existed: whole, as it was
         return _unpack(stored)
     payload = {k: stored[k] for k in _RANKING_DIRECT if k in stored}
+    packed = stored.get(PACKED_FIELD)
+    if packed is not None:
+        payload["minute_id"] = _packed_parts(packed)[0]
     composite = stored.get(COMPOSITE_FIELD)
     if composite is not None:
         payload["scores"] = {"composite": composite}
@@ -487,7 +500,8 @@ def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:
     packed = payload.pop(PACKED_FIELD, None)
     payload.pop(COMPOSITE_FIELD, None)
     if packed is not None:
-        payload.update(msgpack.unpackb(base64.b64decode(packed), strict_map_key=False))
+        payload["minute_id"], blob = _packed_parts(packed)
+        payload.update(msgpack.unpackb(base64.b64decode(blob), strict_map_key=False))
     legacy = payload.pop(JSON_PACKED_FIELD, None)
     if legacy is not None:
         payload.update(json.loads(legacy))

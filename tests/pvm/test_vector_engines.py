@@ -537,6 +537,16 @@ def test_payload_round_trips_exactly(engine: Any) -> None:
     assert found.payload == point.payload
 
 
+@pytest.mark.parametrize("minute_id", ["12:34", "7", "ünï:cödé:9", "x" * 64])
+def test_any_minute_id_comes_back_from_queries_and_retrieve(engine: Any, minute_id: str) -> None:
+    engine.upsert([memory_point("alpha", minute_id, "gateway deploy")])
+    [slim] = engine.query("alpha", "gateway", None, SearchFilters(), 5, with_payload=False)
+    [whole] = engine.query("alpha", "gateway", None, SearchFilters(), 5)
+    [stored] = engine.retrieve("alpha", [minute_id])
+    assert slim.minute_id == whole.minute_id == stored.minute_id == minute_id
+    assert whole.payload == stored.payload == memory_point("alpha", minute_id, "gateway deploy").payload
+
+
 def test_candidates_without_payload_carry_what_ranking_reads(engine: Any) -> None:
     engine.upsert(
         [memory_point("alpha", f"m{i}", f"gateway deploy {i}", composite=i / 10, timestamp_ms=T0 + i) for i in range(6)]
