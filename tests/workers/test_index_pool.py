@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -456,6 +457,18 @@ def test_index_batch_reports_each_step_when_asked(redis_client: redis.Redis, eng
     assert list(timings) == list(index_pool.STEPS) and all(t >= 0 for t in timings.values())
     index_pool.index_batch(ctx, redis_client, records(session()), timings=timings)  # adds up over batches
     assert engine.upserts == 2
+    assert gc.isenabled()  # paused for the batch only
+
+
+def test_a_failing_batch_leaves_the_garbage_collector_on(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    def fail(points: Sequence[MemoryPoint]) -> None:
+        raise ConnectionError("vector store down")
+
+    engine.upsert = fail  # type: ignore[method-assign]
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    with pytest.raises(ConnectionError):
+        index_pool.index_batch(ctx, redis_client, records(session()))
+    assert gc.isenabled()
 
 
 def test_an_older_batch_indexed_late_does_not_move_the_head_back(
