@@ -40,41 +40,49 @@ MAX_CAPABILITIES = 256  # per agent and project; beyond it new capability names 
 
 _APPLY = """
 -- KEYS: counted bitmap, agents set, then per agent (1-based a): memory hash KEYS[2a+1], capabilities set KEYS[2a+2]
--- ARGV[1]: max_capabilities; ARGV[2]: msgpack [agent ids, minutes], each minute [seq, deltas], each delta
---          [agent index, assigned, completed, failed, success or false, active_ms or false, active_at, caps]
+-- ARGV[1]: max_capabilities; ARGV[2]: agent ids (msgpack array); ARGV[3]: the minutes (one flat msgpack array):
+--   per minute: seq, delta count k, then k x (agent index, assigned, completed, failed, success or false,
+--   active_ms or false, active_at, capability count c, c capabilities)
 -- A minute whose bit was clear counts; its deltas are summed per agent, then each agent is written once.
 local max_caps = tonumber(ARGV[1])
-local batch = cmsgpack.unpack(ARGV[2])
-local agents, minutes = batch[1], batch[2]
+local agents = cmsgpack.unpack(ARGV[2])
+local v = cmsgpack.unpack(ARGV[3])
 local counted = 0
 local totals = {}  -- agent index -> sums over the minutes counted now
-for _, minute in ipairs(minutes) do
-  if redis.call('SETBIT', KEYS[1], minute[1], 1) == 0 then
-    counted = counted + 1
-    for _, d in ipairs(minute[2]) do
-      local t = totals[d[1]]
+local i = 1
+while i <= #v do
+  local fresh = redis.call('SETBIT', KEYS[1], v[i], 1) == 0
+  local k = v[i + 1]
+  i = i + 2
+  if fresh then counted = counted + 1 end
+  for _ = 1, k do
+    local ncaps = v[i + 7]
+    if fresh then
+      local t = totals[v[i]]
       if t == nil then
         t = {assigned = 0, completed = 0, failed = 0, success_sum = 0, success_count = 0, caps = {}, seen = {}}
-        totals[d[1]] = t
+        totals[v[i]] = t
       end
-      t.assigned = t.assigned + d[2]
-      t.completed = t.completed + d[3]
-      t.failed = t.failed + d[4]
-      if d[5] then
-        t.success_sum = t.success_sum + d[5]
+      t.assigned = t.assigned + v[i + 1]
+      t.completed = t.completed + v[i + 2]
+      t.failed = t.failed + v[i + 3]
+      if v[i + 4] then
+        t.success_sum = t.success_sum + v[i + 4]
         t.success_count = t.success_count + 1
       end
-      if d[6] and (t.active_ms == nil or d[6] > t.active_ms) then
-        t.active_ms = d[6]
-        t.active_at = d[7]
+      if v[i + 5] and (t.active_ms == nil or v[i + 5] > t.active_ms) then
+        t.active_ms = v[i + 5]
+        t.active_at = v[i + 6]
       end
-      for _, cap in ipairs(d[8]) do
+      for c = 1, ncaps do
+        local cap = v[i + 7 + c]
         if not t.seen[cap] then
           t.seen[cap] = true
           t.caps[#t.caps + 1] = cap
         end
       end
     end
+    i = i + 8 + ncaps
   end
 end
 for a, agent in ipairs(agents) do
@@ -152,14 +160,15 @@ class AgentMemoryStore:
         pipe = self.connection.pipeline(transaction=False)
         for project_id, minutes in by_project.items():
             agents: dict[str, int] = {}
-            rows: list[tuple[int, list[tuple[Any, ...]]]] = []
+            flat: list[Any] = []
             for seq, of_minute in minutes.items():
-                row = []
+                flat.append(seq)
+                flat.append(len(of_minute))
                 for d in of_minute.values():
                     index = agents.get(d.agent_id)
                     if index is None:
                         index = agents[d.agent_id] = len(agents) + 1
-                    row.append(
+                    flat.extend(
                         (
                             index,
                             d.assigned,
@@ -168,18 +177,18 @@ class AgentMemoryStore:
                             False if d.success is None else float(d.success),
                             False if d.active_ms is None else d.active_ms,
                             d.active_at or "",
-                            d.capabilities,
+                            len(d.capabilities),
                         )
                     )
-                rows.append((seq, row))
+                    flat.extend(d.capabilities)
             key_list = [keys.agent_memory_counted(project_id), keys.agents(project_id)]
             for agent_id in agents:
                 key_list.append(keys.agent_memory(project_id, agent_id))
                 key_list.append(keys.agent_capabilities(project_id, agent_id))
-            # One msgpack argument (the script unpacks it with cmsgpack): ~10 arguments per minute cost redis-py
-            # more to encode than the script takes to run.
-            body = msgpack.packb((list(agents), rows))
-            self._apply(keys=key_list, args=[self.max_capabilities, body], client=pipe)
+            # msgpack arguments (the script unpacks them with cmsgpack): ~10 arguments per minute cost redis-py more
+            # to encode than the script takes to run, and one flat array spares the script a table per delta.
+            args = [self.max_capabilities, msgpack.packb(list(agents)), msgpack.packb(flat)]
+            self._apply(keys=key_list, args=args, client=pipe)
         return sum(int(n) for n in pipe.execute())
 
     def get(self, project_id: str, agent_id: str) -> AgentMemory:
