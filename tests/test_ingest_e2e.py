@@ -28,7 +28,8 @@ PROJECTS = [f"proj-{i}" for i in range(5)]
 
 @pytest.fixture
 def stack(settings: Settings) -> Iterator[Stack]:
-    s = Stack(settings)
+    # The ingest half: no index fan-out and no API process (tests/test_up.py runs the whole stack).
+    s = Stack(settings.with_(downstream=()), api_port=None)
     s.start()
     try:
         yield s
