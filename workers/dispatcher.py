@@ -153,12 +153,19 @@ class Dispatcher:
         idle_since = time.monotonic()
         while not self.stop_event.is_set():
             now = time.monotonic()
+            # Housekeeping never ends the loop: what it missed, the next round (or another dispatcher) does.
             if now >= self._next_claim:
-                self.reclaim()
                 self._next_claim = now + defaults.DISPATCH_CLAIM_INTERVAL_S
+                try:
+                    self.reclaim()
+                except redis.exceptions.ResponseError:
+                    log.exception("dispatcher %s: reclaim failed; retrying next round", self.consumer)
             if now >= self._next_trim:
-                self.trim()
                 self._next_trim = now + defaults.DISPATCH_TRIM_INTERVAL_S
+                try:
+                    self.trim()
+                except redis.exceptions.ResponseError:
+                    log.exception("dispatcher %s: trim failed; retrying next round", self.consumer)
             n = self.poll_once()
             if n:
                 idle_since = time.monotonic()
@@ -378,11 +385,12 @@ class Dispatcher:
             boundary: tuple[int, int] | None = None
             for group in groups:
                 name = group["name"]
-                if int(group["pending"]) > 0:
-                    summary = self.connection.xpending(stream, name)
-                    low = summary["min"]
+                summary = self.connection.xpending(stream, name) if int(group["pending"]) > 0 else None
+                low = summary.get("min") if summary else None
+                if low:
                     point = _parse_id(low.decode() if isinstance(low, bytes) else low)
                 else:
+                    # nothing pending (another dispatcher may have acked since XINFO): trim below last delivered
                     last = group["last-delivered-id"]
                     point = _parse_id(_next_id(last.decode() if isinstance(last, bytes) else last))
                 boundary = point if boundary is None else min(boundary, point)
