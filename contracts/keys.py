@@ -105,10 +105,6 @@ def worker_alive(worker_name: str) -> str:
     return f"{PREFIX}:worker:{worker_name}:alive"
 
 
-def dispatcher_alive(consumer: str) -> str:
-    """Short-lived key a running dispatcher keeps refreshed."""
-    return f"{PREFIX}:dispatcher:{consumer}:alive"
-
 
 # -- metrics the pools record for the exporter --------------------------------
 

@@ -94,7 +94,6 @@ def test_global_names() -> None:
     assert keys.PREFIX == "pvm"
     assert keys.projects() == "pvm:projects"
     assert keys.worker_alive("w1") == "pvm:worker:w1:alive"
-    assert keys.dispatcher_alive("d1") == "pvm:dispatcher:d1:alive"
     assert keys.MINUTE_FIELD == b"m"
     assert keys.DISPATCH_GROUP == "pvm-dispatch"
     assert keys.QUEUES["log"] == keys.LOG_QUEUE == "pvm-log"
