@@ -47,6 +47,9 @@ def test_an_embedding_outage_fails_the_batch_and_replay_recovers_it(
     hits = engines.searcher_for(settings).search("apollo", "login bug finished", SearchFilters(), 5)  # type: ignore[attr-defined]
     assert hits and all(h.minute["project_id"] == "apollo" for h in hits)
     assert any(h.parts.get("semantic", 0) > 0 for h in hits), "the dense leg took part after the replay"
+    # the provider calls reached the exporter's Redis-held metrics: the failed one and the good ones
+    calls = redis_client.hgetall("pvm:metrics:provider:openai|embedding")
+    assert int(calls[b"calls:error"]) >= 1 and int(calls[b"calls:ok"]) >= 1 and int(calls[b"tokens"]) > 0
     engines.close_shared()
 
 
@@ -72,4 +75,21 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
     assert after == before
     assert redis_client.zrange("pvm:{p:apollo}:recent", 0, -1, withscores=True) == recent_before
     assert redis_client.hgetall("pvm:{p:apollo}:agent:coder") == agent_before
+    engines.close_shared()
+
+
+def test_pvm_optimize_is_run_by_the_index_worker_that_owns_the_engine(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pvm.cli import main
+
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 40, seed=3)))
+    assert main(["optimize", "--project", "apollo"]) == 0
+    assert "queued" in capsys.readouterr().out
+    job = pool_queue("index", redis_client).jobs[0]
+    run_index_worker(redis_client)
+    job.refresh()
+    assert job.get_status() == "finished"
+    assert "apollo" in job.return_value()["optimized"]
     engines.close_shared()
