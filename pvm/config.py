@@ -23,8 +23,10 @@
 | PVM_EMBED_BATCH_SIZE | 2048 | inputs per embedding request (1-2048) |
 | PVM_EMBED_MAX_RETRIES | 5 | retries of 429/5xx/timeouts before a batch fails |
 | PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
+| PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query's embedding (no retries) before answering lexical-only |
 | PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
+| PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /health; clients send it |
 """
 
 from __future__ import annotations
@@ -114,8 +116,10 @@ class Settings:
     embed_batch_size: int = defaults.EMBED_BATCH_SIZE
     embed_max_retries: int = defaults.EMBED_MAX_RETRIES
     embed_timeout_s: float = defaults.EMBED_TIMEOUT_S
+    embed_query_timeout_s: float = defaults.EMBED_QUERY_TIMEOUT_S
     search_weights: tuple[float, float, float, float] = defaults.SEARCH_WEIGHTS
     api_url: str | None = None
+    api_token: str | None = field(default=None, repr=False)
 
     @property
     def vector_dir(self) -> Path:
@@ -160,8 +164,12 @@ class Settings:
             embed_batch_size=min(_int(env, "PVM_EMBED_BATCH_SIZE", defaults.EMBED_BATCH_SIZE), 2048),
             embed_max_retries=_int(env, "PVM_EMBED_MAX_RETRIES", defaults.EMBED_MAX_RETRIES, minimum=0),
             embed_timeout_s=_float(env, "PVM_EMBED_TIMEOUT", defaults.EMBED_TIMEOUT_S, minimum=0.1),
+            embed_query_timeout_s=_float(
+                env, "PVM_EMBED_QUERY_TIMEOUT", defaults.EMBED_QUERY_TIMEOUT_S, minimum=0.05
+            ),
             search_weights=_weights(env),
             api_url=env.get("PVM_API_URL") or None,
+            api_token=env.get("PVM_API_TOKEN") or None,
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -192,10 +200,12 @@ class Settings:
             "OPENAI_API_KEY": self.openai_api_key,
             "PVM_EMBED_DIMENSIONS": None if self.embed_dimensions is None else str(self.embed_dimensions),
             "PVM_API_URL": self.api_url,
+            "PVM_API_TOKEN": self.api_token,
         }
         env.update({k: v for k, v in optional.items() if v})
         env["PVM_EMBED_BATCH_SIZE"] = str(self.embed_batch_size)
         env["PVM_EMBED_MAX_RETRIES"] = str(self.embed_max_retries)
         env["PVM_EMBED_TIMEOUT"] = repr(self.embed_timeout_s)
+        env["PVM_EMBED_QUERY_TIMEOUT"] = repr(self.embed_query_timeout_s)
         env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
         return env

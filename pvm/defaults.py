@@ -64,6 +64,8 @@ CONTEXT_BUDGET_TOKENS = 2_000
 EMBED_BATCH_SIZE = 2048  # OpenAI's limit on inputs per request
 EMBED_MAX_RETRIES = 5
 EMBED_TIMEOUT_S = 30.0
+# A search's query embedding: one try, this long, then the answer is lexical-only (an agent never waits on a provider).
+EMBED_QUERY_TIMEOUT_S = 2.0
 EMBED_BACKOFF_BASE_S = 0.5
 EMBED_BACKOFF_MAX_S = 20.0
 EMBED_MALFORMED_RETRIES = 2  # retries of answers that parse wrong: a proxy hiccup heals, a wrong server does not
