@@ -105,6 +105,10 @@ def worker_alive(worker_name: str) -> str:
     return f"{PREFIX}:worker:{worker_name}:alive"
 
 
+def stranded_seen(queue_name: str) -> str:
+    """Hash the reaper keeps: job id -> when it first saw the job dequeued but never started, per RQ queue."""
+    return f"{PREFIX}:reaper:{queue_name}:stranded"
+
 
 # -- metrics the pools record for the exporter --------------------------------
 

@@ -6,8 +6,17 @@ batch, and a fork costs more than a batch's work) that
 * keeps a short-lived "alive" key in Redis while its process lives, and
 * reaps: a job left in a pool's started registry by a worker whose alive key
   lapsed (a ``kill -9``, an OOM kill, a lost node) goes back to the front of its
-  queue within seconds, instead of after RQ's heartbeat timeout. Every pool job
-  is idempotent, so running a batch again is safe.
+  queue within seconds, instead of after RQ's heartbeat timeout; so does a job
+  stranded in the queue's intermediate list (its worker died between RQ's
+  BLMOVE and the started registry), which RQ's own maintenance would mark
+  *failed* after a minute or two. Every pool job is idempotent, so running a
+  batch again is safe.
+
+A worker for one pool dequeues with BLMOVE into the intermediate list; RQ
+dequeues for several pools at once with BLPOP, and a worker killed in the
+instant between BLPOP and the started registry loses that job from every
+list. Run one pool per worker process (`pvm worker POOL`, `pvm up`) where
+that instant matters.
 
 SIGTERM (or Ctrl-C) finishes the current batch and exits; a second one stops at once.
 """
@@ -56,9 +65,72 @@ end
 return 0
 """
 
+_REQUEUE_STRANDED = """
+-- KEYS: intermediate list, job hash, queue list, RQ's first-seen key, our seen hash
+-- A job dequeued (moved to the intermediate list) that no worker started: status still 'queued'.
+redis.call('HDEL', KEYS[5], ARGV[1])
+if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then return 0 end
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[4])
+redis.call('LPUSH', KEYS[3], ARGV[1])
+return 1
+"""
 
-def requeue_orphans(connection: redis.Redis, queues: Sequence[Queue]) -> list[str]:
-    """Requeue jobs whose PVM worker died mid-job; returns the requeued job ids."""
+
+def requeue_orphans(
+    connection: redis.Redis,
+    queues: Sequence[Queue],
+    now: float | None = None,
+    grace: float = defaults.STRANDED_GRACE_S,
+) -> list[str]:
+    """Requeue jobs whose PVM worker died mid-job or right after dequeuing; returns the requeued job ids.
+
+    Stranded jobs (dequeued, never started) are requeued once they have been
+    seen stranded for `grace` seconds, by whichever reaper looks then; `now`
+    (seconds, default Redis' clock) is for tests.
+    """
+    requeued = _requeue_dead_workers_jobs(connection, queues)
+    requeued += _requeue_stranded(connection, queues, now, grace)
+    return requeued
+
+
+def _requeue_stranded(connection: redis.Redis, queues: Sequence[Queue], now: float | None, grace: float) -> list[str]:
+    if now is None:
+        seconds, micros = connection.time()
+        now = seconds + micros / 1e6
+    script = connection.register_script(_REQUEUE_STRANDED)
+    requeued = []
+    for queue in queues:
+        seen_key = keys.stranded_seen(queue.name)
+        stranded = {raw.decode() for raw in connection.lrange(queue.intermediate_queue_key, 0, -1)}
+        seen = {k.decode(): float(v) for k, v in connection.hgetall(seen_key).items()}
+        gone = [job_id for job_id in seen if job_id not in stranded]
+        if gone:
+            connection.hdel(seen_key, *gone)
+        for job_id in stranded:
+            first = seen.get(job_id)
+            if first is None:
+                connection.hsetnx(seen_key, job_id, repr(now))
+                continue
+            if now - first < grace:
+                continue
+            done = script(
+                keys=[
+                    queue.intermediate_queue_key,
+                    Job.key_for(job_id),
+                    queue.key,
+                    queue.intermediate_queue.get_first_seen_key(job_id),
+                    seen_key,
+                ],
+                args=[job_id],
+            )
+            if done:
+                log.warning("requeued job %s stranded unstarted on %s for %.0f s", job_id, queue.name, now - first)
+                requeued.append(job_id)
+    return requeued
+
+
+def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue]) -> list[str]:
     script = connection.register_script(_REQUEUE)
     requeued = []
     for queue in queues:

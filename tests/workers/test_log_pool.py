@@ -11,6 +11,7 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry
 
 from contracts import Minute, encode_minute, keys
+from pvm import defaults
 from pvm.config import Settings
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer, SerializationError
@@ -125,6 +126,41 @@ def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings:
     assert requeue_orphans(redis_client, [queue]) == [job.id]
     assert queue.job_ids == [job.id]
     assert requeue_orphans(redis_client, [queue]) == []
+
+
+def test_a_job_stranded_between_dequeue_and_start_is_requeued_after_the_grace(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    queue = pool_queue("log", redis_client)
+    job = queue.enqueue("workers.log_pool.run", batch(2))
+    # A worker BLMOVEd the job into the intermediate list and died before starting it.
+    dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert dequeued is not None
+    assert redis_client.lrange(queue.intermediate_queue_key, 0, -1) == [job.id.encode()]
+    grace = defaults.STRANDED_GRACE_S
+    assert requeue_orphans(redis_client, [queue], now=1000.0) == []  # first seen
+    assert requeue_orphans(redis_client, [queue], now=1000.0 + grace - 0.5) == []
+    assert requeue_orphans(redis_client, [queue], now=1000.0 + grace) == [job.id]
+    assert queue.job_ids == [job.id]
+    assert redis_client.llen(queue.intermediate_queue_key) == 0
+    assert redis_client.hlen(keys.stranded_seen(queue.name)) == 0
+    assert requeue_orphans(redis_client, [queue], now=2000.0) == []
+
+
+def test_a_dequeued_job_its_worker_starts_is_not_requeued(redis_client: redis.Redis, settings: Settings) -> None:
+    queue = pool_queue("log", redis_client)
+    job = queue.enqueue("workers.log_pool.run", batch(2))
+    worker = PvmWorker([queue], redis_client, name="pvm-test-starts")
+    redis_client.set(keys.worker_alive("pvm-test-starts"), 1, ex=10)
+    dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert dequeued is not None
+    assert requeue_orphans(redis_client, [queue], now=1000.0) == []  # seen in the instant before the start
+    worker.prepare_execution(dequeued[0])
+    worker.prepare_job_execution(dequeued[0], remove_from_intermediate_queue=True)
+    assert requeue_orphans(redis_client, [queue], now=5000.0) == []
+    assert queue.job_ids == []
+    assert redis_client.hlen(keys.stranded_seen(queue.name)) == 0
+    assert job.get_status(refresh=True) == "started"
 
 
 def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, settings: Settings) -> None:

@@ -7,10 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
+from pvm import defaults
 from pvm.config import Settings
 from pvm.queues import pool_queue
+from pvm.serializers import MsgpackSerializer
 
 
 def spawn(args: list[str], settings: Settings) -> subprocess.Popen[str]:
@@ -66,3 +69,23 @@ def test_several_processes_serve_one_pool(redis_client: redis.Redis, settings: S
     finally:
         group.send_signal(signal.SIGTERM)
         assert group.wait(30) == 0
+
+
+@pytest.mark.slow
+def test_a_running_worker_requeues_a_job_a_killed_worker_left_unstarted(
+    redis_client: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    queue = pool_queue("log", redis_client)
+    marker = tmp_path / "stranded"
+    job = queue.enqueue("tests.workers.jobs.slow_marker", str(marker), 0.0)
+    # What a worker killed between RQ's BLMOVE and its started registry leaves behind.
+    assert queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer) is not None
+    assert queue.count == 0
+    worker = spawn(["worker", "log"], settings)
+    try:
+        wait_for(marker, timeout=defaults.STRANDED_GRACE_S + 4 * defaults.REAPER_INTERVAL_S + 30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+    assert job.get_status(refresh=True) == "finished"
+    assert redis_client.llen(queue.intermediate_queue_key) == 0
