@@ -5,21 +5,30 @@ project in the path, so no request can read across projects. `POST /v1/minutes`
 validates a whole batch against the contract and XADDs it to the shard streams
 before answering 202 with the ids; an invalid batch is refused whole with 422
 and every error names its minute and field. The OpenAPI description is served
-at `/openapi.json`.
+at `/openapi.json`. With PVM_API_TOKEN set, every route but `/healthz` needs
+`Authorization: Bearer <token>`; without it the API is open, and `pvm serve`
+warns when it binds beyond loopback.
 """
 
 from __future__ import annotations
 
+import copy
+import hmac
+import ipaddress
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.memory import SearchFilters
@@ -27,8 +36,12 @@ from contracts.minute import utc_now_iso
 from pvm.config import Settings
 from pvm.reader import ContextReader
 
+log = logging.getLogger(__name__)
+
 MAX_BATCH = 1_000
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# Open without a token: orchestrators probe it and it tells nothing about any project.
+HEALTH_PATH = "/healthz"
 
 
 class BadRequest(ValueError):
@@ -83,8 +96,58 @@ def _json_body(body: bytes) -> Any:
         raise BadRequest(f"request body is not JSON: {exc}") from None
 
 
-def create_app(reader: ContextReader, connection: redis.Redis, shards: int) -> Starlette:
-    """The API over one reader and one Redis."""
+def bearer_token_matches(authorization: str | None, token: str) -> bool:
+    """Whether an Authorization header carries `Bearer <token>` (compared in constant time)."""
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes the client sent.
+    return hmac.compare_digest(given.strip().encode("latin-1"), token.encode())
+
+
+class BearerAuth:
+    """Refuses every request but the health check unless it carries the API token.
+
+    The 401 body never repeats what the client sent, so neither the right token
+    nor a near miss ends up in a client's logs or error reports.
+    """
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
+            await self.app(scope, receive, send)
+            return
+        authorization = Headers(scope=scope).get("authorization")
+        if bearer_token_matches(authorization, self.token):
+            await self.app(scope, receive, send)
+            return
+        if authorization is None:
+            error = "this API requires a bearer token: send the header Authorization: Bearer <PVM_API_TOKEN>"
+            challenge = 'Bearer realm="pvm"'
+        else:
+            error = "the bearer token in the Authorization header was not accepted"
+            challenge = 'Bearer realm="pvm", error="invalid_token"'
+        response = JSONResponse({"error": error}, status_code=401, headers={"WWW-Authenticate": challenge})
+        await response(scope, receive, send)
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether a bind address only accepts connections from this machine."""
+    if addr == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_token: str | None = None) -> Starlette:
+    """The API over one reader and one Redis; with `api_token`, every route but the health check needs it."""
+    # A token read from a file-backed secret often ends in a newline no client will send.
+    token = (api_token or "").strip() or None
 
     def route(fn: Callable[[Request, bytes], Any]) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
@@ -174,19 +237,22 @@ def create_app(reader: ContextReader, connection: redis.Redis, shards: int) -> S
             status_code=202,
         )
 
+    document = openapi_document(token_required=token is not None)
+
     def openapi(request: Request, body: bytes) -> Any:
-        return OPENAPI
+        return document
 
     return Starlette(
         routes=[
-            Route("/healthz", route(health)),
+            Route(HEALTH_PATH, route(health)),
             Route("/openapi.json", route(openapi)),
             Route("/v1/minutes", route(ingest), methods=["POST"]),
             Route("/v1/projects/{project_id}/context", route(context)),
             Route("/v1/projects/{project_id}/search", route(search)),
             Route("/v1/projects/{project_id}/recent", route(recent)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
-        ]
+        ],
+        middleware=[Middleware(BearerAuth, token=token)] if token else [],
     )
 
 
@@ -208,7 +274,7 @@ OPENAPI: dict[str, Any] = {
         "Every read names a project in its path; nothing crosses projects.",
     },
     "paths": {
-        "/healthz": {"get": {"summary": "Liveness (Redis reachable)", "responses": {"200": {"description": "ok"}}}},
+        HEALTH_PATH: {"get": {"summary": "Liveness (Redis reachable)", "responses": {"200": {"description": "ok"}}}},
         "/v1/minutes": {
             "post": {
                 "summary": "Validate a batch of minutes and append it to the streams",
@@ -301,6 +367,24 @@ OPENAPI: dict[str, Any] = {
 }
 
 
+def openapi_document(token_required: bool) -> dict[str, Any]:
+    """The OpenAPI description; with a token, the bearer scheme on every operation but the health check."""
+    if not token_required:
+        return OPENAPI
+    document = copy.deepcopy(OPENAPI)
+    document["components"]["securitySchemes"] = {
+        "bearerAuth": {"type": "http", "scheme": "bearer", "description": "the server's PVM_API_TOKEN"}
+    }
+    document["security"] = [{"bearerAuth": []}]
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            if path == HEALTH_PATH:
+                operation["security"] = []
+            else:
+                operation["responses"]["401"] = {"description": "missing or wrong bearer token"}
+    return document
+
+
 def run_server(settings: Settings, addr: str, port: int, index_worker: bool) -> None:
     """`pvm serve`: the API under uvicorn; with the embedded engine also the index pool, in this one process.
 
@@ -320,7 +404,14 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool) -> 
 
     connection = redis_from_settings(settings)
     reader = ContextReader(connection, LogReader(settings.log_dir), searcher_for(settings))  # type: ignore[arg-type]
-    app = create_app(reader, connection, settings.shards)
+    app = create_app(reader, connection, settings.shards, api_token=settings.api_token)
+    if settings.api_token is None and not is_loopback(addr):
+        log.warning(
+            "the reader API on %s:%d is unauthenticated: anyone who reaches it can read and write every project; "
+            "set PVM_API_TOKEN to require a bearer token",
+            addr,
+            port,
+        )
     server = uvicorn.Server(uvicorn.Config(app, host=addr, port=port, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, name="pvm-api", daemon=True)
     thread.start()

@@ -15,9 +15,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvm.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    import urllib.request
 
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
@@ -360,6 +363,14 @@ def _api_url(settings: Settings) -> str:
     return (settings.api_url or "http://127.0.0.1:8080").rstrip("/")
 
 
+def api_request(settings: Settings, url: str) -> urllib.request.Request:
+    """A GET of the reader API that carries the bearer token when PVM_API_TOKEN is set."""
+    import urllib.request
+
+    token = (settings.api_token or "").strip()
+    return urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+
+
 def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
     import urllib.error
     import urllib.parse
@@ -368,12 +379,17 @@ def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "", [])}, doseq=True)
     url = f"{_api_url(settings)}{path}?{query}"
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(api_request(settings, url), timeout=30) as response:
             body = response.read()
             if response.headers.get_content_type() == "text/plain":
                 return body.decode()
             return json.loads(body)
     except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            refused = "refused the token" if settings.api_token else "requires a token"
+            raise SystemExit(
+                f"pvm: the reader API {refused}: set PVM_API_TOKEN to the server's token (API at {_api_url(settings)})"
+            ) from None
         detail = exc.read().decode(errors="replace")
         with contextlib.suppress(ValueError):
             detail = json.loads(detail).get("error", detail)

@@ -167,6 +167,7 @@ def run_demo(settings: Settings, minutes: int = 300) -> int:
     import urllib.parse
     import urllib.request
 
+    from pvm.cli import api_request, main
     from pvm.emitter import Emitter
     from pvm.stack import Stack
     from pvm.stores.log import LogReader
@@ -194,7 +195,7 @@ def run_demo(settings: Settings, minutes: int = 300) -> int:
         def indexed() -> int:
             url = f"{live.api_url}/v1/projects/{project}/context?agent_id=coder&budget_tokens=1"
             try:
-                with urllib.request.urlopen(url, timeout=5) as r:
+                with urllib.request.urlopen(api_request(live, url), timeout=5) as r:
                     return int(json.loads(r.read())["freshness"]["index"]["seq"]) - before
             except OSError:
                 return 0
@@ -202,12 +203,11 @@ def run_demo(settings: Settings, minutes: int = 300) -> int:
         if not _wait("indexed for search", indexed, minutes):
             return 1
         print(f"  all durable and indexed in {time.monotonic() - started:.2f}s\n")
-        from pvm.cli import main
-
         main(["log", "tail", "--project", project, "-n", "8"])
         task = "fix the login bug: the session cookie expires too early"
         query = urllib.parse.urlencode({"agent_id": "coder", "task": task, "budget_tokens": 1200, "format": "text"})
-        with urllib.request.urlopen(f"{live.api_url}/v1/projects/{project}/context?{query}", timeout=10) as r:
+        url = f"{live.api_url}/v1/projects/{project}/context?{query}"
+        with urllib.request.urlopen(api_request(live, url), timeout=10) as r:
             context = r.read().decode()
         print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}:\n")
         print(context)

@@ -9,23 +9,36 @@ from starlette.testclient import TestClient
 
 from contracts import keys
 from pvm import engines
-from pvm.api import create_app
+from pvm.api import bearer_token_matches, create_app, is_loopback
 from pvm.config import Settings
 from pvm.demo import sample_session
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
 
+TOKEN = "s3cret-pvm-test-token"
+
 
 @pytest.fixture
-def client(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContextReader]:
     use_settings(settings, monkeypatch)
     log_minutes(redis_client, settings, list(sample_session("apollo", 80, seed=2)))
     log_minutes(redis_client, settings, list(sample_session("borealis", 20, seed=4)))
-    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    yield ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    engines.close_shared()
+
+
+@pytest.fixture
+def client(reader: ContextReader, redis_client: redis.Redis, settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(reader, redis_client, settings.shards)) as c:
         yield c
-    engines.close_shared()
+
+
+@pytest.fixture
+def guarded(reader: ContextReader, redis_client: redis.Redis, settings: Settings) -> Iterator[TestClient]:
+    """The API with a bearer token required."""
+    with TestClient(create_app(reader, redis_client, settings.shards, api_token=TOKEN)) as c:
+        yield c
 
 
 def test_context_as_json_and_as_text(client: TestClient) -> None:
@@ -96,3 +109,87 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/minutes",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+# Every protected route, with a request it answers with success: (method, path, params, json body, status).
+PROTECTED = [
+    ("GET", "/openapi.json", {}, None, 200),
+    ("GET", "/v1/projects/apollo/context", {"agent_id": "coder", "task": "tune the cache"}, None, 200),
+    ("GET", "/v1/projects/apollo/search", {"q": "conflict resolved"}, None, 200),
+    ("GET", "/v1/projects/apollo/recent", {"n": 3}, None, 200),
+    ("GET", "/v1/projects/apollo/minutes", {"ids": "nosuchid"}, None, 200),
+    ("POST", "/v1/minutes", {}, {"minutes": [{"project_id": "apollo", "event_type": "decision"}]}, 202),
+]
+
+
+def test_with_a_token_every_route_but_health_needs_it(
+    guarded: TestClient, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = keys.stream(keys.shard_of("apollo", 4))
+    before = redis_client.xlen(stream)
+    wrong = {"Authorization": "Bearer not-the-token"}
+    refused = [{}, wrong, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": "Bearer"}]
+    for method, path, params, body, status in PROTECTED:
+        for headers in refused:
+            r = guarded.request(method, path, params=params, json=body, headers=headers)
+            assert r.status_code == 401, (path, headers)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+            assert set(r.json()) == {"error"} and "token" in r.json()["error"]
+            assert TOKEN not in r.text and "not-the-token" not in r.text
+        r = guarded.request(method, path, params=params, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == status, (path, r.text)
+    # the refused POSTs wrote nothing; the accepted one wrote its minute
+    assert redis_client.xlen(stream) == before + 1
+    # the scheme is case-insensitive (RFC 7235)
+    assert guarded.get("/v1/projects/apollo/recent", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+    assert guarded.get("/healthz").json() == {"status": "ok"}
+    assert TOKEN not in caplog.text
+
+
+def test_a_missing_and_a_wrong_token_are_told_apart(guarded: TestClient) -> None:
+    missing = guarded.get("/v1/projects/apollo/recent")
+    assert "requires a bearer token" in missing.json()["error"]
+    assert missing.headers["www-authenticate"] == 'Bearer realm="pvm"'
+    wrong = guarded.get("/v1/projects/apollo/recent", headers={"Authorization": "Bearer nope"})
+    assert "not accepted" in wrong.json()["error"]
+    assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+
+
+def test_openapi_documents_the_bearer_scheme_only_when_a_token_is_required(
+    guarded: TestClient, client: TestClient
+) -> None:
+    spec = guarded.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes == {"bearerAuth": {"type": "http", "scheme": "bearer", "description": "the server's PVM_API_TOKEN"}}
+    assert spec["security"] == [{"bearerAuth": []}]
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            if path == "/healthz":
+                assert operation["security"] == [] and "401" not in operation["responses"]
+            else:
+                assert "security" not in operation and "401" in operation["responses"]
+            # every security requirement names a declared scheme
+            for requirement in operation.get("security", []):
+                assert set(requirement) <= set(schemes)
+    open_spec = client.get("/openapi.json").json()
+    assert "security" not in open_spec and "securitySchemes" not in open_spec["components"]
+    assert all("401" not in op["responses"] for ops in open_spec["paths"].values() for op in ops.values())
+
+
+def test_without_a_token_no_route_asks_for_one(client: TestClient) -> None:
+    for method, path, params, body, status in PROTECTED:
+        assert client.request(method, path, params=params, json=body).status_code == status, path
+    # a stray header does no harm on an open API
+    assert client.get("/v1/projects/apollo/recent", headers={"Authorization": "Bearer x"}).status_code == 200
+
+
+def test_bearer_token_matching() -> None:
+    assert bearer_token_matches(f"Bearer {TOKEN}", TOKEN)
+    assert bearer_token_matches(f"BEARER  {TOKEN} ", TOKEN)
+    for header in (None, "", TOKEN, f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Token {TOKEN}", "Bearer é"):
+        assert not bearer_token_matches(header, TOKEN), header
+
+
+def test_loopback_addresses() -> None:
+    assert all(is_loopback(a) for a in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(is_loopback(a) for a in ("0.0.0.0", "::", "", "10.0.0.5", "api.internal"))

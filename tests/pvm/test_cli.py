@@ -3,14 +3,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 
 from contracts import Minute, encode_minute
 from pvm.cli import main
 from pvm.config import ConfigError, Settings
+from pvm.demo import sample_session
 from pvm.stores.log import LogWriter
+from tests.conftest import free_port
+from tests.memory_helpers import log_minutes
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -73,3 +82,80 @@ def test_settings_refuse_bad_values() -> None:
     s = Settings.from_env({"PVM_HOME": "/srv/pvm", "PVM_SHARDS": "8"})
     assert s.shards == 8 and str(s.log_dir) == "/srv/pvm/var/log"
     assert Settings.from_env(s.to_env()) == s
+
+
+@dataclass
+class Served:
+    """A running `pvm serve`: its URL, and everything it printed once it has stopped."""
+
+    url: str
+    output: str = ""
+
+
+@contextmanager
+def serving(settings: Settings, addr: str, token: str | None) -> Iterator[Served]:
+    """A real `pvm serve` on a free port, yielded once /healthz answers; stopped (SIGTERM) on exit."""
+    import os
+
+    port = free_port()
+    env = {**os.environ, **settings.to_env(), "PVM_API_TOKEN": token or ""}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pvm.cli", "serve", "--addr", addr, "--port", str(port), "--index-worker", "no"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    served = Served(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.communicate()[0]
+            try:
+                with urllib.request.urlopen(f"{served.url}/healthz", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "pvm serve did not answer /healthz within 60 s"
+                time.sleep(0.1)
+        yield served
+    finally:
+        if server.poll() is None:
+            server.terminate()
+        served.output = server.communicate(timeout=30)[0]
+
+
+@pytest.fixture
+def apollo_logged(redis_client: redis.Redis, settings: Settings) -> Settings:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 30, seed=3)), index=False)
+    return settings
+
+
+def test_context_against_a_token_protected_api(apollo_logged: Settings) -> None:
+    token = "cli-test-token-3f9a"
+    context = ["context", "--project", "apollo", "--agent", "coder"]
+    with serving(apollo_logged, "127.0.0.1", token) as served:
+        url = served.url
+        out = run_cli(context, {"PVM_API_URL": url, "PVM_API_TOKEN": token})
+        assert out.returncode == 0, out.stderr
+        assert "# Context for coder" in out.stdout
+        out = run_cli([*context, "--json"], {"PVM_API_URL": url, "PVM_API_TOKEN": token})
+        assert out.returncode == 0 and json.loads(out.stdout)["project_id"] == "apollo"
+
+        wrong = run_cli(context, {"PVM_API_URL": url, "PVM_API_TOKEN": "not-it"})
+        assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
+        assert "the reader API refused the token: set PVM_API_TOKEN to the server's token" in wrong.stderr
+        assert token not in wrong.stderr + wrong.stdout
+
+        missing = run_cli(["search", "cache", "--project", "apollo"], {"PVM_API_URL": url, "PVM_API_TOKEN": ""})
+        assert missing.returncode != 0 and "Traceback" not in missing.stderr
+        assert "the reader API requires a token: set PVM_API_TOKEN" in missing.stderr
+    assert "reader API on" in served.output
+    assert token not in served.output and "unauthenticated" not in served.output
+
+
+def test_an_open_api_beyond_loopback_warns_once_and_works_as_before(apollo_logged: Settings) -> None:
+    with serving(apollo_logged, "0.0.0.0", None) as served:
+        env = {"PVM_API_URL": served.url, "PVM_API_TOKEN": ""}
+        out = run_cli(["context", "--project", "apollo", "--agent", "coder"], env)
+        assert out.returncode == 0 and "# Context for coder" in out.stdout
+    assert served.output.count("unauthenticated") == 1 and "set PVM_API_TOKEN" in served.output
