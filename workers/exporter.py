@@ -2,8 +2,9 @@
 
 Everything is read at scrape time: stream length, lag, pending and the age of
 the oldest pending entry per shard and group; RQ queue states and worker counts
-per pool; dead letters; and the job-level counters and histograms the pools
-record in Redis (`pvm.metrics`). `snapshot()` is shared with `pvm status`.
+per pool; dead letters (held now, and ever added); and the job-level counters
+and histograms the pools record in Redis (`pvm.metrics`). `snapshot()` is
+shared with `pvm status`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class StreamState:
     stream: str
     length: int
     dead_letters: int
+    dead_letters_added: int | None  # None: Redis < 7 does not count them
     groups: list[GroupState] = field(default_factory=list)
 
 
@@ -112,6 +114,20 @@ def _group_state(connection: redis.Redis, stream: str, group: dict[str, Any], no
     return GroupState(name, int(lag), source, pending, oldest_age)
 
 
+def _entries_added(connection: redis.Redis, stream: str) -> int | None:
+    """Entries ever added to a stream, trimmed and deleted ones included (XINFO STREAM, Redis >= 7).
+
+    Unlike the length it keeps rising once MAXLEN trims the stream, so it can
+    feed a counter. A stream that does not exist has had nothing added.
+    """
+    try:
+        info = connection.xinfo_stream(stream)
+    except redis.exceptions.ResponseError:
+        return 0  # no such key (XLEN of the same key already ruled out a wrong type)
+    added = info.get("entries-added")
+    return None if added is None else int(added)
+
+
 def _oldest_waiting(connection: redis.Redis, queue: Queue, now: float) -> float | None:
     head = connection.lindex(queue.key, 0)
     if head is None:
@@ -143,8 +159,9 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
     for shard in range(settings.shards):
         stream = keys.stream(shard)
         length = int(connection.xlen(stream))
-        dead = int(connection.xlen(keys.dead_letter_stream(shard)))
-        state = StreamState(shard, stream, length, dead)
+        dead_stream = keys.dead_letter_stream(shard)
+        dead = int(connection.xlen(dead_stream))
+        state = StreamState(shard, stream, length, dead, _entries_added(connection, dead_stream))
         try:
             groups = connection.xinfo_groups(stream)
         except redis.exceptions.ResponseError:
@@ -210,6 +227,12 @@ class PvmCollector:
         snap = snapshot(self.connection, self.settings)
         length = GaugeMetricFamily("pvm_stream_length", "Entries in a shard's minutes stream.", labels=["shard"])
         dead = GaugeMetricFamily("pvm_dead_letters", "Entries in a shard's dead-letter stream.", labels=["shard"])
+        # The stream is capped (MAXLEN), so its length stops growing at the cap; this counter does not.
+        dead_added = CounterMetricFamily(
+            "pvm_dead_letters_added",
+            "Entries ever added to a shard's dead-letter stream, including those trimmed or deleted since.",
+            labels=["shard"],
+        )
         lag = GaugeMetricFamily(
             "pvm_stream_lag", "Entries a consumer group has not read yet.", labels=["shard", "group"]
         )
@@ -225,11 +248,13 @@ class PvmCollector:
             shard = str(s.shard)
             length.add_metric([shard], s.length)
             dead.add_metric([shard], s.dead_letters)
+            if s.dead_letters_added is not None:
+                dead_added.add_metric([shard], s.dead_letters_added)
             for g in s.groups:
                 lag.add_metric([shard, g.name], g.lag if g.lag is not None else float("nan"))
                 pending.add_metric([shard, g.name], g.pending)
                 age.add_metric([shard, g.name], g.oldest_pending_age_s or 0.0)
-        yield from (length, lag, pending, age, dead)
+        yield from (length, lag, pending, age, dead, dead_added)
 
         jobs = GaugeMetricFamily("pvm_queue_jobs", "RQ jobs of a pool by status.", labels=["queue", "pool", "status"])
         workers = GaugeMetricFamily("pvm_queue_workers", "RQ workers serving a queue.", labels=["queue", "pool"])

@@ -54,6 +54,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_stream_pending": ("gauge", frozenset({"shard", "group"})),
     "pvm_stream_oldest_pending_age_seconds": ("gauge", frozenset({"shard", "group"})),
     "pvm_dead_letters": ("gauge", frozenset({"shard"})),
+    "pvm_dead_letters_added_total": ("counter", frozenset({"shard"})),
     "pvm_queue_jobs": ("gauge", frozenset({"queue", "pool", "status"})),
     "pvm_queue_workers": ("gauge", frozenset({"queue", "pool"})),
     "pvm_queue_oldest_waiting_seconds": ("gauge", frozenset({"queue", "pool"})),
@@ -357,6 +358,7 @@ def test_every_required_alert_exists_with_a_severity_and_a_summary() -> None:
         "PVMFailedJobsRising",
         "PVMDeadLettersRising",
         "PVMQueueWithoutWorkers",
+        "PVMIndexStale",
         "PVMExporterDown",
     } <= set(rules)
     for name, rule in rules.items():
@@ -404,6 +406,12 @@ def _case(
 
 SHARD0 = {"shard": "0", "group": keys.DISPATCH_GROUP}
 LOG_QUEUE = {"queue": keys.QUEUES["log"], "pool": "log"}
+INDEX_QUEUE = {"queue": keys.QUEUES["index"], "pool": "index"}
+
+
+def _freshness(stage: str, buckets: dict[str, str]) -> list[dict[str, str]]:
+    """The pvm_freshness_seconds buckets of a stage: le -> values."""
+    return [_series("pvm_freshness_seconds_bucket", values, stage=stage, le=le) for le, values in buckets.items()]
 
 
 def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tmp_path: Path) -> None:
@@ -463,10 +471,32 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
                 up,
                 _series("pvm_queue_jobs", "0x5 1x20", status="failed", **LOG_QUEUE),
                 _series("pvm_dead_letters", "0x5 3x20", shard="1"),
+                _series("pvm_dead_letters_added_total", "0x5 3x20", shard="1"),
             ],
             ("8m", "PVMFailedJobsRising", [warn(**LOG_QUEUE)]),
             ("8m", "PVMDeadLettersRising", [warn(shard="1")]),
             ("20m", "PVMFailedJobsRising", []),
+            ("20m", "PVMDeadLettersRising", []),
+        ),
+        # A dead-letter stream at its MAXLEN cap: the length stays put, new dead letters still fire.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_dead_letters", "1000000x30", shard="2"),
+                _series("pvm_dead_letters_added_total", "1000000+5x30", shard="2"),
+            ],
+            ("20m", "PVMDeadLettersRising", [warn(shard="2")]),
+        ),
+        # A deleted dead-letter stream reads 0 (a counter reset), which is not a new dead letter.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_dead_letters", "50x5 0x20", shard="3"),
+                _series("pvm_dead_letters_added_total", "50x5 0x20", shard="3"),
+            ],
+            ("8m", "PVMDeadLettersRising", []),
             ("20m", "PVMDeadLettersRising", []),
         ),
         # Work and no workers for 5 minutes fires; the same backlog with a worker does not.
@@ -502,6 +532,43 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
                 ),
             ],
             ("25m", "PVMFreshnessSlow", [warn(stage="durable")]),
+            ("25m", "PVMIndexStale", []),
+        ),
+        # Index: minutes durable within a second but indexed 300-900 s after emit, for longer than 10 minutes.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("durable", {"1.0": "0+10x40", "300.0": "0+10x40", "900.0": "0+10x40", "+Inf": "0+10x40"}),
+                *_freshness("indexed", {"1.0": "0x40", "300.0": "0x40", "900.0": "0+10x40", "+Inf": "0+10x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0x40", **INDEX_QUEUE),
+            ],
+            ("5m", "PVMIndexStale", []),
+            ("25m", "PVMIndexStale", [warn(stage="indexed")]),
+            ("25m", "PVMFreshnessSlow", []),
+        ),
+        # Index: the pool indexes nothing (no freshness recorded) and its next job waits longer and longer.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("indexed", {"1.0": "100x40", "300.0": "100x40", "+Inf": "100x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **INDEX_QUEUE),
+                _series("pvm_queue_oldest_waiting_seconds", "0x40", **LOG_QUEUE),
+            ],
+            ("10m", "PVMIndexStale", []),
+            ("20m", "PVMIndexStale", [warn(**INDEX_QUEUE)]),
+        ),
+        # Index: an idle pipeline (nothing indexed, nothing waiting) and a slow log queue do not fire it.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("indexed", {"1.0": "100x40", "300.0": "100x40", "+Inf": "100x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0x40", **INDEX_QUEUE),
+                _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **LOG_QUEUE),
+            ],
+            ("30m", "PVMIndexStale", []),
         ),
         # The exporter: a failing target, a missing target, Redis errors.
         _case(
@@ -526,6 +593,42 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
     ]
     spec = {"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": tests}
     test_file = tmp_path / "alerts_test.yml"
+    test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run_promtool(promtool, "test", "rules", test_file)
+
+
+def test_the_index_alert_says_which_sign_fired(promtool: str, tmp_path: Path) -> None:
+    """PVMIndexStale has two signs; its summary (a template with a branch) names the one that fired."""
+    rule = next(r for r in alert_rules() if r["alert"] == "PVMIndexStale")
+    rule_file = tmp_path / "alerts.yml"
+    rule_file.write_text(yaml.safe_dump({"groups": [{"name": "pvm", "rules": [rule]}]}))
+
+    def fired(labels: dict[str, str], summary: str) -> dict[str, Any]:
+        return {
+            "exp_labels": {"severity": "warning", **labels},
+            "exp_annotations": {**rule["annotations"], "summary": summary},
+        }
+
+    slow = _freshness("indexed", {"300.0": "0x40", "900.0": "0+10x40", "+Inf": "0+10x40"})
+    stuck = [_series("pvm_queue_oldest_waiting_seconds", "0+60x40", **INDEX_QUEUE)]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [{"eval_time": at, "alertname": "PVMIndexStale", "exp_alerts": [expected]}],
+        }
+        for series, at, expected in [
+            # p99 between the 300 s and 900 s buckets: 300 + 0.99 * 600 = 894 s
+            (slow, "25m", fired({"stage": "indexed"}, "The index is 14m 54s behind (p99 emit -> indexed)")),
+            (
+                stuck,
+                "20m",
+                fired(INDEX_QUEUE, f"The index is 20m 0s behind (oldest job waiting in {keys.QUEUES['index']})"),
+            ),
+        ]
+    ]
+    spec = {"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": tests}
+    test_file = tmp_path / "index_alert_test.yml"
     test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     run_promtool(promtool, "test", "rules", test_file)
 
@@ -618,10 +721,11 @@ def test_the_dashboard_is_a_grafana_dashboard_with_the_panels_operators_need() -
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     exprs = "\n".join(t["expr"] for _, t in dashboard_targets())
-    # lag per shard, pending age, throughput, freshness p50/p99, failures, queue depth, workers
+    # lag per shard, pending age, dead letters added, throughput, freshness p50/p99, failures, queue depth, workers
     for needle in [
         "by (shard, group) (pvm_stream_lag)",
         "pvm_stream_oldest_pending_age_seconds",
+        "rate(pvm_dead_letters_added_total",
         "rate(pvm_stage_minutes_total",
         "histogram_quantile(0.5, sum by (le, stage) (rate(pvm_freshness_seconds_bucket",
         "histogram_quantile(0.99, sum by (le, stage) (rate(pvm_freshness_seconds_bucket",

@@ -78,6 +78,7 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
         "pvm_queue_jobs",
         "pvm_queue_workers",
         "pvm_dead_letters",
+        "pvm_dead_letters_added_total",
         "pvm_stage_minutes_total",
         "pvm_stage_failures_total",
         "pvm_stage_batch_duration_seconds_bucket",
@@ -102,6 +103,53 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
             assert base.endswith("_seconds"), name
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
     assert labels <= {"shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"}
+
+
+def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    """The alert's counter: the dead-letter stream's length stops at MAXLEN, `entries-added` does not."""
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    redis_client.xadd(keys.stream(2), {keys.MINUTE_FIELD: b"\xc1 junk"})
+    d.poll_once()
+    d.poll_once()  # a quiet read sends what was gathered: the junk goes to the dead-letter stream
+    dead_stream = keys.dead_letter_stream(2)
+    assert redis_client.xlen(dead_stream) == 1
+    # The dispatcher caps the stream at defaults.DEAD_LETTER_MAXLEN (approximately); the same XADD with a
+    # small exact cap trims on every add, without writing a million entries.
+    cap = 5
+
+    def dead_letters(n: int) -> None:
+        for i in range(n):
+            redis_client.xadd(
+                dead_stream, {"reason": "test", "raw": b"x", "entry_id": f"{i}-0"}, maxlen=cap, approximate=False
+            )
+
+    def scraped() -> tuple[dict[str, float], dict[str, float]]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            m = scrape(port)
+        finally:
+            server.shutdown()
+        gauge = {labels["shard"]: value for labels, value in m["pvm_dead_letters"]}
+        counter = {labels["shard"]: value for labels, value in m["pvm_dead_letters_added_total"]}
+        return gauge, counter
+
+    dead_letters(11)
+    gauge, counter = scraped()
+    assert gauge["2"] == cap and counter["2"] == 12
+    assert counter == {"0": 0.0, "1": 0.0, "2": 12.0, "3": 0.0}  # shards without a dead-letter stream read 0
+
+    dead_letters(3)  # at the cap: the length stays, the counter rises
+    gauge, counter = scraped()
+    assert (gauge["2"], counter["2"]) == (cap, 15)
+    assert snapshot(redis_client, settings).streams[2].dead_letters_added == 15
+
+    redis_client.xdel(dead_stream, *[entry_id for entry_id, _ in redis_client.xrange(dead_stream)])  # pvm dead drop
+    gauge, counter = scraped()
+    assert (gauge["2"], counter["2"]) == (0, 15)
 
 
 def test_the_exporter_survives_redis_errors(settings: Settings) -> None:
