@@ -12,11 +12,11 @@ batch, and a fork costs more than a batch's work) that
   *failed* after a minute or two. Every pool job is idempotent, so running a
   batch again is safe.
 
-A worker for one pool dequeues with BLMOVE into the intermediate list; RQ
-dequeues for several pools at once with BLPOP, and a worker killed in the
-instant between BLPOP and the started registry loses that job from every
-list. Run one pool per worker process (`pvm worker POOL`, `pvm up`) where
-that instant matters.
+RQ dequeues with BLMOVE into the intermediate list only for a worker of one
+queue; for several it uses BLPOP, and a worker killed in the instant between
+BLPOP and the started registry would lose that job from every list.
+`DurableQueue` moves the job into its queue's intermediate list for any
+number of queues, so `pvm worker log index` is as safe as `pvm worker log`.
 
 SIGTERM (or Ctrl-C) finishes the current batch and exits; a second one stops at once.
 """
@@ -37,10 +37,13 @@ from collections.abc import Sequence
 
 import redis
 from rq import Queue
+from rq.exceptions import DequeueTimeout
 from rq.executions import Execution
 from rq.job import Job
 from rq.registry import StartedJobRegistry
-from rq.utils import parse_composite_key
+from rq.serializers import Serializer
+from rq.timeouts import BaseDeathPenalty
+from rq.utils import as_text, parse_composite_key
 from rq.worker import SimpleWorker
 
 from contracts import keys
@@ -155,6 +158,77 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
     return requeued
 
 
+MULTI_QUEUE_POLL_S = 0.2  # a worker of several queues blocks this long on each in turn when all are empty
+
+
+class DurableQueue(Queue):
+    """An RQ Queue whose dequeue always goes through the queue's intermediate list, one queue or several."""
+
+    @classmethod
+    def dequeue_any(  # type: ignore[override]
+        cls,
+        queues: Sequence[Queue],
+        timeout: int | None,
+        connection: redis.Redis,
+        job_class: type[Job] | None = None,
+        serializer: Serializer | str | None = None,
+        death_penalty_class: type[BaseDeathPenalty] | None = None,
+    ) -> tuple[Job, Queue] | None:
+        queues = list(queues)
+        if len(queues) == 1:
+            return super().dequeue_any(
+                queues,
+                timeout,
+                connection,
+                job_class,
+                serializer,
+                death_penalty_class,  # type: ignore[arg-type]
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        turn = 0
+        while True:
+            for queue in queues:  # in priority order, without blocking
+                found = cls._moved(
+                    connection,
+                    queue,
+                    connection.lmove(queue.key, queue.intermediate_queue_key),
+                    job_class,
+                    serializer,
+                    death_penalty_class,
+                )
+                if found is not None:
+                    return found
+            if deadline is None:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DequeueTimeout(timeout, ",".join(q.key for q in queues))
+            queue = queues[turn % len(queues)]
+            turn += 1
+            raw = connection.blmove(queue.key, queue.intermediate_queue_key, min(remaining, MULTI_QUEUE_POLL_S))
+            found = cls._moved(connection, queue, raw, job_class, serializer, death_penalty_class)
+            if found is not None:
+                return found
+
+    @classmethod
+    def _moved(
+        cls,
+        connection: redis.Redis,
+        queue: Queue,
+        raw: bytes | None,
+        job_class: type[Job] | None,
+        serializer: Serializer | str | None,
+        death_penalty_class: type[BaseDeathPenalty] | None,
+    ) -> tuple[Job, Queue] | None:
+        if raw is None:
+            return None
+        job_id = as_text(raw)
+        found = cls._fetch_dequeued_job(connection, queue.key, job_id, job_class, serializer, death_penalty_class)
+        if found is None:  # the job's hash is gone (deleted or expired): nothing to run
+            connection.lrem(queue.intermediate_queue_key, 1, job_id)
+        return found
+
+
 class PvmWorker(SimpleWorker):
     """An RQ SimpleWorker with the msgpack serializer, an alive key and an orphan reaper."""
 
@@ -163,11 +237,14 @@ class PvmWorker(SimpleWorker):
             kwargs.pop("name", None)
             or f"{WORKER_NAME_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
+        # RQ checks every queue is of the worker's queue class.
+        queues = [DurableQueue(q.name, connection=connection, serializer=MsgpackSerializer) for q in queues]
         super().__init__(
-            list(queues),
+            queues,
             connection=connection,
             name=str(name),
             serializer=MsgpackSerializer,
+            queue_class=DurableQueue,
             maintenance_interval=60,
             **kwargs,  # type: ignore[arg-type]
         )
@@ -175,6 +252,11 @@ class PvmWorker(SimpleWorker):
         self._pvm_stop = threading.Event()
         # redis-py clients are thread-safe (a connection per command from the pool).
         self._pvm_connection = connection
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # RQ removes the job from its intermediate list only for a worker of one queue; DurableQueue
+        # put it there for any number, so take it out at the start in every case.
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
     def _keep_alive(self) -> None:
         next_reap = 0.0

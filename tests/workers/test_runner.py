@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq.exceptions import DequeueTimeout
 
 from pvm import defaults
 from pvm.config import Settings
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
+from workers.runner import DurableQueue, PvmWorker, requeue_orphans
 
 
 def spawn(args: list[str], settings: Settings) -> subprocess.Popen[str]:
@@ -89,3 +91,51 @@ def test_a_running_worker_requeues_a_job_a_killed_worker_left_unstarted(
         worker.wait(30)
     assert job.get_status(refresh=True) == "finished"
     assert redis_client.llen(queue.intermediate_queue_key) == 0
+
+
+def test_a_worker_of_several_queues_dequeues_through_the_intermediate_lists(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_queue, index_queue = pool_queue("log", redis_client), pool_queue("index", redis_client)
+    job = index_queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    worker = PvmWorker([log_queue, index_queue], redis_client, name="pvm-test-multi")
+    dequeued = worker.queue_class.dequeue_any(
+        worker.queues, None, connection=redis_client, serializer=MsgpackSerializer
+    )
+    assert dequeued is not None and dequeued[0].id == job.id
+    # RQ's own BLPOP for several queues would leave the job in no list at all; here a killed worker
+    # leaves it where the reaper finds it.
+    assert redis_client.lrange(index_queue.intermediate_queue_key, 0, -1) == [job.id.encode()]
+    assert requeue_orphans(redis_client, [log_queue, index_queue], now=100.0) == []
+    assert requeue_orphans(redis_client, [log_queue, index_queue], now=100.0 + defaults.STRANDED_GRACE_S) == [job.id]
+    assert index_queue.job_ids == [job.id]
+
+
+def test_a_worker_of_several_queues_runs_both_and_leaves_no_intermediate_entries(
+    redis_client: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    log_queue, index_queue = pool_queue("log", redis_client), pool_queue("index", redis_client)
+    jobs = [
+        q.enqueue("tests.workers.jobs.slow_marker", str(tmp_path / f"{q.name}-{i}"), 0.0)
+        for i in range(3)
+        for q in (index_queue, log_queue)
+    ]
+    worker = PvmWorker([log_queue, index_queue], redis_client, name="pvm-test-multi-burst")
+    worker.work(burst=True, logging_level="WARNING")
+    assert [j.get_status(refresh=True) for j in jobs] == ["finished"] * len(jobs)
+    assert len(list(tmp_path.iterdir())) == 2 * len(jobs)  # each job's .started marker and its result
+    assert redis_client.llen(log_queue.intermediate_queue_key) == 0
+    assert redis_client.llen(index_queue.intermediate_queue_key) == 0
+
+
+def test_a_blocking_dequeue_of_several_queues_waits_for_work_on_any_of_them(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_queue, index_queue = pool_queue("log", redis_client), pool_queue("index", redis_client)
+    with pytest.raises(DequeueTimeout):
+        DurableQueue.dequeue_any([log_queue, index_queue], 1, connection=redis_client, serializer=MsgpackSerializer)
+    job = index_queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    dequeued = DurableQueue.dequeue_any(
+        [log_queue, index_queue], 5, connection=redis_client, serializer=MsgpackSerializer
+    )
+    assert dequeued is not None and dequeued[0].id == job.id and dequeued[1].name == index_queue.name
