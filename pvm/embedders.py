@@ -11,6 +11,11 @@ shows in the log:
   heals, a wrong server does not), then `EmbeddingError`;
 - 400/401/403/404/422: no retry; `EmbeddingError` (`EmbeddingConfigError` when
   the fix is a setting) naming the cause and the environment variable to change.
+
+That policy is for indexing, where waiting out a provider's bad minute is
+right. A search's query goes through `embed_query`: one try within
+`query_timeout` (PVM_EMBED_QUERY_TIMEOUT), no retries, because an agent waits
+on the answer and the search can answer lexical-only instead.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from pvm.defaults import (  # noqa: E402
     EMBED_MAX_BATCH_TOKENS,
     EMBED_MAX_INPUT_CHARS,
     EMBED_MAX_RETRIES,
+    EMBED_QUERY_TIMEOUT_S,
     EMBED_TIMEOUT_S,
     OPENAI_DEFAULT_BASE_URL,
 )
@@ -95,6 +101,9 @@ class NoEmbedder:
             "callers should check `embedder.dimensions is None` first"
         )
 
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
     def close(self) -> None:
         pass
 
@@ -108,6 +117,15 @@ class _Retry(Exception):
         self.status = status
         self.wait = wait  # what the server asked for (Retry-After), if anything
         self.malformed = malformed
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    """How hard one kind of request tries: indexing batches wait out a bad minute, search queries do not."""
+
+    max_retries: int
+    timeout: float  # seconds per request
+    timeout_setting: str  # the environment variable that sets `timeout`, for messages
 
 
 class OpenAIEmbedder:
@@ -129,6 +147,7 @@ class OpenAIEmbedder:
         max_batch_tokens: int = EMBED_MAX_BATCH_TOKENS,
         max_input_chars: int = EMBED_MAX_INPUT_CHARS,
         malformed_retries: int = EMBED_MALFORMED_RETRIES,
+        query_timeout: float = EMBED_QUERY_TIMEOUT_S,
     ) -> None:
         if not base_url or not base_url.strip():
             raise EmbeddingConfigError(
@@ -158,6 +177,8 @@ class OpenAIEmbedder:
             raise EmbeddingConfigError(f"PVM_EMBED_MAX_RETRIES={max_retries} must be 0 or more")
         if not timeout > 0:
             raise EmbeddingConfigError(f"PVM_EMBED_TIMEOUT={timeout} must be a positive number of seconds")
+        if not query_timeout > 0:
+            raise EmbeddingConfigError(f"PVM_EMBED_QUERY_TIMEOUT={query_timeout} must be a positive number of seconds")
         if encoding_format not in ("base64", "float"):
             raise EmbeddingConfigError(f"encoding_format={encoding_format!r} must be 'base64' or 'float'")
         if backoff_base < 0 or backoff_max < backoff_base:
@@ -169,6 +190,7 @@ class OpenAIEmbedder:
         self.batch_size = batch_size
         self.max_retries = max_retries
         self.timeout = timeout
+        self.query_timeout = query_timeout
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.encoding_format = encoding_format
@@ -177,6 +199,8 @@ class OpenAIEmbedder:
         self.malformed_retries = malformed_retries
         self._configured_dimensions = dimensions
         self._dimensions = dimensions
+        self._batch_policy = _Policy(max_retries, timeout, "PVM_EMBED_TIMEOUT")
+        self._query_policy = _Policy(0, query_timeout, "PVM_EMBED_QUERY_TIMEOUT")
         # Local servers (Ollama, vLLM, ...) take no key, but the client insists on one;
         # passing it explicitly also keeps the client from reading the environment itself.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout)
@@ -209,8 +233,15 @@ class OpenAIEmbedder:
                 raise TypeError(f"embed() takes texts (str), got {type(text).__name__}")
         vectors: list[list[float]] = []
         for batch in self._batches(texts):
-            vectors.extend(self._embed_batch(batch))
+            vectors.extend(self._embed_batch(batch, self._batch_policy))
         return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        """A search query's vector: one request within `query_timeout`, no retries; `EmbeddingError` if it fails."""
+        if not isinstance(text, str):
+            raise TypeError(f"embed_query() takes a text (str), got {type(text).__name__}")
+        [batch] = self._batches([text])
+        return self._embed_batch(batch, self._query_policy)[0]
 
     def close(self) -> None:
         self._client.close()
@@ -240,24 +271,24 @@ class OpenAIEmbedder:
 
     # -- one batch, with retries --
 
-    def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+    def _embed_batch(self, batch: list[str], policy: _Policy) -> list[list[float]]:
         malformed = 0
         attempt = 0
         while True:
             attempt += 1
             started = time.perf_counter()
             try:
-                vectors, tokens = self._request(batch)
+                vectors, tokens = self._request(batch, policy.timeout)
             except _Retry as retry:
                 self._count(latency=time.perf_counter() - started)
                 malformed += retry.malformed
-                exhausted = attempt > self.max_retries or (retry.malformed and malformed > self.malformed_retries)
+                exhausted = attempt > policy.max_retries or (retry.malformed and malformed > self.malformed_retries)
                 if exhausted:
                     self._count(failures=1)
                     raise EmbeddingError(
                         f"embedding request to {self.endpoint} (model {self.model!r}, {len(batch)} inputs) "
                         f"failed after {attempt} attempt{'s' if attempt > 1 else ''}: {retry.reason}. "
-                        + _advice(retry),
+                        + _advice(retry, policy),
                         status=retry.status,
                         attempts=attempt,
                     ) from retry.__cause__
@@ -267,7 +298,7 @@ class OpenAIEmbedder:
                     self.endpoint,
                     retry.reason,
                     attempt,
-                    self.max_retries,
+                    policy.max_retries,
                     wait,
                 )
                 self._count(retries=1)
@@ -287,18 +318,18 @@ class OpenAIEmbedder:
             wait = max(wait, requested)
         return min(wait, self.backoff_max)
 
-    def _request(self, batch: list[str]) -> tuple[list[list[float]], int]:
-        """One HTTP request: vectors and input tokens, or `_Retry`, or `EmbeddingError`."""
+    def _request(self, batch: list[str], timeout: float) -> tuple[list[list[float]], int]:
+        """One HTTP request within `timeout` seconds: vectors and input tokens, or `_Retry`, or `EmbeddingError`."""
         self._count(calls=1)
         extra: dict[str, Any] = {}
         if self._configured_dimensions is not None:
             extra["dimensions"] = self._configured_dimensions
         try:
             raw = self._client.embeddings.with_raw_response.create(
-                model=self.model, input=batch, encoding_format=self.encoding_format, **extra
+                model=self.model, input=batch, encoding_format=self.encoding_format, timeout=timeout, **extra
             )
         except openai.APITimeoutError as error:
-            raise _Retry(f"timed out after {self.timeout:g}s") from error
+            raise _Retry(f"timed out after {timeout:g}s") from error
         except openai.APIConnectionError as error:
             cause = error.__cause__ or error
             raise _Retry(f"could not connect ({type(cause).__name__}: {cause})") from error
@@ -495,11 +526,13 @@ def _excerpt(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _advice(retry: _Retry) -> str:
+def _advice(retry: _Retry, policy: _Policy) -> str:
     if retry.malformed:
         return "The endpoint does not answer like an OpenAI embeddings API: check OPENAI_BASE_URL"
     if retry.status == 429:
         return "The endpoint is rate limiting: lower the indexing rate or raise the provider's limits"
     if retry.status is None:
-        return "Check that the endpoint is up and reachable (OPENAI_BASE_URL), or raise PVM_EMBED_TIMEOUT"
+        return f"Check that the endpoint is up and reachable (OPENAI_BASE_URL), or raise {policy.timeout_setting}"
+    if not policy.max_retries:
+        return "Check the endpoint's health"
     return "The endpoint keeps failing: check its health, or raise PVM_EMBED_MAX_RETRIES"

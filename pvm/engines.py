@@ -27,7 +27,11 @@ _shared = _Shared()
 
 
 def embedder_for(settings: Settings) -> Embedder:
-    """The configured embedder: OpenAI-compatible when PVM_EMBED_MODEL is set, else none (lexical only)."""
+    """The configured embedder: OpenAI-compatible when PVM_EMBED_MODEL is set, else none (lexical only).
+
+    Indexing batches get PVM_EMBED_TIMEOUT and PVM_EMBED_MAX_RETRIES; search queries
+    (`embed_query`) one try of PVM_EMBED_QUERY_TIMEOUT.
+    """
     from pvm.embedders import embedder_from_settings
 
     return embedder_from_settings(
@@ -38,6 +42,7 @@ def embedder_for(settings: Settings) -> Embedder:
         batch_size=settings.embed_batch_size,
         max_retries=settings.embed_max_retries,
         timeout=settings.embed_timeout_s,
+        query_timeout=settings.embed_query_timeout_s,
     )
 
 

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 import redis
@@ -25,6 +25,9 @@ from pvm import defaults
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
 from pvm.stores.log import LogReader
+
+if TYPE_CHECKING:
+    from pvm.search import SearchResult
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,11 @@ return {bodies, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]),
 
 
 class Searcher(Protocol):
-    def search(self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...) -> list[SearchHit]: ...
+    """Finds a project's minutes for a text (`pvm.search.HybridSearch`)."""
+
+    def search_result(
+        self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...
+    ) -> SearchResult: ...
 
 
 def estimate_tokens(text: str) -> int:
@@ -151,12 +158,18 @@ class ContextReader:
 
     def search(self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5) -> list[SearchHit]:
         """Hybrid search over the project's indexed minutes."""
+        return self.search_result(project_id, query, filters, k).hits
+
+    def search_result(
+        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5
+    ) -> SearchResult:
+        """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
         require_project(project_id)
         if self.searcher is None:
             raise RuntimeError("this reader has no vector store configured; semantic search is unavailable")
-        hits = self.searcher.search(project_id, query, filters or SearchFilters(), k)
-        self._count_access(project_id, [h.minute_id for h in hits])
-        return hits
+        result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k)
+        self._count_access(project_id, [h.minute_id for h in result.hits])
+        return result
 
     # -- the context -------------------------------------------------------------------
 
@@ -202,13 +215,15 @@ class ContextReader:
                 if ref not in recent_ids and ref not in wanted:
                     wanted.append(ref)
         experience: list[SearchHit] = []
-        search_error = None
+        search_error = degraded = None
         if task and self.searcher is not None:
             try:
-                experience = self.searcher.search(project_id, task, SearchFilters(), self.experience_k)
+                found = self.searcher.search_result(project_id, task, SearchFilters(), self.experience_k)
             except Exception as exc:  # the vector store is down: the rest of the context still answers
                 log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
                 search_error = f"{type(exc).__name__}: {exc}"
+            else:
+                experience, degraded = found.hits, found.degraded
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section("relevant_experience", experience, [hit_line(h) for h in experience]),
@@ -230,6 +245,8 @@ class ContextReader:
         kept, report = fit_budget(sections, budget_tokens)
         if search_error:
             freshness["index"]["error"] = search_error
+        if degraded:
+            freshness["index"]["degraded"] = degraded  # "dense leg skipped: <reason>": experience is lexical-only
         return ContextPackage(
             project_id=project_id,
             agent_id=agent_id,

@@ -40,13 +40,22 @@ noise leg outvotes the lexical leg on every candidate only it returned, which
 measured 0.09 / 0.22 here). Note that with a good dense leg the hybrid's
 recall@5 is below the dense leg's alone: the keyword weight is worth
 revisiting once real embeddings are measured (`bench/retrieval.py`).
+
+A search never waits out an embedding provider's outage: its query gets one
+try within PVM_EMBED_QUERY_TIMEOUT (`embed_query`, no retries), and after a
+failure `DenseLegBreaker` skips the dense leg for `DENSE_COOLDOWN_S` before one
+search tries again, so an outage costs one timeout per cool-down, not one per
+search. Such an answer is lexical-only and says so: `SearchResult.degraded`
+reads "dense leg skipped: <reason>".
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from contracts.ids import id_timestamp_ms
@@ -67,6 +76,69 @@ FusionMode = Literal["max", "minmax", "engine"]
 FUSION_MODES: tuple[str, ...] = ("max", "minmax", "engine")
 DEFAULT_FUSION: FusionMode = "max"
 
+# After a query embedding fails, searches skip the dense leg this long before one of them tries the provider again.
+DENSE_COOLDOWN_S = 10.0
+DEGRADED_PREFIX = "dense leg skipped: "
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """A search's hits, best first, and why the answer is lexical-only when it should not be (else None)."""
+
+    hits: list[SearchHit]
+    degraded: str | None = None  # "dense leg skipped: <reason>"
+
+
+class DenseLegBreaker:
+    """A circuit breaker on query embeddings: after a failure, searches skip the dense leg for a cool-down.
+
+    Closed, every search embeds its query. A failure opens it: searches skip the
+    dense leg until the cool-down ends, then one search (the trial) tries again
+    and the others go on skipping; the trial's success closes the breaker, its
+    failure starts another cool-down. A trial that never reports back (its
+    thread died) holds the others off for one cool-down, no longer. Thread-safe.
+    """
+
+    def __init__(self, cooldown_s: float = DENSE_COOLDOWN_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if cooldown_s < 0:
+            raise ValueError(f"dense_cooldown_s must be 0 or more seconds, got {cooldown_s}")
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open_until: float | None = None  # None: closed
+        self._reason = ""
+
+    @property
+    def is_open(self) -> bool:
+        with self._lock:
+            return self._open_until is not None
+
+    def admit(self) -> str | None:
+        """None when this search may embed its query; else why the dense leg is skipped."""
+        with self._lock:
+            if self._open_until is None:
+                return None
+            now = self._clock()
+            left = self._open_until - now
+            if left <= 0:
+                self._open_until = now + self.cooldown_s  # this search is the trial; the rest keep skipping
+                return None
+            return f"{DEGRADED_PREFIX}{self._reason} (next try in {left:.1f}s)"
+
+    def succeeded(self) -> bool:
+        """Record a query embedding that worked; True when that closed an open breaker."""
+        with self._lock:
+            was_open = self._open_until is not None
+            self._open_until, self._reason = None, ""
+            return was_open
+
+    def failed(self, reason: str) -> bool:
+        """Record a failed query embedding and start a cool-down; True when that opened a closed breaker."""
+        with self._lock:
+            was_closed = self._open_until is None
+            self._open_until, self._reason = self._clock() + self.cooldown_s, reason
+            return was_closed
+
 
 class HybridSearch:
     """Searches a project's minutes: candidates from the vector engine, ranked by relevance, recency and importance."""
@@ -79,6 +151,7 @@ class HybridSearch:
         *,
         fusion: FusionMode = DEFAULT_FUSION,
         half_life_ms: int = HALF_LIFE_MS,
+        dense_cooldown_s: float = DENSE_COOLDOWN_S,
     ) -> None:
         weights = weights or RankWeights()
         parts = (weights.semantic, weights.keyword, weights.recency, weights.importance)
@@ -93,6 +166,7 @@ class HybridSearch:
         self.weights = weights
         self.fusion = fusion
         self.half_life_ms = half_life_ms
+        self.dense_breaker = DenseLegBreaker(dense_cooldown_s)
 
     def search(
         self,
@@ -102,10 +176,22 @@ class HybridSearch:
         k: int = 5,
         now_ms: int | None = None,
     ) -> list[SearchHit]:
-        """The best `k` minutes of the project for `query` within `filters`, best first.
+        """The best `k` minutes of the project for `query` within `filters`, best first (`search_result`'s hits)."""
+        return self.search_result(project_id, query, filters, k, now_ms).hits
 
-        An empty query finds nothing. If the embedder fails, the search goes on
-        with the lexical leg alone (and logs why): a reader must answer.
+    def search_result(
+        self,
+        project_id: str,
+        query: str,
+        filters: SearchFilters | None = None,
+        k: int = 5,
+        now_ms: int | None = None,
+    ) -> SearchResult:
+        """The best `k` minutes of the project for `query` within `filters`, best first, and whether it degraded.
+
+        An empty query finds nothing. If the query cannot be embedded (or the
+        breaker says the provider is failing), the search goes on with the
+        lexical leg alone and `degraded` says why: a reader must answer.
 
         Candidates come with only what ranking reads (`RANKING_FIELDS`); the
         whole payloads are retrieved for the `k` that rank highest. A winner
@@ -115,19 +201,20 @@ class HybridSearch:
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive whole number, got {k!r}")
         if not query or not query.strip():
-            return []
-        dense = self._embed(query)
+            return SearchResult([])
+        dense, degraded = self._embed(query)
         limit = max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k)
         filters = filters or SearchFilters()
         candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         best = self._ranked(candidates, now, limit)[:k]
         if not best:
-            return []
+            return SearchResult([], degraded)
         stored = {c.minute_id: c.payload for c in self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])}
-        return [
+        hits = [
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
+        return SearchResult(hits, degraded)
 
     def rank(
         self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, k: int | None = None
@@ -193,14 +280,33 @@ class HybridSearch:
             return _minmax_normalized(filled)
         return _max_normalized(filled)
 
-    def _embed(self, query: str) -> list[float] | None:
+    def _embed(self, query: str) -> tuple[list[float] | None, str | None]:
+        """The query's vector, or None and why the dense leg is skipped (None when there is no dense leg)."""
         if self.embedder is None:
-            return None
+            return None, None
+        skipped = self.dense_breaker.admit()
+        if skipped is not None:
+            return None, skipped
+        # OpenAIEmbedder.embed_query makes one short try; an embedder without it is used as it is.
+        embed_query = getattr(self.embedder, "embed_query", None)
         try:
-            return list(self.embedder.embed([query])[0])
-        except Exception:
-            log.warning("embedding the search query failed; searching with the lexical leg only", exc_info=True)
-            return None
+            vector = embed_query(query) if embed_query is not None else self.embedder.embed([query])[0]
+        except Exception as exc:
+            reason = f"query embedding failed: {type(exc).__name__}: {exc}"
+            if self.dense_breaker.failed(reason):
+                log.warning(
+                    "%s; searching with the lexical leg only, and skipping the dense leg for %gs at a time "
+                    "until a query embeds again",
+                    reason,
+                    self.dense_breaker.cooldown_s,
+                    exc_info=True,
+                )
+            else:
+                log.info("query embedding still failing (%s); the dense leg stays off", reason)
+            return None, DEGRADED_PREFIX + reason
+        if self.dense_breaker.succeeded():
+            log.warning("query embeddings work again: searches use the dense leg")
+        return list(vector), None
 
 
 def _max_normalized(values: list[float]) -> list[float]:

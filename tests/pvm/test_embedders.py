@@ -9,7 +9,8 @@ import time
 import openai
 import pytest
 
-from pvm.config import ConfigError
+from pvm import engines
+from pvm.config import ConfigError, Settings
 from pvm.embedders import (
     EmbedderStats,
     EmbeddingConfigError,
@@ -21,6 +22,7 @@ from pvm.embedders import (
 from pvm.protocols import Embedder
 from tests.openai_server import (
     WRONG_SHAPES,
+    Fault,
     OpenAIServer,
     delay,
     embed_text,
@@ -262,6 +264,64 @@ def test_connection_refused_is_retried_then_fails_naming_the_endpoint() -> None:
     assert embedder.stats.calls == 3 and embedder.stats.retries == 2 and embedder.stats.failures == 1
 
 
+# Search queries: one short try ---------------------------------------------------------
+
+
+def test_embed_query_returns_the_query_vector(openai_server: OpenAIServer) -> None:
+    embedder = make(openai_server, dimensions=16)
+    assert embedder.embed_query("gateway rollback") == pytest.approx(embed_text("gateway rollback", 16), abs=1e-6)
+    assert openai_server.embedding_batches() == [1]
+    with pytest.raises(TypeError, match="got list"):
+        embedder.embed_query(["a"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        (status(500), "HTTP 500"),
+        (status(429, retry_after=0.01), "HTTP 429"),
+        (delay(30), "timed out after 0.2s"),
+        (malformed_json(), "not JSON"),
+    ],
+)
+def test_embed_query_makes_one_try_within_the_query_timeout(
+    openai_server: OpenAIServer, fault: Fault, says: str
+) -> None:
+    openai_server.fail_next(fault, times=10)
+    embedder = make(openai_server, max_retries=5, query_timeout=0.2)
+    with pytest.raises(EmbeddingError, match="after 1 attempt") as caught:
+        embedder.embed_query("deploy")
+    assert says in str(caught.value) and caught.value.attempts == 1
+    if "timed out" in says:
+        assert "PVM_EMBED_QUERY_TIMEOUT" in str(caught.value)
+    assert len(openai_server.requests) == 1
+    assert embedder.stats.retries == 0 and embedder.stats.failures == 1
+
+
+def test_batches_keep_retrying_while_queries_do_not(openai_server: OpenAIServer) -> None:
+    embedder = make(openai_server, max_retries=3, query_timeout=0.2)
+    openai_server.fail_next(status(500), times=2)
+    assert len(embedder.embed(["a", "b"])) == 2  # the index pool's policy: retried through the outage
+    assert len(openai_server.requests) == 3 and embedder.stats.retries == 2
+    openai_server.fail_next(status(500))
+    with pytest.raises(EmbeddingError):
+        embedder.embed_query("a")
+    assert len(openai_server.requests) == 4 and embedder.stats.retries == 2
+    # The short query timeout is per request: a batch slower than it still succeeds.
+    openai_server.fail_next(delay(0.4))
+    assert len(embedder.embed(["slow batch"])) == 1
+    assert len(openai_server.requests) == 5 and embedder.stats.retries == 2
+
+
+def test_settings_give_queries_their_own_timeout() -> None:
+    settings = Settings(
+        embed_model="m", openai_base_url="http://127.0.0.1:9/v1", embed_timeout_s=30.0, embed_query_timeout_s=0.7
+    )
+    embedder = engines.embedder_for(settings)
+    assert isinstance(embedder, OpenAIEmbedder)
+    assert (embedder.timeout, embedder.query_timeout, embedder.max_retries) == (30.0, 0.7, settings.embed_max_retries)
+
+
 # Configuration ----------------------------------------------------------------------
 
 
@@ -279,6 +339,7 @@ def test_connection_refused_is_retried_then_fails_naming_the_endpoint() -> None:
         ({"batch_size": 0}, "PVM_EMBED_BATCH_SIZE"),
         ({"max_retries": -1}, "PVM_EMBED_MAX_RETRIES"),
         ({"timeout": 0}, "PVM_EMBED_TIMEOUT"),
+        ({"query_timeout": 0}, "PVM_EMBED_QUERY_TIMEOUT"),
     ],
 )
 def test_misconfiguration_names_the_env_var(kwargs: dict[str, object], names: str) -> None:

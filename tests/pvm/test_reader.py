@@ -16,6 +16,7 @@ from pvm.demo import sample_session
 from pvm.reader import ContextReader, estimate_tokens
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
+from tests.openai_server import OpenAIServer, delay
 
 
 @pytest.fixture
@@ -101,6 +102,45 @@ def test_access_is_counted_for_the_experience_that_fits(
     assert [h.minute_id for h in pkg.relevant_experience] == [first.minute_id]
     assert redis_client.hgetall(keys.access_counts("apollo")) == {first.minute_id.encode(): b"1"}
     assert pkg.budget.cut["relevant_experience"] == len(whole.relevant_experience) - 1
+
+
+def test_a_provider_outage_degrades_the_context_instead_of_stalling_it(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, openai_server: OpenAIServer
+) -> None:
+    settings = settings.with_(
+        embed_model="test-embed",
+        openai_base_url=openai_server.base_url,
+        openai_api_key="test-key",
+        embed_dimensions=32,
+        embed_query_timeout_s=0.3,
+    )
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=3)))  # indexed with dense vectors
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    try:
+        healthy = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+        assert "degraded" not in healthy.freshness["index"]
+        assert any("semantic" in h.parts for h in healthy.relevant_experience)
+
+        openai_server.fail_next(delay(30), times=100)  # the provider hangs
+        sent = len(openai_server.requests)
+        pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+        assert len(openai_server.requests) == sent + 1  # one query request, no retries
+        assert pkg.relevant_experience and all("semantic" not in h.parts for h in pkg.relevant_experience)
+        degraded = pkg.freshness["index"]["degraded"]
+        assert degraded.startswith("dense leg skipped: query embedding failed") and "timed out after 0.3s" in degraded
+        assert "error" not in pkg.freshness["index"]  # degraded, not failed
+        assert ContextPackage.from_dict(pkg.to_dict()) == pkg
+
+        # The breaker is open: neither contexts nor searches wait on the provider during the cool-down.
+        again = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+        result = reader.search_result("apollo", "login bug", SearchFilters(), 5)
+        assert len(openai_server.requests) == sent + 1
+        assert again.freshness["index"]["degraded"].startswith("dense leg skipped: ")
+        assert result.hits and result.degraded and "next try in" in result.degraded
+        assert [h.minute_id for h in reader.search("apollo", "login bug")] == [h.minute_id for h in result.hits]
+    finally:
+        engines.close_shared()
 
 
 def test_a_project_without_a_log_has_an_empty_context(reader: ContextReader) -> None:

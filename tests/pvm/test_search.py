@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,12 @@ import pytest
 from qdrant_client import QdrantClient
 
 from contracts.memory import Insight, RankWeights, Scores, SearchFilters
+from pvm.embedders import OpenAIEmbedder
 from pvm.protocols import Candidate, MemoryPoint
-from pvm.search import HALF_LIFE_MS, HybridSearch
+from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
+from tests.openai_server import Fault, OpenAIServer, Status, delay, embed_text, status
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
 
@@ -298,3 +302,141 @@ def test_labeled_mini_set_ranks_the_right_minutes_first(backend: str, tmp_path: 
             assert {h.minute_id for h in hits} == relevant, query
     finally:
         engine.close()
+
+
+# A provider outage at query time ----------------------------------------------------------------------------------
+
+PROVIDER_DIMS = 16
+OUTAGE_MINUTES = {
+    "g1": "gateway rollback after the deploy",
+    "g2": "gateway timeout during the release",
+    "s1": "schema review approved",
+}
+
+
+@pytest.fixture
+def provider_engine(tmp_path: Path) -> Iterator[EdgeEngine]:
+    """An engine holding OUTAGE_MINUTES with the vectors the test server gives them."""
+    engine = EdgeEngine(tmp_path / "provider", PROVIDER_DIMS)
+    engine.upsert([memory_point("alpha", m, t, dense=embed_text(t, PROVIDER_DIMS)) for m, t in OUTAGE_MINUTES.items()])
+    yield engine
+    engine.close()
+
+
+def provider_search(server: OpenAIServer, engine: EdgeEngine, cooldown_s: float = DENSE_COOLDOWN_S) -> HybridSearch:
+    """A search embedding queries at the test server, with the index pool's full retry policy configured."""
+    embedder = OpenAIEmbedder(
+        server.base_url,
+        "sk-test",
+        "test-embed",
+        dimensions=PROVIDER_DIMS,
+        max_retries=5,
+        backoff_base=0.01,
+        backoff_max=0.05,
+        query_timeout=0.3,
+    )
+    return HybridSearch(engine, embedder, dense_cooldown_s=cooldown_s)
+
+
+@pytest.mark.parametrize("fault", [status(500), delay(30)], ids=["500", "hang"])
+def test_a_failing_provider_gets_one_query_request_and_the_answer_is_lexical_and_says_so(
+    openai_server: OpenAIServer, provider_engine: EdgeEngine, fault: Fault
+) -> None:
+    openai_server.fail_next(fault, times=10)
+    result = provider_search(openai_server, provider_engine).search_result("alpha", "gateway", now_ms=NOW)
+    assert len(openai_server.requests) == 1  # one try, although batches get 5 retries
+    assert {h.minute_id for h in result.hits} == {"g1", "g2"}
+    assert all("semantic" not in h.parts for h in result.hits)
+    assert result.degraded is not None and result.degraded.startswith("dense leg skipped: query embedding failed")
+    assert ("HTTP 500" if isinstance(fault, Status) else "timed out after 0.3s") in result.degraded
+
+
+def test_during_the_cooldown_searches_send_the_provider_nothing(
+    openai_server: OpenAIServer, provider_engine: EdgeEngine
+) -> None:
+    openai_server.fail_next(status(503), times=10)
+    search = provider_search(openai_server, provider_engine, cooldown_s=3600)
+    first = search.search_result("alpha", "gateway", now_ms=NOW)
+    assert len(openai_server.requests) == 1 and search.dense_breaker.is_open
+    openai_server.reset()  # the provider is healthy again, but the cool-down is not over
+    second = search.search_result("alpha", "gateway rollback", now_ms=NOW)
+    assert openai_server.requests == []
+    assert second.hits[0].minute_id == "g1" and "semantic" not in second.hits[0].parts
+    assert second.degraded is not None and second.degraded.startswith("dense leg skipped: query embedding failed")
+    assert "HTTP 503" in second.degraded and "next try in" in second.degraded
+    assert first.hits and search.search("alpha", "schema", now_ms=NOW)[0].minute_id == "s1"
+    assert openai_server.requests == []
+
+
+def test_after_the_cooldown_a_search_tries_again_and_dense_results_return(
+    openai_server: OpenAIServer, provider_engine: EdgeEngine
+) -> None:
+    search = provider_search(openai_server, provider_engine, cooldown_s=0.0)  # every search after a failure is a trial
+    openai_server.fail_next(status(500), times=2)
+    assert search.search_result("alpha", "gateway", now_ms=NOW).degraded
+    still_down = search.search_result("alpha", "gateway", now_ms=NOW)
+    assert len(openai_server.requests) == 2 and still_down.degraded and search.dense_breaker.is_open
+    # The provider is healthy: the next search's trial succeeds and the dense leg is back.
+    healed = search.search_result("alpha", "gateway", now_ms=NOW)
+    assert len(openai_server.requests) == 3 and healed.degraded is None and not search.dense_breaker.is_open
+    assert {h.minute_id for h in healed.hits} >= {"g1", "g2"}
+    assert all("semantic" in h.parts for h in healed.hits)
+    assert healed.hits[0].parts["semantic"] > 0
+    search.search_result("alpha", "schema review", now_ms=NOW)
+    assert len(openai_server.requests) == 4  # closed again: every search embeds its query
+
+
+def test_the_breaker_warns_once_per_opening(
+    openai_server: OpenAIServer, provider_engine: EdgeEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    search = provider_search(openai_server, provider_engine, cooldown_s=0.0)
+    openai_server.fail_next(status(500), times=3)
+    with caplog.at_level(logging.INFO, logger="pvm.search"):
+        for _ in range(3):
+            assert search.search_result("alpha", "gateway", now_ms=NOW).degraded
+        assert search.search_result("alpha", "gateway", now_ms=NOW).degraded is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pvm.search" and r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # the opening, then the recovery; not one per failed search
+    assert "lexical leg only" in warnings[0] and "HTTP 500" in warnings[0]
+    assert "work again" in warnings[1]
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_lets_one_search_try_after_the_cooldown() -> None:
+    clock = ManualClock()
+    breaker = DenseLegBreaker(10.0, clock=clock)
+    assert breaker.admit() is None and not breaker.is_open
+    assert breaker.failed("query embedding failed: HTTP 500") is True
+    assert breaker.failed("query embedding failed: HTTP 502") is False  # already open: no second warning
+    clock.now += 4
+    assert breaker.admit() == "dense leg skipped: query embedding failed: HTTP 502 (next try in 6.0s)"
+    clock.now += 6
+    # Many searches at once after the cool-down: exactly one is the trial.
+    answers: list[str | None] = []
+    start = threading.Barrier(8)
+
+    def ask() -> None:
+        start.wait()
+        answers.append(breaker.admit())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers.count(None) == 1
+    assert all(a is not None and a.startswith("dense leg skipped: ") for a in answers if a is not None)
+    # A trial that never reports back holds the others off for one cool-down, no longer.
+    clock.now += 10
+    assert breaker.admit() is None
+    assert breaker.succeeded() is True and breaker.admit() is None and not breaker.is_open
+    assert breaker.succeeded() is False
+    with pytest.raises(ValueError, match="dense_cooldown_s"):
+        DenseLegBreaker(-1)
