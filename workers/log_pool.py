@@ -69,9 +69,10 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
 def process(writer: LogWriter, entries: Sequence[Sequence[Any]]) -> LogBatchResult:
     """Append a batch to the log (idempotent by minute id, one fsync per project)."""
     result = LogBatchResult()
-    for project_id, items in plan(entries).items():
-        appended = writer.append(project_id, [(i.minute_id, i.entry_id, i.raw) for i in items])
-        result.projects[project_id] = list(zip(items, appended, strict=True))
+    planned = plan(entries)
+    batches = {project_id: [(i.minute_id, i.entry_id, i.raw) for i in items] for project_id, items in planned.items()}
+    for project_id, appended in writer.append_many(batches).items():
+        result.projects[project_id] = list(zip(planned[project_id], appended, strict=True))
         for a in appended:
             if a.new:
                 result.appended += 1

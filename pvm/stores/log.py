@@ -20,7 +20,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,14 +129,22 @@ class _ProjectWriter:
                 self.repaired_bytes += size - end
             self.segment, self.segment_end = seg, end
 
-    def append(self, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
-        with self.thread_lock:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+    def append(self, entries: Sequence[tuple[str, str, bytes]], wait: bool = True) -> list[Appended] | None:
+        """Append under the project lock; with ``wait=False``, None (nothing done) if another writer holds it."""
+        if not self.thread_lock.acquire(blocking=wait):
+            return None
+        try:
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
             try:
                 self._catch_up()
                 return self._append_locked(entries)
             finally:
                 fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        finally:
+            self.thread_lock.release()
 
     def _append_locked(self, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
         out: list[Appended] = []
@@ -224,7 +232,28 @@ class LogWriter:
 
         Ids the log already holds are skipped and reported with ``new=False``.
         """
-        return self._project(project_id).append(entries)
+        appended = self._project(project_id).append(entries)
+        assert appended is not None
+        return appended
+
+    def append_many(self, batches: Mapping[str, Sequence[tuple[str, str, bytes]]]) -> dict[str, list[Appended]]:
+        """`append` for several projects, taking first the ones no other writer holds.
+
+        Two log workers given batches of the same projects would otherwise queue
+        on each project's lock in the same order; here each appends where it
+        can without waiting, and waits only for what is left.
+        """
+        done: dict[str, list[Appended]] = {}
+        busy = []
+        for project_id, entries in batches.items():
+            appended = self._project(project_id).append(entries, wait=False)
+            if appended is None:
+                busy.append(project_id)
+            else:
+                done[project_id] = appended
+        for project_id in busy:
+            done[project_id] = self.append(project_id, batches[project_id])
+        return {project_id: done[project_id] for project_id in batches}
 
     def close(self) -> None:
         with self._lock:

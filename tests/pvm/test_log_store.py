@@ -158,3 +158,35 @@ def test_log_files_are_only_appended(tmp_path: Path) -> None:
     writer.append("p", entries("p", 5, start=5))
     assert segment.read_bytes().startswith(before)
     assert os.access(segment, os.R_OK)
+
+
+def test_append_many_appends_free_projects_before_waiting_for_a_busy_one(tmp_path: Path) -> None:
+    import fcntl
+    import time
+
+    writer = LogWriter(tmp_path)
+    writer.open("busy")
+    # Another writer process holds "busy" (a flock on its own open file description).
+    other = os.open(tmp_path / "busy" / ".lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    batches = {"busy": entries("busy", 3), "free-a": entries("free-a", 4), "free-b": entries("free-b", 5)}
+    result: dict[str, list] = {}
+    thread = threading.Thread(target=lambda: result.update(writer.append_many(batches)))
+    thread.start()
+    try:
+        reader = LogReader(tmp_path)
+        deadline = time.monotonic() + 30
+        while not (reader.has_project("free-b") and reader.count("free-b") == 5):
+            assert time.monotonic() < deadline, "the free projects waited behind the busy one"
+            time.sleep(0.01)
+        assert reader.count("free-a") == 4
+        assert thread.is_alive() and reader.count("busy") == 0  # still waiting for the busy project
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+        thread.join(30)
+    assert list(result) == ["busy", "free-a", "free-b"]  # answered in the order asked
+    assert [len(result[p]) for p in result] == [3, 4, 5]
+    assert all(a.new for appended in result.values() for a in appended)
+    assert [r.seq for r in LogReader(tmp_path).history("busy")] == [1, 2, 3]
+    writer.close()
