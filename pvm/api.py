@@ -187,10 +187,11 @@ def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_
         query = request.query_params.get("q")
         if not query:
             raise BadRequest("query parameter q (the search text) is required")
-        hits = reader.search(
+        result = reader.search_result(
             request.path_params["project_id"], query, filters_from_query(request), _int(request, "k", 5, 1, 100)
         )
-        return {"hits": [h.to_dict() for h in hits]}
+        # degraded: None, or why the answer is lexical-only (the query could not be embedded).
+        return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}
 
     def recent(request: Request, body: bytes) -> Any:
         minutes = reader.get_recent(request.path_params["project_id"], _int(request, "n", 50, 1, 1_000))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -12,9 +13,15 @@ from pvm import engines
 from pvm.api import bearer_token_matches, create_app, is_loopback
 from pvm.config import Settings
 from pvm.demo import sample_session
+from pvm.embedders import OpenAIEmbedder
 from pvm.reader import ContextReader
+from pvm.search import HybridSearch
 from pvm.stores.log import LogReader
+from pvm.vectors.edge import EdgeEngine
+from tests import openai_server as fake_provider
 from tests.memory_helpers import log_minutes, use_settings
+from tests.openai_server import OpenAIServer, embed_text
+from tests.pvm.test_search import memory_point
 
 TOKEN = "s3cret-pvm-test-token"
 
@@ -55,7 +62,9 @@ def test_context_as_json_and_as_text(client: TestClient) -> None:
 
 
 def test_search_recent_and_by_ids(client: TestClient) -> None:
-    hits = client.get("/v1/projects/apollo/search", params={"q": "conflict resolved", "k": 3}).json()["hits"]
+    answer = client.get("/v1/projects/apollo/search", params={"q": "conflict resolved", "k": 3}).json()
+    hits = answer["hits"]
+    assert answer["degraded"] is None
     assert 0 < len(hits) <= 3 and all(h["minute"]["project_id"] == "apollo" for h in hits)
     filtered = client.get(
         "/v1/projects/apollo/search", params={"q": "conflict", "category": "conflict_resolution", "k": 10}
@@ -193,3 +202,20 @@ def test_bearer_token_matching() -> None:
 def test_loopback_addresses() -> None:
     assert all(is_loopback(a) for a in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
     assert not any(is_loopback(a) for a in ("0.0.0.0", "::", "", "10.0.0.5", "api.internal"))
+
+
+def test_search_says_when_the_answer_is_lexical_only(
+    redis_client: redis.Redis, settings: Settings, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    engine = EdgeEngine(tmp_path / "vectors", 16)
+    try:
+        engine.upsert([memory_point("apollo", "g1", "gateway rollback after the deploy", dense=embed_text("g", 16))])
+        embedder = OpenAIEmbedder(openai_server.base_url, "sk-test", "test-embed", dimensions=16, query_timeout=0.3)
+        reader = ContextReader(redis_client, LogReader(settings.log_dir), HybridSearch(engine, embedder))
+        openai_server.fail_next(fake_provider.status(500), times=5)
+        with TestClient(create_app(reader, redis_client, settings.shards)) as c:
+            answer = c.get("/v1/projects/apollo/search", params={"q": "gateway"}).json()
+        assert [h["minute_id"] for h in answer["hits"]] == ["g1"]
+        assert answer["degraded"].startswith("dense leg skipped") and "HTTP 500" in answer["degraded"]
+    finally:
+        engine.close()
