@@ -1,10 +1,11 @@
 """Moves minutes from the shard streams into RQ batch jobs, acknowledging each entry exactly when its job is stored.
 
 One consumer group (`keys.DISPATCH_GROUP`) spans every shard stream; any number
-of dispatchers join it. Each batch read becomes one job on the log queue, and
-the job, any dead letters and the XACK of every entry go to Redis in one
-MULTI/EXEC: an entry is never acknowledged without its job, and a job never
-exists without its entries being acknowledged.
+of dispatchers join it. What one round read becomes jobs of at most
+`dispatch_batch` minutes on the log queue, and the jobs, any dead letters and
+the XACK of every entry go to Redis in one MULTI/EXEC: an entry is never
+acknowledged without its job, and a job never exists without its entries being
+acknowledged.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from rq import Queue, Retry
+from rq.queue import EnqueueData
 
 from contracts import ContractError, decode_minute, keys
 from pvm import defaults
@@ -97,7 +100,7 @@ def triage(
 
 @dataclass
 class DispatcherStats:
-    batches: int = 0
+    batches: int = 0  # log jobs enqueued
     minutes: int = 0
     dead: int = 0
     reclaimed: int = 0
@@ -177,9 +180,11 @@ class Dispatcher:
     def poll_once(self) -> int:
         """Read one round of new entries; dispatch what was gathered when it is time. Returns entries read.
 
-        Gathered entries become one job when the batch is full, when the log
+        Gathered entries are dispatched when a batch is full, when the log
         pool has nothing queued (it is idle: send now), when a read finds
-        nothing new, or when the linger time has passed.
+        nothing new, or when the linger time has passed. COUNT is per stream,
+        so a round may gather several batches; `dispatch_many` cuts them into
+        jobs of at most one batch each.
         """
         if self._gathered_count:
             left = self.linger_s - (time.monotonic() - self._gathered_since)
@@ -211,7 +216,7 @@ class Dispatcher:
         return got
 
     def flush_gathered(self) -> int:
-        """Dispatch everything gathered so far as one job."""
+        """Dispatch everything gathered so far (as jobs of at most one batch each)."""
         gathered, self._gathered, self._gathered_count = self._gathered, {}, 0
         return self.dispatch_many(gathered) if gathered else 0
 
@@ -301,7 +306,7 @@ class Dispatcher:
         entries: Sequence[tuple[bytes | str, dict[bytes, bytes] | None]],
         deliveries: dict[str, int] | None = None,
     ) -> int:
-        """Dispatch entries of one shard as one job (see `dispatch_many`)."""
+        """Dispatch entries of one shard (see `dispatch_many`)."""
         return self.dispatch_many({shard: entries}, deliveries)
 
     def dispatch_many(
@@ -309,13 +314,16 @@ class Dispatcher:
         batches: dict[int, Sequence[tuple[bytes | str, dict[bytes, bytes] | None]]],
         deliveries: dict[str, int] | None = None,
     ) -> int:
-        """Enqueue one log job for entries of any shards, dead-letter their poison, XACK all, in one MULTI/EXEC.
+        """Enqueue log jobs for entries of any shards, dead-letter their poison, XACK all, in one MULTI/EXEC.
 
-        The job's entries keep each shard's stream order (per-project order).
+        No job carries more than `dispatch_batch` minutes. The shards' minutes
+        are laid end to end, each shard in stream order, and cut into jobs that
+        are enqueued in that order: a log pool taking jobs first in, first out
+        appends each project's minutes in stream order.
         """
         started = time.monotonic()
         handled = 0
-        good: list[list[object]] = []
+        good: list[tuple[int, list[object]]] = []  # (shard, [entry id, minute bytes])
         dead_total = 0
         with self.connection.pipeline(transaction=True) as pipe:
             now = repr(time.time())
@@ -326,7 +334,7 @@ class Dispatcher:
                 handled += len(entries)
                 sorted_ = triage(entries, deliveries, self.settings.max_deliveries)
                 stream = keys.stream(shard)
-                good.extend([entry_id, raw] for entry_id, raw in sorted_.good)
+                good.extend((shard, [entry_id, raw]) for entry_id, raw in sorted_.good)
                 for dead in sorted_.dead:
                     pipe.xadd(
                         keys.dead_letter_stream(shard),
@@ -347,21 +355,13 @@ class Dispatcher:
                 )
             if not handled:
                 return 0
-            if good:
-                job = Queue.prepare_data(
-                    LOG_JOB,
-                    args=(good,),
-                    timeout=self.settings.job_timeout,
-                    result_ttl=defaults.JOB_RESULT_TTL_S,
-                    failure_ttl=defaults.JOB_FAILURE_TTL_S,
-                    retry=Retry(max=defaults.JOB_RETRIES),
-                    description=f"log {len(good)} minutes from shards {sorted(batches)}",
-                )
-                self.log_queue.enqueue_many([job], pipeline=pipe)
+            jobs = [self._log_job(good[i : i + self.batch]) for i in range(0, len(good), self.batch)]
+            if jobs:
+                self.log_queue.enqueue_many(jobs, pipeline=pipe)
             for stream, ids in acks:
                 pipe.xack(stream, keys.DISPATCH_GROUP, *ids)
             pipe.execute()
-        self.stats.batches += 1
+        self.stats.batches += len(jobs)
         self.stats.minutes += len(good)
         self.stats.dead += dead_total
         with contextlib.suppress(redis.exceptions.RedisError):  # metrics never stop dispatching
@@ -369,6 +369,18 @@ class Dispatcher:
         if dead_total:
             log.warning("dispatcher %s: %d entries dead-lettered", self.consumer, dead_total)
         return handled
+
+    def _log_job(self, minutes: Sequence[tuple[int, list[object]]]) -> EnqueueData:
+        shards = sorted({shard for shard, _ in minutes})
+        return Queue.prepare_data(
+            LOG_JOB,
+            args=([entry for _, entry in minutes],),
+            timeout=self.settings.job_timeout,
+            result_ttl=defaults.JOB_RESULT_TTL_S,
+            failure_ttl=defaults.JOB_FAILURE_TTL_S,
+            retry=Retry(max=defaults.JOB_RETRIES),
+            description=f"log {len(minutes)} minutes from shards {shards}",
+        )
 
     # -- housekeeping ------------------------------------------------------------
 
@@ -382,19 +394,24 @@ class Dispatcher:
                 continue
             if not groups:
                 continue
-            boundary: tuple[int, int] | None = None
-            for group in groups:
-                name = group["name"]
-                summary = self.connection.xpending(stream, name) if int(group["pending"]) > 0 else None
-                low = summary.get("min") if summary else None
-                if low:
-                    point = _parse_id(low.decode() if isinstance(low, bytes) else low)
-                else:
-                    # nothing pending (another dispatcher may have acked since XINFO): trim below last delivered
-                    last = group["last-delivered-id"]
-                    point = _parse_id(_next_id(last.decode() if isinstance(last, bytes) else last))
-                boundary = point if boundary is None else min(boundary, point)
-            if boundary is not None and boundary > (0, 0):
+            boundary = min(self.group_floor(stream, group) for group in groups)
+            if boundary > (0, 0):
                 removed += int(self.connection.xtrim(stream, minid=f"{boundary[0]}-{boundary[1]}", approximate=False))
         self.stats.trimmed += removed
         return removed
+
+    def group_floor(self, stream: str, group: dict[str, Any]) -> tuple[int, int]:
+        """The lowest entry id a consumer group may still need: its oldest pending, else the next undelivered.
+
+        `group` is the group's XINFO GROUPS row, read before this call. Other
+        consumers keep working in between; that is safe because entries only
+        become pending above the row's last-delivered id, and pending ones
+        below it only get acknowledged.
+        """
+        summary = self.connection.xpending(stream, group["name"]) if int(group["pending"]) > 0 else None
+        low = summary.get("min") if summary else None
+        if low:
+            return _parse_id(low.decode() if isinstance(low, bytes) else low)
+        # Nothing pending (another dispatcher may have acked all of it since XINFO): everything delivered is done.
+        last = group["last-delivered-id"]
+        return _parse_id(_next_id(last.decode() if isinstance(last, bytes) else last))

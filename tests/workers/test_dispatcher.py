@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgpack
 import pytest
 import redis
@@ -10,7 +13,9 @@ from hypothesis import strategies as st
 from contracts import Minute, encode_minute, keys
 from pvm.config import Settings
 from pvm.queues import pool_queue
+from pvm.stores.log import LogReader
 from workers.dispatcher import Dispatcher, triage
+from workers.runner import PvmWorker
 
 
 def minute(project: str = "p1", i: int = 0, **kw: object) -> Minute:
@@ -271,3 +276,137 @@ def test_an_idle_log_pool_gets_entries_at_once(redis_client: redis.Redis, settin
     xadd(redis_client, 0, encode_minute(minute()))
     d.poll_once()
     assert len(log_jobs(redis_client)) == 1
+
+
+def test_a_backlog_becomes_jobs_of_at_most_one_batch_each_in_stream_order(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """COUNT is per stream, so one round reads up to shards x batch; each job still carries at most one batch."""
+    settings = settings.with_(dispatch_batch=50, downstream=())
+    sizes = {0: 180, 1: 131, 2: 77, 3: 53}  # uneven, so jobs are cut inside shards at varying offsets
+    added: dict[int, list[str]] = {s: [] for s in sizes}  # minute ids in stream order
+    project_of: dict[str, str] = {}
+    for i in range(max(sizes.values())):
+        for s, size in sizes.items():
+            if i < size:
+                m = minute(project=f"p{s}-{i % 2}", i=i)  # two projects per shard
+                xadd(redis_client, s, encode_minute(m))
+                added[s].append(m.id)
+                project_of[m.id] = m.project_id
+    for s in sizes:  # dead letters ride in the same transactions, outside any job
+        xadd(redis_client, s, b"\xc1")
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.run(max_idle_s=0.3)
+
+    jobs = log_jobs(redis_client)
+    assert jobs and all(0 < len(job) <= settings.dispatch_batch for job in jobs)
+    assert len(jobs) < sum(sizes.values())  # still batches, not a job per minute
+    shard_of = {minute_id: s for s, ids in added.items() for minute_id in ids}
+    dispatched = [msgpack.unpackb(e[1])["id"] for job in jobs for e in job]
+    assert len(dispatched) == len(set(dispatched)), "a minute was enqueued twice"
+    assert set(dispatched) == set(shard_of), "a minute was lost"
+    for s, ids in added.items():  # the jobs, in queue order, carry each shard's minutes in stream order
+        assert [m for m in dispatched if shard_of[m] == s] == ids
+    assert sum(redis_client.xlen(keys.dead_letter_stream(s)) for s in sizes) == len(sizes)
+    assert sum(redis_client.xpending(keys.stream(s), keys.DISPATCH_GROUP)["pending"] for s in sizes) == 0
+
+    # A log worker taking the jobs first in, first out appends each project in stream order.
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    from workers import log_pool
+
+    log_pool._context.cache_clear()
+    PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
+    reader = LogReader(settings.log_dir)
+    for project in sorted(set(project_of.values())):
+        expected = [m for ids in added.values() for m in ids if project_of[m] == project]
+        assert [r.id for r in reader.history(project)] == expected
+
+
+def test_the_jobs_of_one_round_go_in_one_transaction(
+    redis_client: redis.Redis, settings: Settings, redis_url: str
+) -> None:
+    """A round that gathered several batches pushes all its jobs, its dead letter and its XACKs in one MULTI/EXEC."""
+    settings = settings.with_(dispatch_batch=12)  # COUNT 12 per stream: one read takes all 41 entries
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    for i in range(40):
+        xadd(redis_client, i % 4, encode_minute(minute(project=f"p{i % 4}", i=i)))
+    xadd(redis_client, 3, b"\xc1")
+    commands: list[str] = []
+    monitor_client = redis.Redis.from_url(redis_url)
+    with monitor_client.monitor() as m:
+        assert d.poll_once() == 41
+        redis_client.ping()
+        for event in m.listen():
+            cmd = event["command"].split(" ")[0].upper()
+            commands.append(cmd)
+            if cmd == "PING":
+                break
+    monitor_client.close()
+    assert commands.count("MULTI") == 1
+    multi, exec_ = commands.index("MULTI"), commands.index("EXEC")
+    inside = commands[multi:exec_]
+    assert inside.count("RPUSH") == 4  # 40 minutes, at most 12 per job
+    assert "XADD" in inside
+    assert inside.count("XACK") == 4  # one per shard
+    assert "XACK" not in commands[:multi] + commands[exec_:]
+    assert [len(job) for job in log_jobs(redis_client)] == [12, 12, 12, 4]
+
+
+class InterleavingDispatcher(Dispatcher):
+    """Runs `between` once at the racy moment of `trim`: after XINFO GROUPS was read, before XPENDING."""
+
+    def __init__(self, *args: object, between: Callable[[], None], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.between: Callable[[], None] | None = between
+
+    def group_floor(self, stream: str, group: dict[str, Any]) -> tuple[int, int]:
+        if self.between is not None:
+            hook, self.between = self.between, None
+            hook()
+        return super().group_floor(stream, group)
+
+
+@pytest.mark.parametrize("reads_more", [False, True], ids=["acks-all", "acks-all-then-reads-more"])
+def test_trim_is_safe_when_another_dispatcher_acks_between_xinfo_and_xpending(
+    redis_client: redis.Redis, settings: Settings, reads_more: bool
+) -> None:
+    """XINFO GROUPS reports entries pending; before XPENDING, a second dispatcher acknowledges all of them
+    (and, in one variant, reads and holds new entries). Trim neither fails nor removes anything unacknowledged."""
+    stream = keys.stream(0)
+    other = Dispatcher(redis_client, settings, consumer="other", shards=[0], block_ms=10)
+    other.ensure_groups()
+    other.linger_s = 60.0  # it holds what it reads until flush_gathered()
+    pool_queue("log", redis_client).enqueue("workers.log_pool.run", [])  # the log pool is busy
+    first = [minute(i=i) for i in range(10)]
+    more = [minute(i=i) for i in range(10, 15)]
+    for m in first:
+        xadd(redis_client, 0, encode_minute(m))
+    assert other.poll_once() == 10
+    assert redis_client.xpending(stream, keys.DISPATCH_GROUP)["pending"] == 10  # held, not yet acknowledged
+
+    def other_dispatcher_works() -> None:
+        other.flush_gathered()
+        if reads_more:
+            for m in more:
+                xadd(redis_client, 0, encode_minute(m))
+            assert other.poll_once() == 5  # held: pending above what XINFO saw as last delivered
+
+    trimmer = InterleavingDispatcher(
+        redis_client, settings, consumer="trimmer", shards=[0], between=other_dispatcher_works
+    )
+    before = [e for e, _ in redis_client.xrange(stream)]
+    assert trimmer.trim() == 10
+    assert trimmer.between is None  # the interleaving happened
+
+    left = {e for e, _ in redis_client.xrange(stream)}
+    pending = [row["message_id"] for row in redis_client.xpending_range(stream, keys.DISPATCH_GROUP, "-", "+", 100)]
+    assert len(pending) == (5 if reads_more else 0)
+    assert set(pending) <= left, "an unacknowledged entry was trimmed"
+    assert set(before) - left == set(before[:10])  # exactly the acknowledged ones went
+
+    other.flush_gathered()
+    dispatched = [msgpack.unpackb(e[1])["id"] for job in log_jobs(redis_client) for e in job]
+    assert sorted(dispatched) == sorted(m.id for m in first + (more if reads_more else []))
+    assert redis_client.xpending(stream, keys.DISPATCH_GROUP)["pending"] == 0
