@@ -34,6 +34,9 @@ DISPATCH_MAX_DELIVERIES = 5  # more deliveries than this and an entry goes to th
 DISPATCH_TRIM_INTERVAL_S = 5.0
 DISPATCH_STALE_CONSUMER_MS = 3_600_000  # consumers idle this long with nothing pending are removed from the group
 DEAD_LETTER_MAXLEN = 1_000_000
+# With Redis unreachable, a dispatcher retries after this wait, doubled each failure up to the max.
+DISPATCH_RECONNECT_MIN_S = 0.2
+DISPATCH_RECONNECT_MAX_S = 5.0
 
 # RQ jobs and workers
 JOB_TIMEOUT_S = 120

@@ -105,6 +105,7 @@ class DispatcherStats:
     dead: int = 0
     reclaimed: int = 0
     trimmed: int = 0
+    reconnects: int = 0  # rounds that found Redis unreachable
 
 
 class Dispatcher:
@@ -150,32 +151,64 @@ class Dispatcher:
     # -- the loop ------------------------------------------------------------
 
     def run(self, max_idle_s: float | None = None) -> DispatcherStats:
-        """Dispatch until `stop_event` is set (or, with `max_idle_s`, until nothing arrived for that long)."""
-        self.ensure_groups()
-        self.drain_own_pending()
+        """Dispatch until `stop_event` is set (or, with `max_idle_s`, until nothing arrived for that long).
+
+        Redis unreachable (a restart, a failover) does not end the loop: the
+        dispatcher drops what it held in memory, waits with backoff, and when
+        Redis answers again starts over from its own pending entries, which
+        is exactly what it had read and not yet acknowledged.
+        """
         idle_since = time.monotonic()
+        wait = 0.0
+        resume = True
         while not self.stop_event.is_set():
-            now = time.monotonic()
-            # Housekeeping never ends the loop: what it missed, the next round (or another dispatcher) does.
-            if now >= self._next_claim:
-                self._next_claim = now + defaults.DISPATCH_CLAIM_INTERVAL_S
-                try:
-                    self.reclaim()
-                except redis.exceptions.ResponseError:
-                    log.exception("dispatcher %s: reclaim failed; retrying next round", self.consumer)
-            if now >= self._next_trim:
-                self._next_trim = now + defaults.DISPATCH_TRIM_INTERVAL_S
-                try:
-                    self.trim()
-                except redis.exceptions.ResponseError:
-                    log.exception("dispatcher %s: trim failed; retrying next round", self.consumer)
-            n = self.poll_once()
+            try:
+                if resume:
+                    self.ensure_groups()
+                    self.drain_own_pending()
+                    if wait:
+                        log.warning("dispatcher %s: Redis is back; resumed from its pending entries", self.consumer)
+                    resume, wait = False, 0.0
+                n = self._round()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                self._forget_gathered()
+                if not wait:
+                    log.warning("dispatcher %s: Redis unreachable (%s); retrying", self.consumer, exc)
+                wait = min(max(wait * 2, defaults.DISPATCH_RECONNECT_MIN_S), defaults.DISPATCH_RECONNECT_MAX_S)
+                self.stats.reconnects += 1
+                resume = True
+                self.stop_event.wait(wait)
+                n = 0
             if n:
                 idle_since = time.monotonic()
             elif max_idle_s is not None and time.monotonic() - idle_since >= max_idle_s:
                 break
-        self.flush_gathered()
+        with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self.flush_gathered()
         return self.stats
+
+    def _forget_gathered(self) -> None:
+        # Entries read but not dispatched stay pending for this consumer in Redis; drain_own_pending
+        # finds them again (or, if their job was stored before the connection broke, they are acknowledged).
+        self._gathered, self._gathered_count = {}, 0
+
+    def _round(self) -> int:
+        """Housekeeping when due, then one read; returns entries read."""
+        now = time.monotonic()
+        # Housekeeping errors never end the loop: what it missed, the next round (or another dispatcher) does.
+        if now >= self._next_claim:
+            self._next_claim = now + defaults.DISPATCH_CLAIM_INTERVAL_S
+            try:
+                self.reclaim()
+            except redis.exceptions.ResponseError:
+                log.exception("dispatcher %s: reclaim failed; retrying next round", self.consumer)
+        if now >= self._next_trim:
+            self._next_trim = now + defaults.DISPATCH_TRIM_INTERVAL_S
+            try:
+                self.trim()
+            except redis.exceptions.ResponseError:
+                log.exception("dispatcher %s: trim failed; retrying next round", self.consumer)
+        return self.poll_once()
 
     def poll_once(self) -> int:
         """Read one round of new entries; dispatch what was gathered when it is time. Returns entries read.
