@@ -224,8 +224,9 @@ class ContextPackage:
             out.append("\n## Referenced earlier minutes")
             out.extend(minute_line(m) for m in self.referenced)
         index = self.freshness.get("index", {}) if isinstance(self.freshness, dict) else {}
-        if index.get("behind"):
-            out.append(f"\n(note: search is {index['behind']} minutes behind the log)")
+        notes = index_notes(index) if isinstance(index, dict) else []
+        if notes:
+            out.append("\n" + "\n".join(notes))
         cut = ", ".join(f"{n} {s}" for s, n in self.budget.cut.items())
         if cut:
             out.append(f"(budget {self.budget.budget_tokens} tokens: left out {cut})")
@@ -248,6 +249,21 @@ def minute_line(minute: dict[str, Any]) -> str:
     text = minute.get("memory_note") or data.get("resolution") or data.get("assignment_reasoning") or ""
     line = " | ".join(p for p in parts if p)
     return f"- [{minute.get('id', '')}] {line}: {text}" if text else f"- [{minute.get('id', '')}] {line}"
+
+
+def index_notes(index: dict[str, Any]) -> list[str]:
+    """What the prompt should know about the search behind the package: how far behind it is, whether it fell short.
+
+    Fixed sentences only: the reasons in `freshness` name endpoints and exceptions, which are for operators.
+    """
+    notes = []
+    if index.get("behind"):
+        notes.append(f"(note: search is {index['behind']} minutes behind the log)")
+    if index.get("error"):
+        notes.append("(note: relevant past experience is missing: search is unavailable)")
+    elif index.get("degraded"):
+        notes.append("(note: relevant past experience matched by keywords only: the embedding provider is unavailable)")
+    return notes
 
 
 def hit_line(hit: SearchHit) -> str:

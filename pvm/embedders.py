@@ -16,6 +16,12 @@ That policy is for indexing, where waiting out a provider's bad minute is
 right. A search's query goes through `embed_query`: one try within
 `query_timeout` (PVM_EMBED_QUERY_TIMEOUT), no retries, because an agent waits
 on the answer and the search can answer lexical-only instead.
+
+The vector length is PVM_EMBED_DIMENSIONS, else what the vector store already
+holds (`stored_dimensions`), else learned from one probe request under the
+query policy: a process that starts during a provider outage fails at once
+with an error that says to set PVM_EMBED_DIMENSIONS, rather than after minutes
+of batch retries.
 """
 
 from __future__ import annotations
@@ -148,6 +154,7 @@ class OpenAIEmbedder:
         max_input_chars: int = EMBED_MAX_INPUT_CHARS,
         malformed_retries: int = EMBED_MALFORMED_RETRIES,
         query_timeout: float = EMBED_QUERY_TIMEOUT_S,
+        stored_dimensions: int | None = None,
     ) -> None:
         if not base_url or not base_url.strip():
             raise EmbeddingConfigError(
@@ -169,6 +176,8 @@ class OpenAIEmbedder:
             raise EmbeddingConfigError(f"OPENAI_API_KEY is not set, and {base_url} requires one")
         if dimensions is not None and (isinstance(dimensions, bool) or dimensions < 1):
             raise EmbeddingConfigError(f"PVM_EMBED_DIMENSIONS={dimensions!r} must be a positive whole number or unset")
+        if stored_dimensions is not None and (isinstance(stored_dimensions, bool) or stored_dimensions < 1):
+            raise ValueError(f"stored_dimensions={stored_dimensions!r} must be a positive whole number or None")
         if not 1 <= batch_size <= EMBED_BATCH_SIZE:
             raise EmbeddingConfigError(
                 f"PVM_EMBED_BATCH_SIZE={batch_size} must be between 1 and {EMBED_BATCH_SIZE} (OpenAI's limit)"
@@ -198,7 +207,10 @@ class OpenAIEmbedder:
         self.max_input_chars = max_input_chars
         self.malformed_retries = malformed_retries
         self._configured_dimensions = dimensions
-        self._dimensions = dimensions
+        # The length of the dense vectors the vector store already holds: taken instead of a probe request (the
+        # provider may be down when a process starts), and checked against like a learned length.
+        self._stored_dimensions = None if dimensions is not None else stored_dimensions
+        self._dimensions = dimensions if dimensions is not None else stored_dimensions
         self._batch_policy = _Policy(max_retries, timeout, "PVM_EMBED_TIMEOUT")
         self._query_policy = _Policy(0, query_timeout, "PVM_EMBED_QUERY_TIMEOUT")
         # Local servers (Ollama, vLLM, ...) take no key, but the client insists on one;
@@ -213,11 +225,30 @@ class OpenAIEmbedder:
 
     @property
     def dimensions(self) -> int:
-        """The vector length: as configured, else learned from the endpoint (one probe request if need be)."""
+        """The vector length: as configured, else as the vector store holds, else learned from the endpoint.
+
+        Learning it is one probe request under the query policy (one try within
+        PVM_EMBED_QUERY_TIMEOUT); when that fails, `EmbeddingConfigError` says to
+        set PVM_EMBED_DIMENSIONS. A later call probes again.
+        """
         if self._dimensions is None:
-            self.embed(["dimension probe"])
+            self._probe()
         assert self._dimensions is not None
         return self._dimensions
+
+    def _probe(self) -> None:
+        try:
+            self._embed_batch(["dimension probe"], self._query_policy)
+        except EmbeddingConfigError:
+            raise  # names its own fix (a rejected key, an unknown model)
+        except EmbeddingError as error:
+            raise EmbeddingConfigError(
+                f"PVM_EMBED_DIMENSIONS is not set and the vector length of model {self.model!r} could not be "
+                "learned from the endpoint: set PVM_EMBED_DIMENSIONS to the model's vector length (e.g. 1536 for "
+                f"text-embedding-3-small) to start without asking it. The probe: {error}",
+                status=error.status,
+                attempts=error.attempts,
+            ) from error
 
     @property
     def stats(self) -> EmbedderStats:
@@ -400,6 +431,12 @@ class OpenAIEmbedder:
             if self._dimensions is None:
                 self._dimensions = length
             known = self._dimensions
+        if length != known and self._stored_dimensions == known:
+            raise EmbeddingConfigError(
+                f"{self.endpoint} (model {self.model!r}) returned vectors of length {length}, but the vector store "
+                f"holds {known}-dimension vectors, made by another model: go back to that model, or set "
+                f"PVM_EMBED_DIMENSIONS={length} and rebuild the vector store (`pvm replay`)"
+            )
         if length != known:
             # The same model answers with one length every time: a mismatch is configuration, not luck.
             source = "PVM_EMBED_DIMENSIONS" if self._configured_dimensions is not None else "earlier answers"

@@ -3,16 +3,26 @@
 The embedded engine locks its directory: only one process may open it, and in
 that process the index pool and the reader must use the same engine object.
 `shared_engine()` hands every caller in a process the same one.
+
+The engine needs the dense vector length before it opens anything. It is
+PVM_EMBED_DIMENSIONS, else the length the store already holds, else one quick
+probe of the provider (`OpenAIEmbedder.dimensions`): a process over an existing
+store starts while the provider is down, and a new one fails at once with an
+error that says to set PVM_EMBED_DIMENSIONS.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from contextlib import closing
 from dataclasses import dataclass
 
 from contracts.memory import RankWeights
 from pvm.config import Settings
 from pvm.protocols import Embedder, VectorEngine
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,11 +36,12 @@ _lock = threading.Lock()
 _shared = _Shared()
 
 
-def embedder_for(settings: Settings) -> Embedder:
+def embedder_for(settings: Settings, stored_dimensions: int | None = None) -> Embedder:
     """The configured embedder: OpenAI-compatible when PVM_EMBED_MODEL is set, else none (lexical only).
 
     Indexing batches get PVM_EMBED_TIMEOUT and PVM_EMBED_MAX_RETRIES; search queries
-    (`embed_query`) one try of PVM_EMBED_QUERY_TIMEOUT.
+    (`embed_query`) and the probe for the vector length one try of PVM_EMBED_QUERY_TIMEOUT.
+    `stored_dimensions` (the length the vector store holds) spares that probe.
     """
     from pvm.embedders import embedder_from_settings
 
@@ -43,7 +54,32 @@ def embedder_for(settings: Settings) -> Embedder:
         max_retries=settings.embed_max_retries,
         timeout=settings.embed_timeout_s,
         query_timeout=settings.embed_query_timeout_s,
+        stored_dimensions=stored_dimensions,
     )
+
+
+def stored_dense_dimensions(settings: Settings) -> int | None:
+    """The length of the dense vectors the configured store already holds, when the embedder needs to know it.
+
+    Read only when PVM_EMBED_MODEL is set without PVM_EMBED_DIMENSIONS. None when
+    the store holds no dense vectors (or cannot say): the embedder probes instead.
+    """
+    if not settings.embed_model or settings.embed_dimensions is not None:
+        return None
+    if settings.qdrant_url:
+        from qdrant_client import QdrantClient
+
+        from pvm.vectors.server import stored_dense_dimensions as held_by_collection
+
+        try:
+            with closing(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)) as client:
+                return held_by_collection(client)
+        except Exception as exc:  # the engine reports Qdrant's state when it is used; the provider may still answer
+            log.warning("could not read the dense vector length from Qdrant (%s); asking the embedding provider", exc)
+            return None
+    from pvm.vectors.edge import stored_dense_dimensions as held_by_shards
+
+    return held_by_shards(settings.vector_dir)
 
 
 def make_engine(settings: Settings, dense_dimensions: int | None) -> VectorEngine:
@@ -64,7 +100,8 @@ def shared(settings: Settings) -> tuple[VectorEngine, Embedder]:
         if _shared.engine is None or _shared.key != key:
             if _shared.engine is not None:
                 _shared.engine.close()
-            embedder = embedder_for(settings)
+                _shared.engine = _shared.embedder = _shared.key = None  # not handed out again if the next one fails
+            embedder = embedder_for(settings, stored_dense_dimensions(settings))
             _shared.engine = make_engine(settings, embedder.dimensions)
             _shared.embedder = embedder
             _shared.key = key

@@ -93,6 +93,7 @@ MAX_OPEN_SHARDS = 128
 SEARCH_THREADS = 1  # per shard; one segment is searched by one thread anyway
 UPSERT_CHUNK = 1024
 LOCK_FILE = ".lock"
+SHARD_CONFIG_FILE = "edge_config.json"  # where qdrant-edge keeps a shard's configuration, vectors included
 # Payload fields stored as themselves (filtered on); the rest travels packed in one string (PACKED_FIELD).
 DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
 PACKED_FIELD = "_msgpack"  # <length of the minute id>:<minute id><base64 of msgpack>
@@ -407,6 +408,30 @@ class EdgeEngine:
     def _check_open(self) -> None:
         if self._closed:
             raise VectorStoreError(f"the vector engine on {self.path} is closed")
+
+
+def stored_dense_dimensions(path: Path) -> int | None:
+    """The length of the dense vectors the shards under `path` hold, without opening them or taking the lock.
+
+    Read from each shard's saved configuration (qdrant-edge has no call that
+    answers it). None when no shard holds dense vectors, when shards disagree
+    (a model changed and only some projects were rebuilt), or when nothing
+    readable is there: the caller then learns the length another way.
+    """
+    sizes: set[int] = set()
+    try:
+        directories = [d for d in Path(path).iterdir() if d.is_dir() and is_valid_project(d.name)]
+    except OSError:
+        return None
+    for directory in directories:
+        try:
+            config = json.loads((directory / SHARD_CONFIG_FILE).read_text())
+            size = config["vectors"][DENSE]["size"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a lexical-only shard, or one being written
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            sizes.add(size)
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _payload_indexes() -> Iterable[tuple[str, Any]]:

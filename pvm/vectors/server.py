@@ -314,6 +314,16 @@ class ServerEngine:
             )
 
 
+def stored_dense_dimensions(client: QdrantClient, collection_prefix: str = "pvm") -> int | None:
+    """The length of the dense vectors the collection holds; None when there is no collection or it is lexical-only."""
+    collection = f"{collection_prefix}_{COLLECTION}"
+    if not client.collection_exists(collection):
+        return None
+    vectors = client.get_collection(collection).config.params.vectors
+    dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+    return dense.size if dense is not None else None
+
+
 def _payload_indexes() -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = [
         ("project_id", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True))

@@ -100,6 +100,40 @@ def test_dimensions_are_learned_from_the_first_answer(openai_server: OpenAIServe
     assert len(openai_server.requests) == 2
 
 
+@pytest.mark.parametrize("fault", [status(503), delay(30), malformed_json()], ids=["503", "hang", "malformed"])
+def test_learning_dimensions_is_one_short_try_that_names_the_setting(openai_server: OpenAIServer, fault: Fault) -> None:
+    embedder = make(openai_server, max_retries=5, timeout=30.0, query_timeout=0.3)
+    openai_server.fail_next(fault, times=10)
+    with pytest.raises(EmbeddingConfigError, match="set PVM_EMBED_DIMENSIONS") as caught:
+        _ = embedder.dimensions
+    assert len(openai_server.requests) == 1 and caught.value.attempts == 1  # the query policy: no retries
+    assert embedder.stats.retries == 0 and embedder.stats.failures == 1
+
+    openai_server.reset()  # the provider is back: the next ask probes again
+    assert embedder.dimensions == 64 and len(openai_server.requests) == 1
+
+
+def test_a_rejected_key_while_learning_dimensions_names_the_key(openai_server: OpenAIServer) -> None:
+    openai_server.api_key = "sk-other"
+    with pytest.raises(EmbeddingConfigError, match="OPENAI_API_KEY"):
+        _ = make(openai_server).dimensions
+    assert len(openai_server.requests) == 1
+
+
+def test_the_stored_length_spares_the_probe_and_is_checked(openai_server: OpenAIServer) -> None:
+    embedder = make(openai_server, stored_dimensions=64)
+    assert embedder.dimensions == 64 and openai_server.requests == []
+    assert len(embedder.embed(["a"])[0]) == 64
+    assert "dimensions" not in openai_server.requests[0].body  # a stored length is not asked of the model
+
+    other_model = make(openai_server, stored_dimensions=8)
+    with pytest.raises(EmbeddingConfigError, match=r"vector store holds 8-dimension.*PVM_EMBED_DIMENSIONS=64"):
+        other_model.embed(["a"])
+    assert len(openai_server.requests) == 2  # a configuration error: not retried
+
+    assert make(openai_server, dimensions=16, stored_dimensions=8).dimensions == 16  # the setting wins
+
+
 def test_a_model_ignoring_dimensions_is_a_config_error_not_retried(openai_server: OpenAIServer) -> None:
     openai_server.options.ignore_dimensions = True  # answers 64 floats whatever was asked
     with pytest.raises(EmbeddingConfigError, match="PVM_EMBED_DIMENSIONS") as caught:

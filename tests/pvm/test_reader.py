@@ -13,10 +13,11 @@ from contracts.memory import ContextPackage, SearchFilters, agent_lines, hit_lin
 from pvm import engines
 from pvm.config import Settings
 from pvm.demo import sample_session
+from pvm.embedders import EmbeddingConfigError
 from pvm.reader import ContextReader, estimate_tokens
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
-from tests.openai_server import OpenAIServer, delay
+from tests.openai_server import OpenAIServer, delay, status
 
 
 @pytest.fixture
@@ -121,6 +122,7 @@ def test_a_provider_outage_degrades_the_context_instead_of_stalling_it(
         healthy = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
         assert "degraded" not in healthy.freshness["index"]
         assert any("semantic" in h.parts for h in healthy.relevant_experience)
+        assert "(note:" not in healthy.render()
 
         openai_server.fail_next(delay(30), times=100)  # the provider hangs
         sent = len(openai_server.requests)
@@ -131,6 +133,9 @@ def test_a_provider_outage_degrades_the_context_instead_of_stalling_it(
         assert degraded.startswith("dense leg skipped: query embedding failed") and "timed out after 0.3s" in degraded
         assert "error" not in pkg.freshness["index"]  # degraded, not failed
         assert ContextPackage.from_dict(pkg.to_dict()) == pkg
+        text = pkg.render()
+        assert "keywords only: the embedding provider is unavailable" in text
+        assert openai_server.base_url not in text and "timed out" not in text
 
         # The breaker is open: neither contexts nor searches wait on the provider during the cool-down.
         again = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
@@ -139,6 +144,72 @@ def test_a_provider_outage_degrades_the_context_instead_of_stalling_it(
         assert again.freshness["index"]["degraded"].startswith("dense leg skipped: ")
         assert result.hits and result.degraded and "next try in" in result.degraded
         assert [h.minute_id for h in reader.search("apollo", "login bug")] == [h.minute_id for h in result.hits]
+    finally:
+        engines.close_shared()
+
+
+def test_a_failed_search_is_noted_in_the_prompt_text(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=3)))
+    engines.close_shared()  # the searcher's engine is closed under it: every search fails
+    pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert pkg.recent and not pkg.relevant_experience
+    assert pkg.freshness["index"]["error"].startswith("VectorStoreError")
+    text = pkg.render()
+    assert "relevant past experience is missing: search is unavailable" in text
+    assert str(settings.home) not in text and "VectorStoreError" not in text
+
+
+def dense_settings(settings: Settings, server: OpenAIServer) -> Settings:
+    """An embedder on the test server, with no PVM_EMBED_DIMENSIONS: the length is learned."""
+    return settings.with_(
+        embed_model="test-embed",
+        openai_base_url=server.base_url,
+        openai_api_key="test-key",
+        embed_dimensions=None,
+        embed_max_retries=5,
+        embed_timeout_s=30.0,
+        embed_query_timeout_s=0.3,
+    )
+
+
+def test_a_reader_over_a_dense_store_starts_while_the_provider_is_down(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, openai_server: OpenAIServer
+) -> None:
+    settings = dense_settings(settings, openai_server)
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=3)))  # dense vectors of length 64
+    engines.close_shared()  # the process restarts ...
+    openai_server.fail_next(status(503), times=100)  # ... during a provider outage
+    sent = len(openai_server.requests)
+    try:
+        reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+        assert len(openai_server.requests) == sent  # no probe: the shards hold the length
+        assert engines.shared_engine(settings).dense_dimensions == 64  # type: ignore[attr-defined]
+        pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+        assert len(openai_server.requests) == sent + 1  # the query's one try
+        assert pkg.relevant_experience and pkg.freshness["index"]["degraded"]
+    finally:
+        engines.close_shared()
+
+
+def test_a_new_store_with_the_provider_down_fails_at_once_naming_the_setting(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, openai_server: OpenAIServer
+) -> None:
+    settings = dense_settings(settings, openai_server)
+    use_settings(settings, monkeypatch)
+    openai_server.fail_next(delay(30), times=100)  # the provider hangs
+    try:
+        with pytest.raises(EmbeddingConfigError, match="set PVM_EMBED_DIMENSIONS") as caught:
+            engines.searcher_for(settings)
+        assert len(openai_server.requests) == 1 and caught.value.attempts == 1  # no batch retries
+        assert "PVM_EMBED_QUERY_TIMEOUT" in str(caught.value)
+
+        openai_server.reset()  # the provider is back: the next start learns the length with one request
+        engines.searcher_for(settings)
+        assert len(openai_server.requests) == 1
+        assert engines.shared_engine(settings).dense_dimensions == 64  # type: ignore[attr-defined]
     finally:
         engines.close_shared()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,9 @@ from contracts.memory import SearchFilters
 from pvm.protocols import RANKING_FIELDS, MemoryPoint, VectorEngine
 from pvm.vectors import MINUTE_NAMESPACE, ShardLockedError, VectorConfigError, VectorStoreError, point_id
 from pvm.vectors.edge import EdgeEngine
+from pvm.vectors.edge import stored_dense_dimensions as edge_dense_dimensions
 from pvm.vectors.server import ServerEngine
+from pvm.vectors.server import stored_dense_dimensions as server_dense_dimensions
 
 # qdrant-client's local mode warns that it ignores payload indexes; the server engine creates them anyway.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
@@ -472,6 +475,39 @@ def test_edge_refuses_dense_vectors_of_another_size(tmp_path: Path) -> None:
     with pytest.raises(VectorConfigError, match="pvm replay"):
         engine.count("alpha")
     engine.close()
+
+
+def test_the_stored_dense_length_is_read_back(make_engine: EngineFactory, backend: str) -> None:
+    def stored(engine: Any) -> int | None:
+        if backend == "edge":
+            return edge_dense_dimensions(engine.path)
+        return server_dense_dimensions(engine.client)
+
+    lexical = make_engine()
+    assert stored(lexical) is None  # nothing stored yet
+    lexical.upsert([memory_point("alpha", "a1", "deploy")])
+    assert stored(lexical) is None  # lexical-only
+    dense = make_engine(dense_dimensions=8)
+    dense.upsert([memory_point("alpha", "a1", "deploy", dense=[1.0] * 8)])
+    assert stored(dense) == 8
+
+
+def test_edge_shards_tell_their_dense_length_without_being_opened(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path / "store")
+    engine.upsert([memory_point("alpha", "a1", "deploy")])
+    engine.close()
+    engine = EdgeEngine(tmp_path / "store", 8)
+    engine.count("alpha")  # opening the lexical-only shard gives it the dense vector
+    assert edge_dense_dimensions(tmp_path / "store") == 8  # read while another engine holds the lock
+    engine.close()
+    assert edge_dense_dimensions(tmp_path / "store") == 8
+    assert edge_dense_dimensions(tmp_path / "missing") is None
+    # Shards that disagree (a model changed, one project rebuilt) say nothing: the embedder must tell.
+    other = EdgeEngine(tmp_path / "other", 16)
+    other.upsert([memory_point("beta", "b1", "deploy", dense=[1.0] * 16)])
+    other.close()
+    shutil.copytree(tmp_path / "other" / "beta", tmp_path / "store" / "beta")
+    assert edge_dense_dimensions(tmp_path / "store") is None
 
 
 def test_server_refuses_dense_vectors_of_another_size() -> None:
