@@ -43,12 +43,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import os
-import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -57,18 +53,33 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    # Run as `python bench/ingest.py`: make the repository root importable for `bench.machine`.
+    # Run as `python bench/ingest.py`: make the repository root importable for `bench.*`.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis
-
+from bench.harness import (
+    VERDICT_WORDS,
+    BenchError,
+    Progress,
+    add_minutes_scale,
+    argument_parser,
+    footer,
+    measuring,
+    parse,
+    percentile,
+    polls,
+    report,
+    say,
+    target_texts,
+    temp_home,
+    verdicts,
+    workspace,
+)
 from bench.machine import machine
 from contracts import Minute, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.demo import sample_session
-from pvm.embedded import EmbeddedRedis
-from pvm.emitter import Emitter
+from pvm.emitter import Emitter, EmitterStats
 from pvm.stack import Stack
 from pvm.stores.log import LogReader
 
@@ -94,42 +105,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
 }
 
 
-class BenchError(RuntimeError):
-    """A phase could not produce a valid measurement."""
-
-
 # -- helpers ----------------------------------------------------------------------
-
-
-class Progress:
-    """Human-readable progress on stderr, at most about once a second per phase."""
-
-    def __init__(self) -> None:
-        self.phase_no = 0
-        self.name = ""
-        self._last = 0.0
-
-    def phase(self, number: int, name: str, detail: str) -> None:
-        self.phase_no, self.name, self._last = number, name, 0.0
-        say(f"phase {number}/{PHASES}: {name}: {detail}")
-
-    def tick(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._last >= 1.0:
-            self._last = now
-            say(f"phase {self.phase_no}/{PHASES}: {self.name} ... {text}")
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending sequence."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def scaled(base: float, scale: float, minimum: int = MIN_COUNT) -> int:
@@ -160,47 +136,6 @@ def build_minutes(projects: Sequence[str], n: int) -> list[Minute]:
         for session in sessions:
             out.append(session[j])
     return out[:n]
-
-
-@contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Point fd 1 at stderr while phases run, so nothing a child process prints lands in our JSON."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-@contextmanager
-def phase_home(name: str, shards: int) -> Iterator[Settings]:
-    """Settings on a fresh temporary PVM_HOME (removed afterwards)."""
-    with tempfile.TemporaryDirectory(prefix=f"pvm-bench-{name}-") as tmp:
-        yield Settings.from_env({"PVM_HOME": tmp, "PVM_SHARDS": str(shards)})
-
-
-@contextmanager
-def embedded_redis(settings: Settings) -> Iterator[EmbeddedRedis]:
-    """A fresh embedded Valkey in the phase's home, configured as the stack runs it."""
-    server = EmbeddedRedis(data_dir=Path(settings.home) / defaults.EMBEDDED_DATA_DIR)
-    try:
-        server.start()
-        yield server
-    finally:
-        _stop_redis(server)
-
-
-def _stop_redis(server: EmbeddedRedis) -> None:
-    try:
-        server.stop()
-    except Exception as exc:
-        say(f"bench: stopping Valkey: {type(exc).__name__}: {exc}")
-    # EmbeddedRedis.stop() does nothing when the server does not answer PING; make sure the process is gone.
-    server.server.terminate()
 
 
 @contextmanager
@@ -248,20 +183,16 @@ def wait_durable(
 
     Returns True when it does; after `timeout` raises BenchError, or returns False when not `strict`.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+    for _ in polls(timeout, 0.1, alive=lambda: check_children(stack)):
         done = log_total(reader, projects)
         if done >= target:
             progress.tick(f"{done:,}/{target:,} durable", force=True)
             return True
         progress.tick(f"{done:,}/{target:,} durable")
-        check_children(stack)
-        if time.monotonic() > deadline:
-            if strict:
-                raise BenchError(f"only {done:,}/{target:,} minutes durable after {timeout:.0f} s")
-            progress.tick(f"giving up after {timeout:.0f} s with {done:,}/{target:,} durable", force=True)
-            return False
-        time.sleep(0.1)
+    if strict:
+        raise BenchError(f"only {done:,}/{target:,} minutes durable after {timeout:.0f} s")
+    progress.tick(f"giving up after {timeout:.0f} s with {done:,}/{target:,} durable", force=True)
+    return False
 
 
 def emit_with_backpressure(emitter: Emitter, minutes: Sequence[Minute], progress: Progress, verb: str) -> int:
@@ -291,23 +222,50 @@ def warm_up(emitter: Emitter) -> None:
     settle(emitter, zero, WARMUP_MINUTES)
 
 
-def settle(emitter: Emitter, base: Any, n: int, timeout: float = 30.0) -> int:
-    """Wait until `n` minutes past `base` (an EmitterStats) are sent or spooled; returns how many were not yet.
+def settle(emitter: Emitter, base: EmitterStats, n: int, timeout: float = 30.0) -> int:
+    """Wait until `n` minutes past `base` are sent or spooled; returns how many were not yet.
 
     `Emitter.flush()` returns once the in-memory buffer is empty, which can be before the
     flusher's last batch (popped from the buffer, still being XADDed) is sent.
     """
+
     def outstanding() -> int:
         stats = emitter.stats()
         return n - (stats.sent - base.sent) - (stats.spooled - base.spooled) - (stats.dropped - base.dropped)
 
     behind = outstanding()
-    deadline = time.monotonic() + timeout
-    while outstanding() > 0:
-        if time.monotonic() > deadline:
-            raise BenchError(f"emitter: {outstanding():,} minutes neither sent nor spooled after {timeout:.0f} s")
-        time.sleep(0.0002)
-    return max(0, behind)
+    for _ in polls(timeout, 0.0002):
+        if outstanding() <= 0:
+            return max(0, behind)
+    raise BenchError(f"emitter: {outstanding():,} minutes neither sent nor spooled after {timeout:.0f} s")
+
+
+def preload(settings: Settings, minutes: Sequence[Minute], progress: Progress, stage: str, verb: str) -> None:
+    """Emit `minutes` into the shard streams (with back-pressure) and check every one is there."""
+    n = len(minutes)
+    with Emitter(settings=settings) as emitter:
+        base = emitter.stats()
+        emit_with_backpressure(emitter, minutes, progress, verb)
+        if not emitter.flush(120):
+            raise BenchError(f"{stage}: the pre-load did not flush")
+        settle(emitter, base, n)
+        loaded = sum(int(emitter.connection.xlen(s)) for s in emitter.streams)
+    if loaded != n:
+        raise BenchError(f"{stage}: {loaded:,} entries in the streams, expected {n:,}")
+
+
+@contextmanager
+def warm_emitter(name: str, shards: int) -> Iterator[tuple[Emitter, EmitterStats]]:
+    """An emitter on a fresh workspace, warmed up, and its stats when the measurement starts."""
+    with workspace(name, shards) as ws:
+        emitter = Emitter(settings=ws.settings)
+        try:
+            warm_up(emitter)
+            base = emitter.stats()
+            gc.collect()
+            yield emitter, base
+        finally:
+            emitter.close()
 
 
 def read_log(reader: LogReader, projects: Sequence[str]) -> tuple[list[tuple[str, float]], int]:
@@ -324,36 +282,29 @@ def read_log(reader: LogReader, projects: Sequence[str]) -> tuple[list[tuple[str
 
 def phase_emit(minutes: Sequence[Minute], shards: int, progress: Progress) -> tuple[dict[str, Any], dict[str, Any]]:
     n = len(minutes)
-    progress.phase(1, "emit latency", f"{n:,} emit() calls paced at {EMIT_RATE:,}/s, one fresh Valkey")
-    with phase_home("emit", shards) as settings, embedded_redis(settings) as server:
-        emitter = Emitter(server.url, settings=settings)
-        try:
-            warm_up(emitter)
-            base = emitter.stats()
-            gc.collect()
-            latencies = [0] * n
-            after_wait = [False] * n
-            clock = time.perf_counter_ns
-            interval = 1e9 / EMIT_RATE
-            emit = emitter.emit
-            start = clock()
-            for i, minute in enumerate(minutes):
-                ahead = start + int(i * interval) - clock()
-                if ahead >= 1_000_000:  # sleep in ~1 ms steps, outside the timed region
-                    time.sleep(ahead / 1e9)
-                    after_wait[i] = True
-                t = clock()
-                emit(minute)
-                latencies[i] = clock() - t
-                if i & 4095 == 4095:
-                    progress.tick(f"{i + 1:,}/{n:,} emitted")
-            elapsed = (clock() - start) / 1e9
-            flushed = emitter.flush(60)
-            settle(emitter, base, n)
-            stats = emitter.stats()
-            box = machine(emitter.connection)
-        finally:
-            emitter.close()
+    progress.start(f"phase 1/{PHASES}: emit latency", f"{n:,} emit() calls paced at {EMIT_RATE:,}/s, one fresh Valkey")
+    with warm_emitter("emit", shards) as (emitter, base):
+        latencies = [0] * n
+        after_wait = [False] * n
+        clock = time.perf_counter_ns
+        interval = 1e9 / EMIT_RATE
+        emit = emitter.emit
+        start = clock()
+        for i, minute in enumerate(minutes):
+            ahead = start + int(i * interval) - clock()
+            if ahead >= 1_000_000:  # sleep in ~1 ms steps, outside the timed region
+                time.sleep(ahead / 1e9)
+                after_wait[i] = True
+            t = clock()
+            emit(minute)
+            latencies[i] = clock() - t
+            if i & 4095 == 4095:
+                progress.tick(f"{i + 1:,}/{n:,} emitted")
+        elapsed = (clock() - start) / 1e9
+        flushed = emitter.flush(60)
+        settle(emitter, base, n)
+        stats = emitter.stats()
+        box = machine(emitter.connection)
     first = sorted(v / 1000 for v, w in zip(latencies, after_wait, strict=True) if w)
     rest = sorted(v / 1000 for v, w in zip(latencies, after_wait, strict=True) if not w)
     latencies.sort()
@@ -382,23 +333,16 @@ def phase_emit(minutes: Sequence[Minute], shards: int, progress: Progress) -> tu
 
 def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
     n = len(minutes)
-    progress.phase(2, "producer", f"{n:,} minutes emitted flat out, timed until flush() returns")
-    with phase_home("producer", shards) as settings, embedded_redis(settings) as server:
-        emitter = Emitter(server.url, settings=settings)
-        try:
-            warm_up(emitter)
-            base = emitter.stats()
-            gc.collect()
-            start = time.perf_counter()
-            pauses = emit_with_backpressure(emitter, minutes, progress, "emitted")
-            emitted_at = time.perf_counter()
-            flushed = emitter.flush(120)
-            behind = settle(emitter, base, n)
-            done = time.perf_counter()
-            stats = emitter.stats()
-            in_streams = sum(int(emitter.connection.xlen(s)) for s in emitter.streams) - base.sent
-        finally:
-            emitter.close()
+    progress.start(f"phase 2/{PHASES}: producer", f"{n:,} minutes emitted flat out, timed until flush() returns")
+    with warm_emitter("producer", shards) as (emitter, base):
+        start = time.perf_counter()
+        pauses = emit_with_backpressure(emitter, minutes, progress, "emitted")
+        emitted_at = time.perf_counter()
+        flushed = emitter.flush(120)
+        behind = settle(emitter, base, n)
+        done = time.perf_counter()
+        stats = emitter.stats()
+        in_streams = sum(int(emitter.connection.xlen(s)) for s in emitter.streams) - base.sent
     sent = stats.sent - base.sent
     spooled = stats.spooled - base.spooled
     rate = n / (done - start)
@@ -421,39 +365,27 @@ def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -
 def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
     n = len(minutes)
     projects = sorted(Counter(m.project_id for m in minutes))
-    progress.phase(3, "pipeline", f"{n:,} minutes pre-loaded, then 1 dispatcher + 1 log worker process")
-    with phase_home("pipeline", shards) as settings:
-        with embedded_redis(settings) as server:
-            live = settings.with_(redis_url=server.url)
-            with Emitter(settings=live) as emitter:
-                base = emitter.stats()
-                emit_with_backpressure(emitter, minutes, progress, "pre-loaded")
-                if not emitter.flush(120):
-                    raise BenchError("pipeline: pre-load did not flush")
-                settle(emitter, base, n)
-                loaded = sum(int(emitter.connection.xlen(s)) for s in emitter.streams)
-            if loaded != n:
-                raise BenchError(f"pipeline: {loaded:,} entries in the streams, expected {n:,}")
-            progress.tick(f"{loaded:,} minutes in {shards} streams; starting dispatcher + log worker", force=True)
-            reader = LogReader(live.log_dir)
-            with running_stack(live) as stack:
-                spawned = time.time()
-                first_seen: float | None = None
-                deadline = time.monotonic() + max(60.0, n / 1_000)
-                while True:
-                    done = log_total(reader, projects)
-                    now = time.time()
-                    if done and first_seen is None:
-                        first_seen = now
-                    if done >= n:
-                        break
-                    progress.tick(f"{done:,}/{n:,} durable")
-                    check_children(stack)
-                    if time.monotonic() > deadline:
-                        raise BenchError(f"pipeline: only {done:,}/{n:,} minutes durable in time")
-                    time.sleep(0.1)
-                finished = time.time()
-                progress.tick(f"{done:,}/{n:,} durable; stopping processes", force=True)
+    progress.start(f"phase 3/{PHASES}: pipeline", f"{n:,} minutes pre-loaded, then 1 dispatcher + 1 log worker process")
+    with workspace("pipeline", shards) as ws:
+        live = ws.settings
+        preload(live, minutes, progress, "pipeline", "pre-loaded")
+        progress.tick(f"{n:,} minutes in {shards} streams; starting dispatcher + log worker", force=True)
+        reader = LogReader(live.log_dir)
+        with running_stack(live) as stack:
+            spawned = time.time()
+            first_seen: float | None = None
+            for _ in polls(max(60.0, n / 1_000), 0.1, alive=lambda: check_children(stack)):
+                done = log_total(reader, projects)
+                now = time.time()
+                if done and first_seen is None:
+                    first_seen = now
+                if done >= n:
+                    break
+                progress.tick(f"{done:,}/{n:,} durable")
+            else:
+                raise BenchError(f"pipeline: only {done:,}/{n:,} minutes durable in time")
+            finished = time.time()
+            progress.tick(f"{done:,}/{n:,} durable; stopping processes", force=True)
         records, duplicates = read_log(reader, projects)
     if len(records) != n or duplicates:
         raise BenchError(f"pipeline: the log holds {len(records):,} records ({duplicates} duplicates), expected {n:,}")
@@ -477,11 +409,12 @@ def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -
 def phase_durable(minutes: Sequence[Minute], shards: int, scale: float, progress: Progress) -> dict[str, Any]:
     n = len(minutes)
     projects = sorted(Counter(m.project_id for m in minutes))
-    progress.phase(
-        4, "durable latency", f"{n:,} minutes offered at {DURABLE_RATE:,}/s to the running stack (1+1 processes)"
+    progress.start(
+        f"phase 4/{PHASES}: durable latency",
+        f"{n:,} minutes offered at {DURABLE_RATE:,}/s to the running stack (1+1 processes)",
     )
     emitted_at: dict[str, float] = {}
-    with phase_home("durable", shards) as settings:
+    with temp_home("durable", shards) as settings:
         with running_stack(settings) as stack:
             live = stack.settings
             reader = LogReader(live.log_dir)
@@ -547,17 +480,6 @@ def phase_durable(minutes: Sequence[Minute], shards: int, scale: float, progress
 # -- report ---------------------------------------------------------------------------
 
 
-def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
-    out: dict[str, bool | None] = {}
-    for key, (op, bound, _) in TARGETS.items():
-        value = result.get(key)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            out[key] = None
-        else:
-            out[key] = value <= bound if op == "<=" else value >= bound
-    return out
-
-
 def table(result: dict[str, Any]) -> str:
     rows = [
         ("emit p50", f"{result['emit_p50_us']:.1f} us", ""),
@@ -581,25 +503,17 @@ def table(result: dict[str, Any]) -> str:
         if key:
             op, bound, unit = TARGETS[key]
             target = f"{op} {bound:,} {unit}"
-            verdict = {True: "ok", False: "MISSED", None: "n/a"}[met[key]]
+            verdict = VERDICT_WORDS[met[key]]
         lines.append(f"{label:<28}{value:>22}  {target:<16}{verdict}")
-    box = result["machine"]
-    server = box.get("redis_server", {})
-    version = (server.get("valkey_version") and f"Valkey {server['valkey_version']}") or server.get("redis_version")
-    lines.append("")
-    lines.append(
-        f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}, {version}; "
-        f"shards {result['config']['shards']}, scale {result['config']['minutes_scale']}, "
-        f"{result['elapsed_s']:.0f} s"
-    )
+    config = result["config"]
+    lines += ["", footer(result, f"shards {config['shards']}, scale {config['minutes_scale']}")]
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/ingest.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argument_parser(
+        "bench/ingest.py",
+        __doc__,
         epilog=(
             f"Counts at scale 1.0: {EMIT_CALLS:,} emit calls, {PRODUCER_MINUTES:,} producer minutes, "
             f"{PIPELINE_MINUTES:,} pipeline minutes, {DURABLE_RATE:,}/s for {DURABLE_SECONDS:.0f} s. "
@@ -607,27 +521,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "Exit status 0 when every phase measured (targets missed or not), 1 when a phase failed, 130 on Ctrl-C."
         ),
     )
-    parser.add_argument(
-        "--minutes-scale", type=float, default=1.0, metavar="X",
-        help="multiply every count (and the phase-4 duration) by X, e.g. 0.1 for a quick run (default 1.0)",
+    add_minutes_scale(
+        parser, "multiply every count (and the phase-4 duration) by X, e.g. 0.1 for a quick run (default 1.0)"
     )
     parser.add_argument("--shards", type=int, default=defaults.SHARDS, help="stream shards (default %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args(argv)
-    if args.minutes_scale <= 0:
-        parser.error("--minutes-scale must be positive")
+    args = parse(parser, argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     scale, shards = args.minutes_scale, args.shards
     emit_calls = scaled(EMIT_CALLS, scale)
     producer_minutes = scaled(PRODUCER_MINUTES, scale)
@@ -636,27 +541,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     durable_minutes = round(DURABLE_RATE * durable_seconds)
     progress = Progress()
     started = time.monotonic()
-    try:
-        with stdout_to_stderr():
-            projects = pick_projects(shards)
-            total = max(emit_calls, producer_minutes, pipeline_minutes, durable_minutes)
-            say(f"bench: building {total:,} sample minutes over {len(projects)} projects ({shards} shards)")
-            # Phases run on separate Redis servers and logs, so they share the pre-built minutes.
-            minutes = build_minutes(projects, total)
-            gc.collect()
-            gc.freeze()
-            result: dict[str, Any] = {}
-            emit_result, box = phase_emit(minutes[:emit_calls], shards, progress)
-            result.update(emit_result)
-            result.update(phase_producer(minutes[:producer_minutes], shards, progress))
-            result.update(phase_pipeline(minutes[:pipeline_minutes], shards, progress))
-            result.update(phase_durable(minutes[:durable_minutes], shards, scale, progress))
-    except KeyboardInterrupt:
-        say("bench: interrupted; processes and Valkey stopped")
-        return 130
-    except (BenchError, redis.exceptions.RedisError) as exc:
-        say(f"bench: failed: {exc}")
-        return 1
+    with measuring("bench", "interrupted; processes and Valkey stopped") as outcome:
+        projects = pick_projects(shards)
+        total = max(emit_calls, producer_minutes, pipeline_minutes, durable_minutes)
+        say(f"bench: building {total:,} sample minutes over {len(projects)} projects ({shards} shards)")
+        # Phases run on separate Redis servers and logs, so they share the pre-built minutes.
+        minutes = build_minutes(projects, total)
+        gc.collect()
+        gc.freeze()
+        result: dict[str, Any] = {}
+        emit_result, box = phase_emit(minutes[:emit_calls], shards, progress)
+        result.update(emit_result)
+        result.update(phase_producer(minutes[:producer_minutes], shards, progress))
+        result.update(phase_pipeline(minutes[:pipeline_minutes], shards, progress))
+        result.update(phase_durable(minutes[:durable_minutes], shards, scale, progress))
+    if outcome.exit_code is not None:
+        return outcome.exit_code
     result["counts"] = {
         "emit_calls": emit_calls,
         "producer_minutes": producer_minutes,
@@ -674,15 +574,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pipeline_rate_basis": "minutes durable after the first record's durable_at / (last durable_at - first)",
         "durable_latency_basis": "log record durable_at (stamped before write+fsync) - time.time() at emit",
     }
-    result["targets"] = {k: f"{op} {bound:g}" for k, (op, bound, _) in TARGETS.items()}
-    result["met"] = verdicts(result)
-    result["machine"] = box
-    result["elapsed_s"] = round(time.monotonic() - started, 1)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    result["targets"] = target_texts(TARGETS)
+    result["met"] = verdicts(result, TARGETS)
+    return report(result, started, args.json, table, box)
 
 
 if __name__ == "__main__":

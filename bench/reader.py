@@ -40,17 +40,13 @@ import argparse
 import cProfile
 import gc
 import io
-import json
 import math
 import os
 import pstats
 import random
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +56,22 @@ if __package__ in (None, ""):
 
 import redis
 
-from bench.ingest import embedded_redis, percentile, say, stdout_to_stderr
+from bench.harness import (
+    VERDICT_WORDS,
+    BenchError,
+    Progress,
+    add_minutes_scale,
+    argument_parser,
+    machine_line,
+    measuring,
+    parse,
+    percentile,
+    report,
+    say,
+    target_texts,
+    verdicts,
+    workspace,
+)
 from bench.machine import machine
 from bench.sessions import AGENTS, stream, task_texts
 from contracts import Minute, encode_minute
@@ -89,10 +100,6 @@ TARGETS: dict[str, tuple[str, float]] = {
 }
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not produce a valid measurement."""
-
-
 @dataclass
 class IndexTimes:
     """Seconds spent in each index step, summed over batches, and each batch's total."""
@@ -105,19 +112,6 @@ class IndexTimes:
     @property
     def seconds(self) -> float:
         return sum(self.batches)
-
-
-class Progress:
-    """Progress lines on stderr, at most about once a second unless forced."""
-
-    def __init__(self) -> None:
-        self._last = 0.0
-
-    def tick(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._last >= 1.0:
-            self._last = now
-            say(f"reader bench: {text}")
 
 
 # -- load ---------------------------------------------------------------------------
@@ -291,13 +285,6 @@ def profile_context(reader: ContextReader, calls: int, seed: int, top: int = 25)
 # -- run ----------------------------------------------------------------------------
 
 
-@contextmanager
-def bench_home() -> Iterator[Settings]:
-    """Settings on a fresh temporary PVM_HOME: embedded engine, no embedder (none of the caller's environment)."""
-    with tempfile.TemporaryDirectory(prefix="pvm-bench-reader-") as tmp:
-        yield Settings.from_env({"PVM_HOME": tmp})
-
-
 def optimize(engine: Any, label: str, progress: Progress) -> dict[str, Any]:
     """Run the embedded engine's explicit optimize() over every project, timed; and what it did."""
     progress.tick(f"{label}: engine.optimize() (explicit, blocking)", force=True)
@@ -318,9 +305,9 @@ def run(main_minutes: int, calls: int, seed: int, profile: bool, progress: Progr
     gc.collect()
     gc.freeze()  # the pre-built minutes are not the reader's garbage
     result: dict[str, Any] = {}
-    with bench_home() as settings, embedded_redis(settings) as server:
-        live = settings.with_(redis_url=server.url)
-        connection = redis.Redis.from_url(server.url)
+    # A fresh home: the embedded engine and no embedder, none of the caller's environment.
+    with workspace("reader") as ws:
+        live, connection = ws.settings, ws.connection
         loader = Loader(live, connection)
         try:
             # The reader `pvm serve` builds: caches, the log, HybridSearch over the process's shared engine.
@@ -341,7 +328,6 @@ def run(main_minutes: int, calls: int, seed: int, profile: bool, progress: Progr
         finally:
             engines.close_shared()
             loader.writer.close()
-            connection.close()
     t = loader.times
     batches = sorted(t.batches)
     result.update(
@@ -367,14 +353,6 @@ def _label(n: int) -> str:
     return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
 
 
-def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
-    out: dict[str, bool | None] = {}
-    for key, (op, bound) in TARGETS.items():
-        value = result.get(key)
-        out[key] = None if value is None else (value <= bound if op == "<=" else value >= bound)
-    return out
-
-
 def table(result: dict[str, Any]) -> str:
     small, large = (_label(n) for n in result["checkpoints"])
     rows = []
@@ -395,53 +373,35 @@ def table(result: dict[str, Any]) -> str:
         if key in TARGETS:
             op, bound = TARGETS[key]
             target = f"{op} {bound:g}"
-            verdict = {True: "ok", False: "MISSED", None: "n/a"}[met.get(key)]
+            verdict = VERDICT_WORDS[met.get(key)]
         lines.append(f"{name:<34}{value:>24}  {target:<12}{verdict}")
-    box = result["machine"]
-    lines.append("")
-    lines.append(f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}; {result['elapsed_s']:.0f} s")
+    lines += ["", f"{machine_line(result['machine'], server=False)}; {result['elapsed_s']:.0f} s"]
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/reader.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = argument_parser("bench/reader.py", __doc__)
+    add_minutes_scale(
+        parser, f"multiply the {MAIN_MINUTES:,} minutes of the measured project by X (checkpoints at X/10 and X)"
     )
-    parser.add_argument(
-        "--minutes-scale", type=float, default=1.0, metavar="X",
-        help=f"multiply the {MAIN_MINUTES:,} minutes of the measured project by X (checkpoints at X/10 and X)",
-    )  # fmt: skip
     parser.add_argument("--calls", type=int, default=CALLS, help="timed calls of each kind (default %(default)s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="add a cProfile of build_context at the last size")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args(argv)
-    if args.minutes_scale <= 0:
-        parser.error("--minutes-scale must be positive")
+    args = parse(parser, argv)
     if args.calls < 10:
         parser.error("--calls must be at least 10")
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     main_minutes = max(1_000, round(MAIN_MINUTES * args.minutes_scale / 1_000) * 1_000)
-    progress = Progress()
+    progress = Progress("reader bench", sep=": ")
     started = time.monotonic()
-    try:
-        with stdout_to_stderr():
-            result = run(main_minutes, args.calls, args.seed, args.profile, progress)
-    except KeyboardInterrupt:
-        say("reader bench: interrupted")
-        return 130
-    except (BenchError, redis.exceptions.RedisError) as exc:
-        say(f"reader bench: failed: {exc}")
-        return 1
+    with measuring("reader bench") as outcome:
+        result = run(main_minutes, args.calls, args.seed, args.profile, progress)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
     result["config"] = {
         "minutes_scale": args.minutes_scale,
         "calls": args.calls,
@@ -454,17 +414,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "engine": "embedded (qdrant-edge), lexical only",
         "index_rate_basis": "minutes / time in index_pool.index_batch (decode, points, agent memory, upsert, head)",
     }
-    result["targets"] = {k: f"{op} {bound:g}" for k, (op, bound) in TARGETS.items()}
-    result["met"] = verdicts(result)
-    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["targets"] = target_texts(TARGETS)
+    result["met"] = verdicts(result, TARGETS)
     profile = result.pop("profile_context", None)
     if profile:
         say(profile)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, started, args.json, table)
 
 
 if __name__ == "__main__":

@@ -40,9 +40,6 @@ top k| / |relevant|, averaged over queries.
 
 from __future__ import annotations
 
-import argparse
-import json
-import signal
 import sys
 import tempfile
 import time
@@ -55,8 +52,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import embed_server
-from bench.ingest import percentile, say, stdout_to_stderr
-from bench.machine import machine
+from bench.harness import argument_parser, machine_line, measuring, parse, percentile, report, say
 from bench.sessions import LabeledSession, Query, labeled_session
 from contracts import encode_minute
 from contracts.memory import RankWeights
@@ -227,7 +223,6 @@ def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
             "weights": {"semantic": weights.semantic, "keyword": weights.keyword, "recency": weights.recency,
                         "importance": weights.importance},
             "seed": seed,
-            "machine": machine(),
         }
     )  # fmt: skip
     return out
@@ -267,28 +262,20 @@ def table(result: dict[str, Any]) -> str:
         )
         lines.append(f"{mode:<14}{cells}")
     lines.append("")
-    box = result["machine"]
-    lines.append(f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}")
+    lines.append(machine_line(result["machine"], server=False))
     return "\n".join(lines)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     default = "minilm" if embed_server.available() else "hash"
-    parser = argparse.ArgumentParser(
-        prog="bench/retrieval.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser("bench/retrieval.py", __doc__)
     parser.add_argument(
         "--embedder", choices=("minilm", "hash"), default=default,
         help=f"dense leg: minilm (all-MiniLM-L6-v2) or hash (the tests' hashing server); default here: {default}",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of situations (default 1)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if args.embedder == "minilm" and not embed_server.available():
         parser.error(
             "--embedder minilm needs: .venv/bin/pip install torch==2.13.0 && "
@@ -296,20 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.scale <= 0:
         parser.error("--scale must be positive")
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     started = time.monotonic()
-    try:
-        with stdout_to_stderr():
-            result = run(args.embedder, args.seed, args.scale)
-    except KeyboardInterrupt:
-        say("retrieval bench: interrupted")
-        return 130
-    result["elapsed_s"] = round(time.monotonic() - started, 1)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    with measuring("retrieval bench") as outcome:
+        result = run(args.embedder, args.seed, args.scale)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    return report(result, started, args.json, table)
 
 
 if __name__ == "__main__":

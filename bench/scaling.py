@@ -58,18 +58,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +76,28 @@ import redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
-from bench.ingest import (
+from bench.harness import (
     BenchError,
-    build_minutes,
-    embedded_redis,
-    emit_with_backpressure,
+    CliProcesses,
+    ProcessDied,
+    Progress,
+    Workspace,
+    argument_parser,
+    footer,
+    measuring,
+    parse,
     percentile,
-    phase_home,
-    pick_projects,
-    settle,
-    stdout_to_stderr,
+    polls,
+    report,
+    running,
+    say,
+    workspace,
 )
+from bench.ingest import build_minutes, pick_projects, preload
 from bench.machine import machine
 from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.emitter import Emitter
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
 from pvm.stores.log import LogReader, LogWriter
@@ -124,95 +125,6 @@ INDEX_NEEDS_SERVER = (
     "Qdrant server (PVM_QDRANT_URL), and none can run here (no Debian package, no server binary on PyPI, "
     "no container runtime)"
 )
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-class Progress:
-    """Progress lines on stderr, at most about one a second (duck-types what bench.ingest helpers call)."""
-
-    def __init__(self) -> None:
-        self.label = ""
-        self._last = 0.0
-
-    def start(self, label: str, detail: str) -> None:
-        self.label, self._last = label, 0.0
-        say(f"{label}: {detail}")
-
-    def tick(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._last >= 1.0:
-            self._last = now
-            say(f"{self.label} ... {text}")
-
-
-class ProcessDied(BenchError):
-    """A process under test exited during a run (a crash of the product, not of the benchmark)."""
-
-
-class Processes:
-    """Processes this benchmark started, each in a session of its own; stopped by pid (SIGTERM, then SIGKILL).
-
-    Their stderr goes to a file each, copied to our stderr when they stop, so a
-    crash's last line can be quoted in the result.
-    """
-
-    def __init__(self, settings: Settings, commands: Sequence[Sequence[str]]) -> None:
-        env = dict(os.environ)
-        env.update(settings.to_env())
-        self.children: list[subprocess.Popen[bytes]] = []
-        self.commands = [" ".join(cmd) for cmd in commands]
-        self.stderr: list[Any] = []
-        for cmd in commands:
-            err = tempfile.TemporaryFile()  # noqa: SIM115 -- closed in stop()
-            self.stderr.append(err)
-            self.children.append(
-                subprocess.Popen([sys.executable, "-m", "pvm.cli", *cmd], env=env, stderr=err, start_new_session=True)
-            )
-
-    def _stderr_lines(self, i: int) -> list[str]:
-        err = self.stderr[i]
-        err.seek(0)
-        return err.read().decode(errors="replace").splitlines()
-
-    def check(self) -> None:
-        for i, child in enumerate(self.children):
-            code = child.poll()
-            if code is not None:
-                lines = [line for line in self._stderr_lines(i) if line.strip()]
-                last = lines[-1].strip() if lines else "no output"
-                raise ProcessDied(f"`pvm {self.commands[i]}` (pid {child.pid}) exited with {code}: {last}")
-
-    def stop(self, timeout: float = 30.0) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for child in self.children:
-            try:
-                child.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                say(f"bench: pid {child.pid} did not stop in {timeout:.0f} s; killing its process group")
-                os.killpg(child.pid, signal.SIGKILL)  # its own session: only what it started
-                child.wait()
-        for i, child in enumerate(self.children):
-            for line in self._stderr_lines(i):
-                say(f"  [pid {child.pid}] {line}")
-            self.stderr[i].close()
-
-
-@contextmanager
-def running(settings: Settings, commands: Sequence[Sequence[str]]) -> Iterator[Processes]:
-    procs = Processes(settings, commands)
-    try:
-        yield procs
-    finally:
-        procs.stop()
 
 
 # -- CPU accounting from /proc ------------------------------------------------------------
@@ -280,7 +192,7 @@ class CpuSnapshot:
     bench: float
 
 
-def cpu_snapshot(procs: Processes, valkey_pid: int) -> CpuSnapshot:
+def cpu_snapshot(procs: CliProcesses, valkey_pid: int) -> CpuSnapshot:
     table = _process_table()
     own = os.times()
     busy, interrupts = _machine_busy()
@@ -380,16 +292,14 @@ def fetch_jobs(connection: redis.Redis, ids: Sequence[str]) -> list[Job]:
 def finished_events(connection: redis.Redis, minutes_by_job: dict[str, int]) -> list[Done]:
     """Completions of the jobs we enqueued, from their RQ hashes (ended_at, started_at, worker_name)."""
     # A pool counts its minutes inside the job; RQ marks the job finished a moment later.
-    deadline = time.monotonic() + 30.0
-    while True:
+    for _ in polls(30.0, 0.05):
         jobs = fetch_jobs(connection, list(minutes_by_job))
         statuses = Counter(job.get_status(refresh=False) for job in jobs)
         unfinished = {str(s): c for s, c in statuses.items() if s != JobStatus.FINISHED}
         if not unfinished:
             break
-        if time.monotonic() > deadline:
-            raise BenchError(f"jobs not finished: {unfinished}")
-        time.sleep(0.05)
+    else:
+        raise BenchError(f"jobs not finished: {unfinished}")
     events = []
     for job in jobs:
         assert job.ended_at is not None and job.started_at is not None
@@ -449,27 +359,22 @@ def summarize(
 # -- waiting --------------------------------------------------------------------------------
 
 
-def wait_idle_workers(connection: redis.Redis, queue: Queue, n: int, procs: Processes) -> float:
+def wait_idle_workers(connection: redis.Redis, queue: Queue, n: int, procs: CliProcesses) -> float:
     """Wait until `n` RQ workers of `queue` are registered and idle (waiting for a job); returns seconds waited."""
     started = time.monotonic()
-    deadline = started + READY_TIMEOUT_S
-    while True:
+    for _ in polls(READY_TIMEOUT_S, 0.05, alive=procs.check):
         worker_keys = Worker.all_keys(connection=connection, queue=queue)
         idle = [k for k in worker_keys if connection.hget(k, "state") == b"idle"]
         if len(idle) >= n:
             time.sleep(0.3)  # past the state write, into the blocking dequeue
             return time.monotonic() - started
-        procs.check()
-        if time.monotonic() > deadline:
-            raise BenchError(f"only {len(idle)}/{n} workers of {queue.name} idle after {READY_TIMEOUT_S:.0f} s")
-        time.sleep(0.05)
+    raise BenchError(f"only {len(idle)}/{n} workers of {queue.name} idle after {READY_TIMEOUT_S:.0f} s")
 
 
-def wait_consumers(connection: redis.Redis, streams: Sequence[str], names: Sequence[str], procs: Processes) -> float:
+def wait_consumers(connection: redis.Redis, streams: Sequence[str], names: Sequence[str], procs: CliProcesses) -> float:
     """Wait until every dispatcher has joined the group on every stream; returns seconds waited."""
     started = time.monotonic()
-    deadline = started + READY_TIMEOUT_S
-    while True:
+    for _ in polls(READY_TIMEOUT_S, 0.05, alive=procs.check):
         joined = True
         for stream in streams:
             try:
@@ -480,19 +385,15 @@ def wait_consumers(connection: redis.Redis, streams: Sequence[str], names: Seque
         if joined:
             time.sleep(0.6)  # past start-up housekeeping, into the blocking XREADGROUP
             return time.monotonic() - started
-        procs.check()
-        if time.monotonic() > deadline:
-            raise BenchError(f"dispatchers did not join the consumer group in {READY_TIMEOUT_S:.0f} s")
-        time.sleep(0.05)
+    raise BenchError(f"dispatchers did not join the consumer group in {READY_TIMEOUT_S:.0f} s")
 
 
 def wait_stage(
-    connection: redis.Redis, stage: str, n: int, procs: Processes, progress: Progress, timeout: float
+    connection: redis.Redis, stage: str, n: int, procs: CliProcesses, progress: Progress, timeout: float
 ) -> tuple[float, int]:
     """Poll the stage's minute counter (pvm.metrics, in Redis) until it reaches `n`; returns (time, failures)."""
     key = keys.metrics_stage(stage)
-    deadline = time.monotonic() + timeout
-    while True:
+    for _ in polls(timeout, POLL_S, alive=procs.check):
         raw_done, raw_failed = connection.hmget(key, ["minutes", "failures"])
         done, failed = int(raw_done or 0), int(raw_failed or 0)
         if done >= n:
@@ -500,10 +401,7 @@ def wait_stage(
             progress.tick(f"{done:,}/{n:,} minutes done", force=True)
             return now, failed
         progress.tick(f"{done:,}/{n:,} minutes done" + (f", {failed:,} failed" if failed else ""))
-        procs.check()
-        if time.monotonic() > deadline:
-            raise BenchError(f"{stage}: only {done:,}/{n:,} minutes done after {timeout:.0f} s")
-        time.sleep(POLL_S)
+    raise BenchError(f"{stage}: only {done:,}/{n:,} minutes done after {timeout:.0f} s")
 
 
 def valkey_pid(connection: redis.Redis) -> int:
@@ -553,29 +451,65 @@ def release_jobs(connection: redis.Redis, queue: Queue, datas: Sequence[Any]) ->
     return {job.id: len(job.args[0]) for job in jobs}, released
 
 
+@dataclass
+class Drain:
+    """One timed drain: how long the processes took to get ready, when the backlog was released, the CPU around it."""
+
+    ready_s: float
+    released: float
+    before: CpuSnapshot
+    after: CpuSnapshot
+    failures: int = 0
+    jobs: list[Done] = field(default_factory=list)  # the released jobs' completions, when the backlog was jobs
+
+
+def drain_jobs(
+    ws: Workspace,
+    pool: str,
+    processes: int,
+    datas: Sequence[Any],
+    n: int,
+    timeout: float,
+    progress: Progress,
+    where: str = "",
+) -> Drain:
+    """Start `pvm worker <pool> --processes P`, wait until it is idle, enqueue `datas` (`n` minutes) at once."""
+    conn = ws.connection
+    queue = pool_queue(pool, conn)
+    with running(ws.settings, [["worker", pool, "--processes", str(processes)]]) as procs:
+        ready_s = wait_idle_workers(conn, queue, processes, procs)
+        progress.tick(f"{processes} workers idle ({ready_s:.1f} s{where}); releasing {len(datas)} jobs", force=True)
+        before = cpu_snapshot(procs, valkey_pid(conn))
+        minutes_by_job, released = release_jobs(conn, queue, datas)
+        _, failures = wait_stage(conn, pool, n, procs, progress, timeout)
+        after = cpu_snapshot(procs, valkey_pid(conn))
+        jobs = finished_events(conn, minutes_by_job)
+    return Drain(ready_s, released, before, after, failures, jobs)
+
+
+def finish(out: dict[str, Any], drain: Drain, n: int, verified: dict[str, Any], progress: Progress) -> None:
+    """Add what every run reports besides its rates: readiness, CPU, the checks made."""
+    out["ready_s"] = round(drain.ready_s, 3)
+    out["cpu_cores"] = cpu_cores(drain.before, drain.after)
+    out["cpu_us_per_minute"] = cpu_per_minute(drain.before, drain.after, n)
+    out["verified"] = verified
+    progress.tick(f"{out['per_s']:,} minutes/s", force=True)
+
+
 def run_dispatch(minutes: Sequence[Minute], processes: int, shards: int, progress: Progress) -> dict[str, Any]:
     n = len(minutes)
     progress.start(f"dispatch x{processes}", f"{n:,} minutes in {shards} streams, {processes} `pvm dispatch`")
-    with phase_home(f"scaling-dispatch{processes}", shards) as settings, embedded_redis(settings) as server:
-        live = settings.with_(redis_url=server.url)
-        conn = redis.Redis.from_url(server.url)
-        with Emitter(settings=live) as emitter:
-            base = emitter.stats()
-            emit_with_backpressure(emitter, minutes, progress, "emitted")  # type: ignore[arg-type]  # only tick()
-            if not emitter.flush(120):
-                raise BenchError("dispatch: the pre-load did not flush")
-            settle(emitter, base, n)
+    with workspace(f"scaling-dispatch{processes}", shards) as ws:
+        conn = ws.connection
+        preload(ws.settings, minutes, progress, "dispatch", "emitted")
         streams = [keys.stream(s) for s in range(shards)]
-        loaded = sum(int(conn.xlen(s)) for s in streams)
-        if loaded != n:
-            raise BenchError(f"dispatch: {loaded:,} entries in the streams, expected {n:,}")
         with conn.pipeline(transaction=True) as pipe:
             for s in streams:
                 pipe.xgroup_create(s, keys.DISPATCH_GROUP, id="0")
                 pipe.rename(s, s + PARKED_SUFFIX)
             pipe.execute()
         names = [f"bench-dispatch-{i}" for i in range(processes)]
-        with running(live, [["dispatch", "--consumer", name] for name in names]) as procs:
+        with running(ws.settings, [["dispatch", "--consumer", name] for name in names]) as procs:
             ready_s = wait_consumers(conn, streams, names, procs)
             progress.tick(f"{processes} dispatchers waiting ({ready_s:.1f} s); releasing the streams", force=True)
             before = cpu_snapshot(procs, valkey_pid(conn))
@@ -585,7 +519,7 @@ def run_dispatch(minutes: Sequence[Minute], processes: int, shards: int, progres
                 pipe.execute()
             released = time.time()
             wait_stage(conn, "dispatch", n, procs, progress, max(60.0, n / 1_000))
-            after = cpu_snapshot(procs, valkey_pid(conn))
+            drain = Drain(ready_s, released, before, cpu_snapshot(procs, valkey_pid(conn)))
         job_ids = [i.decode() if isinstance(i, bytes) else i for i in conn.lrange(pool_queue("log", conn).key, 0, -1)]
         events = [Done(_ts(job.enqueued_at), len(job.args[0])) for job in fetch_jobs(conn, job_ids)]
         pending = sum(int(g["pending"]) for s in streams for g in conn.xinfo_groups(s))
@@ -601,11 +535,7 @@ def run_dispatch(minutes: Sequence[Minute], processes: int, shards: int, progres
         released=released,
         basis="log jobs' enqueued_at (job stored + entries acknowledged in one MULTI/EXEC)",
     )
-    out["ready_s"] = round(ready_s, 3)
-    out["cpu_cores"] = cpu_cores(before, after)
-    out["cpu_us_per_minute"] = cpu_per_minute(before, after, n)
-    out["verified"] = {"minutes_in_jobs": dispatched, "pending_entries": pending}
-    progress.tick(f"{out['per_s']:,} minutes/s", force=True)
+    finish(out, drain, n, {"minutes_in_jobs": dispatched, "pending_entries": pending}, progress)
     return out | {"_machine": box}
 
 
@@ -616,19 +546,10 @@ def run_log(
     batches = dispatcher_batches(encoded, batch)
     detail = f"{len(batches)} jobs of {batch} minutes, `pvm worker log --processes {processes}`"
     progress.start(f"log x{processes}", detail)
-    with phase_home(f"scaling-log{processes}", shards) as settings, embedded_redis(settings) as server:
-        live = settings.with_(redis_url=server.url)
-        conn = redis.Redis.from_url(server.url)
-        queue = pool_queue("log", conn)
+    with workspace(f"scaling-log{processes}", shards) as ws:
+        live, conn = ws.settings, ws.connection
         datas = [_log_job_data(b, live, shards) for b in batches]
-        with running(live, [["worker", "log", "--processes", str(processes)]]) as procs:
-            ready_s = wait_idle_workers(conn, queue, processes, procs)
-            progress.tick(f"{processes} workers idle ({ready_s:.1f} s); releasing {len(datas)} jobs", force=True)
-            before = cpu_snapshot(procs, valkey_pid(conn))
-            minutes_by_job, released = release_jobs(conn, queue, datas)
-            _, failures = wait_stage(conn, "log", n, procs, progress, max(60.0, n / 500))
-            after = cpu_snapshot(procs, valkey_pid(conn))
-            jobs = finished_events(conn, minutes_by_job)
+        drain = drain_jobs(ws, "log", processes, datas, n, max(60.0, n / 500), progress)
         box = machine(conn)
         reader = LogReader(live.log_dir)
         records = [(r.id, r.durable_at) for p in projects for r in reader.history(p)]
@@ -637,27 +558,25 @@ def run_log(
     if len(records) != n or duplicates:
         raise BenchError(f"log: the log holds {len(records):,} records ({duplicates} duplicates), expected {n:,}")
     events = [Done(at, 1) for _, at in records]
+    jobs = drain.jobs
     out = summarize(
         "log",
         processes,
         n,
         events,
-        released,
+        drain.released,
         "log records' durable_at (stamped before each project's write+fsync)",
         job_events=jobs,
     )
     out["jobs_ended_per_s"] = round(span_rate(jobs)[0])
     out["appends"] = len({at for _, at in records})
-    out["ready_s"] = round(ready_s, 3)
-    out["cpu_cores"] = cpu_cores(before, after)
-    out["cpu_us_per_minute"] = cpu_per_minute(before, after, n)
-    out["verified"] = {
+    verified = {
         "log_records": len(records),
         "duplicates": duplicates,
-        "failures": failures,
+        "failures": drain.failures,
         "index_jobs_fanned_out": fanned_out,
     }
-    progress.tick(f"{out['per_s']:,} minutes/s", force=True)
+    finish(out, drain, n, verified, progress)
     return out | {"_machine": box}
 
 
@@ -673,9 +592,8 @@ def run_index(
     n = len(encoded)
     batches = dispatcher_batches(encoded, batch)
     progress.start(f"index x{processes}", f"{n:,} minutes into the log, then {len(batches)} index jobs")
-    with phase_home(f"scaling-index{processes}", shards) as settings, embedded_redis(settings) as server:
-        live = settings.with_(redis_url=server.url)
-        conn = redis.Redis.from_url(server.url)
+    with workspace(f"scaling-index{processes}", shards) as ws:
+        live, conn = ws.settings, ws.connection
         if live.qdrant_url:  # a server keeps points between runs: start from none
             engine = _index_engine(live)
             try:
@@ -694,18 +612,8 @@ def run_index(
                 progress.tick(f"{len(datas) * batch:,}/{n:,} minutes in the log")
         finally:
             writer.close()
-        queue = pool_queue("index", conn)
         where = "Qdrant server" if live.qdrant_url else "embedded engine"
-        with running(live, [["worker", "index", "--processes", str(processes)]]) as procs:
-            ready_s = wait_idle_workers(conn, queue, processes, procs)
-            progress.tick(
-                f"{processes} workers idle ({ready_s:.1f} s, {where}); releasing {len(datas)} jobs", force=True
-            )
-            before = cpu_snapshot(procs, valkey_pid(conn))
-            minutes_by_job, released = release_jobs(conn, queue, datas)
-            _, failures = wait_stage(conn, "index", n, procs, progress, max(120.0, n / 100))
-            after = cpu_snapshot(procs, valkey_pid(conn))
-            events = finished_events(conn, minutes_by_job)
+        drain = drain_jobs(ws, "index", processes, datas, n, max(120.0, n / 100), progress, f", {where}")
         box = machine(conn)
         reader = LogReader(live.log_dir)
         log_heads = {p: reader.count(p) for p in projects}
@@ -717,12 +625,11 @@ def run_index(
             engine.close()
     if sum(points.values()) != n or index_heads != log_heads:
         raise BenchError(f"index: {sum(points.values()):,}/{n:,} points; index heads {index_heads} vs log {log_heads}")
-    out = summarize("index", processes, n, events, released, f"index jobs' ended_at ({where}, lexical vectors)")
-    out["ready_s"] = round(ready_s, 3)
-    out["cpu_cores"] = cpu_cores(before, after)
-    out["cpu_us_per_minute"] = cpu_per_minute(before, after, n)
-    out["verified"] = {"points": sum(points.values()), "index_heads_at_log_heads": True, "failures": failures}
-    progress.tick(f"{out['per_s']:,} minutes/s", force=True)
+    out = summarize(
+        "index", processes, n, drain.jobs, drain.released, f"index jobs' ended_at ({where}, lexical vectors)"
+    )
+    verified = {"points": sum(points.values()), "index_heads_at_log_heads": True, "failures": drain.failures}
+    finish(out, drain, n, verified, progress)
     return out | {"_machine": box}
 
 
@@ -814,23 +721,19 @@ def table(result: dict[str, Any]) -> str:
     for stage, entry in result["pools"].items():
         if entry.get("speedup_2_vs_1") is not None:
             lines.append(f"{stage}: 2 processes = {entry['speedup_2_vs_1']:.2f}x of 1")
-    box = result["machine"]
-    server = box.get("redis_server", {})
-    version = (server.get("valkey_version") and f"Valkey {server['valkey_version']}") or server.get("redis_version")
     cfg = result["config"]
-    lines.append(
-        f"{box['cores']} cores, {box['cpu_model']}, Python {box['python']}, {version}; "
+    detail = (
         f"{cfg['minutes']:,} minutes ({cfg['dispatch_minutes']:,} for dispatch), batch {cfg['batch']}, "
-        f"shards {cfg['shards']}, {cfg['projects']} projects, median of {cfg['repeats']}; {result['elapsed_s']:.0f} s"
+        f"shards {cfg['shards']}, {cfg['projects']} projects, median of {cfg['repeats']}"
     )
+    lines.append(footer(result, detail))
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="bench/scaling.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argument_parser(
+        "bench/scaling.py",
+        __doc__,
         epilog="Exit status 0 when every run measured, 1 when one failed, 130 on Ctrl-C.",
     )
     parser.add_argument("--minutes", type=int, default=MINUTES, help="minutes per run (default %(default)s)")
@@ -859,8 +762,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--stages", default=",".join(STAGES), help=f"stages to measure (default %(default)s; of {', '.join(STAGES)})"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if args.minutes < 1_000:
         parser.error("--minutes must be at least 1000")
     if args.batch < 1 or args.shards < 1 or args.repeats < 1 or args.attempts < 1:
@@ -882,13 +784,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     started = time.monotonic()
     qdrant_url = Settings.from_env().qdrant_url
     runs: list[dict[str, Any]] = []
@@ -896,72 +793,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     crashes: list[dict[str, Any]] = []
     box: dict[str, Any] = {}
     progress = Progress()
-    try:
-        with stdout_to_stderr():
-            projects = pick_projects(args.shards)
-            total = max(args.minutes, args.dispatch_minutes if "dispatch" in args.stages else 0)
-            say(f"bench: building {total:,} sample minutes over {len(projects)} projects ({args.shards} shards)")
-            minutes = build_minutes(projects, total)
-            encoded = [encode_minute(m) for m in minutes[: args.minutes]]
-            gc.collect()
-            gc.freeze()
-            for stage in args.stages:
-                counts = []
-                for p in args.processes:
-                    if stage == "index" and p > 1 and not qdrant_url:
-                        not_measured.append(
-                            {
-                                "stage": stage,
-                                "processes": p,
-                                "reason": INDEX_NEEDS_SERVER,
-                                "short": INDEX_NEEDS_SERVER_SHORT,
-                            }
-                        )
-                        say(f"index x{p}: {INDEX_NEEDS_SERVER}")
-                    else:
-                        counts.append(p)
-                attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
-                # Interleaved (1, 2, 1, 2, ...): a change in the machine's load touches every count alike.
-                for repeat in range(args.repeats):
-                    for p in counts:
-                        kept: dict[str, Any] | None = None
-                        for attempt in range(1, args.attempts + 1):
-                            waited, _ = wait_quiet(args.quiet_cores, args.quiet_wait)
-                            last = attempt == args.attempts
-                            try:
-                                if stage == "dispatch":
-                                    result = run_dispatch(minutes[: args.dispatch_minutes], p, args.shards, progress)
-                                elif stage == "log":
-                                    result = run_log(encoded, projects, p, args.shards, args.batch, progress)
-                                else:
-                                    result = run_index(encoded, projects, p, args.shards, args.batch, progress)
-                            except ProcessDied as exc:
-                                crashes.append(
-                                    {"stage": stage, "processes": p, "repeat": repeat + 1, "error": str(exc)}
-                                )
-                                say(f"{stage} x{p}: {exc}" + ("" if last else "; running it again"))
-                                if last and kept is None:
-                                    raise
-                                continue
-                            box = result.pop("_machine")
-                            result["repeat"], result["attempt"] = repeat + 1, attempt
-                            result["waited_for_quiet_s"] = round(waited, 1)
-                            kept = result
-                            other = result["cpu_cores"]["other"]
-                            if other < args.quiet_cores:
-                                break
-                            again = "keeping it" if last else "running it again"
-                            say(f"{stage} x{p}: other processes used {other:.2f} cores during the run; {again}")
-                        assert kept is not None
-                        attempts[p].append(kept)
-                runs.extend(median_run(attempts[p], args.quiet_cores) for p in counts)
-    except KeyboardInterrupt:
-        say("bench: interrupted; processes and Valkey stopped")
-        return 130
-    except (BenchError, redis.exceptions.RedisError) as exc:
-        say(f"bench: failed: {exc}")
-        return 1
-    report: dict[str, Any] = {
+    with measuring("bench", "interrupted; processes and Valkey stopped") as outcome:
+        projects = pick_projects(args.shards)
+        total = max(args.minutes, args.dispatch_minutes if "dispatch" in args.stages else 0)
+        say(f"bench: building {total:,} sample minutes over {len(projects)} projects ({args.shards} shards)")
+        minutes = build_minutes(projects, total)
+        encoded = [encode_minute(m) for m in minutes[: args.minutes]]
+        gc.collect()
+        gc.freeze()
+        for stage in args.stages:
+            counts = []
+            for p in args.processes:
+                if stage == "index" and p > 1 and not qdrant_url:
+                    not_measured.append(
+                        {
+                            "stage": stage,
+                            "processes": p,
+                            "reason": INDEX_NEEDS_SERVER,
+                            "short": INDEX_NEEDS_SERVER_SHORT,
+                        }
+                    )
+                    say(f"index x{p}: {INDEX_NEEDS_SERVER}")
+                else:
+                    counts.append(p)
+            attempts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+            # Interleaved (1, 2, 1, 2, ...): a change in the machine's load touches every count alike.
+            for repeat in range(args.repeats):
+                for p in counts:
+                    kept: dict[str, Any] | None = None
+                    for attempt in range(1, args.attempts + 1):
+                        waited, _ = wait_quiet(args.quiet_cores, args.quiet_wait)
+                        last = attempt == args.attempts
+                        try:
+                            if stage == "dispatch":
+                                result = run_dispatch(minutes[: args.dispatch_minutes], p, args.shards, progress)
+                            elif stage == "log":
+                                result = run_log(encoded, projects, p, args.shards, args.batch, progress)
+                            else:
+                                result = run_index(encoded, projects, p, args.shards, args.batch, progress)
+                        except ProcessDied as exc:
+                            crashes.append({"stage": stage, "processes": p, "repeat": repeat + 1, "error": str(exc)})
+                            say(f"{stage} x{p}: {exc}" + ("" if last else "; running it again"))
+                            if last and kept is None:
+                                raise
+                            continue
+                        box = result.pop("_machine")
+                        result["repeat"], result["attempt"] = repeat + 1, attempt
+                        result["waited_for_quiet_s"] = round(waited, 1)
+                        kept = result
+                        other = result["cpu_cores"]["other"]
+                        if other < args.quiet_cores:
+                            break
+                        again = "keeping it" if last else "running it again"
+                        say(f"{stage} x{p}: other processes used {other:.2f} cores during the run; {again}")
+                    assert kept is not None
+                    attempts[p].append(kept)
+            runs.extend(median_run(attempts[p], args.quiet_cores) for p in counts)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    out: dict[str, Any] = {
         "pools": pool_summary(runs),
         "runs": runs,
         "not_measured": not_measured,
@@ -985,14 +875,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "test and their children), valkey, bench (this script), kernel (kernel threads + interrupts: journal, "
             "block I/O), other (the rest: other users' processes)",
         },
-        "machine": box,
-        "elapsed_s": round(time.monotonic() - started, 1),
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(table(report))
-    return 0
+    return report(out, started, args.json, table, box)
 
 
 if __name__ == "__main__":
