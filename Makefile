@@ -34,6 +34,7 @@ test: $(STAMP) tools
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check contracts pvm workers tests bench
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py --json

@@ -22,6 +22,8 @@ from pvm.config import ConfigError, Settings
 if TYPE_CHECKING:
     import urllib.request
 
+    from workers.exporter import GroupState
+
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
     from pvm.queues import UnknownPool, queue_name
@@ -218,7 +220,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print("\nSTREAMS")
     rows = []
     for s in snap.streams:
-        for g in s.groups or [None]:
+        groups: Sequence[GroupState | None] = s.groups or [None]
+        for g in groups:
             rows.append(
                 {
                     "shard": s.shard,
@@ -246,13 +249,13 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
-    from pvm.connection import redis_from_settings
+    from pvm.connection import redis_from_settings, stream_entries
 
     r = redis_from_settings(settings)
     shards = [args.shard] if args.shard is not None else list(range(settings.shards))
     chosen: list[tuple[int, str, dict[bytes, bytes]]] = []
     for shard in shards:
-        for entry_id, fields in r.xrange(keys.dead_letter_stream(shard), count=None):
+        for entry_id, fields in stream_entries(r.xrange(keys.dead_letter_stream(shard), count=None)):
             eid = entry_id.decode()
             if args.ids and eid not in args.ids:
                 continue

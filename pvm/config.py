@@ -23,7 +23,7 @@
 | PVM_EMBED_BATCH_SIZE | 2048 | inputs per embedding request (1-2048) |
 | PVM_EMBED_MAX_RETRIES | 5 | retries of 429/5xx/timeouts before a batch fails |
 | PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
-| PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query's embedding (no retries) before answering lexical-only |
+| PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query embedding (one try) before answering lexical-only |
 | PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /health; clients send it |
@@ -75,7 +75,7 @@ def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float]:
         ) from None
     if len(parts) != 4 or any(p < 0 for p in parts) or not sum(parts):
         raise ConfigError(f"PVM_SEARCH_WEIGHTS={raw!r} must be four non-negative numbers, not all 0")
-    return parts  # type: ignore[return-value]
+    return parts
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -164,9 +164,7 @@ class Settings:
             embed_batch_size=min(_int(env, "PVM_EMBED_BATCH_SIZE", defaults.EMBED_BATCH_SIZE), 2048),
             embed_max_retries=_int(env, "PVM_EMBED_MAX_RETRIES", defaults.EMBED_MAX_RETRIES, minimum=0),
             embed_timeout_s=_float(env, "PVM_EMBED_TIMEOUT", defaults.EMBED_TIMEOUT_S, minimum=0.1),
-            embed_query_timeout_s=_float(
-                env, "PVM_EMBED_QUERY_TIMEOUT", defaults.EMBED_QUERY_TIMEOUT_S, minimum=0.05
-            ),
+            embed_query_timeout_s=_float(env, "PVM_EMBED_QUERY_TIMEOUT", defaults.EMBED_QUERY_TIMEOUT_S, minimum=0.05),
             search_weights=_weights(env),
             api_url=env.get("PVM_API_URL") or None,
             api_token=env.get("PVM_API_TOKEN") or None,

@@ -1,6 +1,8 @@
-"""Redis connections from settings, with a clear error when none is configured."""
+"""Redis connections from settings (a clear error when none is configured) and the bytes shapes of their replies."""
 
 from __future__ import annotations
+
+from typing import cast
 
 import redis
 
@@ -23,4 +25,32 @@ def redis_from_settings(settings: Settings, **kwargs: object) -> redis.Redis:
         raise NoRedisConfigured()
     options: dict[str, object] = {"health_check_interval": 30, "socket_keepalive": True}
     options.update(kwargs)
-    return redis.Redis.from_url(settings.redis_url, **options)  # type: ignore[arg-type]
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+# PVM's clients never set decode_responses, so every string in a reply is bytes; redis-py's sync
+# stubs type each reply for either mode (``bytes | str``). These state the bytes case once for the
+# reply shapes several modules read.
+
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
+
+
+def hash_reply(reply: dict[bytes | str, bytes | str]) -> dict[bytes, bytes]:
+    """An HGETALL reply: field -> value."""
+    return cast(dict[bytes, bytes], reply)
+
+
+def bulk_reply(reply: bytes | str | None) -> bytes | None:
+    """A bulk-string reply (GET, HGET, LMOVE, ...): None when the key or field is missing."""
+    return cast(bytes | None, reply)
+
+
+def stream_entries(
+    reply: list[tuple[bytes | str | None, dict[bytes | str, bytes | str] | None]] | None,
+) -> list[StreamEntry]:
+    """An XRANGE/XREVRANGE reply: (entry id, fields), in range order.
+
+    Redis answers a range with a list (empty when nothing is in it), and every entry in
+    a range exists, so neither the reply nor an entry's id or fields is ever nil.
+    """
+    return cast(list[StreamEntry], reply)

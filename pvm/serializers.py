@@ -22,7 +22,7 @@ class MsgpackSerializer:
     @staticmethod
     def dumps(obj: Any, /) -> bytes:
         try:
-            return msgpack.packb(obj, use_bin_type=True, datetime=True)  # type: ignore[no-any-return]
+            return msgpack.packb(obj, use_bin_type=True, datetime=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"job data is not msgpack-serializable: {exc}") from None
 

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from rq import Queue, Worker
 from rq.registry import (
+    BaseRegistry,
     DeferredJobRegistry,
     FailedJobRegistry,
     FinishedJobRegistry,
@@ -31,6 +32,7 @@ from rq.registry import (
 
 from contracts import keys
 from pvm.config import Settings
+from pvm.connection import hash_reply, stream_entries
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
 from pvm.serializers import MsgpackSerializer
 
@@ -104,7 +106,7 @@ def _group_state(connection: redis.Redis, stream: str, group: dict[str, Any], no
         # Redis reports NULL lag after trims/deletes it cannot account for:
         # count what lies past the group's last delivered id instead of saying 0.
         last = _s(group["last-delivered-id"])
-        entries = connection.xrange(stream, min=f"({last}", max="+", count=LAG_COUNT_CAP)
+        entries = stream_entries(connection.xrange(stream, min=f"({last}", max="+", count=LAG_COUNT_CAP))
         lag, source = len(entries), "computed"
     oldest_age = None
     if pending:
@@ -141,6 +143,12 @@ def _oldest_waiting(connection: redis.Redis, queue: Queue, now: float) -> float 
         return None
 
 
+def _job_count(registry_class: type[BaseRegistry], queue: str, connection: redis.Redis) -> int:
+    """Jobs in one of a queue's RQ registries, counted without RQ's cleanup (a scrape only reads)."""
+    registry = registry_class(queue, connection=connection, serializer=MsgpackSerializer)
+    return registry.get_job_count(cleanup=False)
+
+
 def _quantile(h: Histogram, q: float) -> float | None:
     if not h.count:
         return None
@@ -172,17 +180,16 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
     queues = []
     for pool, name in keys.QUEUES.items():
         q = Queue(name, connection=connection, serializer=MsgpackSerializer)
-        reg = {"connection": connection, "serializer": MsgpackSerializer}
         queues.append(
             QueueState(
                 pool=pool,
                 queue=name,
                 queued=int(connection.llen(q.key)),
-                started=StartedJobRegistry(name, **reg).get_job_count(cleanup=False),
-                failed=FailedJobRegistry(name, **reg).get_job_count(cleanup=False),
-                deferred=DeferredJobRegistry(name, **reg).get_job_count(cleanup=False),
-                scheduled=ScheduledJobRegistry(name, **reg).get_job_count(cleanup=False),
-                finished=FinishedJobRegistry(name, **reg).get_job_count(cleanup=False),
+                started=_job_count(StartedJobRegistry, name, connection),
+                failed=_job_count(FailedJobRegistry, name, connection),
+                deferred=_job_count(DeferredJobRegistry, name, connection),
+                scheduled=_job_count(ScheduledJobRegistry, name, connection),
+                finished=_job_count(FinishedJobRegistry, name, connection),
                 workers=Worker.count(connection=connection, queue=q),
                 oldest_waiting_s=_oldest_waiting(connection, q, now),
             )
@@ -193,7 +200,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         stages[stage] = {k: float(raw.get(k.encode(), 0)) for k in ("minutes", "batches", "failures")}
     freshness: dict[str, dict[str, float | None]] = {}
     for stage in sorted(_s(s) for s in connection.smembers(keys.metrics_freshness_stages())):
-        h = read_histogram(connection.hgetall(keys.metrics_freshness(stage)), FRESHNESS_BUCKETS)
+        h = read_histogram(hash_reply(connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
         freshness[stage] = {"p50_s": _quantile(h, 0.5), "p99_s": _quantile(h, 0.99), "count": h.count}
     return Snapshot(now, streams, queues, stages, freshness)
 
@@ -278,7 +285,7 @@ class PvmCollector:
             minutes.add_metric([stage], counts["minutes"])
             batches.add_metric([stage], counts["batches"])
             failures.add_metric([stage], counts["failures"])
-            h = read_histogram(self.connection.hgetall(keys.metrics_stage_duration(stage)), BATCH_BUCKETS)
+            h = read_histogram(hash_reply(self.connection.hgetall(keys.metrics_stage_duration(stage))), BATCH_BUCKETS)
             durations.add_metric([stage], h.buckets, h.sum)
         yield from (minutes, batches, failures, durations)
 
@@ -286,7 +293,7 @@ class PvmCollector:
             "pvm_freshness_seconds", "Time from emit until a minute reached a stage.", labels=["stage"]
         )
         for stage in snap.freshness:
-            h = read_histogram(self.connection.hgetall(keys.metrics_freshness(stage)), FRESHNESS_BUCKETS)
+            h = read_histogram(hash_reply(self.connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
             fresh.add_metric([stage], h.buckets, h.sum)
         yield fresh
 
@@ -304,7 +311,9 @@ class PvmCollector:
                 if key.startswith("calls:"):
                     calls.add_metric([provider, kind, key.removeprefix("calls:")], value)
             tokens.add_metric([provider, kind], raw.get("tokens", 0.0))
-            h = read_histogram(self.connection.hgetall(keys.metrics_provider_latency(name)), PROVIDER_BUCKETS)
+            h = read_histogram(
+                hash_reply(self.connection.hgetall(keys.metrics_provider_latency(name))), PROVIDER_BUCKETS
+            )
             latency.add_metric([provider, kind], h.buckets, h.sum)
         yield from (calls, tokens, latency)
 
@@ -312,5 +321,5 @@ class PvmCollector:
 def serve(connection: redis.Redis, settings: Settings, port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> Any:
     """Start the /metrics HTTP server in a background thread; returns (server, thread)."""
     registry = CollectorRegistry()
-    registry.register(PvmCollector(connection, settings))  # type: ignore[arg-type]
+    registry.register(PvmCollector(connection, settings))
     return start_http_server(port, addr=addr, registry=registry)

@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import cast
 
 import redis
 from rq import Queue
@@ -49,7 +50,7 @@ from rq.worker import SimpleWorker
 from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.connection import redis_from_settings
+from pvm.connection import bulk_reply, hash_reply, redis_from_settings
 from pvm.queues import pool_queue, queue_name
 from pvm.serializers import MsgpackSerializer
 
@@ -105,8 +106,8 @@ def _requeue_stranded(connection: redis.Redis, queues: Sequence[Queue], now: flo
     requeued = []
     for queue in queues:
         seen_key = keys.stranded_seen(queue.name)
-        stranded = {raw.decode() for raw in connection.lrange(queue.intermediate_queue_key, 0, -1)}
-        seen = {k.decode(): float(v) for k, v in connection.hgetall(seen_key).items()}
+        stranded = {raw.decode() for raw in cast(list[bytes], connection.lrange(queue.intermediate_queue_key, 0, -1))}
+        seen = {k.decode(): float(v) for k, v in hash_reply(connection.hgetall(seen_key)).items()}
         gone = [job_id for job_id in seen if job_id not in stranded]
         if gone:
             connection.hdel(seen_key, *gone)
@@ -138,11 +139,11 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
     requeued = []
     for queue in queues:
         registry = StartedJobRegistry(queue.name, connection=connection, serializer=MsgpackSerializer)
-        for raw in connection.zrange(registry.key, 0, -1):
+        for raw in cast(list[bytes], connection.zrange(registry.key, 0, -1)):  # no scores: members only
             composite = raw.decode()
             job_id, execution_id = parse_composite_key(composite)
             execution_key = Execution(execution_id, job_id, connection).key
-            worker = connection.hget(execution_key, "worker_name")
+            worker = bulk_reply(connection.hget(execution_key, "worker_name"))
             worker_name = worker.decode() if worker else ""
             if not worker_name.startswith(WORKER_NAME_PREFIX):
                 continue  # not ours: RQ's own heartbeat cleanup handles it
@@ -182,7 +183,7 @@ class DurableQueue(Queue):
                 connection,
                 job_class,
                 serializer,
-                death_penalty_class,  # type: ignore[arg-type]
+                death_penalty_class,
             )
         deadline = None if timeout is None else time.monotonic() + timeout
         turn = 0
@@ -191,7 +192,7 @@ class DurableQueue(Queue):
                 found = cls._moved(
                     connection,
                     queue,
-                    connection.lmove(queue.key, queue.intermediate_queue_key),
+                    bulk_reply(connection.lmove(queue.key, queue.intermediate_queue_key)),
                     job_class,
                     serializer,
                     death_penalty_class,
@@ -205,7 +206,9 @@ class DurableQueue(Queue):
                 raise DequeueTimeout(timeout, ",".join(q.key for q in queues))
             queue = queues[turn % len(queues)]
             turn += 1
-            raw = connection.blmove(queue.key, queue.intermediate_queue_key, min(remaining, MULTI_QUEUE_POLL_S))
+            # BLMOVE takes a fractional timeout (Redis >= 6.0); redis-py's stub says int.
+            timeout_s = min(remaining, MULTI_QUEUE_POLL_S)
+            raw = bulk_reply(connection.blmove(queue.key, queue.intermediate_queue_key, timeout_s))  # type: ignore[arg-type]
             found = cls._moved(connection, queue, raw, job_class, serializer, death_penalty_class)
             if found is not None:
                 return found
@@ -271,7 +274,7 @@ class PvmWorker(SimpleWorker):
                 log.warning("worker %s: keep-alive failed: %s", self.name, exc)
             self._pvm_stop.wait(defaults.WORKER_ALIVE_REFRESH_S)
 
-    def work(self, *args: object, **kwargs: object) -> bool:  # type: ignore[override]
+    def work(self, *args: object, **kwargs: object) -> bool:
         self._pvm_connection.set(keys.worker_alive(self.name), os.getpid(), ex=defaults.WORKER_ALIVE_TTL_S)
         thread = threading.Thread(target=self._keep_alive, name="pvm-keep-alive", daemon=True)
         thread.start()

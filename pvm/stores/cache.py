@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
+from redis.typing import EncodableT
 
 from contracts import keys
 from pvm import defaults
+from pvm.connection import hash_reply
 
 _UPDATE = """
 -- KEYS: recent, byid, byid_order, head, head again (a placeholder), agent windows...
@@ -90,7 +93,7 @@ class MinuteCache:
         if not minutes:
             return
         agents: dict[str, int] = {}
-        args: list[object] = [project_id, self.window, self.cache_size, repr(durable_at), len(minutes)]
+        args: list[EncodableT] = [project_id, self.window, self.cache_size, repr(durable_at), len(minutes)]
         for m in minutes:
             agent_index = 0
             if m.agent_id:
@@ -111,17 +114,17 @@ class MinuteCache:
     def recent_ids(self, project_id: str, n: int, agent_id: str | None = None) -> list[str]:
         """Ids of the newest `n` cached minutes, oldest first."""
         key = keys.agent_recent_window(project_id, agent_id) if agent_id else keys.recent_window(project_id)
-        raw = self.connection.zrange(key, -n, -1) if n > 0 else []
+        raw = cast(list[bytes], self.connection.zrange(key, -n, -1)) if n > 0 else []  # no scores: members only
         return [r.decode() for r in raw]
 
     def get_many(self, project_id: str, ids: Sequence[str]) -> dict[str, bytes]:
         """Cached minute bytes by id; ids not cached are absent."""
         if not ids:
             return {}
-        values = self.connection.hmget(keys.minute_by_id(project_id), list(ids))
+        values = cast(list[bytes | None], self.connection.hmget(keys.minute_by_id(project_id), list(ids)))
         return {i: v for i, v in zip(ids, values, strict=True) if v is not None}
 
     def head(self, project_id: str) -> dict[str, str]:
         """The newest durable minute of the project: id, seq, durable_at (empty when none)."""
-        raw = self.connection.hgetall(keys.log_head(project_id))
+        raw = hash_reply(self.connection.hgetall(keys.log_head(project_id)))
         return {k.decode(): v.decode() for k, v in raw.items()}
