@@ -33,6 +33,13 @@ def redis_from_settings(settings: Settings, **kwargs: object) -> redis.Redis:
 # reply shapes several modules read.
 
 StreamEntry = tuple[bytes, dict[bytes, bytes]]
+# An entry read through a consumer group: fields are None for a pending entry that was deleted (trimmed).
+GroupEntry = tuple[bytes, dict[bytes, bytes] | None]
+
+
+def group_reply(reply: object) -> list[tuple[bytes, list[GroupEntry]]]:
+    """An XREADGROUP reply (RESP2): [(stream name, entries), ...]; empty when the read timed out."""
+    return cast(list[tuple[bytes, list[GroupEntry]]], reply or [])
 
 
 def hash_reply(reply: dict[bytes | str, bytes | str]) -> dict[bytes, bytes]:

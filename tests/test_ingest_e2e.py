@@ -207,7 +207,9 @@ def test_a_redis_restart_under_load_loses_and_duplicates_nothing_and_the_dispatc
     try:
         total = 6_000
         ids: list[str] = []
-        producer = threading.Thread(target=lambda: ids.extend(produce(settings, total, rate_per_thread=400, outage=True)))
+        producer = threading.Thread(
+            target=lambda: ids.extend(produce(settings, total, rate_per_thread=400, outage=True))
+        )
         producer.start()
         reader = LogReader(settings.log_dir)
         while sum(reader.count(p) for p in PROJECTS) < 1_000:

@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from rq.queue import EnqueueData
 from contracts import ContractError, decode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
+from pvm.connection import group_reply
 from pvm.metrics import MetricsRecorder
 from pvm.queues import pool_queue
 
@@ -224,16 +225,18 @@ class Dispatcher:
             block = max(1, int(left * 1000))
         else:
             block = self.block_ms
-        response = self.connection.xreadgroup(
-            keys.DISPATCH_GROUP,
-            self.consumer,
-            {stream: ">" for stream in self.streams},
-            count=self.batch,
-            block=block,
+        response = group_reply(
+            self.connection.xreadgroup(
+                keys.DISPATCH_GROUP,
+                self.consumer,
+                {stream: ">" for stream in self.streams},
+                count=self.batch,
+                block=block,
+            )
         )
         got = 0
-        for stream_name, entries in response or []:
-            stream = stream_name.decode() if isinstance(stream_name, bytes) else stream_name
+        for stream_name, entries in response:
+            stream = stream_name.decode()
             if not self._gathered_count:
                 self._gathered_since = time.monotonic()
             self._gathered.setdefault(self.streams[stream], []).extend(entries)
@@ -259,15 +262,14 @@ class Dispatcher:
         for stream, shard in self.streams.items():
             start = "0"
             while True:
-                response = self.connection.xreadgroup(
-                    keys.DISPATCH_GROUP, self.consumer, {stream: start}, count=self.batch
+                response = group_reply(
+                    self.connection.xreadgroup(keys.DISPATCH_GROUP, self.consumer, {stream: start}, count=self.batch)
                 )
                 entries = response[0][1] if response else []
                 if not entries:
                     break
                 handled += self.dispatch(shard, entries, self._deliveries(stream, entries))
-                last = entries[-1][0]
-                start = last.decode() if isinstance(last, bytes) else last
+                start = entries[-1][0].decode()
         if handled:
             log.info("dispatcher %s: re-dispatched %d pending entries of its own", self.consumer, handled)
         return handled
@@ -325,10 +327,10 @@ class Dispatcher:
         first = entries[0][0]
         last = entries[-1][0]
         rows = self.connection.xpending_range(stream, keys.DISPATCH_GROUP, min=first, max=last, count=len(entries) + 10)
-        out = {}
+        out: dict[str, int] = {}
         for row in rows:
             mid = row["message_id"]
-            out[mid.decode() if isinstance(mid, bytes) else mid] = int(row["times_delivered"])
+            out[mid.decode() if isinstance(mid, bytes) else str(mid)] = int(row["times_delivered"])
         return out
 
     # -- one batch -------------------------------------------------------------
@@ -344,7 +346,7 @@ class Dispatcher:
 
     def dispatch_many(
         self,
-        batches: dict[int, Sequence[tuple[bytes | str, dict[bytes, bytes] | None]]],
+        batches: Mapping[int, Sequence[tuple[bytes | str, dict[bytes, bytes] | None]]],
         deliveries: dict[str, int] | None = None,
     ) -> int:
         """Enqueue log jobs for entries of any shards, dead-letter their poison, XACK all, in one MULTI/EXEC.
