@@ -46,6 +46,9 @@ JOB_FAILURE_TTL_S = 7 * 24 * 3600
 WORKER_ALIVE_TTL_S = 10  # a worker whose alive key lapses this long is dead; its job is requeued
 WORKER_ALIVE_REFRESH_S = 2.0
 REAPER_INTERVAL_S = 3.0
+# A worker process that lost Redis pings it again after this wait, doubled each failure up to the max.
+WORKER_RECONNECT_MIN_S = 0.2
+WORKER_RECONNECT_MAX_S = 5.0
 # A job RQ moved to a queue's intermediate list but no worker started for this long is requeued: its worker
 # died between BLMOVE and the started registry. RQ's own cleanup would mark it failed after 1-2 minutes.
 STRANDED_GRACE_S = 10.0

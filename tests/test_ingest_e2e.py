@@ -193,7 +193,7 @@ def test_redis_down_for_seconds_never_blocks_or_raises_in_emit(tmp_path: Path) -
         server.stop()
 
 
-def test_a_redis_restart_under_load_loses_and_duplicates_nothing_and_the_dispatcher_rides_it_out(
+def test_a_redis_restart_under_load_loses_and_duplicates_nothing_and_every_process_rides_it_out(
     tmp_path: Path,
 ) -> None:
     port = free_port()
@@ -214,7 +214,7 @@ def test_a_redis_restart_under_load_loses_and_duplicates_nothing_and_the_dispatc
         reader = LogReader(settings.log_dir)
         while sum(reader.count(p) for p in PROJECTS) < 1_000:
             time.sleep(0.05)
-        dispatcher = stack.children["dispatcher-0"]
+        dispatcher, worker = stack.children["dispatcher-0"], stack.children["worker-log"]
         server.stop()  # a restart or failover: every client's connection breaks
         time.sleep(2.0)
         server = EmbeddedRedis(data_dir=data, port=port).start()
@@ -230,6 +230,7 @@ def test_a_redis_restart_under_load_loses_and_duplicates_nothing_and_the_dispatc
         assert len(logged) == len(set(logged)) == total
         assert sorted(logged) == sorted(ids)
         assert dispatcher.poll() is None and "dispatcher-0" not in restarted, "the dispatcher died with Redis"
+        assert worker.poll() is None and "worker-log" not in restarted, "the log worker process died with Redis"
     finally:
         stack.stop(timeout=10)
         server.stop()

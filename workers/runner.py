@@ -288,11 +288,43 @@ class PvmWorker(SimpleWorker):
 
 
 def run_worker(pools: Sequence[str], settings: Settings, burst: bool = False, name: str | None = None) -> bool:
-    """Run one worker process for `pools` in this process until stopped."""
+    """Run one worker process for `pools` in this process until stopped.
+
+    Redis going away (a restart, a failover) can end RQ's work loop: a job
+    whose outcome cannot be recorded raises out of it. The process then
+    waits for Redis with backoff and starts a fresh worker under a new name;
+    the interrupted job, left in the started registry, is requeued by the
+    reaper once the old worker's alive key lapses.
+    """
     connection = redis_from_settings(settings)
     queues = [pool_queue(p, connection) for p in pools]
-    worker = PvmWorker(queues, connection, name=name)
-    return worker.work(burst=burst, logging_level="WARNING")
+    generation = 0
+    while True:
+        worker = PvmWorker(queues, connection, name=f"{name}-{generation}" if name and generation else name)
+        try:
+            return worker.work(burst=burst, logging_level="WARNING")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            log.warning("worker %s lost Redis (%s); a new worker starts when Redis is back", worker.name, exc)
+        if not wait_for_redis(connection):
+            return False
+        generation += 1
+
+
+def wait_for_redis(connection: redis.Redis) -> bool:
+    """Ping Redis with backoff until it answers (True) or SIGTERM/SIGINT asks this process to stop (False)."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    wait = defaults.WORKER_RECONNECT_MIN_S
+    while not stop.wait(wait):
+        try:
+            connection.ping()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            wait = min(wait * 2, defaults.WORKER_RECONNECT_MAX_S)
+            continue
+        log.warning("Redis is back; starting a new worker")
+        return True
+    return False
 
 
 class WorkerGroup:
