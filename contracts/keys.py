@@ -110,6 +110,19 @@ def stranded_seen(queue_name: str) -> str:
     return f"{PREFIX}:reaper:{queue_name}:stranded"
 
 
+# -- the scheduler (periodic maintenance jobs) -----------------------------------
+
+
+def scheduler_leader() -> str:
+    """Lease naming the one `pvm scheduler` that acts (SET NX PX, renewed by its holder)."""
+    return f"{PREFIX}:scheduler:leader"
+
+
+def schedules() -> str:
+    """Hash of every schedule's state: ``<name>:last`` (run time, s), ``<name>:every`` (s), ``<name>:job`` (id)."""
+    return f"{PREFIX}:scheduler:schedules"
+
+
 # -- metrics the pools record for the exporter --------------------------------
 
 

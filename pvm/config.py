@@ -26,6 +26,7 @@
 | PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query embedding (one try) before answering lexical-only |
 | PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
+| PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /health; clients send it |
 """
 
@@ -120,6 +121,7 @@ class Settings:
     search_weights: tuple[float, float, float, float] = defaults.SEARCH_WEIGHTS
     api_url: str | None = None
     api_token: str | None = field(default=None, repr=False)
+    optimize_every_s: int = defaults.OPTIMIZE_EVERY_S
 
     @property
     def vector_dir(self) -> Path:
@@ -168,6 +170,7 @@ class Settings:
             search_weights=_weights(env),
             api_url=env.get("PVM_API_URL") or None,
             api_token=env.get("PVM_API_TOKEN") or None,
+            optimize_every_s=_int(env, "PVM_OPTIMIZE_EVERY", defaults.OPTIMIZE_EVERY_S, minimum=0),
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -188,6 +191,7 @@ class Settings:
             "PVM_CLAIM_IDLE_MS": str(self.claim_idle_ms),
             "PVM_MAX_DELIVERIES": str(self.max_deliveries),
             "PVM_JOB_TIMEOUT": str(self.job_timeout),
+            "PVM_OPTIMIZE_EVERY": str(self.optimize_every_s),
         }
         optional = {
             "PVM_REDIS_URL": self.redis_url,

@@ -88,3 +88,9 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Vector store and search
 VECTOR_DIR = "var/qdrant"  # under PVM_HOME: the embedded engine's shards, one per project
 SEARCH_WEIGHTS = (0.4, 0.3, 0.2, 0.1)  # semantic, keyword, recency, importance
+
+# Scheduler
+SCHEDULER_LEASE_MS = 15_000  # a standby scheduler takes over this long after the leader stops renewing
+SCHEDULER_TICK_S = 1.0  # how often a scheduler renews its lease and looks for due schedules
+OPTIMIZE_EVERY_S = 3600  # the embedded engine's periodic optimize (merge segments, build HNSW)
+OPTIMIZE_JOB_TIMEOUT_S = 3600

@@ -95,6 +95,8 @@ def test_global_names() -> None:
     assert keys.projects() == "pvm:projects"
     assert keys.worker_alive("w1") == "pvm:worker:w1:alive"
     assert keys.stranded_seen("pvm-log") == "pvm:reaper:pvm-log:stranded"
+    assert keys.scheduler_leader() == "pvm:scheduler:leader"
+    assert keys.schedules() == "pvm:scheduler:schedules"
     assert keys.MINUTE_FIELD == b"m"
     assert keys.DISPATCH_GROUP == "pvm-dispatch"
     assert keys.QUEUES["log"] == keys.LOG_QUEUE == "pvm-log"
