@@ -88,6 +88,57 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts import keys
+    from pvm.connection import redis_from_settings
+    from workers.scheduler import Scheduler, default_schedules, read_schedules
+
+    connection = redis_from_settings(settings)
+    scheduler = Scheduler(connection, default_schedules(settings), name=args.name)
+    if args.list:
+        now = scheduler.now()
+        states = {st.name: st for st in read_schedules(connection)}
+        holder = connection.get(keys.scheduler_leader())
+        print(f"leader: {holder.decode() if isinstance(holder, bytes) else 'none'}")
+        rows: list[dict[str, Any]] = []
+        for sched in scheduler.schedules:
+            st = states.get(sched.name)
+            last = st.last_run if st else None
+            due = (last + sched.every_s - now) if last is not None else 0.0
+            rows.append(
+                {
+                    "schedule": sched.name,
+                    "pool": sched.pool,
+                    "every": _age(sched.every_s),
+                    "last run": "never" if last is None else f"{_age(now - last)} ago",
+                    "next": "now" if due <= 0 else f"in {_age(due)}",
+                    "last job": (st.job_id if st else None) or "-",
+                }
+            )
+        if rows:
+            print(_table(rows, ["schedule", "pool", "every", "last run", "next", "last job"]))
+        else:
+            print("no schedules (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself)")
+        return 0
+    if args.once:
+        enqueued = scheduler.tick()
+        if not scheduler.leading:
+            holder = connection.get(keys.scheduler_leader())
+            print(f"standing by: {holder.decode() if isinstance(holder, bytes) else 'another scheduler'} leads")
+        else:
+            print("enqueued: " + (", ".join(enqueued) or "nothing due"))
+        scheduler.release_lease()
+        return 0
+    if not scheduler.schedules:
+        logging.getLogger("workers").warning(
+            "pvm scheduler: nothing to schedule (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself); idling"
+        )
+    _stop_on_signals(scheduler.stop_event)
+    stats = scheduler.run()
+    logging.getLogger("workers").info("scheduler %s stopped: %s", scheduler.name, stats.__dict__)
+    return 0
+
+
 def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.connection import redis_from_settings
     from workers.dispatcher import Dispatcher
@@ -195,6 +246,14 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _due(in_s: float | None, ran: bool) -> str:
+    if not ran:
+        return "now"  # a schedule that never ran is due at the leader's next tick
+    if in_s is None:
+        return "-"
+    return f"in {_age(in_s)}" if in_s > 0 else f"overdue {_age(-in_s)}"
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.connection import redis_from_settings
     from workers.exporter import snapshot
@@ -240,6 +299,17 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         for stage, f in snap.freshness.items()
     ]
     print(_table(rows, ["stage", "p50", "p99", "minutes"]) if rows else "  nothing recorded yet")
+    print(f"\nSCHEDULES (leader: {snap.scheduler_leader or 'none'})")
+    rows = [
+        {
+            "schedule": sched.name,
+            "every": _age(sched.every_s),
+            "last run": "never" if sched.last_run_age_s is None else f"{_age(sched.last_run_age_s)} ago",
+            "next due": _due(sched.next_due_in_s, ran=sched.last_run_at is not None),
+        }
+        for sched in snap.schedules
+    ]
+    print(_table(rows, ["schedule", "every", "last run", "next due"]) if rows else "  none recorded yet")
     dead = sum(s.dead_letters for s in snap.streams)
     failed = sum(q.failed for q in snap.queues)
     if dead or failed:
@@ -495,6 +565,18 @@ def build_parser() -> argparse.ArgumentParser:
     dispatch.add_argument("--max-idle", type=float, help="exit after this many seconds with nothing to do")
     dispatch.set_defaults(func=cmd_dispatch)
 
+    scheduler = sub.add_parser(
+        "scheduler",
+        help="enqueue periodic maintenance jobs (one scheduler leads; others stand by)",
+        description="Enqueue periodic maintenance jobs onto the pools: today the embedded engine's optimize "
+        "every PVM_OPTIMIZE_EVERY seconds (default 3600; none with a Qdrant server, which optimizes itself). "
+        "Run as many as you like: a lease in Redis makes one act and the others stand by.",
+    )
+    scheduler.add_argument("--name", help="scheduler name in the lease (default: <host>-<pid>)")
+    scheduler.add_argument("--once", action="store_true", help="one tick: enqueue what is due if leading, then exit")
+    scheduler.add_argument("--list", action="store_true", help="show the schedules, their last run and next due time")
+    scheduler.set_defaults(func=cmd_scheduler)
+
     worker = sub.add_parser("worker", help="run RQ workers for pools (msgpack only; SIGTERM finishes the batch)")
     worker.add_argument("pools", nargs="+", metavar="POOL", help="pools to serve, e.g. log")
     worker.add_argument("--processes", type=_positive_int, default=1, help="long-lived worker processes (default 1)")
@@ -517,7 +599,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exporter.set_defaults(func=cmd_exporter)
 
-    status = sub.add_parser("status", help="one screen for operators: pools, streams, dead letters, freshness")
+    status = sub.add_parser(
+        "status", help="one screen for operators: pools, streams, dead letters, freshness, schedules"
+    )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
 

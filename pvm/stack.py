@@ -1,4 +1,4 @@
-"""The PVM stack on one machine: Redis (embedded Valkey unless PVM_REDIS_URL is set), dispatcher, pools."""
+"""The PVM stack on one machine: Redis (embedded Valkey unless PVM_REDIS_URL is set), dispatcher, pools, scheduler."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ class Stack:
             self.children[f"dispatcher-{i}"] = self._spawn(["dispatch", "--consumer", f"{os.uname().nodename}-up-{i}"])
         for pool, n in self.processes.items():
             self.children[f"worker-{pool}"] = self._spawn(["worker", pool, "--processes", str(n)])
+        self.children["scheduler"] = self._spawn(["scheduler", "--name", f"{os.uname().nodename}-up"])
         if self.api_port is not None:
             self.settings = self.settings.with_(api_url=f"http://127.0.0.1:{self.api_port}")
             self.children["serve"] = self._spawn(["serve", "--port", str(self.api_port)])

@@ -1,4 +1,4 @@
-"""`pvm up` on the embedded default: starts Valkey, dispatcher and log pool; Ctrl-C stops all of it."""
+"""`pvm up` on the embedded default: Valkey, dispatcher, log pool, API + index pool, scheduler; Ctrl-C stops all."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
+from rq.job import Job
 
 from contracts import Minute
 from pvm.config import Settings
 from pvm.emitter import Emitter
+from pvm.serializers import MsgpackSerializer
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
+from workers.scheduler import read_schedules
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +80,21 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
             timeout=30,
         )
         assert found.returncode == 0 and json.loads(found.stdout)["hits"]
+        # the scheduler ran the embedded engine's optimize at start, in the process that owns the engine
+        r = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 60
+        while True:
+            states = {st.name: st for st in read_schedules(r)}
+            job_id = states["optimize"].job_id if "optimize" in states else None
+            status = Job.fetch(job_id, connection=r, serializer=MsgpackSerializer).get_status() if job_id else None
+            if status == "finished":
+                break
+            assert time.monotonic() < deadline, f"optimize never finished: {states}, {status}"
+            time.sleep(0.2)
+        listed = subprocess.run(
+            [sys.executable, "-m", "pvm.cli", "scheduler", "--list"], env=cli_env, capture_output=True, text=True
+        )
+        assert listed.returncode == 0 and "optimize" in listed.stdout and "-up" in listed.stdout, listed.stdout
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
         assert up.returncode == 0
