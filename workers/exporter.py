@@ -2,9 +2,9 @@
 
 Everything is read at scrape time: stream length, lag, pending and the age of
 the oldest pending entry per shard and group; RQ queue states and worker counts
-per pool; dead letters (held now, and ever added); and the job-level counters
-and histograms the pools record in Redis (`pvm.metrics`). `snapshot()` is
-shared with `pvm status`.
+per pool; dead letters (held now, and ever added); the job-level counters
+and histograms the pools record in Redis (`pvm.metrics`); and the scheduler's
+schedules and lease. `snapshot()` is shared with `pvm status`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from rq.registry import (
 
 from contracts import keys
 from pvm.config import Settings
-from pvm.connection import hash_reply, stream_entries
+from pvm.connection import bulk_reply, hash_reply, stream_entries
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
 from pvm.serializers import MsgpackSerializer
 
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9108
 LAG_COUNT_CAP = 100_000  # when Redis cannot say the lag, count entries up to this many
+SCHEDULE_FIELDS = ("last", "every", "job")  # `<name>:<field>` in keys.schedules()
 
 
 def _s(value: Any) -> str:
@@ -84,6 +85,18 @@ class QueueState:
 
 
 @dataclass
+class ScheduleState:
+    """One periodic maintenance job as `pvm scheduler` records it in `keys.schedules()`."""
+
+    name: str
+    every_s: float | None  # None: no `<name>:every` field (written by the leader at every tick)
+    last_run_at: float | None  # Unix seconds of the last run's enqueue; None: never ran
+    last_job: str | None
+    last_run_age_s: float | None
+    next_due_in_s: float | None  # negative: overdue; None: never ran (due at the leader's next tick)
+
+
+@dataclass
 class Snapshot:
     """PVM's state at one moment, as the exporter and `pvm status` see it."""
 
@@ -92,6 +105,8 @@ class Snapshot:
     queues: list[QueueState]
     stages: dict[str, dict[str, float]]  # stage -> minutes, batches, failures
     freshness: dict[str, dict[str, float | None]]  # stage -> p50_s, p99_s, count
+    schedules: list[ScheduleState] = field(default_factory=list)
+    scheduler_leader: str | None = None  # the lease holder's name; None: no scheduler acts
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,8 +174,41 @@ def _quantile(h: Histogram, q: float) -> float | None:
     return None
 
 
+def _seconds(value: bytes | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None  # a hand-edited field: leave it out rather than fail the whole scrape
+
+
+def _schedules(connection: redis.Redis, now: float) -> list[ScheduleState]:
+    """Every schedule in `keys.schedules()` (fields `<name>:last|every|job`), by name."""
+    raw = hash_reply(connection.hgetall(keys.schedules()))
+    fields = {_s(k): v for k, v in raw.items()}
+    split = (f.rpartition(":") for f in fields)
+    names = sorted({name for name, _, part in split if name and part in SCHEDULE_FIELDS})
+    states = []
+    for name in names:
+        every = _seconds(fields.get(f"{name}:every"))
+        last = _seconds(fields.get(f"{name}:last"))
+        job = fields.get(f"{name}:job")
+        states.append(
+            ScheduleState(
+                name=name,
+                every_s=every,
+                last_run_at=last,
+                last_job=None if job is None else _s(job),
+                last_run_age_s=None if last is None else max(0.0, now - last),
+                next_due_in_s=None if last is None or every is None else last + every - now,
+            )
+        )
+    return states
+
+
 def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
-    """Read the state of streams, queues and recorded metrics."""
+    """Read the state of streams, queues, recorded metrics and schedules."""
     now = time.time()
     now_ms = int(now * 1000)
     streams = []
@@ -202,7 +250,16 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
     for stage in sorted(_s(s) for s in connection.smembers(keys.metrics_freshness_stages())):
         h = read_histogram(hash_reply(connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
         freshness[stage] = {"p50_s": _quantile(h, 0.5), "p99_s": _quantile(h, 0.99), "count": h.count}
-    return Snapshot(now, streams, queues, stages, freshness)
+    leader = bulk_reply(connection.get(keys.scheduler_leader()))
+    return Snapshot(
+        now,
+        streams,
+        queues,
+        stages,
+        freshness,
+        schedules=_schedules(connection, now),
+        scheduler_leader=None if leader is None else _s(leader),
+    )
 
 
 class PvmCollector:
@@ -296,6 +353,28 @@ class PvmCollector:
             h = read_histogram(hash_reply(self.connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
             fresh.add_metric([stage], h.buckets, h.sum)
         yield fresh
+
+        last_run = GaugeMetricFamily(
+            "pvm_schedule_last_run_timestamp_seconds",
+            "Unix time a schedule's last run was enqueued (no sample: it never ran).",
+            labels=["schedule"],
+        )
+        interval = GaugeMetricFamily(
+            "pvm_schedule_interval_seconds", "Seconds between a schedule's runs.", labels=["schedule"]
+        )
+        for sched in snap.schedules:
+            if sched.last_run_at is not None:
+                last_run.add_metric([sched.name], sched.last_run_at)
+            if sched.every_s is not None:
+                interval.add_metric([sched.name], sched.every_s)
+        leader = GaugeMetricFamily(
+            "pvm_scheduler_leader",
+            "1, labelled with the name of the scheduler that holds the lease (no sample: none does).",
+            labels=["scheduler"],
+        )
+        if snap.scheduler_leader is not None:
+            leader.add_metric([snap.scheduler_leader], 1)
+        yield from (last_run, interval, leader)
 
         calls = CounterMetricFamily(
             "pvm_provider_calls", "Calls to embedding/LLM providers.", labels=["provider", "kind", "outcome"]

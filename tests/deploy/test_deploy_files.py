@@ -66,8 +66,15 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_provider_calls_total": ("counter", frozenset({"provider", "kind", "outcome"})),
     "pvm_provider_tokens_total": ("counter", frozenset({"provider", "kind"})),
     "pvm_provider_latency_seconds": ("histogram", frozenset({"provider", "kind"})),
+    "pvm_schedule_last_run_timestamp_seconds": ("gauge", frozenset({"schedule"})),
+    "pvm_schedule_interval_seconds": ("gauge", frozenset({"schedule"})),
+    "pvm_scheduler_leader": ("gauge", frozenset({"scheduler"})),
     "pvm_exporter_scrape_errors_total": ("counter", frozenset()),
 }
+# Every label the exporter puts on a series.
+METRIC_LABELS = frozenset(
+    {"shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule", "scheduler"}
+)
 # Series Prometheus adds itself for every target.
 TARGET_LABELS = frozenset({"job", "instance"})
 PROMETHEUS_SERIES = {"up": ("gauge", frozenset())}
@@ -205,10 +212,10 @@ KEDA_SCALED_OBJECT_SCHEMA: dict[str, Any] = {
 
 # Commands the deploy files run that land with later issues: until `pvm` has
 # them, they are not parsed (once it has, they are).
-LATER_COMMANDS = {"serve", "scheduler"}
+LATER_COMMANDS = {"serve"}
 
 # The services of docker-compose.yml beside the pools (one service per pool, named after it).
-COMPOSE_SERVICES = {"redis", "qdrant", "dispatcher", "exporter", "api", "prometheus"}
+COMPOSE_SERVICES = {"redis", "qdrant", "dispatcher", "scheduler", "exporter", "api", "prometheus"}
 
 
 # -- helpers ------------------------------------------------------------------
@@ -360,6 +367,8 @@ def test_every_required_alert_exists_with_a_severity_and_a_summary() -> None:
         "PVMQueueWithoutWorkers",
         "PVMIndexStale",
         "PVMExporterDown",
+        "PVMScheduleLate",
+        "PVMSchedulerDown",
     } <= set(rules)
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
@@ -407,6 +416,11 @@ def _case(
 SHARD0 = {"shard": "0", "group": keys.DISPATCH_GROUP}
 LOG_QUEUE = {"queue": keys.QUEUES["log"], "pool": "log"}
 INDEX_QUEUE = {"queue": keys.QUEUES["index"], "pool": "index"}
+
+
+def _every(interval_s: int, minutes: int) -> str:
+    """Last-run timestamps of a schedule that runs every `interval_s` from 0, one sample a minute."""
+    return " ".join(str(m * 60 // interval_s * interval_s) for m in range(minutes + 1))
 
 
 def _freshness(stage: str, buckets: dict[str, str]) -> list[dict[str, str]]:
@@ -590,6 +604,48 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
             [up, _series("pvm_exporter_scrape_errors_total", "3x20")],
             ("10m", "PVMExporterCannotReadRedis", []),
         ),
+        # Schedules (promtool's clock starts at Unix time 0; one sample a minute). `optimize` (hourly) ran at
+        # 0 and not again until 210m: 3 * 3600 s is up at 180m, it fires 10m later and resolves with the run.
+        # `compact` runs every 10 minutes as it should. `fresh` (every 60 s) never ran: not late, however long.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_scheduler_leader", "1x240", scheduler="sched-a"),
+                _series("pvm_schedule_interval_seconds", "3600x240", schedule="optimize"),
+                _series("pvm_schedule_last_run_timestamp_seconds", "0x209 12600x30", schedule="optimize"),
+                _series("pvm_schedule_interval_seconds", "600x240", schedule="compact"),
+                _series("pvm_schedule_last_run_timestamp_seconds", _every(600, 240), schedule="compact"),
+                _series("pvm_schedule_interval_seconds", "60x240", schedule="fresh"),
+            ],
+            ("185m", "PVMScheduleLate", []),
+            ("200m", "PVMScheduleLate", [warn(schedule="optimize")]),
+            ("220m", "PVMScheduleLate", []),
+            ("200m", "PVMSchedulerDown", []),
+        ),
+        # The scheduler stops at 10m: its lease (and the leader series) is gone, the schedules are still recorded.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_scheduler_leader", "1x10", scheduler="sched-a"),
+                _series("pvm_schedule_interval_seconds", "3600x40", schedule="optimize"),
+            ],
+            ("12m", "PVMSchedulerDown", []),
+            ("30m", "PVMSchedulerDown", [warn()]),
+        ),
+        # A failover (another scheduler takes the lease) and a stack with no schedules at all stay quiet.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_scheduler_leader", "1x10", scheduler="sched-a"),
+                _series("pvm_scheduler_leader", "_x10 1x30", scheduler="sched-b"),
+                _series("pvm_schedule_interval_seconds", "3600x40", schedule="optimize"),
+            ],
+            ("30m", "PVMSchedulerDown", []),
+        ),
+        _case("1m", [up], ("30m", "PVMSchedulerDown", []), ("30m", "PVMScheduleLate", [])),
     ]
     spec = {"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": tests}
     test_file = tmp_path / "alerts_test.yml"
@@ -642,6 +698,9 @@ def _exporter_families(redis_client: redis.Redis, settings: Settings) -> list[Me
     recorder.batch("log", 10, 0.01, failures=1)
     recorder.freshness("durable", [0.1])
     recorder.provider_call("openai", "embedding", "ok", 0.1, tokens=5)
+    # What a leading `pvm scheduler` keeps: a schedule that ran, and its lease.
+    redis_client.hset(keys.schedules(), mapping={"optimize:every": "3600.0", "optimize:last": "1700000000.0"})
+    redis_client.set(keys.scheduler_leader(), "deploy-test-scheduler", px=60_000)
     return list(PvmCollector(redis_client, settings).collect())
 
 
@@ -662,9 +721,9 @@ def test_metric_names_follow_prometheus_conventions() -> None:
         # coordination minutes, PVM's records, not time.)
         words = name.removesuffix("_total").split("_")
         assert not set(words) & {"milliseconds", "ms", "microseconds", "hours", "days", "kilobytes", "megabytes"}
-        if set(words) & {"duration", "latency", "age", "freshness", "waiting"}:
-            assert name.endswith("_seconds"), f"{name}: a duration is measured in seconds"
-        assert labels <= {"shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome"}
+        if set(words) & {"duration", "latency", "age", "freshness", "waiting", "interval", "timestamp"}:
+            assert name.endswith("_seconds"), f"{name}: a duration or a point in time is measured in seconds"
+        assert labels <= METRIC_LABELS
 
 
 def test_alerts_and_dashboard_query_only_served_metrics_and_labels() -> None:
@@ -721,7 +780,8 @@ def test_the_dashboard_is_a_grafana_dashboard_with_the_panels_operators_need() -
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     exprs = "\n".join(t["expr"] for _, t in dashboard_targets())
-    # lag per shard, pending age, dead letters added, throughput, freshness p50/p99, failures, queue depth, workers
+    # lag per shard, pending age, dead letters added, throughput, freshness p50/p99, failures, queue depth, workers,
+    # time since each schedule's last run
     for needle in [
         "by (shard, group) (pvm_stream_lag)",
         "pvm_stream_oldest_pending_age_seconds",
@@ -732,6 +792,7 @@ def test_the_dashboard_is_a_grafana_dashboard_with_the_panels_operators_need() -
         "pvm_stage_failures_total",
         'pvm_queue_jobs{status="queued"}',
         "pvm_queue_workers",
+        "time() - max by (schedule) (pvm_schedule_last_run_timestamp_seconds)",
     ]:
         assert needle in exprs, needle
 
@@ -912,7 +973,7 @@ def test_compose_runs_every_pool_as_its_own_scalable_service() -> None:
 def test_compose_uses_one_image_and_commands_pvm_accepts() -> None:
     services = compose()["services"]
     pvm_services = {n: s for n, s in services.items() if s.get("image", "").startswith("pvm:")}
-    assert set(pvm_services) == {"dispatcher", "exporter", "api", *keys.QUEUES}
+    assert set(pvm_services) == {"dispatcher", "scheduler", "exporter", "api", *keys.QUEUES}
     assert len({s["image"] for s in pvm_services.values()}) == 1
     for name, service in pvm_services.items():
         parse_pvm_command(compose_command(service), f"docker-compose.yml service {name}")

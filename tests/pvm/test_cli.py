@@ -159,3 +159,45 @@ def test_an_open_api_beyond_loopback_warns_once_and_works_as_before(apollo_logge
         out = run_cli(["context", "--project", "apollo", "--agent", "coder"], env)
         assert out.returncode == 0 and "# Context for coder" in out.stdout
     assert served.output.count("unauthenticated") == 1 and "set PVM_API_TOKEN" in served.output
+
+
+def test_status_shows_the_schedules_and_the_scheduler_leader(
+    redis_client: redis.Redis, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    from contracts import keys
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "SCHEDULES (leader: none)\n  none recorded yet" in out
+
+    # What a leading `pvm scheduler` keeps: one schedule that ran (long ago: overdue), one that never ran.
+    redis_client.hset(
+        keys.schedules(),
+        mapping={"optimize:every": "3600.0", "optimize:last": "1000.0", "optimize:job": "j1", "compact:every": "60"},
+    )
+    redis_client.set(keys.scheduler_leader(), "sched-a", px=60_000)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("SCHEDULES (leader: sched-a)\n", 1)[1].splitlines()
+    assert section[0].split() == ["SCHEDULE", "EVERY", "LAST", "RUN", "NEXT", "DUE"]
+    assert section[1].split() == ["compact", "60.0s", "never", "now"]
+    name, every, *rest = section[2].split()
+    assert (name, every) == ("optimize", "60.0m") and rest[1] == "ago" and rest[2] == "overdue"
+
+    assert main(["status", "--json"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    assert snap["scheduler_leader"] == "sched-a"
+    compact, optimize = snap["schedules"]
+    assert compact == {
+        "name": "compact",
+        "every_s": 60.0,
+        "last_run_at": None,
+        "last_job": None,
+        "last_run_age_s": None,
+        "next_due_in_s": None,
+    }
+    assert optimize["last_run_at"] == 1000.0 and optimize["last_job"] == "j1"
+    assert optimize["last_run_age_s"] == snap["taken_at"] - 1000.0
+    assert optimize["next_due_in_s"] == 1000.0 + 3600.0 - snap["taken_at"]

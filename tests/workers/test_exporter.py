@@ -64,6 +64,8 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
     rec.batch("log", 300, 0.2, failures=3)
     rec.freshness("durable", [0.01, 0.02, 0.3])
     rec.provider_call("openai", "embedding", "ok", 0.12, tokens=900)
+    redis_client.hset(keys.schedules(), mapping={"optimize:every": "3600.0", "optimize:last": "1700000000.5"})
+    redis_client.set(keys.scheduler_leader(), "sched-a", px=60_000)
     port = free_port()
     server, _ = serve(redis_client, settings, port=port)
     try:
@@ -86,6 +88,9 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
         "pvm_provider_calls_total",
         "pvm_provider_tokens_total",
         "pvm_provider_latency_seconds_count",
+        "pvm_schedule_last_run_timestamp_seconds",
+        "pvm_schedule_interval_seconds",
+        "pvm_scheduler_leader",
     ]
     missing = [name for name in required if name not in m]
     assert not missing
@@ -99,10 +104,13 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
         if name.endswith("_total"):
             assert not name.endswith("_seconds_total")
         words = set(base.split("_"))
-        if words & {"duration", "latency", "age", "freshness", "waiting"}:
+        if words & {"duration", "latency", "age", "freshness", "waiting", "interval", "timestamp"}:
             assert base.endswith("_seconds"), name
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
-    assert labels <= {"shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"}
+    assert labels <= {
+        *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"),
+        *("schedule", "scheduler"),
+    }
 
 
 def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
@@ -150,6 +158,72 @@ def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
     redis_client.xdel(dead_stream, *[entry_id for entry_id, _ in redis_client.xrange(dead_stream)])  # pvm dead drop
     gauge, counter = scraped()
     assert (gauge["2"], counter["2"]) == (0, 15)
+
+
+def test_schedules_and_the_leader_lease_are_read_at_scrape_time(redis_client: redis.Redis, settings: Settings) -> None:
+    """What `pvm scheduler` keeps in Redis, as gauges: a schedule that never ran has an interval and no last run."""
+
+    def families() -> dict[str, list[tuple[dict[str, str], float]]]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        finally:
+            server.shutdown()
+        return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(body)}
+
+    # Nothing scheduled yet: every family is served, with no samples.
+    m = families()
+    assert m["pvm_schedule_last_run_timestamp_seconds"] == []
+    assert m["pvm_schedule_interval_seconds"] == []
+    assert m["pvm_scheduler_leader"] == []
+
+    redis_client.hset(
+        keys.schedules(),
+        mapping={
+            "optimize:every": "3600.0",
+            "optimize:last": "1700000000.25",
+            "optimize:job": "job-1",
+            "compact:every": "86400",  # written by the leader, never run yet
+        },
+    )
+    redis_client.set(keys.scheduler_leader(), "sched-a", px=60_000)
+    m = families()
+    assert m["pvm_schedule_last_run_timestamp_seconds"] == [({"schedule": "optimize"}, 1700000000.25)]
+    assert m["pvm_schedule_interval_seconds"] == [  # by name
+        ({"schedule": "compact"}, 86400.0),
+        ({"schedule": "optimize"}, 3600.0),
+    ]
+    assert m["pvm_scheduler_leader"] == [({"scheduler": "sched-a"}, 1.0)]
+
+    snap = snapshot(redis_client, settings)
+    assert snap.scheduler_leader == "sched-a"
+    compact, optimize = snap.schedules
+    assert (compact.name, compact.every_s, compact.last_run_at, compact.last_job) == ("compact", 86400.0, None, None)
+    assert compact.last_run_age_s is None and compact.next_due_in_s is None
+    assert (optimize.name, optimize.every_s, optimize.last_run_at, optimize.last_job) == (
+        "optimize",
+        3600.0,
+        1700000000.25,
+        "job-1",
+    )
+    assert optimize.last_run_age_s == snap.taken_at - 1700000000.25
+    assert optimize.next_due_in_s == 1700000000.25 + 3600.0 - snap.taken_at  # long overdue: negative
+
+    # The lease expires (or its holder releases it): the family stays, without a sample.
+    redis_client.delete(keys.scheduler_leader())
+    m = families()
+    assert m["pvm_scheduler_leader"] == []
+    assert len(m["pvm_schedule_interval_seconds"]) == 2
+
+
+def test_a_malformed_schedule_field_is_left_out_not_fatal(redis_client: redis.Redis, settings: Settings) -> None:
+    redis_client.hset(
+        keys.schedules(), mapping={"optimize:every": "hourly", "optimize:last": "1700000000", "stray": "x"}
+    )
+    (optimize,) = snapshot(redis_client, settings).schedules
+    assert (optimize.name, optimize.every_s, optimize.last_run_at) == ("optimize", None, 1700000000.0)
+    assert optimize.next_due_in_s is None
 
 
 def test_the_exporter_survives_redis_errors(settings: Settings) -> None:
