@@ -28,7 +28,7 @@ import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 from rq import Queue
@@ -194,10 +194,24 @@ class Scheduler:
             return []
         self.stats.led += 1
         now = self.now() if now is None else now
+        self._record_schedules()
+        return [s.name for s in self.schedules if self._run_if_due(s, now)]
+
+    def _record_schedules(self) -> None:
+        """Write every schedule's interval; drop the state of schedules the leader no longer has."""
+        names = {s.name for s in self.schedules}
+        fields = cast(list[bytes], self.connection.hkeys(keys.schedules()))
+        stale = [f for f in fields if f.decode().rsplit(":", 1)[0] not in names]
+        if stale:
+            self.connection.hdel(keys.schedules(), *stale)
+            log.warning(
+                "scheduler %s: dropped schedules it no longer has: %s",
+                self.name,
+                sorted({f.decode().rsplit(":", 1)[0] for f in stale}),
+            )
         if self.schedules:
             every = {f"{s.name}:every": repr(s.every_s) for s in self.schedules}
             self.connection.hset(keys.schedules(), mapping=every)  # type: ignore[arg-type]
-        return [s.name for s in self.schedules if self._run_if_due(s, now)]
 
     def _run_if_due(self, schedule: Schedule, now: float) -> bool:
         key = keys.schedules()

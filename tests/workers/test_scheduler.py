@@ -154,3 +154,14 @@ def test_run_leads_enqueues_and_hands_the_lease_back_on_stop(redis_client: redis
     assert not thread.is_alive()
     assert redis_client.get(keys.scheduler_leader()) is None  # a standby need not wait out the lease
     assert scheduler.stats.enqueued == {"mark": 1} and pool_queue("log", redis_client).count == 1
+
+
+def test_the_leader_drops_the_state_of_schedules_it_no_longer_has(redis_client: redis.Redis, tmp_path: Path) -> None:
+    old = Scheduler(redis_client, [marker_schedule(tmp_path, name="gone"), marker_schedule(tmp_path)], name="old")
+    assert sorted(old.tick(now=0.0)) == ["gone", "mark"]
+    old.release_lease()
+    new = Scheduler(redis_client, [marker_schedule(tmp_path)], name="new")  # "gone" was configured away
+    new.tick(now=1.0)
+    assert [st.name for st in read_schedules(redis_client)] == ["mark"]
+    Scheduler(redis_client, [], name="new").tick(now=2.0)  # e.g. PVM_OPTIMIZE_EVERY=0: nothing left to report
+    assert read_schedules(redis_client) == []
