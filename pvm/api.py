@@ -5,9 +5,11 @@ project in the path, so no request can read across projects. `POST /v1/minutes`
 validates a whole batch against the contract and XADDs it to the shard streams
 before answering 202 with the ids; an invalid batch is refused whole with 422
 and every error names its minute and field. The OpenAPI description is served
-at `/openapi.json`. With PVM_API_TOKEN set, every route but `/healthz` needs
-`Authorization: Bearer <token>`; without it the API is open, and `pvm serve`
-warns when it binds beyond loopback.
+at `/openapi.json`. With PVM_API_TOKEN or PVM_API_TOKENS_FILE set, every route
+but `/healthz` needs `Authorization: Bearer <token>`; without either the API is
+open, and `pvm serve` warns when it binds beyond loopback. A token from the
+tokens file reaches only its projects: any other project in a path, or in a
+posted minute, is refused with 403 before anything is read or written.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.memory import SearchFilters
 from contracts.minute import utc_now_iso
+from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
 
@@ -42,6 +45,8 @@ MAX_BATCH = 1_000
 MAX_BODY_BYTES = 8 * 1024 * 1024
 # Open without a token: orchestrators probe it and it tells nothing about any project.
 HEALTH_PATH = "/healthz"
+# The ASGI scope key under which BearerAuth leaves the scope of the token a request carried.
+TOKEN_SCOPE_KEY = "pvm.token_scope"
 
 
 class BadRequest(ValueError):
@@ -96,32 +101,59 @@ def _json_body(body: bytes) -> Any:
         raise BadRequest(f"request body is not JSON: {exc}") from None
 
 
+def bearer_credential(authorization: str | None) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` header, as the bytes the client sent; None for any other."""
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return None
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes the client sent.
+    return given.strip().encode("latin-1")
+
+
 def bearer_token_matches(authorization: str | None, token: str) -> bool:
     """Whether an Authorization header carries `Bearer <token>` (compared in constant time)."""
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    # Starlette decodes header bytes as latin-1: encoding back gives the bytes the client sent.
-    return hmac.compare_digest(given.strip().encode("latin-1"), token.encode())
+    given = bearer_credential(authorization)
+    return given is not None and hmac.compare_digest(given, token.encode())
+
+
+def forbidden(project_id: str, verb: str = "read") -> str:
+    """The 403 message: it names only the project the client asked for, never which projects exist."""
+    return f"this token may not {verb} project {project_id}"
 
 
 class BearerAuth:
-    """Refuses every request but the health check unless it carries the API token.
+    """Refuses every request but the health check unless it carries a token the server knows.
 
-    The 401 body never repeats what the client sent, so neither the right token
-    nor a near miss ends up in a client's logs or error reports.
+    The token is PVM_API_TOKEN (every project) or one in the tokens file (its
+    projects); the scope of the token is left in the ASGI scope for the routes,
+    which refuse a project outside it. The 401 body never repeats what the
+    client sent, so neither a right token nor a near miss ends up in a client's
+    logs or error reports.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str | None = None, tokens: TokenFile | None = None) -> None:
         self.app = app
         self.token = token
+        self.tokens = tokens
+
+    def scope_of(self, authorization: str | None) -> TokenScope | None:
+        """The scope of the token in an Authorization header, or None when no token the server knows is there."""
+        if self.token is not None and bearer_token_matches(authorization, self.token):
+            return EVERY_PROJECT
+        given = bearer_credential(authorization)
+        if self.tokens is None or given is None:
+            return None
+        # A lookup by the token's hash: its timing depends on the hash, which tells nothing of a stored token.
+        return self.tokens.lookup(given)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
         authorization = Headers(scope=scope).get("authorization")
-        if bearer_token_matches(authorization, self.token):
+        granted = self.scope_of(authorization)
+        if granted is not None:
+            scope[TOKEN_SCOPE_KEY] = granted
             await self.app(scope, receive, send)
             return
         if authorization is None:
@@ -144,13 +176,38 @@ def is_loopback(addr: str) -> bool:
         return False
 
 
-def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_token: str | None = None) -> Starlette:
-    """The API over one reader and one Redis; with `api_token`, every route but the health check needs it."""
+def create_app(
+    reader: ContextReader,
+    connection: redis.Redis,
+    shards: int,
+    api_token: str | None = None,
+    tokens: TokenFile | None = None,
+) -> Starlette:
+    """The API over one reader and one Redis.
+
+    With `api_token` and/or `tokens`, every route but the health check needs a
+    bearer token: `api_token` reaches every project, a token in `tokens` only
+    its own.
+    """
     # A token read from a file-backed secret often ends in a newline no client will send.
     token = (api_token or "").strip() or None
+    guarded = token is not None or tokens is not None
+
+    def granted(request: Request) -> TokenScope | None:
+        # Fails closed: with auth on, a request BearerAuth did not mark reaches no project.
+        found = request.scope.get(TOKEN_SCOPE_KEY)
+        if isinstance(found, TokenScope):
+            return found
+        return None if guarded else EVERY_PROJECT
 
     def route(fn: Callable[[Request, bytes], Any]) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
+            # Every route with a project in its path is checked here, so a new route cannot forget to.
+            project_id = request.path_params.get("project_id")
+            if project_id is not None:
+                scope = granted(request)
+                if scope is None or not scope.allows(project_id):
+                    return JSONResponse({"error": forbidden(project_id)}, status_code=403)
             # Reads block (Redis, the vector engine): run them in the thread pool, not on the event loop.
             try:
                 body = await request.body() if request.method == "POST" else b""
@@ -212,6 +269,26 @@ def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_
             raise BadRequest('body must be {"minutes": [minute, ...]} (or a JSON array of minutes)')
         if len(raw_minutes) > MAX_BATCH:
             raise BadRequest(f"at most {MAX_BATCH} minutes per request, got {len(raw_minutes)}")
+        # Scope before contract: a batch that writes anywhere this token may not go is refused whole (403),
+        # whatever else is wrong with it; a project id that is not a valid id is left to the contract (422).
+        scope = granted(request)
+        foreign: dict[str, list[int]] = {}
+        for i, raw in enumerate(raw_minutes):
+            project_id = raw.get("project_id") if isinstance(raw, dict) else None
+            if is_project_id(project_id) and (scope is None or not scope.allows(project_id)):
+                foreign.setdefault(project_id, []).append(i)
+        if foreign:
+            return JSONResponse(
+                {
+                    "error": forbidden(", ".join(sorted(foreign)), "write") + "; nothing was accepted",
+                    "errors": [
+                        {"index": i, "field": "project_id", "problem": forbidden(project_id, "write")}
+                        for project_id, indexes in foreign.items()
+                        for i in indexes
+                    ],
+                },
+                status_code=403,
+            )
         errors = []
         encoded: list[tuple[int, bytes, str]] = []
         for i, raw in enumerate(raw_minutes):
@@ -238,7 +315,7 @@ def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_
             status_code=202,
         )
 
-    document = openapi_document(token_required=token is not None)
+    document = openapi_document(token_required=guarded, scoped=tokens is not None)
 
     def openapi(request: Request, body: bytes) -> Any:
         return document
@@ -253,7 +330,7 @@ def create_app(reader: ContextReader, connection: redis.Redis, shards: int, api_
             Route("/v1/projects/{project_id}/recent", route(recent)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
         ],
-        middleware=[Middleware(BearerAuth, token=token)] if token else [],
+        middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )
 
 
@@ -368,25 +445,36 @@ OPENAPI: dict[str, Any] = {
 }
 
 
-def openapi_document(token_required: bool) -> dict[str, Any]:
-    """The OpenAPI description; with a token, the bearer scheme on every operation but the health check."""
+def openapi_document(token_required: bool, scoped: bool = False) -> dict[str, Any]:
+    """The OpenAPI description; with a token, the bearer scheme on every operation but the health check.
+
+    `scoped`: tokens may be limited to projects, so the routes that name a
+    project (in the path or in posted minutes) also answer 403.
+    """
     if not token_required:
         return OPENAPI
     document = copy.deepcopy(OPENAPI)
+    described = "the server's PVM_API_TOKEN"
+    if scoped:
+        described += ", or a token in PVM_API_TOKENS_FILE (which reaches only its projects)"
     document["components"]["securitySchemes"] = {
-        "bearerAuth": {"type": "http", "scheme": "bearer", "description": "the server's PVM_API_TOKEN"}
+        "bearerAuth": {"type": "http", "scheme": "bearer", "description": described}
     }
     document["security"] = [{"bearerAuth": []}]
     for path, operations in document["paths"].items():
         for operation in operations.values():
             if path == HEALTH_PATH:
                 operation["security"] = []
-            else:
-                operation["responses"]["401"] = {"description": "missing or wrong bearer token"}
+                continue
+            operation["responses"]["401"] = {"description": "missing or wrong bearer token"}
+            if scoped:
+                operation["responses"]["403"] = {
+                    "description": "the token may not read or write the project named (nothing was written)"
+                }
     return document
 
 
-def run_server(settings: Settings, addr: str, port: int, index_worker: bool) -> None:
+def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tokens: TokenFile | None = None) -> None:
     """`pvm serve`: the API under uvicorn; with the embedded engine also the index pool, in this one process.
 
     The embedded engine's files belong to one process, so the process that
@@ -403,13 +491,16 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool) -> 
     from pvm.engines import close_shared, searcher_for
     from pvm.stores.log import LogReader
 
+    # Before anything else: a tokens file that cannot be used stops the server (TokenFileError), never opens it.
+    if tokens is None and settings.api_tokens_file is not None:
+        tokens = TokenFile(settings.api_tokens_file)
     connection = redis_from_settings(settings)
     reader = ContextReader(connection, LogReader(settings.log_dir), searcher_for(settings))  # type: ignore[arg-type]
-    app = create_app(reader, connection, settings.shards, api_token=settings.api_token)
-    if settings.api_token is None and not is_loopback(addr):
+    app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
+    if settings.api_token is None and tokens is None and not is_loopback(addr):
         log.warning(
             "the reader API on %s:%d is unauthenticated: anyone who reaches it can read and write every project; "
-            "set PVM_API_TOKEN to require a bearer token",
+            "set PVM_API_TOKEN or PVM_API_TOKENS_FILE to require a bearer token",
             addr,
             port,
         )

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pvm.config import ConfigError, Settings
@@ -418,7 +419,10 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.api import run_server
+    from pvm.auth import TokenFile
 
+    # Loaded before anything starts: a tokens file that cannot be used is a one-line error, never an open API.
+    tokens = TokenFile(settings.api_tokens_file) if settings.api_tokens_file else None
     index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
     if index_worker and settings.qdrant_url is None:
         where = "with the embedded engine: this process also runs the index pool"
@@ -428,7 +432,34 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         where = "(stateless: run index workers with `pvm worker index`)"
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
-    run_server(settings, args.addr, args.port, index_worker)
+    run_server(settings, args.addr, args.port, index_worker, tokens=tokens)
+    return 0
+
+
+def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.auth import ALL_PROJECTS, add_to_file, new_token, token_entry
+
+    token = new_token()
+    try:
+        entry = token_entry(args.name, token, [ALL_PROJECTS] if args.all else args.project)
+    except ValueError as exc:
+        raise SystemExit(f"pvm: {exc}") from None
+    if args.file:
+        add_to_file(args.file, entry)
+    if args.json:
+        print(json.dumps({"token": token, "entry": entry, "file": str(args.file) if args.file else None}, indent=2))
+        return 0
+    # The token goes to stderr, labelled, and is never shown again; stdout holds only what is safe to keep.
+    print(
+        f"token {args.name!r} (shown only now; the file keeps only its hash; clients set PVM_API_TOKEN to it):\n"
+        f"  {token}",
+        file=sys.stderr,
+    )
+    projects = "every project" if args.all else ", ".join(entry["projects"])
+    if args.file:
+        print(f"added {args.name!r} ({projects}) to {args.file}; a running pvm serve picks it up within a second")
+    else:
+        print(json.dumps(entry))
     return 0
 
 
@@ -647,6 +678,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the index pool in this process (auto: yes with the embedded engine, which one process must own)",
     )
     serve.set_defaults(func=cmd_serve)
+
+    token = sub.add_parser("token", help="project-scoped tokens for the reader API (PVM_API_TOKENS_FILE)")
+    token_sub = token.add_subparsers(dest="token_command", required=True, metavar="SUBCOMMAND")
+    token_new = token_sub.add_parser(
+        "new",
+        help="make a random token for some projects: print it once, and its entry (a hash) for the tokens file",
+        description="Make a random token that reaches only the projects named. The token is printed once, on "
+        "stderr; the tokens file stores only its SHA-256. Without --file the entry to add to the file is printed "
+        "on stdout; with --file it is added (the file is created when missing, and written atomically, mode 0600).",
+    )
+    token_new.add_argument("--name", required=True, help="a unique name for the token's holder (e.g. team-a)")
+    reach = token_new.add_mutually_exclusive_group(required=True)
+    reach.add_argument("--project", action="append", help="a project the token may read and write (repeatable)")
+    reach.add_argument("--all", action="store_true", help="every project")
+    token_new.add_argument("--file", type=Path, help="add the entry to this tokens file (PVM_API_TOKENS_FILE)")
+    token_new.add_argument("--json", action="store_true", help='print {"token", "entry", "file"} as JSON on stdout')
+    token_new.set_defaults(func=cmd_token_new)
 
     context = sub.add_parser("context", help="an agent's context, from the reader API (PVM_API_URL)")
     context.add_argument("--project", required=True, help="project id")

@@ -28,6 +28,7 @@
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /health; clients send it |
+| PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class Settings:
     search_weights: tuple[float, float, float, float] = defaults.SEARCH_WEIGHTS
     api_url: str | None = None
     api_token: str | None = field(default=None, repr=False)
+    api_tokens_file: Path | None = None
     optimize_every_s: int = defaults.OPTIMIZE_EVERY_S
 
     @property
@@ -170,6 +172,7 @@ class Settings:
             search_weights=_weights(env),
             api_url=env.get("PVM_API_URL") or None,
             api_token=env.get("PVM_API_TOKEN") or None,
+            api_tokens_file=Path(env["PVM_API_TOKENS_FILE"]) if env.get("PVM_API_TOKENS_FILE") else None,
             optimize_every_s=_int(env, "PVM_OPTIMIZE_EVERY", defaults.OPTIMIZE_EVERY_S, minimum=0),
         )
 
@@ -203,6 +206,7 @@ class Settings:
             "PVM_EMBED_DIMENSIONS": None if self.embed_dimensions is None else str(self.embed_dimensions),
             "PVM_API_URL": self.api_url,
             "PVM_API_TOKEN": self.api_token,
+            "PVM_API_TOKENS_FILE": None if self.api_tokens_file is None else str(self.api_tokens_file),
         }
         env.update({k: v for k, v in optional.items() if v})
         env["PVM_EMBED_BATCH_SIZE"] = str(self.embed_batch_size)

@@ -1,16 +1,22 @@
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from contracts import keys
 from pvm import engines
 from pvm.api import bearer_token_matches, create_app, is_loopback
+from pvm.auth import TokenFile, token_sha256
 from pvm.config import Settings
 from pvm.demo import sample_session
 from pvm.embedders import OpenAIEmbedder
@@ -219,3 +225,158 @@ def test_search_says_when_the_answer_is_lexical_only(
         assert answer["degraded"].startswith("dense leg skipped") and "HTTP 500" in answer["degraded"]
     finally:
         engine.close()
+
+
+# -- project-scoped tokens (PVM_API_TOKENS_FILE) -------------------------------------------------
+
+TEAM_A = "team-a-token-7c1e"
+OPS = "ops-token-51d0"
+
+
+def write_tokens(path: Path, *entries: tuple[str, str, list[str]]) -> None:
+    """Write a tokens file aside and rename it into place, as `pvm token new --file` does."""
+    document = {"tokens": [{"name": n, "sha256": token_sha256(t), "projects": p} for n, t, p in entries]}
+    aside = path.with_name(path.name + ".new")
+    aside.write_text(json.dumps(document))
+    os.replace(aside, path)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def tokens_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.json"
+    write_tokens(path, ("team-a", TEAM_A, ["apollo"]), ("ops", OPS, ["*"]))
+    return path
+
+
+@pytest.fixture
+def scoped(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, tokens_path: Path
+) -> Iterator[TestClient]:
+    """The API with the tokens file (checked on every request here) and PVM_API_TOKEN both set."""
+    tokens = TokenFile(tokens_path, check_every_s=0)
+    with TestClient(create_app(reader, redis_client, settings.shards, api_token=TOKEN, tokens=tokens)) as c:
+        yield c
+
+
+def stream_lengths(redis_client: redis.Redis) -> list[int]:
+    return [redis_client.xlen(keys.stream(shard)) for shard in range(4)]
+
+
+# Every read route, with a request it answers with success for a project: (path template, params).
+READS = [
+    ("/v1/projects/{}/context", {"agent_id": "coder"}),
+    ("/v1/projects/{}/search", {"q": "conflict resolved"}),
+    ("/v1/projects/{}/recent", {"n": 3}),
+    ("/v1/projects/{}/minutes", {"ids": "nosuchid"}),
+]
+
+
+def test_a_scoped_token_reads_its_project_and_nothing_else(scoped: TestClient) -> None:
+    for template, params in READS:
+        r = scoped.get(template.format("apollo"), params=params, headers=bearer(TEAM_A))
+        assert r.status_code == 200, (template, r.text)
+        # borealis exists, nosuchproject does not: the refusal is the same, so it tells nothing about which exist
+        for project in ("borealis", "nosuchproject"):
+            r = scoped.get(template.format(project), params=params, headers=bearer(TEAM_A))
+            assert r.status_code == 403, (template, project)
+            assert r.json() == {"error": f"this token may not read project {project}"}
+        # the check comes before the route's own: a bad request for a foreign project is still 403
+        assert scoped.get(template.format("borealis"), headers=bearer(TEAM_A)).status_code == 403
+    assert scoped.get("/openapi.json", headers=bearer(TEAM_A)).status_code == 200
+    assert scoped.get("/healthz").json() == {"status": "ok"}
+
+
+def test_an_all_projects_token_and_the_api_token_read_every_project(scoped: TestClient) -> None:
+    for token in (OPS, TOKEN):
+        for project in ("apollo", "borealis", "nosuchproject"):
+            for template, params in READS:
+                r = scoped.get(template.format(project), params=params, headers=bearer(token))
+                assert r.status_code == 200, (token, template, project, r.text)
+
+
+def test_unknown_tokens_get_401_with_a_tokens_file(scoped: TestClient) -> None:
+    for headers in ({}, bearer("not-a-token"), bearer(token_sha256(TEAM_A)), {"Authorization": TEAM_A}):
+        for path in ("/v1/projects/apollo/recent", "/openapi.json"):
+            r = scoped.get(path, headers=headers)
+            assert r.status_code == 401 and "token" in r.json()["error"], (path, headers)
+            assert TEAM_A not in r.text
+
+
+def test_posting_to_a_foreign_project_writes_nothing(scoped: TestClient, redis_client: redis.Redis) -> None:
+    own = {"project_id": "apollo", "event_type": "decision", "memory_note": "ship friday"}
+    foreign = {**own, "project_id": "borealis"}
+    invalid = {"project_id": "apollo", "event_type": "task_completed", "data": {"success_criteria_met": 250}}
+    before = stream_lengths(redis_client)
+    for batch in ([foreign], [own, foreign], [own, {**foreign, "project_id": "nosuchproject"}], [invalid, foreign]):
+        r = scoped.post("/v1/minutes", json={"minutes": batch}, headers=bearer(TEAM_A))
+        assert r.status_code == 403, batch
+        assert r.json()["error"].startswith("this token may not write project ")
+        assert r.json()["error"].endswith("; nothing was accepted")
+        assert [e["index"] for e in r.json()["errors"]] == [
+            i for i, m in enumerate(batch) if m["project_id"] != "apollo"
+        ]
+        assert stream_lengths(redis_client) == before
+    r = scoped.post("/v1/minutes", json={"minutes": [own, foreign]}, headers=bearer(TEAM_A))
+    assert r.json()["errors"] == [
+        {"index": 1, "field": "project_id", "problem": "this token may not write project borealis"}
+    ]
+    # its own project: the contract still applies (422), then the batch is written
+    assert scoped.post("/v1/minutes", json={"minutes": [invalid]}, headers=bearer(TEAM_A)).status_code == 422
+    assert scoped.post("/v1/minutes", json={"minutes": [own, own]}, headers=bearer(TEAM_A)).status_code == 202
+    assert redis_client.xlen(keys.stream(keys.shard_of("apollo", 4))) == before[keys.shard_of("apollo", 4)] + 2
+    assert sum(stream_lengths(redis_client)) == sum(before) + 2
+    assert scoped.post("/v1/minutes", json={"minutes": [own, foreign]}, headers=bearer(OPS)).status_code == 202
+
+
+def test_editing_the_tokens_file_revokes_and_grants_without_a_restart(
+    scoped: TestClient, tokens_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert scoped.get("/v1/projects/apollo/recent", headers=bearer(TEAM_A)).status_code == 200
+    write_tokens(tokens_path, ("ops", OPS, ["*"]))
+    assert scoped.get("/v1/projects/apollo/recent", headers=bearer(TEAM_A)).status_code == 401
+    write_tokens(tokens_path, ("ops", OPS, ["*"]), ("team-a", TEAM_A, ["borealis"]))
+    assert scoped.get("/v1/projects/apollo/recent", headers=bearer(TEAM_A)).status_code == 403
+    assert scoped.get("/v1/projects/borealis/recent", headers=bearer(TEAM_A)).status_code == 200
+    # a broken edit keeps the last good set, and says so in the log
+    tokens_path.write_text('{"tokens": [{"name": "ops"')
+    assert scoped.get("/v1/projects/borealis/recent", headers=bearer(TEAM_A)).status_code == 200
+    assert "keeping the 2 tokens loaded before" in caplog.text
+    assert TEAM_A not in caplog.text and OPS not in caplog.text
+
+
+def test_openapi_documents_403_when_tokens_are_scoped(scoped: TestClient) -> None:
+    spec = scoped.get("/openapi.json", headers=bearer(OPS)).json()
+    assert "PVM_API_TOKENS_FILE" in spec["components"]["securitySchemes"]["bearerAuth"]["description"]
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            assert ("403" in operation["responses"]) == (path != "/healthz"), path
+
+
+PROJECTS = ["apollo", "borealis", "cassini", "deimos", "europa"]
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(
+    scope=st.one_of(st.just(["*"]), st.lists(st.sampled_from(PROJECTS), min_size=1, max_size=4, unique=True)),
+    asked=st.sampled_from(PROJECTS),
+)
+def test_access_is_granted_iff_the_project_is_in_the_tokens_scope(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, tmp_path: Path, scope: list[str], asked: str
+) -> None:
+    path = tmp_path / "property-tokens.json"
+    write_tokens(path, ("holder", TEAM_A, scope), ("other", OPS, [p for p in PROJECTS if p not in scope] or ["*"]))
+    app = create_app(reader, redis_client, settings.shards, tokens=TokenFile(path))
+    in_scope = "*" in scope or asked in scope
+    with TestClient(app) as c:
+        for template, params in READS:
+            r = c.get(template.format(asked), params=params, headers=bearer(TEAM_A))
+            assert r.status_code == (200 if in_scope else 403), (template, scope, asked)
+        before = stream_lengths(redis_client)
+        minute = {"project_id": asked, "event_type": "decision"}
+        r = c.post("/v1/minutes", json={"minutes": [minute]}, headers=bearer(TEAM_A))
+        assert r.status_code == (202 if in_scope else 403)
+        assert sum(stream_lengths(redis_client)) == sum(before) + (1 if in_scope else 0)

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from contracts import Minute, encode_minute
+from pvm.auth import TokenFile, load_tokens, token_sha256
 from pvm.cli import main
 from pvm.config import ConfigError, Settings
 from pvm.demo import sample_session
@@ -82,6 +83,9 @@ def test_settings_refuse_bad_values() -> None:
     s = Settings.from_env({"PVM_HOME": "/srv/pvm", "PVM_SHARDS": "8"})
     assert s.shards == 8 and str(s.log_dir) == "/srv/pvm/var/log"
     assert Settings.from_env(s.to_env()) == s
+    scoped = Settings.from_env({"PVM_API_TOKENS_FILE": "/etc/pvm/tokens.json"})
+    assert scoped.api_tokens_file == Path("/etc/pvm/tokens.json") and s.api_tokens_file is None
+    assert Settings.from_env(scoped.to_env()) == scoped
 
 
 @dataclass
@@ -93,12 +97,14 @@ class Served:
 
 
 @contextmanager
-def serving(settings: Settings, addr: str, token: str | None) -> Iterator[Served]:
+def serving(
+    settings: Settings, addr: str, token: str | None, extra_env: dict[str, str] | None = None
+) -> Iterator[Served]:
     """A real `pvm serve` on a free port, yielded once /healthz answers; stopped (SIGTERM) on exit."""
     import os
 
     port = free_port()
-    env = {**os.environ, **settings.to_env(), "PVM_API_TOKEN": token or ""}
+    env = {**os.environ, **settings.to_env(), "PVM_API_TOKEN": token or "", **(extra_env or {})}
     server = subprocess.Popen(
         [sys.executable, "-m", "pvm.cli", "serve", "--addr", addr, "--port", str(port), "--index-worker", "no"],
         env=env,
@@ -201,3 +207,83 @@ def test_status_shows_the_schedules_and_the_scheduler_leader(
     assert optimize["last_run_at"] == 1000.0 and optimize["last_job"] == "j1"
     assert optimize["last_run_age_s"] == snap["taken_at"] - 1000.0
     assert optimize["next_due_in_s"] == 1000.0 + 3600.0 - snap["taken_at"]
+
+
+def test_token_new_prints_the_token_once_and_the_entry_to_add(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["token", "new", "--name", "team-a", "--project", "borealis", "--project", "apollo"]) == 0
+    out, err = capsys.readouterr()
+    token = err.strip().splitlines()[-1].strip()
+    assert "shown only now" in err and "PVM_API_TOKEN" in err and len(token) >= 43
+    assert json.loads(out) == {"name": "team-a", "sha256": token_sha256(token), "projects": ["apollo", "borealis"]}
+    assert token not in out
+
+    assert main(["token", "new", "--name", "ops", "--all", "--json"]) == 0
+    out, err = capsys.readouterr()
+    made = json.loads(out)
+    assert err == "" and made["file"] is None
+    assert made["entry"] == {"name": "ops", "sha256": token_sha256(made["token"]), "projects": ["*"]}
+
+
+def test_token_new_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["token", "new", "--name", "team-a", "--project", "../etc"])
+    assert "project '../etc' is not a valid project id" in str(refused.value.code)
+    for args in (["--name", "a"], ["--name", "a", "--all", "--project", "apollo"], ["--project", "apollo"]):
+        with pytest.raises(SystemExit) as usage:
+            main(["token", "new", *args])
+        assert usage.value.code == 2
+    capsys.readouterr()
+    path = tmp_path / "tokens.json"
+    assert main(["token", "new", "--name", "team-a", "--all", "--file", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["token", "new", "--name", "team-a", "--project", "apollo", "--file", str(path)]) == 2
+    assert "already has a token named 'team-a'" in capsys.readouterr().err
+    assert len(load_tokens(path)) == 1
+
+
+def test_a_token_from_token_new_reaches_its_project_through_pvm_serve(
+    apollo_logged: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import stat
+
+    path = tmp_path / "secrets" / "tokens.json"
+    assert main(["token", "new", "--name", "team-a", "--project", "apollo", "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    token = err.strip().splitlines()[-1].strip()
+    assert f"added 'team-a' (apollo) to {path}" in out and token not in out
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and token not in path.read_text()
+    scope = TokenFile(path).lookup(token)
+    assert scope is not None and scope.name == "team-a" and scope.projects == {"apollo"}
+
+    with serving(apollo_logged, "0.0.0.0", None, {"PVM_API_TOKENS_FILE": str(path)}) as served:
+        env = {"PVM_API_URL": served.url, "PVM_API_TOKEN": token}
+        out = run_cli(["context", "--project", "apollo", "--agent", "coder"], env)
+        assert out.returncode == 0 and "# Context for coder" in out.stdout, out.stderr
+        foreign = run_cli(["search", "cache", "--project", "borealis"], env)
+        assert foreign.returncode != 0 and "Traceback" not in foreign.stderr
+        assert "(403): this token may not read project borealis" in foreign.stderr
+        wrong = run_cli(["search", "cache", "--project", "apollo"], {**env, "PVM_API_TOKEN": "not-it"})
+        assert "the reader API refused the token" in wrong.stderr
+    # a tokens file guards the API: no warning about an open one
+    assert "unauthenticated" not in served.output and token not in served.output
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        ("{not json", "is not JSON"),
+        ('{"tokens": [{"name": "a", "sha256": "00", "projects": ["apollo"]}]}', "tokens[0] ('a') sha256 must be"),
+    ],
+)
+def test_serve_with_an_unusable_tokens_file_exits_with_one_line(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "tokens.json"
+    if content is not None:
+        path.write_text(content)
+    env = {"PVM_API_TOKENS_FILE": str(path), "PVM_REDIS_URL": "redis://127.0.0.1:1/0", "PVM_HOME": str(tmp_path)}
+    out = run_cli(["serve", "--port", str(free_port()), "--index-worker", "no"], env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"pvm: PVM_API_TOKENS_FILE {path}")
+    assert message in out.stderr
