@@ -94,3 +94,8 @@ SCHEDULER_LEASE_MS = 15_000  # a standby scheduler takes over this long after th
 SCHEDULER_TICK_S = 1.0  # how often a scheduler renews its lease and looks for due schedules
 OPTIMIZE_EVERY_S = 3600  # the embedded engine's periodic optimize (merge segments, build HNSW)
 OPTIMIZE_JOB_TIMEOUT_S = 3600
+
+# `pvm up` / WorkerGroup supervision: a child that exits within CRASH_LOOP_S of its start is
+# restarted with backoff (1 s doubling to CRASH_LOOP_MAX_DELAY_S) instead of at once.
+CRASH_LOOP_S = 10.0
+CRASH_LOOP_MAX_DELAY_S = 30.0

@@ -22,6 +22,45 @@ log = logging.getLogger(__name__)
 STACK_POOLS = ("log",)
 
 
+class RestartPolicy:
+    """When a supervisor restarts an exited child: at once, unless it keeps dying right after its start.
+
+    A child that exits within `CRASH_LOOP_S` of its start for the second time
+    in a row (a bad setting, a missing file) waits 1 s, then 2, 4, ... up to
+    `CRASH_LOOP_MAX_DELAY_S`, instead of being respawned every second; one
+    that ran a while is restarted at once and the count starts again.
+    """
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}  # child name -> when it was last spawned
+        self.quick_exits: dict[str, int] = {}  # child name -> exits in a row soon after a start
+        self.restart_at: dict[str, float] = {}  # child name -> when its pending restart is due
+
+    def spawned(self, name: str, now: float | None = None) -> None:
+        self.started[name] = time.monotonic() if now is None else now
+
+    def due(self, name: str, child: subprocess.Popen[bytes], now: float) -> bool:
+        """For an exited `child`: is its restart due now? (Logs the exit once.)"""
+        if name not in self.restart_at:
+            lived = now - self.started.get(name, now)
+            quick = self.quick_exits.get(name, 0) + 1 if lived < defaults.CRASH_LOOP_S else 0
+            self.quick_exits[name] = quick
+            delay = 0.0 if quick <= 1 else min(2.0 ** (quick - 2), defaults.CRASH_LOOP_MAX_DELAY_S)
+            self.restart_at[name] = now + delay
+            log.warning(
+                "%s (pid %d) exited with %s after %.1f s; restarting%s",
+                name,
+                child.pid,
+                child.returncode,
+                lived,
+                f" in {delay:.0f} s ({quick} quick exits in a row)" if delay else "",
+            )
+        if now < self.restart_at[name]:
+            return False
+        del self.restart_at[name]
+        return True
+
+
 class Stack:
     """Starts and stops the processes of a PVM deployment on this machine."""
 
@@ -47,6 +86,7 @@ class Stack:
         self.api_port = api_port
         self.redis: EmbeddedRedis | None = None
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts = RestartPolicy()
 
     def start(self) -> Settings:
         """Start everything; returns the settings children use (with the Redis URL filled in)."""
@@ -55,14 +95,18 @@ class Stack:
             self.redis = EmbeddedRedis(data_dir=data_dir).start()
             self.settings = self.settings.with_(redis_url=self.redis.url)
         for i in range(self.dispatchers):
-            self.children[f"dispatcher-{i}"] = self._spawn(["dispatch", "--consumer", f"{os.uname().nodename}-up-{i}"])
+            self._start_child(f"dispatcher-{i}", ["dispatch", "--consumer", f"{os.uname().nodename}-up-{i}"])
         for pool, n in self.processes.items():
-            self.children[f"worker-{pool}"] = self._spawn(["worker", pool, "--processes", str(n)])
-        self.children["scheduler"] = self._spawn(["scheduler", "--name", f"{os.uname().nodename}-up"])
+            self._start_child(f"worker-{pool}", ["worker", pool, "--processes", str(n)])
+        self._start_child("scheduler", ["scheduler", "--name", f"{os.uname().nodename}-up"])
         if self.api_port is not None:
             self.settings = self.settings.with_(api_url=f"http://127.0.0.1:{self.api_port}")
-            self.children["serve"] = self._spawn(["serve", "--port", str(self.api_port)])
+            self._start_child("serve", ["serve", "--port", str(self.api_port)])
         return self.settings
+
+    def _start_child(self, name: str, args: list[str]) -> None:
+        self.children[name] = self._spawn(args)
+        self.restarts.spawned(name)
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
@@ -70,14 +114,14 @@ class Stack:
         # A session of its own: Ctrl-C reaches only `pvm up`, which stops each child once.
         return subprocess.Popen([sys.executable, "-m", "pvm.cli", *args], env=env, start_new_session=True)
 
-    def restart_dead(self) -> list[str]:
-        """Restart children that exited; returns their names."""
+    def restart_dead(self, now: float | None = None) -> list[str]:
+        """Restart children that exited, per `RestartPolicy`; returns the names restarted now."""
+        now = time.monotonic() if now is None else now
         restarted = []
         for name, child in list(self.children.items()):
-            if child.poll() is not None:
-                log.warning("%s (pid %d) exited with %s; restarting", name, child.pid, child.returncode)
+            if child.poll() is not None and self.restarts.due(name, child, now):
                 args = child.args[3:] if isinstance(child.args, list) else []
-                self.children[name] = self._spawn([str(a) for a in args])
+                self._start_child(name, [str(a) for a in args])
                 restarted.append(name)
         return restarted
 

@@ -53,6 +53,7 @@ from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, redis_from_settings
 from pvm.queues import pool_queue, queue_name
 from pvm.serializers import MsgpackSerializer
+from pvm.stack import RestartPolicy
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +338,7 @@ class WorkerGroup:
         self.processes = processes
         self.settings = settings
         self.children: list[subprocess.Popen[bytes]] = []
+        self.restarts = RestartPolicy()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
@@ -351,6 +353,8 @@ class WorkerGroup:
 
     def start(self) -> None:
         self.children = [self._spawn() for _ in range(self.processes)]
+        for i in range(self.processes):
+            self.restarts.spawned(f"worker {i} of {'+'.join(self.pools)}")
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every child (each finishes its batch), then SIGKILL any left after `timeout`."""
@@ -366,10 +370,18 @@ class WorkerGroup:
                 child.wait()
 
     def supervise(self, stop: threading.Event) -> None:
-        """Restart children that die unexpectedly until `stop` is set."""
+        """Restart children that die unexpectedly until `stop` is set (a crash loop with backoff)."""
         while not stop.wait(1.0):
-            for i, child in enumerate(self.children):
-                code = child.poll()
-                if code is not None:
-                    log.warning("worker process %d for %s exited with %s; restarting", child.pid, self.pools, code)
-                    self.children[i] = self._spawn()
+            self.restart_dead()
+
+    def restart_dead(self, now: float | None = None) -> list[int]:
+        """Restart exited children per `RestartPolicy`; returns the slots restarted now."""
+        now = time.monotonic() if now is None else now
+        restarted = []
+        for i, child in enumerate(self.children):
+            name = f"worker {i} of {'+'.join(self.pools)}"
+            if child.poll() is not None and self.restarts.due(name, child, now):
+                self.children[i] = self._spawn()
+                self.restarts.spawned(name, now)
+                restarted.append(i)
+        return restarted
