@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +59,36 @@ class Searcher(Protocol):
     def search_result(
         self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...
     ) -> SearchResult: ...
+
+
+# Relevant experience: fetch this many times k, then keep the best k that do not repeat each other.
+EXPERIENCE_OVERFETCH = 3
+# Two hits whose notes share this much of their words (Jaccard of the word sets) say the same thing.
+NEAR_DUPLICATE = 0.7
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(hit: SearchHit) -> frozenset[str]:
+    return frozenset(_WORD.findall(str(hit.minute.get("memory_note") or "").lower()))  # no note: never a repeat
+
+
+def diverse(hits: Sequence[SearchHit], k: int) -> list[SearchHit]:
+    """The best `k` hits, in order, skipping any that repeats a better one (agents often log the same note).
+
+    A context has room for a few past experiences; five agents' copies of one
+    note would fill it with one fact.
+    """
+    kept: list[SearchHit] = []
+    seen: list[frozenset[str]] = []
+    for hit in hits:
+        words = _words(hit)
+        if words and any(len(words & w) / len(words | w) >= NEAR_DUPLICATE for w in seen):
+            continue
+        kept.append(hit)
+        seen.append(words)
+        if len(kept) == k:
+            break
+    return kept
 
 
 def estimate_tokens(text: str) -> int:
@@ -218,12 +249,14 @@ class ContextReader:
         search_error = degraded = None
         if task and self.searcher is not None:
             try:
-                found = self.searcher.search_result(project_id, task, SearchFilters(), self.experience_k)
+                found = self.searcher.search_result(
+                    project_id, task, SearchFilters(), self.experience_k * EXPERIENCE_OVERFETCH
+                )
             except Exception as exc:  # the vector store is down: the rest of the context still answers
                 log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
                 search_error = f"{type(exc).__name__}: {exc}"
             else:
-                experience, degraded = found.hits, found.degraded
+                experience, degraded = diverse(found.hits, self.experience_k), found.degraded
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section("relevant_experience", experience, [hit_line(h) for h in experience]),

@@ -270,3 +270,41 @@ def test_no_read_ever_returns_another_projects_minutes(
     seen += [m["project_id"] for m in reader.get_recent(asked, 50)]
     assert reader.get_by_ids(asked, foreign) == []
     assert set(seen) <= {asked}
+
+
+def test_relevant_experience_does_not_repeat_one_note(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    # Four agents log the same finding; two other minutes say different things about the same bug.
+    echoes = [
+        Minute(
+            project_id="apollo",
+            event_type="message",
+            agent_id=agent,
+            data={"task_id": "fix-login-bug"},
+            memory_note=f"{agent} on fix-login-bug: session cookie expires after 5 minutes instead of 8 hours",
+        )
+        for agent in ("planner", "reviewer", "tester", "coder")
+    ]
+    distinct = [
+        Minute(
+            project_id="apollo",
+            event_type="decision",
+            data={"task_id": "fix-login-bug"},
+            memory_note="the login session cookie is refreshed by the gateway, not the auth service",
+        ),
+        Minute(
+            project_id="apollo",
+            event_type="task_failed",
+            data={"task_id": "fix-login-bug", "success_criteria_met": 10},
+            memory_note="the login fix broke single sign-on for the admin console",
+        ),
+    ]
+    log_minutes(redis_client, settings, [*echoes, *distinct])
+    pkg = reader.build_context("apollo", "coder", task="login session cookie expires", budget_tokens=100_000)
+    notes = [h.minute["memory_note"] for h in pkg.relevant_experience]
+    assert len([n for n in notes if "expires after 5 minutes" in n]) == 1, notes
+    assert {m.memory_note for m in distinct} <= set(notes), notes
+    # The search itself still finds every echo: only the context leaves the repeats out.
+    found = reader.search("apollo", "session cookie expires after 5 minutes", k=10)
+    assert len([h for h in found if "expires after 5 minutes" in h.minute["memory_note"]]) == 4
