@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import redis
 from rq.registry import FailedJobRegistry
 
+from contracts import keys
 from contracts.memory import SearchFilters
 from pvm import engines
 from pvm.config import Settings
 from pvm.demo import sample_session
+from pvm.emitter import Emitter
 from pvm.queues import pool_queue
 from pvm.replay import replay
 from pvm.serializers import MsgpackSerializer
+from pvm.stack import Stack
 from pvm.stores.log import LogReader
+from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import status
 
@@ -92,4 +101,77 @@ def test_pvm_optimize_is_run_by_the_index_worker_that_owns_the_engine(
     job.refresh()
     assert job.get_status() == "finished"
     assert "apollo" in job.return_value()["optimized"]
+    engines.close_shared()
+
+
+def _agent_memories(connection: redis.Redis, projects: list[str]) -> dict[tuple[str, str], dict[bytes, bytes]]:
+    out = {}
+    for project in projects:
+        for agent in sorted(a.decode() for a in connection.smembers(keys.agents(project))):
+            fields = connection.hgetall(keys.agent_memory(project, agent))
+            caps = sorted(connection.smembers(keys.agent_capabilities(project, agent)))
+            out[(project, agent)] = {**fields, b"capabilities": b",".join(caps)}
+    return out
+
+
+def test_kill_9_of_the_index_owner_indexes_and_counts_every_minute_once(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    projects = ["apollo", "borealis"]
+    total = 3_000
+    stack = Stack(settings, api_port=free_port())  # with the embedded engine, `pvm serve` is the index pool
+    stack.start()
+    try:
+        minutes = [m for p in projects for m in sample_session(p, total, seed=len(p))]
+        minutes.sort(key=lambda m: m.timestamp)
+
+        def produce() -> None:
+            with Emitter(settings=settings) as em:
+                for i, m in enumerate(minutes):
+                    em.emit(m)
+                    if i % 100 == 99:
+                        time.sleep(0.05)  # ~2,000 minutes/s
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        deadline = time.monotonic() + 120
+        while int(redis_client.hget(keys.index_head("apollo"), "seq") or 0) < 500:
+            assert time.monotonic() < deadline, "indexing never started"
+            time.sleep(0.02)
+        serve = stack.children["serve"]
+        os.kill(serve.pid, signal.SIGKILL)  # the index owner dies mid-batch, engine files and all
+        serve.wait()
+        assert stack.restart_dead() == ["serve"]
+        producer.join()
+        log = LogReader(settings.log_dir)
+        index_queue = pool_queue("index", redis_client)
+        deadline = time.monotonic() + 180
+
+        def caught_up() -> bool:
+            heads = [int(redis_client.hget(keys.index_head(p), "seq") or 0) for p in projects]
+            return (
+                [log.count(p) for p in projects] == [total, total]
+                and heads == [total, total]
+                and index_queue.count == 0
+                and redis_client.llen(index_queue.intermediate_queue_key) == 0
+                and not index_queue.started_job_registry.get_job_ids()
+            )
+
+        while not caught_up():
+            stack.restart_dead()
+            assert time.monotonic() < deadline, "the index never caught up after the kill"
+            time.sleep(0.2)
+    finally:
+        stack.stop(timeout=30)
+    # Every minute is one point; the WAL of the killed process recovered what it had written.
+    use_settings(settings, monkeypatch)
+    engine = engines.shared_engine(settings)
+    assert [engine.count(p) for p in projects] == [total, total]
+    # Agent memory counted each minute once although a batch ran twice: a rebuild from the log agrees.
+    before = _agent_memories(redis_client, projects)
+    assert before
+    replay(redis_client, settings, None, wait=False)
+    run_index_worker(redis_client)
+    assert _agent_memories(redis_client, projects) == before
+    assert [engine.count(p) for p in projects] == [total, total]
     engines.close_shared()
