@@ -35,14 +35,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.memory import SearchFilters
 from contracts.minute import utc_now_iso
+from pvm import defaults
 from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 1_000
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BATCH = defaults.API_MAX_BATCH
+MAX_BODY_BYTES = defaults.API_MAX_BODY_BYTES
 # Open without a token: orchestrators probe it and it tells nothing about any project.
 HEALTH_PATH = "/healthz"
 # The ASGI scope key under which BearerAuth leaves the scope of the token a request carried.

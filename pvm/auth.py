@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
+from pvm import defaults
 from pvm.config import ConfigError
 
 log = logging.getLogger(__name__)
 
 ALL_PROJECTS = "*"
-# How often, at most, a serving process looks at the file's mtime.
-RELOAD_CHECK_S = 1.0
+RELOAD_CHECK_S = defaults.API_TOKENS_RELOAD_CHECK_S
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 

@@ -553,11 +553,12 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm import defaults
     from pvm.connection import redis_from_settings
     from pvm.queues import pool_queue
 
     job = pool_queue("index", redis_from_settings(settings)).enqueue(
-        "workers.index_pool.optimize", args.project, job_timeout=3600
+        "workers.index_pool.optimize", args.project, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
     )
     print(f"optimize of {args.project or 'every project'} queued for the index worker (job {job.id})")
     return 0

@@ -13,7 +13,7 @@
 | PVM_DISPATCH_BATCH | 500 | minutes per RQ job |
 | PVM_CLAIM_IDLE_MS | 30000 | idle time before another dispatcher reclaims an entry |
 | PVM_MAX_DELIVERIES | 5 | deliveries before an entry is dead-lettered |
-| PVM_JOB_TIMEOUT | 120 | seconds an RQ batch job may run |
+| PVM_JOB_TIMEOUT | 120 | seconds a log-pool job may run (index jobs: 600, defaults.DOWNSTREAM_JOB_TIMEOUT_S) |
 | PVM_QDRANT_URL | (unset: embedded engine) | Qdrant server URL; unset: in-process engine in $PVM_HOME/var/qdrant |
 | PVM_QDRANT_API_KEY | (unset) | API key for PVM_QDRANT_URL |
 | PVM_EMBED_MODEL | (unset: lexical only) | embedding model name; setting it turns on dense vectors |
@@ -27,7 +27,7 @@
 | PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
-| PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /health; clients send it |
+| PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
 | PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |
 """
 

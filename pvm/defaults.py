@@ -68,6 +68,8 @@ EMBEDDED_DATA_DIR = "var/valkey"
 CONTEXT_RECENT = 50  # newest minutes of the project in a context
 CONTEXT_EXPERIENCE_K = 5  # similar past minutes in a context
 CONTEXT_BUDGET_TOKENS = 2_000
+CONTEXT_EXPERIENCE_OVERFETCH = 3  # relevant experience: fetch this many times k, keep the best k that differ
+CONTEXT_NEAR_DUPLICATE = 0.7  # two notes sharing this much of their words (Jaccard) say the same thing
 
 # Embeddings (OpenAI-compatible endpoint)
 EMBED_BATCH_SIZE = 2048  # OpenAI's limit on inputs per request
@@ -88,6 +90,19 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Vector store and search
 VECTOR_DIR = "var/qdrant"  # under PVM_HOME: the embedded engine's shards, one per project
 SEARCH_WEIGHTS = (0.4, 0.3, 0.2, 0.1)  # semantic, keyword, recency, importance
+SEARCH_HALF_LIFE_MS = 7 * 24 * 3600 * 1000  # recency halves every week
+SEARCH_MIN_CANDIDATES = 50  # each leg fetches at least this many candidates to re-rank ...
+SEARCH_CANDIDATES_PER_HIT = 5  # ... or this many per hit asked for
+# After a query embedding fails, searches skip the dense leg this long before one of them tries the provider again.
+SEARCH_DENSE_COOLDOWN_S = 10.0
+
+# Reader HTTP API
+API_MAX_BATCH = 1_000  # minutes per POST /v1/minutes, ids per /minutes request
+API_MAX_BODY_BYTES = 8 * 1024 * 1024
+API_TOKENS_RELOAD_CHECK_S = 1.0  # how often, at most, a serving process looks at the tokens file's mtime
+
+# Replay
+REPLAY_BATCH = 500  # minutes per index job a replay enqueues
 
 # Scheduler
 SCHEDULER_LEASE_MS = 15_000  # a standby scheduler takes over this long after the leader stops renewing

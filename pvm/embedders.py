@@ -43,11 +43,7 @@ from urllib.parse import urlsplit
 import openai
 
 from pvm.config import ConfigError
-
-log = logging.getLogger(__name__)
-
-# Defaults (to move into pvm/defaults.py with the settings that read them).
-from pvm.defaults import (  # noqa: E402
+from pvm.defaults import (
     EMBED_BACKOFF_BASE_S,
     EMBED_BACKOFF_MAX_S,
     EMBED_BATCH_SIZE,
@@ -59,6 +55,9 @@ from pvm.defaults import (  # noqa: E402
     EMBED_TIMEOUT_S,
     OPENAI_DEFAULT_BASE_URL,
 )
+
+log = logging.getLogger(__name__)
+
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 

@@ -61,10 +61,6 @@ class Searcher(Protocol):
     ) -> SearchResult: ...
 
 
-# Relevant experience: fetch this many times k, then keep the best k that do not repeat each other.
-EXPERIENCE_OVERFETCH = 3
-# Two hits whose notes share this much of their words (Jaccard of the word sets) say the same thing.
-NEAR_DUPLICATE = 0.7
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -82,7 +78,7 @@ def diverse(hits: Sequence[SearchHit], k: int) -> list[SearchHit]:
     seen: list[frozenset[str]] = []
     for hit in hits:
         words = _words(hit)
-        if words and any(len(words & w) / len(words | w) >= NEAR_DUPLICATE for w in seen):
+        if words and any(len(words & w) / len(words | w) >= defaults.CONTEXT_NEAR_DUPLICATE for w in seen):
             continue
         kept.append(hit)
         seen.append(words)
@@ -250,7 +246,7 @@ class ContextReader:
         if task and self.searcher is not None:
             try:
                 found = self.searcher.search_result(
-                    project_id, task, SearchFilters(), self.experience_k * EXPERIENCE_OVERFETCH
+                    project_id, task, SearchFilters(), self.experience_k * defaults.CONTEXT_EXPERIENCE_OVERFETCH
                 )
             except Exception as exc:  # the vector store is down: the rest of the context still answers
                 log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)

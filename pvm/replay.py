@@ -24,8 +24,6 @@ from pvm.queues import pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader
 
-BATCH = 500
-
 
 class Progress:
     """A one-line progress display on stderr (a line per update when stderr is not a terminal)."""
@@ -98,11 +96,13 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
         with contextlib.suppress(ValueError):
             agent = record.minute.agent_id
         batch.append(CachedMinute(record.id, record.seq, record.minute_bytes, agent))
-        if len(batch) >= BATCH:
+        if len(batch) >= defaults.REPLAY_BATCH:
             flush()
     flush()
     # The embedded engine's search is fastest on an optimized shard: ask for it once the rebuild is in.
-    index_queue.enqueue("workers.index_pool.optimize", project_id, depends_on=last, job_timeout=3600)
+    index_queue.enqueue(
+        "workers.index_pool.optimize", project_id, depends_on=last, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
+    )
     progress.show(sent, "queued for indexing", force=True)
     progress.done()
     if not wait:

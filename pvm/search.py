@@ -60,14 +60,13 @@ from typing import Any, Literal
 
 from contracts.ids import id_timestamp_ms
 from contracts.memory import Insight, RankWeights, Scores, SearchFilters, SearchHit
+from pvm import defaults
 from pvm.protocols import Candidate, Embedder, VectorEngine
 from pvm.vectors import require_project
 
 log = logging.getLogger(__name__)
 
-HALF_LIFE_MS = 7 * 24 * 3600 * 1000
-MIN_CANDIDATES = 50
-CANDIDATES_PER_HIT = 5
+HALF_LIFE_MS = defaults.SEARCH_HALF_LIFE_MS
 
 # How the lexical and dense legs are put on 0..1 before weighting (see the module docstring):
 # "max" divides each leg by its best score, "minmax" stretches each leg over 0..1,
@@ -76,8 +75,7 @@ FusionMode = Literal["max", "minmax", "engine"]
 FUSION_MODES: tuple[str, ...] = ("max", "minmax", "engine")
 DEFAULT_FUSION: FusionMode = "max"
 
-# After a query embedding fails, searches skip the dense leg this long before one of them tries the provider again.
-DENSE_COOLDOWN_S = 10.0
+DENSE_COOLDOWN_S = defaults.SEARCH_DENSE_COOLDOWN_S
 DEGRADED_PREFIX = "dense leg skipped: "
 
 
@@ -203,7 +201,7 @@ class HybridSearch:
         if not query or not query.strip():
             return SearchResult([])
         dense, degraded = self._embed(query)
-        limit = max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k)
+        limit = max(defaults.SEARCH_MIN_CANDIDATES, defaults.SEARCH_CANDIDATES_PER_HIT * k)
         filters = filters or SearchFilters()
         candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
         now = int(time.time() * 1000) if now_ms is None else now_ms
