@@ -104,9 +104,9 @@ class Stack:
             self._start_child("serve", ["serve", "--port", str(self.api_port)])
         return self.settings
 
-    def _start_child(self, name: str, args: list[str]) -> None:
+    def _start_child(self, name: str, args: list[str], now: float | None = None) -> None:
         self.children[name] = self._spawn(args)
-        self.restarts.spawned(name)
+        self.restarts.spawned(name, now)
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
@@ -121,7 +121,7 @@ class Stack:
         for name, child in list(self.children.items()):
             if child.poll() is not None and self.restarts.due(name, child, now):
                 args = child.args[3:] if isinstance(child.args, list) else []
-                self._start_child(name, [str(a) for a in args])
+                self._start_child(name, [str(a) for a in args], now)
                 restarted.append(name)
         return restarted
 

@@ -21,6 +21,7 @@ def test_a_child_that_keeps_dying_at_start_is_restarted_with_backoff(settings: S
     try:
         wait_dead(stack, "bad")
         t = time.monotonic()
+        stack.restarts.spawned("bad", t - 0.1)  # on the test's clock it died 0.1 s after its start, however slow
         assert stack.restart_dead(now=t) == ["bad"]  # the first exit: restarted at once
         wait_dead(stack, "bad")
         assert stack.restart_dead(now=t + 0.5) == []  # the second in a row: in 1 s
@@ -44,6 +45,7 @@ def test_crash_loop_delays_are_capped(settings: Settings) -> None:
     stack._start_child("bad", ["no-such-command"])
     try:
         t = time.monotonic()
+        stack.restarts.spawned("bad", t)
         for _ in range(12):
             wait_dead(stack, "bad")
             while not stack.restart_dead(now=t):
@@ -72,6 +74,7 @@ def test_a_worker_group_slows_a_crash_loop_down_too(settings: Settings) -> None:
         wait_child_dead()
         assert group.children[0].returncode == 2
         t = time.monotonic()
+        group.restarts.spawned("worker 0 of log", t - 0.1)  # a quick exit on the test's clock, however slow
         assert group.restart_dead(now=t) == [0]
         wait_child_dead()
         assert group.restart_dead(now=t + 0.5) == []
