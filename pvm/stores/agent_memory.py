@@ -37,6 +37,8 @@ from contracts import keys
 from contracts.memory import AgentMemory
 
 MAX_CAPABILITIES = 256  # per agent and project; beyond it new capability names are dropped
+# Minutes whose counted bits one BITFIELD sets (4 arguments each: Lua's unpack() takes at most ~8,000 values).
+BITS_PER_CALL = 1_000
 
 _APPLY = """
 -- KEYS: counted bitmap, agents set, then per agent (1-based a): memory hash KEYS[2a+1], capabilities set KEYS[2a+2]
@@ -47,11 +49,33 @@ _APPLY = """
 local max_caps = tonumber(ARGV[1])
 local agents = cmsgpack.unpack(ARGV[2])
 local v = cmsgpack.unpack(ARGV[3])
-local counted = 0
-local totals = {}  -- agent index -> sums over the minutes counted now
+-- Every minute's bit is set first, BITS_PER_CALL minutes per BITFIELD: a SETBIT per minute cost most of the script.
+-- BITFIELD answers the old bits in order, so a minute twice in one batch counts once, as with SETBIT.
+local was = {}  -- per minute, in order: its bit before
+local ops = {}
 local i = 1
 while i <= #v do
-  local fresh = redis.call('SETBIT', KEYS[1], v[i], 1) == 0
+  local n = #ops
+  ops[n + 1], ops[n + 2], ops[n + 3], ops[n + 4] = 'SET', 'u1', v[i], 1
+  local k = v[i + 1]
+  i = i + 2
+  for _ = 1, k do
+    i = i + 8 + v[i + 7]
+  end
+  if #ops == 4 * bits_per_call or i > #v then
+    for _, bit in ipairs(redis.call('BITFIELD', KEYS[1], unpack(ops))) do
+      was[#was + 1] = bit
+    end
+    ops = {}
+  end
+end
+local counted = 0
+local totals = {}  -- agent index -> sums over the minutes counted now
+local m = 0
+i = 1
+while i <= #v do
+  m = m + 1
+  local fresh = was[m] == 0
   local k = v[i + 1]
   i = i + 2
   if fresh then counted = counted + 1 end
@@ -114,6 +138,7 @@ for a, agent in ipairs(agents) do
 end
 return counted
 """
+_APPLY = f"local bits_per_call = {BITS_PER_CALL}\n{_APPLY}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,35 +177,46 @@ class AgentMemoryStore:
         # project -> seq -> agent -> delta; the first delta per (minute, agent) wins: a minute twice in a batch is one.
         by_project: dict[str, dict[int, dict[str, AgentDelta]]] = {}
         for d in deltas:
-            _require("project_id", d.project_id)
-            _require("agent_id", d.agent_id)
-            by_project.setdefault(d.project_id, {}).setdefault(d.seq, {}).setdefault(d.agent_id, d)
+            project_id, agent_id = d.project_id, d.agent_id
+            if not (isinstance(project_id, str) and project_id and isinstance(agent_id, str) and agent_id):
+                _require("project_id", project_id)
+                _require("agent_id", agent_id)
+            minutes = by_project.get(project_id)
+            if minutes is None:
+                minutes = by_project[project_id] = {}
+            of_minute = minutes.get(d.seq)
+            if of_minute is None:
+                minutes[d.seq] = {agent_id: d}
+            elif agent_id not in of_minute:
+                of_minute[agent_id] = d
         if not by_project:
             return 0
         pipe = self.connection.pipeline(transaction=False)
         for project_id, minutes in by_project.items():
             agents: dict[str, int] = {}
             flat: list[Any] = []
+            extend = flat.extend
             for seq, of_minute in minutes.items():
-                flat.append(seq)
-                flat.append(len(of_minute))
+                extend((seq, len(of_minute)))
                 for d in of_minute.values():
                     index = agents.get(d.agent_id)
                     if index is None:
                         index = agents[d.agent_id] = len(agents) + 1
-                    flat.extend(
+                    success, active_ms, capabilities = d.success, d.active_ms, d.capabilities
+                    extend(
                         (
                             index,
                             d.assigned,
                             d.completed,
                             d.failed,
-                            False if d.success is None else float(d.success),
-                            False if d.active_ms is None else d.active_ms,
+                            False if success is None else float(success),
+                            False if active_ms is None else active_ms,
                             d.active_at or "",
-                            len(d.capabilities),
+                            len(capabilities),
                         )
                     )
-                    flat.extend(d.capabilities)
+                    if capabilities:
+                        extend(capabilities)
             key_list = [keys.agent_memory_counted(project_id), keys.agents(project_id)]
             for agent_id in agents:
                 key_list.append(keys.agent_memory(project_id, agent_id))

@@ -140,3 +140,26 @@ def test_reset_forgets_the_project_so_a_replay_counts_again(redis_client: redis.
     assert store.apply(batch) == 2
     assert store.get("p1", "a1").tasks_completed == 1
     assert store.get("other", "a1").tasks_completed == 1
+
+
+def test_a_batch_larger_than_one_bitfield_counts_as_minute_by_minute(redis_client: redis.Redis) -> None:
+    """The script sets counted bits `BITS_PER_CALL` minutes at a time: across its chunks nothing changes."""
+    from pvm.stores.agent_memory import BITS_PER_CALL
+
+    store = AgentMemoryStore(redis_client)
+    seqs = [*range(1, 2 * BITS_PER_CALL + 500), 7, BITS_PER_CALL + 3, 2 * BITS_PER_CALL + 1]  # repeats at the end
+
+    def batch(project: str) -> list[AgentDelta]:
+        return [
+            delta(s, agent=f"a{s % 7}", project=project, completed=s % 2, failed=1 - s % 2, success=float(s % 101))
+            for s in seqs
+        ]
+
+    store.apply([d for d in batch("whole") if d.seq % 5 == 0])  # some minutes counted before
+    store.apply([d for d in batch("single") if d.seq % 5 == 0])
+    assert store.apply(batch("whole")) == len(set(seqs)) - len({s for s in seqs if s % 5 == 0})
+    for d in batch("single"):
+        store.apply([d])
+    assert redis_client.get(keys.agent_memory_counted("whole")) == redis_client.get(keys.agent_memory_counted("single"))
+    for agent in (f"a{i}" for i in range(7)):
+        assert store.get("whole", agent) == store.get("single", agent)

@@ -626,3 +626,60 @@ def test_the_same_minute_id_in_two_projects_keeps_both(tmp_path: Path) -> None:
         )
     assert engine.count("alpha") == 1 and engine.count("beta") == 1
     assert engine.retrieve("alpha", [shared])[0].payload["minute"]["project_id"] == "alpha"
+
+
+def _golden_points() -> dict[str, Any]:
+    """What the index pool wrote for a batch of sample minutes, recorded before a speed-up (see test_index_pool)."""
+    return json.loads((Path(__file__).parent / "data" / "index_golden.json").read_text())
+
+
+def test_lexical_vectors_are_unchanged() -> None:
+    from pvm.vectors.lexical import LexicalEncoder
+
+    golden = _golden_points()
+    lexical = LexicalEncoder()
+    for entry in [*golden["points"], *golden["texts"]]:
+        document = lexical.document(entry["text"])
+        assert {"indices": list(document.indices), "values": list(document.values)} == entry["document"]
+    for entry in golden["texts"]:
+        query = lexical.query(entry["text"])
+        assert {"indices": list(query.indices), "values": list(query.values)} == entry["query"]
+
+
+def test_edge_stores_exactly_the_recorded_payloads(tmp_path: Path) -> None:
+    """Through `upsert` and qdrant-edge: the payload and the lexical vector each point is stored with."""
+    import qdrant_edge as qe
+
+    from pvm.vectors.edge import _unpack
+
+    golden = _golden_points()
+    engine = EdgeEngine(tmp_path)
+    try:
+        by_project: dict[str, list[dict[str, Any]]] = {}
+        for entry in golden["points"]:
+            by_project.setdefault(entry["project_id"], []).append(entry)
+        points = [
+            MemoryPoint(
+                minute_id=e["minute_id"],
+                project_id=e["project_id"],
+                text=e["text"],
+                payload={"project_id": e["project_id"], "minute_id": e["minute_id"], **_unpack(e["stored"])},
+            )
+            for e in golden["points"]
+        ]
+        engine.upsert(points)
+        for project_id, entries in by_project.items():
+            with engine._shard(project_id, create=False) as shard:
+                assert shard is not None
+                records, _ = shard.scroll(qe.ScrollRequest(limit=1000, with_payload=True, with_vector=True))
+            stored = {str(r.id): r for r in records}
+            assert set(stored) == {e["point_id"] for e in entries}
+            for e in entries:
+                record = stored[e["point_id"]]
+                assert record.payload == e["stored"]
+                vector = record.vector["lexical"]
+                assert sorted(zip(vector.indices, vector.values, strict=True)) == sorted(
+                    zip(e["document"]["indices"], e["document"]["values"], strict=True)
+                )
+    finally:
+        engine.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
 from collections.abc import Iterator, Sequence
@@ -286,6 +287,60 @@ def test_build_points_payload_shape() -> None:
     assert msgpack.unpackb(msgpack.packb(p)) == p
     json.dumps(p)
     assert points[1].payload["task_id"] is None and points[1].payload["agent_id"] == "a1"
+
+
+def _golden_batch() -> dict[str, Any]:
+    """Minutes (bench-like sessions plus edge cases) and what the index pool made of them before a speed-up.
+
+    Written by the code as it was (`tests/pvm/data/index_golden.json`): a change that alters a stored payload, a
+    point id, a lexical text or an agent-memory write fails here, however fast it is.
+    """
+    return json.loads((Path(__file__).resolve().parents[1] / "pvm" / "data" / "index_golden.json").read_text())
+
+
+def test_points_and_agent_memory_writes_are_unchanged() -> None:
+    from pvm.vectors import point_id
+    from pvm.vectors.edge import _pack
+
+    golden_batch = _golden_batch()
+    records = [[m, seq, base64.b64decode(raw)] for m, seq, raw in golden_batch["records"]]
+    logged, bad = index_pool.decode(records)
+    assert bad == []
+    logged = index_pool._unique(logged)
+    points = index_pool._points(logged, golden_batch["now"])
+    assert len(points) == len(golden_batch["points"])
+    for point, expected in zip(points, golden_batch["points"], strict=True):
+        assert (point.minute_id, point.project_id, point.text) == (
+            expected["minute_id"],
+            expected["project_id"],
+            expected["text"],
+        )
+        assert str(point_id(point.project_id, point.minute_id)) == expected["point_id"]
+        assert _pack(point) == expected["stored"]  # every payload value: `_msgpack` holds the rest, byte for byte
+
+    deltas = index_pool._deltas(logged)
+    assert [
+        {f: list(v) if isinstance(v, tuple) else v for f in d.__slots__ for v in [getattr(d, f)]} for d in deltas
+    ] == golden_batch["deltas"]
+
+    calls: list[tuple[list[str], list[Any]]] = []
+
+    class Connection:
+        def register_script(self, _: str) -> Any:
+            return lambda keys, args, client: calls.append((keys, args))
+
+        def pipeline(self, transaction: bool) -> Any:
+            class Pipeline:
+                def execute(self) -> list[int]:
+                    return [0] * len(calls)
+
+            return Pipeline()
+
+    AgentMemoryStore(Connection()).apply(deltas)  # type: ignore[arg-type]
+    assert [
+        {"keys": k, "args": [a if isinstance(a, int) else base64.b64encode(a).decode() for a in args]}
+        for k, args in calls
+    ] == golden_batch["agent_memory_calls"]
 
 
 # -- decode -----------------------------------------------------------------------
