@@ -28,11 +28,12 @@ upsert) into the embedded engine; the dense leg goes through PVM's real
   server (`tests/openai_server.py`): words and character trigrams, no
   semantics beyond shared spelling.
 
-Searches are `HybridSearch` with the default weights: lexical only (no
-embedder), hybrid (lexical + dense), and dense only (weights 1/0/0/0) as a
-bound; then hybrid with the keyword weight swept (semantic + keyword = 0.7)
-and with the other fusions (`hybrid_variants`). Recall@k = |relevant in the
-top k| / |relevant|, averaged over queries.
+Searches are `HybridSearch` with PVM's default weights for each mode
+(`pvm.defaults.SEARCH_WEIGHTS` lexical only, `SEARCH_WEIGHTS_WITH_EMBEDDINGS`
+hybrid), and dense only (weights 1/0/0/0) as a bound; then hybrid with the
+keyword weight swept (semantic + keyword = 0.7) and with the other fusions
+(`hybrid_variants`). Recall@k = |relevant in the top k| / |relevant|,
+averaged over queries.
 
     .venv/bin/python bench/retrieval.py --json
     .venv/bin/python bench/retrieval.py --embedder hash
@@ -56,6 +57,7 @@ from bench.harness import argument_parser, machine_line, measuring, parse, perce
 from bench.sessions import LabeledSession, Query, labeled_session
 from contracts import encode_minute
 from contracts.memory import RankWeights
+from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
@@ -169,12 +171,13 @@ def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
                 say(f"retrieval bench: indexing through the index pool with {embedder_name} embeddings over HTTP")
                 seconds = index(session, engine, embedder, now_ms / 1000)
                 say(f"retrieval bench: indexed in {seconds:.1f} s; searching")
-                weights = RankWeights()
+                weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)  # what PVM uses with an embedder
+                lexical_weights = RankWeights(*defaults.SEARCH_WEIGHTS)  # ... and without one
                 dense_only = RankWeights(semantic=1.0, keyword=0.0, recency=0.0, importance=0.0)
                 # The first hybrid pass embeds each query over HTTP (its latency includes that); later passes reuse it.
                 cached = CachedEmbedder(embedder)
                 modes = {
-                    "lexical": HybridSearch(engine, None, weights),
+                    "lexical": HybridSearch(engine, None, lexical_weights),
                     "hybrid": HybridSearch(engine, cached, weights),
                     "dense_only": HybridSearch(engine, cached, dense_only),
                 }
@@ -222,6 +225,8 @@ def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
             "hybrid_variants": sweep,
             "weights": {"semantic": weights.semantic, "keyword": weights.keyword, "recency": weights.recency,
                         "importance": weights.importance},
+            "lexical_weights": {"keyword": lexical_weights.keyword, "recency": lexical_weights.recency,
+                                "importance": lexical_weights.importance},
             "seed": seed,
         }
     )  # fmt: skip

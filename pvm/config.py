@@ -24,7 +24,7 @@
 | PVM_EMBED_MAX_RETRIES | 5 | retries of 429/5xx/timeouts before a batch fails |
 | PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
 | PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query embedding (one try) before answering lexical-only |
-| PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1 | semantic,keyword,recency,importance weights of the ranking |
+| PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1; 0.6,0.1,0.2,0.1 with PVM_EMBED_MODEL | semantic,keyword,recency,importance |
 | PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
@@ -65,10 +65,10 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0
     return value
 
 
-def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float]:
+def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float] | None:
     raw = env.get("PVM_SEARCH_WEIGHTS")
     if not raw:
-        return defaults.SEARCH_WEIGHTS
+        return None
     try:
         parts = tuple(float(p) for p in raw.split(","))
     except ValueError:
@@ -119,7 +119,7 @@ class Settings:
     embed_max_retries: int = defaults.EMBED_MAX_RETRIES
     embed_timeout_s: float = defaults.EMBED_TIMEOUT_S
     embed_query_timeout_s: float = defaults.EMBED_QUERY_TIMEOUT_S
-    search_weights: tuple[float, float, float, float] = defaults.SEARCH_WEIGHTS
+    search_weights: tuple[float, float, float, float] | None = None  # None: by whether dense vectors are on
     api_url: str | None = None
     api_token: str | None = field(default=None, repr=False)
     api_tokens_file: Path | None = None
@@ -213,5 +213,6 @@ class Settings:
         env["PVM_EMBED_MAX_RETRIES"] = str(self.embed_max_retries)
         env["PVM_EMBED_TIMEOUT"] = repr(self.embed_timeout_s)
         env["PVM_EMBED_QUERY_TIMEOUT"] = repr(self.embed_query_timeout_s)
-        env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
+        if self.search_weights is not None:
+            env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
         return env

@@ -19,6 +19,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from contracts.memory import RankWeights
+from pvm import defaults
 from pvm.config import Settings
 from pvm.protocols import Embedder, VectorEngine
 
@@ -118,8 +119,14 @@ def searcher_for(settings: Settings) -> object:
     from pvm.search import HybridSearch
 
     engine, embedder = shared(settings)
-    semantic, keyword, recency, importance = settings.search_weights
-    return HybridSearch(engine, embedder, RankWeights(semantic, keyword, recency, importance))
+    return HybridSearch(engine, embedder, RankWeights(*ranking_weights(settings)))
+
+
+def ranking_weights(settings: Settings) -> tuple[float, float, float, float]:
+    """PVM_SEARCH_WEIGHTS, else the default for the mode: the semantic leg leads when dense vectors are on."""
+    if settings.search_weights is not None:
+        return settings.search_weights
+    return defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS if settings.embed_model else defaults.SEARCH_WEIGHTS
 
 
 def close_shared() -> None:

@@ -86,6 +86,22 @@ def test_settings_refuse_bad_values() -> None:
     scoped = Settings.from_env({"PVM_API_TOKENS_FILE": "/etc/pvm/tokens.json"})
     assert scoped.api_tokens_file == Path("/etc/pvm/tokens.json") and s.api_tokens_file is None
     assert Settings.from_env(scoped.to_env()) == scoped
+    with pytest.raises(ConfigError, match="PVM_SEARCH_WEIGHTS"):
+        Settings.from_env({"PVM_SEARCH_WEIGHTS": "1,2,3"})
+
+
+def test_ranking_weights_follow_the_mode_unless_set() -> None:
+    from pvm import defaults
+    from pvm.engines import ranking_weights
+
+    lexical = Settings.from_env({})
+    dense = Settings.from_env({"PVM_EMBED_MODEL": "text-embedding-3-small"})
+    chosen = Settings.from_env({"PVM_EMBED_MODEL": "m", "PVM_SEARCH_WEIGHTS": "0.5,0.2,0.2,0.1"})
+    assert lexical.search_weights is None and ranking_weights(lexical) == defaults.SEARCH_WEIGHTS
+    assert ranking_weights(dense) == defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS == (0.6, 0.1, 0.2, 0.1)
+    assert ranking_weights(chosen) == (0.5, 0.2, 0.2, 0.1)
+    for s in (lexical, dense, chosen):
+        assert Settings.from_env(s.to_env()) == s
 
 
 @dataclass
