@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pvm import defaults
@@ -20,6 +20,21 @@ log = logging.getLogger(__name__)
 # Pools `pvm up` runs as worker processes, in start order. Later pools join here as they land.
 # The index pool runs inside `pvm serve` with the embedded engine (one process owns its files).
 STACK_POOLS = ("log",)
+
+
+def terminate(children: Iterable[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM every child still running (workers finish their batch), then SIGKILL any left after `timeout`."""
+    children = list(children)
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 class RestartPolicy:
@@ -127,16 +142,7 @@ class Stack:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every child (workers finish their batch), then stop Redis."""
-        for child in self.children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for child in self.children.values():
-            try:
-                child.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        terminate(self.children.values(), timeout)
         self.children.clear()
         if self.redis is not None:
             self.redis.stop()

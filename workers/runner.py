@@ -53,7 +53,7 @@ from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, redis_from_settings
 from pvm.queues import pool_queue, queue_name
 from pvm.serializers import MsgpackSerializer
-from pvm.stack import RestartPolicy
+from pvm.stack import RestartPolicy, terminate
 
 log = logging.getLogger(__name__)
 
@@ -358,16 +358,7 @@ class WorkerGroup:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every child (each finishes its batch), then SIGKILL any left after `timeout`."""
-        for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for child in self.children:
-            try:
-                child.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        terminate(self.children, timeout)
 
     def supervise(self, stop: threading.Event) -> None:
         """Restart children that die unexpectedly until `stop` is set (a crash loop with backoff)."""
