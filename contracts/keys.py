@@ -164,3 +164,14 @@ def metrics_provider(name: str) -> str:
 def metrics_provider_latency(name: str) -> str:
     """Histogram hash of one provider's call latency."""
     return f"{PREFIX}:metrics:provider:{name}:latency"
+
+
+# Why the reaper requeued a job: the fields of `metrics_reaper`, and the `reason` label of its counter.
+REQUEUED_DEAD_WORKER = "dead_worker"  # its worker's alive key lapsed while the job was started
+REQUEUED_STRANDED = "stranded"  # it sat dequeued and never started for longer than the grace
+REAPER_REASONS = (REQUEUED_DEAD_WORKER, REQUEUED_STRANDED)
+
+
+def metrics_reaper(queue_name: str) -> str:
+    """Hash of the reaper's counters for one RQ queue: jobs requeued, one field per `REAPER_REASONS` reason."""
+    return f"{PREFIX}:metrics:reaper:{queue_name}"

@@ -269,6 +269,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             "pool": q.pool,
             "queue": q.queue,
             "queued": q.queued,
+            "dequeued": q.dequeued,  # taken, not started: a moment's 1 per worker; one that stays is stranded
             "running": q.started,
             "failed": q.failed,
             "workers": q.workers,
@@ -276,7 +277,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         }
         for q in snap.queues
     ]
-    print(_table(rows, ["pool", "queue", "queued", "running", "failed", "workers", "oldest waiting"]))
+    print(_table(rows, ["pool", "queue", "queued", "dequeued", "running", "failed", "workers", "oldest waiting"]))
     print("\nSTREAMS")
     rows = []
     for s in snap.streams:

@@ -1,10 +1,12 @@
 """The exporter: reads PVM's state from Redis and serves it to Prometheus on /metrics.
 
 Everything is read at scrape time: stream length, lag, pending and the age of
-the oldest pending entry per shard and group; RQ queue states and worker counts
-per pool; dead letters (held now, and ever added); the job-level counters
-and histograms the pools record in Redis (`pvm.metrics`); and the scheduler's
-schedules and lease. `snapshot()` is shared with `pvm status`.
+the oldest pending entry per shard and group; RQ queue states (dequeued
+included: jobs a worker took and has not started) and worker counts per pool;
+the reaper's requeues per queue and reason; dead letters (held now, and ever
+added); the job-level counters and histograms the pools record in Redis
+(`pvm.metrics`); and the scheduler's schedules and lease. `snapshot()` is
+shared with `pvm status`.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class QueueState:
     pool: str
     queue: str
     queued: int
+    dequeued: int  # in the queue's intermediate list: taken by a worker, not started yet
     started: int
     failed: int
     deferred: int
@@ -82,6 +85,7 @@ class QueueState:
     finished: int
     workers: int
     oldest_waiting_s: float | None
+    requeued: dict[str, int]  # reason (keys.REAPER_REASONS) -> jobs the reaper ever requeued
 
 
 @dataclass
@@ -164,6 +168,12 @@ def _job_count(registry_class: type[BaseRegistry], queue: str, connection: redis
     return registry.get_job_count(cleanup=False)
 
 
+def _requeued(connection: redis.Redis, queue: str) -> dict[str, int]:
+    """The reaper's counters of one queue, every reason present (0 before its first requeue)."""
+    raw = {_s(k): v for k, v in hash_reply(connection.hgetall(keys.metrics_reaper(queue))).items()}
+    return {reason: int(raw.get(reason, 0)) for reason in keys.REAPER_REASONS}
+
+
 def _quantile(h: Histogram, q: float) -> float | None:
     if not h.count:
         return None
@@ -233,6 +243,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
                 pool=pool,
                 queue=name,
                 queued=int(connection.llen(q.key)),
+                dequeued=int(connection.llen(q.intermediate_queue_key)),
                 started=_job_count(StartedJobRegistry, name, connection),
                 failed=_job_count(FailedJobRegistry, name, connection),
                 deferred=_job_count(DeferredJobRegistry, name, connection),
@@ -240,6 +251,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
                 finished=_job_count(FinishedJobRegistry, name, connection),
                 workers=Worker.count(connection=connection, queue=q),
                 oldest_waiting_s=_oldest_waiting(connection, q, now),
+                requeued=_requeued(connection, name),
             )
         )
     stages = {}
@@ -325,12 +337,20 @@ class PvmCollector:
         waiting = GaugeMetricFamily(
             "pvm_queue_oldest_waiting_seconds", "How long the next queued job has waited.", labels=["queue", "pool"]
         )
+        requeued = CounterMetricFamily(
+            "pvm_reaper_requeued",
+            "Jobs the reaper put back on their queue: their worker died (dead_worker), "
+            "or they were dequeued and never started (stranded).",
+            labels=["queue", "reason"],
+        )
         for q in snap.queues:
-            for status in ("queued", "started", "failed", "deferred", "scheduled", "finished"):
+            for status in ("queued", "dequeued", "started", "failed", "deferred", "scheduled", "finished"):
                 jobs.add_metric([q.queue, q.pool, status], getattr(q, status))
             workers.add_metric([q.queue, q.pool], q.workers)
             waiting.add_metric([q.queue, q.pool], q.oldest_waiting_s or 0.0)
-        yield from (jobs, workers, waiting)
+            for reason, count in q.requeued.items():
+                requeued.add_metric([q.queue, reason], count)
+        yield from (jobs, workers, waiting, requeued)
 
         minutes = CounterMetricFamily("pvm_stage_minutes", "Minutes a stage processed.", labels=["stage"])
         batches = CounterMetricFamily("pvm_stage_batches", "Batches a stage processed.", labels=["stage"])

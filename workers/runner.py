@@ -60,24 +60,28 @@ log = logging.getLogger(__name__)
 WORKER_NAME_PREFIX = "pvm-"
 
 _REQUEUE = """
--- KEYS: started registry, job hash, queue list, execution hash
+-- KEYS: started registry, job hash, queue list, execution hash, the reaper's counters
+-- ARGV: registry member, job id, counter field
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[2], 'status', 'queued')
   redis.call('DEL', KEYS[4])
   redis.call('LPUSH', KEYS[3], ARGV[2])
+  redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
   return 1
 end
 return 0
 """
 
 _REQUEUE_STRANDED = """
--- KEYS: intermediate list, job hash, queue list, RQ's first-seen key, our seen hash
+-- KEYS: intermediate list, job hash, queue list, RQ's first-seen key, our seen hash, the reaper's counters
+-- ARGV: job id, counter field
 -- A job dequeued (moved to the intermediate list) that no worker started: status still 'queued'.
 redis.call('HDEL', KEYS[5], ARGV[1])
 if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then return 0 end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[4])
 redis.call('LPUSH', KEYS[3], ARGV[1])
+redis.call('HINCRBY', KEYS[6], ARGV[2], 1)
 return 1
 """
 
@@ -90,6 +94,8 @@ def requeue_orphans(
 ) -> list[str]:
     """Requeue jobs whose PVM worker died mid-job or right after dequeuing; returns the requeued job ids.
 
+    The script that requeues a job also counts it, by reason, in its queue's
+    `keys.metrics_reaper` hash (the exporter's `pvm_reaper_requeued_total`).
     Stranded jobs (dequeued, never started) are requeued once they have been
     seen stranded for `grace` seconds, by whichever reaper looks then; `now`
     (seconds, default Redis' clock) is for tests.
@@ -126,8 +132,9 @@ def _requeue_stranded(connection: redis.Redis, queues: Sequence[Queue], now: flo
                     queue.key,
                     queue.intermediate_queue.get_first_seen_key(job_id),
                     seen_key,
+                    keys.metrics_reaper(queue.name),
                 ],
-                args=[job_id],
+                args=[job_id, keys.REQUEUED_STRANDED],
             )
             if done:
                 log.warning("requeued job %s stranded unstarted on %s for %.0f s", job_id, queue.name, now - first)
@@ -151,8 +158,8 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
             if connection.exists(keys.worker_alive(worker_name)):
                 continue
             done = script(
-                keys=[registry.key, Job.key_for(job_id), queue.key, execution_key],
-                args=[composite, job_id],
+                keys=[registry.key, Job.key_for(job_id), queue.key, execution_key, keys.metrics_reaper(queue.name)],
+                args=[composite, job_id, keys.REQUEUED_DEAD_WORKER],
             )
             if done:
                 log.warning("requeued job %s of dead worker %s on %s", job_id, worker_name, queue.name)

@@ -95,6 +95,9 @@ def test_global_names() -> None:
     assert keys.projects() == "pvm:projects"
     assert keys.worker_alive("w1") == "pvm:worker:w1:alive"
     assert keys.stranded_seen("pvm-log") == "pvm:reaper:pvm-log:stranded"
+    assert keys.metrics_reaper("pvm-log") == "pvm:metrics:reaper:pvm-log"
+    assert keys.metrics_reaper("pvm-log") != keys.stranded_seen("pvm-log")
+    assert keys.REAPER_REASONS == (keys.REQUEUED_DEAD_WORKER, keys.REQUEUED_STRANDED) == ("dead_worker", "stranded")
     assert keys.scheduler_leader() == "pvm:scheduler:leader"
     assert keys.schedules() == "pvm:scheduler:schedules"
     assert keys.MINUTE_FIELD == b"m"

@@ -58,6 +58,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_queue_jobs": ("gauge", frozenset({"queue", "pool", "status"})),
     "pvm_queue_workers": ("gauge", frozenset({"queue", "pool"})),
     "pvm_queue_oldest_waiting_seconds": ("gauge", frozenset({"queue", "pool"})),
+    "pvm_reaper_requeued_total": ("counter", frozenset({"queue", "reason"})),
     "pvm_stage_minutes_total": ("counter", frozenset({"stage"})),
     "pvm_stage_batches_total": ("counter", frozenset({"stage"})),
     "pvm_stage_failures_total": ("counter", frozenset({"stage"})),
@@ -73,12 +74,15 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
 }
 # Every label the exporter puts on a series.
 METRIC_LABELS = frozenset(
-    {"shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule", "scheduler"}
+    {
+        *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule"),
+        *("scheduler", "reason"),
+    }
 )
 # Series Prometheus adds itself for every target.
 TARGET_LABELS = frozenset({"job", "instance"})
 PROMETHEUS_SERIES = {"up": ("gauge", frozenset())}
-QUEUE_STATUSES = {"queued", "started", "failed", "deferred", "scheduled", "finished"}
+QUEUE_STATUSES = {"queued", "dequeued", "started", "failed", "deferred", "scheduled", "finished"}
 
 # Metadata fields of KEDA's scalers, as their docs define them:
 #   redis-streams: https://keda.sh/docs/2.15/scalers/redis-streams/  ("Trigger Specification", "Parameter list")
@@ -365,6 +369,7 @@ def test_every_required_alert_exists_with_a_severity_and_a_summary() -> None:
         "PVMFailedJobsRising",
         "PVMDeadLettersRising",
         "PVMQueueWithoutWorkers",
+        "PVMJobsStranded",
         "PVMIndexStale",
         "PVMExporterDown",
         "PVMScheduleLate",
@@ -384,6 +389,14 @@ def test_every_runbook_link_points_at_a_heading_of_the_deploy_readme() -> None:
     for rule in alert_rules():
         path, _, anchor = rule["annotations"]["runbook"].partition("#")
         assert path == "deploy/README.md" and anchor in anchors, f"{rule['alert']}: runbook {anchor!r}"
+
+
+def test_every_alert_is_in_the_table_of_alerts_yml_and_of_the_deploy_readme() -> None:
+    listed_in_rules = set(re.findall(r"^# \| (PVM\w+)\s", ALERTS.read_text(), re.M))
+    listed_in_readme = set(re.findall(r"^\| `(PVM\w+)` \|", (ROOT / "deploy" / "README.md").read_text(), re.M))
+    alerts = {rule["alert"] for rule in alert_rules()}
+    assert listed_in_rules == alerts
+    assert listed_in_readme == alerts
 
 
 def test_the_lag_alert_is_a_plain_threshold_with_a_short_for() -> None:
@@ -525,6 +538,28 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
             ],
             ("3m", "PVMQueueWithoutWorkers", []),
             ("10m", "PVMQueueWithoutWorkers", [crit(**LOG_QUEUE)]),
+        ),
+        # A log job stays dequeued from 3m (its worker died and no PVM worker reaps it): pending, then firing.
+        # Index workers dequeue all the time: a moment's 1 or 2 at one scrape in two, never 5 minutes on end.
+        # Another index job sat dequeued for 3 minutes until a worker came back and requeued it: quiet too.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_queue_jobs", "0x2 1x30", status="dequeued", **LOG_QUEUE),
+                _series("pvm_queue_jobs", " ".join(["1 0 2 0"] * 8), status="dequeued", **INDEX_QUEUE),
+                _series("pvm_queue_jobs", "0x2 5x30", status="queued", **INDEX_QUEUE),
+            ],
+            ("6m", "PVMJobsStranded", []),
+            ("10m", "PVMJobsStranded", [warn(**LOG_QUEUE)]),
+            ("30m", "PVMJobsStranded", [warn(**LOG_QUEUE)]),
+        ),
+        _case(
+            "1m",
+            [up, _series("pvm_queue_jobs", "0x5 1x3 0x20", status="dequeued", **INDEX_QUEUE)],
+            ("8m", "PVMJobsStranded", []),
+            ("12m", "PVMJobsStranded", []),
+            ("25m", "PVMJobsStranded", []),
         ),
         # Minutes take 60-300 s to become durable, for longer than 10 minutes.
         _case(

@@ -225,6 +225,37 @@ def test_status_shows_the_schedules_and_the_scheduler_leader(
     assert optimize["next_due_in_s"] == 1000.0 + 3600.0 - snap["taken_at"]
 
 
+def test_status_counts_jobs_dequeued_and_never_started(
+    redis_client: redis.Redis, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contracts import keys
+    from pvm.queues import pool_queue
+    from pvm.serializers import MsgpackSerializer
+    from workers.runner import DurableQueue
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    queue = pool_queue("log", redis_client)
+    stranded = queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    # What a log worker killed between dequeue and start leaves behind; the second job still waits.
+    taken = DurableQueue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert taken is not None and taken[0].id == stranded.id
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    header, *rows = out.split("POOLS\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert header.split()[:5] == ["POOL", "QUEUE", "QUEUED", "DEQUEUED", "RUNNING"]
+    pools = {row.split()[0]: row.split()[2:5] for row in rows}
+    assert pools == {"log": ["1", "1", "0"], "index": ["0", "0", "0"]}
+
+    assert main(["status", "--json"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    log_q, index_q = (next(q for q in snap["queues"] if q["pool"] == pool) for pool in ("log", "index"))
+    assert (log_q["queue"], log_q["queued"], log_q["dequeued"], log_q["started"]) == (keys.LOG_QUEUE, 1, 1, 0)
+    assert index_q["dequeued"] == 0
+    assert log_q["requeued"] == {"dead_worker": 0, "stranded": 0}
+
+
 def test_token_new_prints_the_token_once_and_the_entry_to_add(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["token", "new", "--name", "team-a", "--project", "borealis", "--project", "apollo"]) == 0
     out, err = capsys.readouterr()

@@ -8,12 +8,15 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import Minute, encode_minute, keys
+from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.queues import pool_queue
+from pvm.serializers import MsgpackSerializer
 from tests.conftest import free_port
 from workers.dispatcher import Dispatcher
 from workers.exporter import serve, snapshot
+from workers.runner import DurableQueue, PvmWorker, requeue_orphans
 
 NAME = re.compile(r"^pvm_[a-z0-9_]+$")
 
@@ -109,7 +112,7 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
     assert labels <= {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"),
-        *("schedule", "scheduler"),
+        *("schedule", "scheduler", "reason"),
     }
 
 
@@ -224,6 +227,55 @@ def test_a_malformed_schedule_field_is_left_out_not_fatal(redis_client: redis.Re
     (optimize,) = snapshot(redis_client, settings).schedules
     assert (optimize.name, optimize.every_s, optimize.last_run_at) == ("optimize", None, 1700000000.0)
     assert optimize.next_due_in_s is None
+
+
+def test_dequeued_jobs_and_the_reapers_requeues_are_served(redis_client: redis.Redis, settings: Settings) -> None:
+    """A job taken and never started reads `dequeued` until the reaper puts it back; its requeues count by reason."""
+    log_queue, index_queue = pool_queue("log", redis_client), pool_queue("index", redis_client)
+    stranded = log_queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    mid_job = index_queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    # A log worker killed between dequeue and start leaves its job in the intermediate list.
+    taken = DurableQueue.dequeue_any([log_queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert taken is not None and taken[0].id == stranded.id
+    # An index worker killed mid-job (no alive key) leaves its job started.
+    worker = PvmWorker([index_queue], redis_client, name="pvm-test-exporter-dead")
+    taken = DurableQueue.dequeue_any([index_queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert taken is not None and taken[0].id == mid_job.id
+    worker.prepare_execution(taken[0])
+    worker.prepare_job_execution(taken[0], remove_from_intermediate_queue=True)
+
+    def served() -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            m = scrape(port)
+        finally:
+            server.shutdown()
+        jobs = {(lb["pool"], lb["status"]): v for lb, v in m["pvm_queue_jobs"]}
+        requeued = {(lb["queue"], lb["reason"]): v for lb, v in m["pvm_reaper_requeued_total"]}
+        return jobs, requeued
+
+    jobs, requeued = served()
+    assert (jobs["log", "dequeued"], jobs["log", "queued"], jobs["log", "started"]) == (1, 0, 0)
+    assert (jobs["index", "dequeued"], jobs["index", "queued"], jobs["index", "started"]) == (0, 0, 1)
+    # Every queue and reason is served before the first requeue, so increase() sees the first one.
+    assert requeued == {(q, reason): 0.0 for q in keys.QUEUES.values() for reason in keys.REAPER_REASONS}
+
+    assert requeue_orphans(redis_client, [log_queue, index_queue], now=1000.0) == [mid_job.id]
+    assert requeue_orphans(redis_client, [log_queue, index_queue], now=1000.0 + defaults.STRANDED_GRACE_S) == [
+        stranded.id
+    ]
+    jobs, requeued = served()
+    assert (jobs["log", "dequeued"], jobs["log", "queued"]) == (0, 1)
+    assert (jobs["index", "started"], jobs["index", "queued"]) == (0, 1)
+    assert requeued == {
+        ("pvm-log", "dead_worker"): 0.0,
+        ("pvm-log", "stranded"): 1.0,
+        ("pvm-index", "dead_worker"): 1.0,
+        ("pvm-index", "stranded"): 0.0,
+    }
+    log_state = next(q for q in snapshot(redis_client, settings).queues if q.pool == "log")
+    assert (log_state.dequeued, log_state.requeued) == (0, {"dead_worker": 0, "stranded": 1})
 
 
 def test_the_exporter_survives_redis_errors(settings: Settings) -> None:

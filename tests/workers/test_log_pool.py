@@ -126,6 +126,7 @@ def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings:
     assert requeue_orphans(redis_client, [queue]) == [job.id]
     assert queue.job_ids == [job.id]
     assert requeue_orphans(redis_client, [queue]) == []
+    assert redis_client.hgetall(keys.metrics_reaper(queue.name)) == {b"dead_worker": b"1"}  # counted once
 
 
 def test_a_job_stranded_between_dequeue_and_start_is_requeued_after_the_grace(
@@ -140,11 +141,13 @@ def test_a_job_stranded_between_dequeue_and_start_is_requeued_after_the_grace(
     grace = defaults.STRANDED_GRACE_S
     assert requeue_orphans(redis_client, [queue], now=1000.0) == []  # first seen
     assert requeue_orphans(redis_client, [queue], now=1000.0 + grace - 0.5) == []
+    assert not redis_client.exists(keys.metrics_reaper(queue.name))  # nothing requeued, nothing counted
     assert requeue_orphans(redis_client, [queue], now=1000.0 + grace) == [job.id]
     assert queue.job_ids == [job.id]
     assert redis_client.llen(queue.intermediate_queue_key) == 0
     assert redis_client.hlen(keys.stranded_seen(queue.name)) == 0
     assert requeue_orphans(redis_client, [queue], now=2000.0) == []
+    assert redis_client.hgetall(keys.metrics_reaper(queue.name)) == {b"stranded": b"1"}
 
 
 def test_a_dequeued_job_its_worker_starts_is_not_requeued(redis_client: redis.Redis, settings: Settings) -> None:
@@ -160,6 +163,7 @@ def test_a_dequeued_job_its_worker_starts_is_not_requeued(redis_client: redis.Re
     assert requeue_orphans(redis_client, [queue], now=5000.0) == []
     assert queue.job_ids == []
     assert redis_client.hlen(keys.stranded_seen(queue.name)) == 0
+    assert not redis_client.exists(keys.metrics_reaper(queue.name))
     assert job.get_status(refresh=True) == "started"
 
 
@@ -172,6 +176,7 @@ def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, setting
     assert dequeued is not None
     worker.prepare_execution(dequeued[0])
     assert requeue_orphans(redis_client, [queue]) == []
+    assert not redis_client.exists(keys.metrics_reaper(queue.name))
 
 
 def test_a_logged_batch_fans_out_to_the_downstream_pools(

@@ -11,6 +11,7 @@ import pytest
 import redis
 from rq.exceptions import DequeueTimeout
 
+from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.queues import pool_queue
@@ -109,6 +110,9 @@ def test_a_worker_of_several_queues_dequeues_through_the_intermediate_lists(
     assert requeue_orphans(redis_client, [log_queue, index_queue], now=100.0) == []
     assert requeue_orphans(redis_client, [log_queue, index_queue], now=100.0 + defaults.STRANDED_GRACE_S) == [job.id]
     assert index_queue.job_ids == [job.id]
+    # Counted against the queue the job was stranded on, not the worker's other queue.
+    assert redis_client.hgetall(keys.metrics_reaper(index_queue.name)) == {b"stranded": b"1"}
+    assert not redis_client.exists(keys.metrics_reaper(log_queue.name))
 
 
 def test_a_worker_of_several_queues_runs_both_and_leaves_no_intermediate_entries(
