@@ -229,26 +229,57 @@ class Minute:
             name = sorted(str(k) for k in set(raw) - _FIELDS)[0]
             raise InvalidMinute(name, "is not a minute field; put free-form values under 'data'")
         minute = object.__new__(cls)
-        put = object.__setattr__
         try:
-            put(minute, "id", raw["id"])
-            put(minute, "timestamp", raw["timestamp"])
-            put(minute, "event_type", raw["event_type"])
-            put(minute, "project_id", raw["project_id"])
+            _set_id(minute, raw["id"])
+            _set_timestamp(minute, raw["timestamp"])
+            _set_event_type(minute, raw["event_type"])
+            _set_project_id(minute, raw["project_id"])
         except KeyError as missing:
             raise InvalidMinute(str(missing.args[0]), "is required") from None
         get = raw.get
-        put(minute, "agent_id", get("agent_id"))
+        _set_agent_id(minute, get("agent_id"))
         data = get("data")
-        put(minute, "data", {} if data is None else data)
+        _set_data(minute, {} if data is None else data)
         refs = get("context_references")
-        put(minute, "context_references", () if refs is None else tuple(refs))
-        put(minute, "memory_note", get("memory_note"))
-        put(minute, "thread_id", get("thread_id"))
+        _set_context_references(minute, () if refs is None else tuple(refs))
+        _set_memory_note(minute, get("memory_note"))
+        _set_thread_id(minute, get("thread_id"))
         scope = get("scope")
-        put(minute, "scope", Scope.PROJECT.value if scope is None else scope)
+        _set_scope(minute, _DEFAULT_SCOPE if scope is None else scope)
         return minute
 
+
+# The slots' own setters, for `Minute.trusted`. A frozen dataclass refuses
+# setattr; object.__setattr__ (what its __init__ uses) looks each name up on the
+# class first, and ten of those were two thirds of building a trusted minute.
+# Calling the slot's descriptor skips the lookup: 2.8 -> 2.1 us a minute.
+(
+    _set_id,
+    _set_timestamp,
+    _set_event_type,
+    _set_project_id,
+    _set_agent_id,
+    _set_data,
+    _set_context_references,
+    _set_memory_note,
+    _set_thread_id,
+    _set_scope,
+) = (
+    Minute.__dict__[name].__set__
+    for name in (
+        "id",
+        "timestamp",
+        "event_type",
+        "project_id",
+        "agent_id",
+        "data",
+        "context_references",
+        "memory_note",
+        "thread_id",
+        "scope",
+    )
+)
+_DEFAULT_SCOPE = Scope.PROJECT.value
 
 _FIELDS = frozenset(
     (

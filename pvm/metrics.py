@@ -48,7 +48,12 @@ def read_histogram(raw: dict[bytes, bytes], bounds: tuple[float, ...]) -> Histog
 
 
 class MetricsRecorder:
-    """Adds job-level numbers to the Redis-held metrics. Cheap: one pipelined round trip per call."""
+    """Adds job-level numbers to the Redis-held metrics. Cheap: one pipelined round trip per call.
+
+    Each recording method takes an optional `pipeline`: given one, it only adds
+    its commands there and the caller sends them along with its own (one round
+    trip for a job's writes and its metrics); without one, it sends them itself.
+    """
 
     def __init__(self, connection: redis.Redis) -> None:
         self.connection = connection
@@ -71,38 +76,60 @@ class MetricsRecorder:
         pipe.hincrbyfloat(key, "sum", total)
         pipe.hincrby(key, "count", n)
 
-    def batch(self, stage: str, minutes: int, seconds: float, failures: int = 0) -> None:
+    def _pipe(self, pipeline: redis.client.Pipeline | None) -> redis.client.Pipeline:
+        return self.connection.pipeline(transaction=False) if pipeline is None else pipeline
+
+    def batch(
+        self,
+        stage: str,
+        minutes: int,
+        seconds: float,
+        failures: int = 0,
+        pipeline: redis.client.Pipeline | None = None,
+    ) -> None:
         """One batch of a stage finished (or failed: `failures` minutes)."""
-        pipe = self.connection.pipeline(transaction=False)
+        pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_stages(), stage)
         pipe.hincrby(keys.metrics_stage(stage), "minutes", minutes)
         pipe.hincrby(keys.metrics_stage(stage), "batches", 1)
         if failures:
             pipe.hincrby(keys.metrics_stage(stage), "failures", failures)
         self._observe(pipe, keys.metrics_stage_duration(stage), BATCH_BUCKETS, [seconds])
-        pipe.execute()
+        if pipeline is None:
+            pipe.execute()
 
-    def failure(self, stage: str, minutes: int) -> None:
+    def failure(self, stage: str, minutes: int, pipeline: redis.client.Pipeline | None = None) -> None:
         """A batch of a stage failed."""
-        pipe = self.connection.pipeline(transaction=False)
+        pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_stages(), stage)
         pipe.hincrby(keys.metrics_stage(stage), "failures", minutes)
-        pipe.execute()
+        if pipeline is None:
+            pipe.execute()
 
-    def freshness(self, stage: str, lags_s: Iterable[float]) -> None:
+    def freshness(self, stage: str, lags_s: Iterable[float], pipeline: redis.client.Pipeline | None = None) -> None:
         """How long after emit each minute reached `stage` (durable, indexed, ...)."""
-        pipe = self.connection.pipeline(transaction=False)
+        pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_freshness_stages(), stage)
         self._observe(pipe, keys.metrics_freshness(stage), FRESHNESS_BUCKETS, [max(0.0, v) for v in lags_s])
-        pipe.execute()
+        if pipeline is None:
+            pipe.execute()
 
-    def provider_call(self, provider: str, kind: str, outcome: str, seconds: float, tokens: int = 0) -> None:
+    def provider_call(
+        self,
+        provider: str,
+        kind: str,
+        outcome: str,
+        seconds: float,
+        tokens: int = 0,
+        pipeline: redis.client.Pipeline | None = None,
+    ) -> None:
         """One call to an embedding or LLM provider."""
         name = f"{provider}|{kind}"
-        pipe = self.connection.pipeline(transaction=False)
+        pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_providers(), name)
         pipe.hincrby(keys.metrics_provider(name), f"calls:{outcome}", 1)
         if tokens:
             pipe.hincrby(keys.metrics_provider(name), "tokens", tokens)
         self._observe(pipe, keys.metrics_provider_latency(name), PROVIDER_BUCKETS, [seconds])
-        pipe.execute()
+        if pipeline is None:
+            pipe.execute()

@@ -23,7 +23,6 @@ from typing import Any
 
 import msgpack
 import redis
-from redis.commands.core import Script
 from rq import get_current_job
 
 from contracts import ContractError, InvalidMinute, MalformedMinute, Minute, UnsupportedSchemaVersion, keys
@@ -561,12 +560,11 @@ def close_engine() -> None:
 
 @dataclass
 class IndexContext:
-    """What a batch is indexed with: settings, agent memory, metrics, the head script, and the process's engine."""
+    """What a batch is indexed with: settings, agent memory, metrics, and the process's engine."""
 
     settings: Settings
     memory: AgentMemoryStore
     metrics: MetricsRecorder
-    advance_head: Script
 
     @classmethod
     def build(cls, connection: redis.Redis, settings: Settings) -> IndexContext:
@@ -574,7 +572,6 @@ class IndexContext:
             settings=settings,
             memory=AgentMemoryStore(connection),
             metrics=MetricsRecorder(connection),
-            advance_head=connection.register_script(_ADVANCE_HEAD),
         )
 
     @property
@@ -625,25 +622,62 @@ def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
 
 
 def _advance_heads(
-    ctx: IndexContext, connection: redis.Redis, records: Sequence[LoggedMinute], indexed_at: float
+    ctx: IndexContext,
+    connection: redis.Redis,
+    records: Sequence[LoggedMinute],
+    batch_minutes: int,
+    batch_seconds: float,
+    indexed_at: float,
 ) -> dict[str, int]:
-    """Raise each project's index head to the newest seq of the batch; returns the seq each head held before.
+    """Raise each project's index head to the batch's newest seq and count the batch; returns each head's seq before.
 
     The head is a high-water mark: with several index workers a later batch can
     finish before an earlier one, so ``log head seq - index head seq`` is a
     lower bound of how far the index is behind.
+
+    The heads and the batch metrics share one round trip, in a pipeline without
+    MULTI: nothing gains from running them as a unit (each head script is atomic
+    by itself and only ever raises the mark, so a retry changes nothing; the
+    metrics are counters that add up in any order). Every command runs whatever
+    its neighbours reply, and the replies are read one by one: a metrics error
+    is only logged (metrics never fail a batch), a head's error raises (the job
+    is retried). A lost connection raises, as the head advance alone did.
+    EVAL rather than a registered `Script`: in a pipeline a Script costs a
+    SCRIPT EXISTS round trip per batch, while Redis caches the compiled script
+    by its SHA, so sending its text again is the cheaper path.
     """
     newest: dict[str, LoggedMinute] = {}
     for r in records:
         top = newest.get(r.minute.project_id)
         if top is None or r.seq > top.seq:
             newest[r.minute.project_id] = r
-    if not newest:
-        return {}
     pipe = connection.pipeline(transaction=False)
     for project_id, r in newest.items():
-        ctx.advance_head(keys=[keys.index_head(project_id)], args=[r.minute.id, r.seq, repr(indexed_at)], client=pipe)
-    return {p: int(before) for p, before in zip(newest, pipe.execute(), strict=True)}
+        pipe.eval(_ADVANCE_HEAD, 1, keys.index_head(project_id), r.minute.id, r.seq, repr(indexed_at))
+    ctx.metrics.batch("index", batch_minutes, batch_seconds, pipeline=pipe)
+    replies = pipe.execute(raise_on_error=False)
+    heads, metrics = replies[: len(newest)], replies[len(newest) :]
+    for reply in heads:
+        if isinstance(reply, Exception):
+            raise reply
+    _log_metrics_errors(metrics)
+    return {p: int(before) for p, before in zip(newest, heads, strict=True)}
+
+
+def _log_metrics_errors(replies: Iterable[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            log.warning("index pool: metrics not recorded: %s", reply)
+            return
+
+
+@contextmanager
+def _best_effort_metrics() -> Iterator[None]:
+    """Metrics sent on their own: a Redis error is logged, never the batch's failure (nor in place of its own)."""
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        log.warning("index pool: metrics not recorded: %s", exc)
 
 
 def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
@@ -699,12 +733,14 @@ def index_batch(
             _upsert(ctx, points)
             marks.append(clock())
         except Exception:
-            ctx.metrics.failure("index", len(records))
+            with _best_effort_metrics():
+                ctx.metrics.failure("index", len(records))
             raise
         indexed_at = time.time()
-        heads_before = _advance_heads(ctx, connection, logged, indexed_at)
-        ctx.metrics.batch("index", len(records), indexed_at - started)
-        ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))
+        heads_before = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
+        # A round trip of its own: which minutes count depends on the heads' replies.
+        with _best_effort_metrics():
+            ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))
         indexed = len(points)
         # Freed while the collector still sleeps: back on, it would first walk the batch's objects (dead weight).
         del points, logged

@@ -136,6 +136,18 @@ def test_decode_golden_bytes(path: Path) -> None:
     assert list(body) == list(doc)
 
 
+@pytest.mark.parametrize("path", VALID, ids=names(VALID))
+def test_trusted_builds_the_minute_the_validating_constructor_does(path: Path) -> None:
+    body = without_v(msgpack.unpackb(path.with_suffix(".msgpack").read_bytes(), raw=False))
+    validated = Minute.from_dict(body)
+    trusted = Minute.trusted(body)
+    assert trusted == validated
+    assert [type(getattr(trusted, f)) for f in WIRE_ORDER[1:]] == [type(getattr(validated, f)) for f in WIRE_ORDER[1:]]
+    # Optional fields sent as null read as absent, as from_dict reads them.
+    nulls = {**body, **dict.fromkeys(("agent_id", "data", "context_references", "memory_note", "thread_id", "scope"))}
+    assert Minute.trusted(nulls) == Minute.from_dict(nulls)
+
+
 def test_specific_vectors() -> None:
     by_name = {p.stem: load(p) for p in VALID}
     assert by_name["task_failed_zero_score"]["data"]["success_criteria_met"] == 0

@@ -526,6 +526,61 @@ def test_a_failing_batch_leaves_the_garbage_collector_on(redis_client: redis.Red
     assert gc.isenabled()
 
 
+def hash_of(connection: redis.Redis, key: str) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in connection.hgetall(key).items()}
+
+
+def test_a_batch_records_its_metrics(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, records(session()))
+    stage = hash_of(redis_client, keys.metrics_stage("index"))
+    assert (stage["minutes"], stage["batches"]) == ("5", "1")
+    assert hash_of(redis_client, keys.metrics_stage_duration("index"))["count"] == "1"
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
+    index_pool.index_batch(ctx, redis_client, records(session()))  # re-indexed minutes are not fresh again
+    assert hash_of(redis_client, keys.metrics_stage("index"))["batches"] == "2"
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [keys.metrics_stage("index"), keys.metrics_stage_duration("index"), keys.metrics_freshness("indexed")],
+)
+def test_metrics_that_fail_to_record_do_not_fail_the_batch(
+    redis_client: redis.Redis, engine: RecordingEngine, broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis_client.set(broken, "not a hash")  # every write to it fails (WRONGTYPE)
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    result = index_pool.index_batch(ctx, redis_client, records(session()))
+    assert result["indexed"] == 5
+    assert redis_client.hget(keys.index_head("p1"), "seq") == b"5"
+    assert "metrics not recorded" in caplog.text
+
+
+def test_a_head_that_fails_to_advance_fails_the_batch(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    redis_client.set(keys.index_head("p1"), "not a hash")
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    with pytest.raises(redis.exceptions.ResponseError):
+        index_pool.index_batch(ctx, redis_client, records(session()))
+    assert hash_of(redis_client, keys.metrics_stage("index"))["batches"] == "1"  # sent alongside, still counted
+
+
+def test_a_failing_batch_counts_its_failure_even_when_metrics_fail(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    def fail(points: Sequence[MemoryPoint]) -> None:
+        raise ConnectionError("vector store down")
+
+    engine.upsert = fail  # type: ignore[method-assign]
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    with pytest.raises(ConnectionError):  # the batch's own error, not the metrics'
+        index_pool.index_batch(ctx, redis_client, records(session()))
+    assert hash_of(redis_client, keys.metrics_stage("index"))["failures"] == "5"
+    redis_client.set(keys.metrics_stage("index"), "not a hash")
+    with pytest.raises(ConnectionError):
+        index_pool.index_batch(ctx, redis_client, records(session()))
+
+
 def test_an_older_batch_indexed_late_does_not_move_the_head_back(
     redis_client: redis.Redis, engine: RecordingEngine
 ) -> None:
