@@ -6,6 +6,7 @@ downstream pools) is derived from what the log holds and can be rebuilt from it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -149,7 +150,8 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     try:
         result = process(ctx.writer, entries)
     except Exception:
-        ctx.metrics.failure("log", len(entries))
+        with contextlib.suppress(redis.exceptions.RedisError):  # the batch's own error is the one to raise
+            ctx.metrics.failure("log", len(entries))
         raise
     durable_at = time.time()
     # Caches and fan-out cover the whole batch, duplicates included: a retried job
@@ -159,7 +161,10 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     pipe = job.connection.pipeline(transaction=False)  # both metrics in one round trip
     ctx.metrics.batch("log", len(entries), time.time() - started, pipeline=pipe)
     ctx.metrics.freshness("durable", _lags(result, durable_at), pipeline=pipe)
-    pipe.execute()
+    try:
+        pipe.execute()
+    except redis.exceptions.RedisError as exc:  # metrics are best-effort: the batch is durable and fanned out
+        log.warning("log batch done; its metrics were not recorded: %s", exc)
     summary = result.summary()
     summary["seconds"] = round(durable_at - started, 6)
     return summary

@@ -194,3 +194,13 @@ def test_a_logged_batch_fans_out_to_the_downstream_pools(
     assert [r[0] for r in records] == [f"id{i:05d}" for i in range(5)]
     assert [r[1] for r in records] == [1, 2, 3, 4, 5]
     assert msgpack.unpackb(records[4][2])["memory_note"] == "4"
+
+
+def test_a_metrics_error_does_not_fail_a_durable_batch(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redis_client.set(keys.metrics_stage("log"), "not a hash")  # every metrics write to it fails (WRONGTYPE)
+    job = enqueue(redis_client, batch(3))
+    run_burst(redis_client, settings, monkeypatch)
+    assert job.get_status(refresh=True) == "finished"
+    assert [r.id for r in LogReader(settings.log_dir).history("p1")] == ["id00000", "id00001", "id00002"]
