@@ -64,7 +64,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -592,7 +592,11 @@ def run_index(
     n = len(encoded)
     batches = dispatcher_batches(encoded, batch)
     progress.start(f"index x{processes}", f"{n:,} minutes into the log, then {len(batches)} index jobs")
+    outer = Settings.from_env()  # the workspace starts from a clean environment: bring a Qdrant server along
     with workspace(f"scaling-index{processes}", shards) as ws:
+        if outer.qdrant_url:
+            server = ws.settings.with_(qdrant_url=outer.qdrant_url, qdrant_api_key=outer.qdrant_api_key)
+            ws = replace(ws, settings=server)
         live, conn = ws.settings, ws.connection
         if live.qdrant_url:  # a server keeps points between runs: start from none
             engine = _index_engine(live)
