@@ -10,12 +10,15 @@ recorder adds its name to a set the exporter iterates.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
 
 from contracts import keys
+
+log = logging.getLogger(__name__)
 
 # Histogram upper bounds (seconds) shared by writers and the exporter.
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -76,6 +79,14 @@ class MetricsRecorder:
         pipe.hincrbyfloat(key, "sum", total)
         pipe.hincrby(key, "count", n)
 
+    def _send(self, pipe: redis.client.Pipeline) -> None:
+        # Metrics are best-effort: a Redis error is logged, never a batch's failure (nor raised in place of
+        # its own). With a caller's pipeline, the caller sends it and decides.
+        try:
+            pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            log.warning("metrics not recorded: %s", exc)
+
     def _pipe(self, pipeline: redis.client.Pipeline | None) -> redis.client.Pipeline:
         return self.connection.pipeline(transaction=False) if pipeline is None else pipeline
 
@@ -96,7 +107,7 @@ class MetricsRecorder:
             pipe.hincrby(keys.metrics_stage(stage), "failures", failures)
         self._observe(pipe, keys.metrics_stage_duration(stage), BATCH_BUCKETS, [seconds])
         if pipeline is None:
-            pipe.execute()
+            self._send(pipe)
 
     def failure(self, stage: str, minutes: int, pipeline: redis.client.Pipeline | None = None) -> None:
         """A batch of a stage failed."""
@@ -104,7 +115,7 @@ class MetricsRecorder:
         pipe.sadd(keys.metrics_stages(), stage)
         pipe.hincrby(keys.metrics_stage(stage), "failures", minutes)
         if pipeline is None:
-            pipe.execute()
+            self._send(pipe)
 
     def freshness(self, stage: str, lags_s: Iterable[float], pipeline: redis.client.Pipeline | None = None) -> None:
         """How long after emit each minute reached `stage` (durable, indexed, ...)."""
@@ -112,7 +123,7 @@ class MetricsRecorder:
         pipe.sadd(keys.metrics_freshness_stages(), stage)
         self._observe(pipe, keys.metrics_freshness(stage), FRESHNESS_BUCKETS, [max(0.0, v) for v in lags_s])
         if pipeline is None:
-            pipe.execute()
+            self._send(pipe)
 
     def provider_call(
         self,
@@ -132,4 +143,4 @@ class MetricsRecorder:
             pipe.hincrby(keys.metrics_provider(name), "tokens", tokens)
         self._observe(pipe, keys.metrics_provider_latency(name), PROVIDER_BUCKETS, [seconds])
         if pipeline is None:
-            pipe.execute()
+            self._send(pipe)

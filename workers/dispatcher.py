@@ -399,8 +399,7 @@ class Dispatcher:
         self.stats.batches += len(jobs)
         self.stats.minutes += len(good)
         self.stats.dead += dead_total
-        with contextlib.suppress(redis.exceptions.RedisError):  # metrics never stop dispatching
-            self.metrics.batch("dispatch", len(good), time.monotonic() - started, failures=dead_total)
+        self.metrics.batch("dispatch", len(good), time.monotonic() - started, failures=dead_total)  # best-effort
         if dead_total:
             log.warning("dispatcher %s: %d entries dead-lettered", self.consumer, dead_total)
         return handled

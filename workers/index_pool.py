@@ -671,15 +671,6 @@ def _log_metrics_errors(replies: Iterable[Any]) -> None:
             return
 
 
-@contextmanager
-def _best_effort_metrics() -> Iterator[None]:
-    """Metrics sent on their own: a Redis error is logged, never the batch's failure (nor in place of its own)."""
-    try:
-        yield
-    except redis.exceptions.RedisError as exc:
-        log.warning("index pool: metrics not recorded: %s", exc)
-
-
 def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
     """Emit -> indexed seconds of minutes past the previous head (not of re-indexed ones, which would skew it)."""
     return [indexed_at - r.at_ms / 1000.0 for r in records if r.seq > heads_before.get(r.minute.project_id, 0)]
@@ -733,14 +724,12 @@ def index_batch(
             _upsert(ctx, points)
             marks.append(clock())
         except Exception:
-            with _best_effort_metrics():
-                ctx.metrics.failure("index", len(records))
+            ctx.metrics.failure("index", len(records))  # best-effort: never raises in place of the batch's error
             raise
         indexed_at = time.time()
         heads_before = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
         # A round trip of its own: which minutes count depends on the heads' replies.
-        with _best_effort_metrics():
-            ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))
+        ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))  # best-effort
         indexed = len(points)
         # Freed while the collector still sleeps: back on, it would first walk the batch's objects (dead weight).
         del points, logged

@@ -6,7 +6,6 @@ downstream pools) is derived from what the log holds and can be rebuilt from it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -150,8 +149,7 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     try:
         result = process(ctx.writer, entries)
     except Exception:
-        with contextlib.suppress(redis.exceptions.RedisError):  # the batch's own error is the one to raise
-            ctx.metrics.failure("log", len(entries))
+        ctx.metrics.failure("log", len(entries))  # best-effort: never raises in place of the batch's error
         raise
     durable_at = time.time()
     # Caches and fan-out cover the whole batch, duplicates included: a retried job

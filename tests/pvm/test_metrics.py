@@ -56,3 +56,23 @@ def test_batch_and_freshness_histograms(redis_client: redis.Redis) -> None:
     assert batch.count == 1 and batch.sum == pytest.approx(0.08)
     fresh = read_histogram(redis_client.hgetall(keys.metrics_freshness("indexed")), FRESHNESS_BUCKETS)
     assert fresh.count == 3 and dict(fresh.buckets)["0.005"] == 2  # a negative lag counts as 0
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_recording_alone_is_best_effort_and_a_callers_pipeline_is_the_callers(
+    redis_client: redis.Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every metrics key is the wrong type: each write fails (WRONGTYPE).
+    for key in (
+        keys.metrics_stages(),
+        keys.metrics_freshness_stages(),
+        keys.metrics_providers(),
+    ):
+        redis_client.set(key, "not a set")
+    recorder = MetricsRecorder(redis_client)
+    RECORDINGS[name](recorder, None)  # logs, does not raise
+    assert "metrics not recorded" in caplog.text
+    pipe = redis_client.pipeline(transaction=False)
+    RECORDINGS[name](recorder, pipe)
+    with pytest.raises(redis.exceptions.ResponseError):
+        pipe.execute()  # the caller's pipeline: the caller decides
