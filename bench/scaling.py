@@ -102,7 +102,6 @@ from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
 from pvm.stores.log import LogReader, LogWriter
 from workers import log_pool
-from workers.dispatcher import LOG_JOB
 
 STAGES = ("dispatch", "log", "index")
 MINUTES = 60_000
@@ -114,7 +113,6 @@ QUIET_CORES = 0.25  # other processes' CPU (cores) above which a run counts as d
 QUIET_WAIT_S = 180.0
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.05
-INDEX_JOB = "workers.index_pool.run"
 PARKED_SUFFIX = ":bench-parked"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -414,7 +412,7 @@ def valkey_pid(connection: redis.Redis) -> int:
 def _log_job_data(good: list[list[Any]], settings: Settings, shards: int) -> Any:
     """A log job exactly as `Dispatcher.dispatch_many` prepares it."""
     return Queue.prepare_data(
-        LOG_JOB,
+        keys.LOG_JOB,
         args=(good,),
         timeout=settings.job_timeout,
         result_ttl=defaults.JOB_RESULT_TTL_S,
@@ -427,7 +425,7 @@ def _log_job_data(good: list[list[Any]], settings: Settings, shards: int) -> Any
 def _index_job_data(records: list[list[Any]]) -> Any:
     """An index job exactly as `workers.log_pool._fan_out` prepares it."""
     return Queue.prepare_data(
-        INDEX_JOB,
+        keys.INDEX_JOB,
         args=(records,),
         retry=Retry(max=defaults.JOB_RETRIES),
         result_ttl=defaults.JOB_RESULT_TTL_S,

@@ -175,3 +175,28 @@ REAPER_REASONS = (REQUEUED_DEAD_WORKER, REQUEUED_STRANDED)
 def metrics_reaper(queue_name: str) -> str:
     """Hash of the reaper's counters for one RQ queue: jobs requeued, one field per `REAPER_REASONS` reason."""
     return f"{PREFIX}:metrics:reaper:{queue_name}"
+
+
+# -- job functions: the only callables PVM workers run (the runner's area) --------
+
+LOG_JOB = "workers.log_pool.run"  # one dispatcher batch into the durable log
+INDEX_JOB = "workers.index_pool.run"  # one batch of durable minutes into the vector index
+INDEX_RESET_JOB = "workers.index_pool.reset_project"  # forget a project's derived memory before a replay
+INDEX_OPTIMIZE_JOB = "workers.index_pool.optimize"  # optimize the embedded engine's shards
+
+# The job each pool runs on a batch the log pool fans out to it, by pool name (the keys of `QUEUES`).
+POOL_JOBS = {
+    "log": LOG_JOB,
+    "index": INDEX_JOB,
+}
+
+JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB})
+"""Dotted names of every function a PVM worker may run, and nothing else.
+
+A worker checks a job's function name against this set before it imports or
+calls anything: whoever can write to Redis can put any job on a PVM queue, and
+resolving a name like ``os.system`` or an attacker's module would already run
+code. A job naming anything else (or asking for callbacks, webhooks or a method
+of an instance, which PVM jobs never use) goes to its queue's failed registry
+with the reason, unimported. A new job function is added here, next to its name.
+"""

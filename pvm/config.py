@@ -29,17 +29,21 @@
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
 | PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |
+| PVM_EXTRA_JOB_FUNCTIONS | (unset) | job functions (dotted names, comma-separated) workers run besides PVM's own |
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contracts import keys
 from pvm import defaults
+
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
 class ConfigError(ValueError):
@@ -78,6 +82,18 @@ def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float] | None
     if len(parts) != 4 or any(p < 0 for p in parts) or not sum(parts):
         raise ConfigError(f"PVM_SEARCH_WEIGHTS={raw!r} must be four non-negative numbers, not all 0")
     return parts
+
+
+def _job_functions(env: Mapping[str, str]) -> tuple[str, ...]:
+    raw = env.get("PVM_EXTRA_JOB_FUNCTIONS") or ""
+    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    for name in names:
+        if not _DOTTED_NAME.fullmatch(name):
+            raise ConfigError(
+                f"PVM_EXTRA_JOB_FUNCTIONS names {name!r}, which is not a dotted function name "
+                "like package.module.function; list exact names, comma-separated"
+            )
+    return names
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -124,6 +140,7 @@ class Settings:
     api_token: str | None = field(default=None, repr=False)
     api_tokens_file: Path | None = None
     optimize_every_s: int = defaults.OPTIMIZE_EVERY_S
+    extra_job_functions: tuple[str, ...] = ()  # workers run these besides keys.JOB_FUNCTIONS
 
     @property
     def vector_dir(self) -> Path:
@@ -174,6 +191,7 @@ class Settings:
             api_token=env.get("PVM_API_TOKEN") or None,
             api_tokens_file=Path(env["PVM_API_TOKENS_FILE"]) if env.get("PVM_API_TOKENS_FILE") else None,
             optimize_every_s=_int(env, "PVM_OPTIMIZE_EVERY", defaults.OPTIMIZE_EVERY_S, minimum=0),
+            extra_job_functions=_job_functions(env),
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -207,6 +225,7 @@ class Settings:
             "PVM_API_URL": self.api_url,
             "PVM_API_TOKEN": self.api_token,
             "PVM_API_TOKENS_FILE": None if self.api_tokens_file is None else str(self.api_tokens_file),
+            "PVM_EXTRA_JOB_FUNCTIONS": ",".join(self.extra_job_functions),
         }
         env.update({k: v for k, v in optional.items() if v})
         env["PVM_EMBED_BATCH_SIZE"] = str(self.embed_batch_size)

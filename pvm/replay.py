@@ -62,7 +62,7 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
     index_queue = pool_queue("index", connection)
     # The index jobs depend on the reset: RQ holds them back until it has finished,
     # however many index workers there are.
-    reset = index_queue.enqueue("workers.index_pool.reset_project", project_id, result_ttl=600)
+    reset = index_queue.enqueue(keys.INDEX_RESET_JOB, project_id, result_ttl=600)
     _clear_caches(connection, project_id)
     progress = Progress(f"replay {project_id}: log", total)
     sent = 0
@@ -77,7 +77,7 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
         [last] = index_queue.enqueue_many(
             [
                 Queue.prepare_data(
-                    "workers.index_pool.run",
+                    keys.INDEX_JOB,
                     args=([[m.id, m.seq, m.minute_bytes] for m in batch],),
                     retry=Retry(max=defaults.JOB_RETRIES),
                     result_ttl=defaults.JOB_RESULT_TTL_S,
@@ -101,7 +101,7 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
     flush()
     # The embedded engine's search is fastest on an optimized shard: ask for it once the rebuild is in.
     index_queue.enqueue(
-        "workers.index_pool.optimize", project_id, depends_on=last, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
+        keys.INDEX_OPTIMIZE_JOB, project_id, depends_on=last, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
     )
     progress.show(sent, "queued for indexing", force=True)
     progress.done()

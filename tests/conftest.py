@@ -12,6 +12,7 @@ import redis
 
 from pvm.config import Settings
 from pvm.embedded import EmbeddedRedis
+from tests.workers.jobs import TEST_JOB_FUNCTIONS
 
 # The OpenAI-compatible server (fixture `openai_server`) every test module may use.
 pytest_plugins = ["tests.openai_server"]
@@ -47,6 +48,7 @@ def settings(tmp_path: Path, redis_url: str, redis_client: redis.Redis) -> Setti
         home=tmp_path,
         log_dir=tmp_path / "log",
         spool_dir=tmp_path / "spool",
+        extra_job_functions=TEST_JOB_FUNCTIONS,
     )
 
 

@@ -33,8 +33,6 @@ from pvm.queues import pool_queue
 
 log = logging.getLogger(__name__)
 
-LOG_JOB = "workers.log_pool.run"
-
 
 def default_consumer_name() -> str:
     """A consumer name unique to this process; pass a stable one to resume its pending entries after a restart."""
@@ -407,7 +405,7 @@ class Dispatcher:
     def _log_job(self, minutes: Sequence[tuple[int, list[object]]]) -> EnqueueData:
         shards = sorted({shard for shard, _ in minutes})
         return Queue.prepare_data(
-            LOG_JOB,
+            keys.LOG_JOB,
             args=([entry for _, entry in minutes],),
             timeout=self.settings.job_timeout,
             result_ttl=defaults.JOB_RESULT_TTL_S,

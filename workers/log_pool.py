@@ -17,6 +17,7 @@ import msgpack
 import redis
 from rq import Queue, Retry, get_current_job
 
+from contracts import keys
 from contracts.minute import parse_timestamp
 from pvm import defaults
 from pvm.config import Settings
@@ -127,7 +128,7 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
             queue.enqueue_many(
                 [
                     Queue.prepare_data(
-                        f"workers.{pool}_pool.run",
+                        keys.POOL_JOBS[pool],
                         args=(records,),
                         timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
                         retry=Retry(max=defaults.JOB_RETRIES),

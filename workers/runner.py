@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 import redis
@@ -44,7 +44,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import Serializer
 from rq.timeouts import BaseDeathPenalty
-from rq.utils import as_text, parse_composite_key
+from rq.utils import as_text, now, parse_composite_key
 from rq.worker import SimpleWorker
 
 from contracts import keys
@@ -54,6 +54,7 @@ from pvm.connection import bulk_reply, hash_reply, redis_from_settings
 from pvm.queues import pool_queue, queue_name
 from pvm.serializers import MsgpackSerializer
 from pvm.stack import RestartPolicy, terminate
+from workers.jobs import JobRefused, PvmJob, refusal
 
 log = logging.getLogger(__name__)
 
@@ -241,28 +242,61 @@ class DurableQueue(Queue):
 
 
 class PvmWorker(SimpleWorker):
-    """An RQ SimpleWorker with the msgpack serializer, an alive key and an orphan reaper."""
+    """An RQ SimpleWorker with the msgpack serializer, an alive key, an orphan reaper, and PVM's jobs only.
 
-    def __init__(self, queues: Sequence[Queue], connection: redis.Redis, **kwargs: object) -> None:
+    A job that does not name one of `job_functions` (default: PVM's own,
+    `keys.JOB_FUNCTIONS`) is failed with the reason before anything is
+    imported, and never retried (see `workers.jobs`).
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[Queue],
+        connection: redis.Redis,
+        job_functions: Collection[str] = keys.JOB_FUNCTIONS,
+        **kwargs: object,
+    ) -> None:
         name = (
             kwargs.pop("name", None)
             or f"{WORKER_NAME_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
         # RQ checks every queue is of the worker's queue class.
-        queues = [DurableQueue(q.name, connection=connection, serializer=MsgpackSerializer) for q in queues]
+        queues = [
+            DurableQueue(q.name, connection=connection, serializer=MsgpackSerializer, job_class=PvmJob) for q in queues
+        ]
         super().__init__(
             queues,
             connection=connection,
             name=str(name),
             serializer=MsgpackSerializer,
             queue_class=DurableQueue,
+            job_class=PvmJob,
             maintenance_interval=60,
             **kwargs,  # type: ignore[arg-type]
         )
+        self.job_functions = frozenset(job_functions)
         self._pvm_queues = list(queues)
         self._pvm_stop = threading.Event()
         # redis-py clients are thread-safe (a connection per command from the pool).
         self._pvm_connection = connection
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        reason = refusal(job, self.job_functions)
+        if reason is None:
+            super().execute_job(job, queue)
+        else:
+            self._refuse(job, queue, reason)
+
+    def _refuse(self, job: Job, queue: Queue, reason: str) -> None:
+        """Fail a job that is not PVM's: into `queue`'s failed registry with the reason, no retry, nothing run."""
+        log.error("worker %s: job %s on %s: %s", self.name, job.id, queue.name, reason)
+        job.origin = queue.name  # where it was found, whatever its hash claims
+        job.retries_left = None  # it would only be refused again
+        job.ended_at = now()
+        self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+        self.handle_job_failure(
+            job, queue, started_job_registry=queue.started_job_registry, exc_string=f"{JobRefused.__name__}: {reason}"
+        )
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # RQ removes the job from its intermediate list only for a worker of one queue; DurableQueue
@@ -306,9 +340,12 @@ def run_worker(pools: Sequence[str], settings: Settings, burst: bool = False, na
     """
     connection = redis_from_settings(settings)
     queues = [pool_queue(p, connection) for p in pools]
+    job_functions = keys.JOB_FUNCTIONS | set(settings.extra_job_functions)
     generation = 0
     while True:
-        worker = PvmWorker(queues, connection, name=f"{name}-{generation}" if name and generation else name)
+        worker = PvmWorker(
+            queues, connection, job_functions, name=f"{name}-{generation}" if name and generation else name
+        )
         try:
             return worker.work(burst=burst, logging_level="WARNING")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

@@ -94,7 +94,7 @@ def default_schedules(settings: Settings) -> list[Schedule]:
                 "optimize",
                 settings.optimize_every_s,
                 "index",
-                "workers.index_pool.optimize",
+                keys.INDEX_OPTIMIZE_JOB,
                 (None,),
                 defaults.OPTIMIZE_JOB_TIMEOUT_S,
             )

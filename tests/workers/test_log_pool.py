@@ -184,6 +184,7 @@ def test_a_logged_batch_fans_out_to_the_downstream_pools(
 ) -> None:
     # No downstream pool exists yet; register one for this test the way a pool module will.
     monkeypatch.setitem(keys.QUEUES, "fanout", "pvm-fanout")
+    monkeypatch.setitem(keys.POOL_JOBS, "fanout", "workers.fanout_pool.run")
     settings = settings.with_(downstream=("fanout",))
     enqueue(redis_client, batch(5))
     enqueue(redis_client, batch(5))  # a redelivery fans out again: downstream pools are idempotent too

@@ -16,6 +16,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
+from tests.workers.jobs import ALLOWED_IN_TESTS
 from workers.runner import DurableQueue, PvmWorker, requeue_orphans
 
 
@@ -124,7 +125,7 @@ def test_a_worker_of_several_queues_runs_both_and_leaves_no_intermediate_entries
         for i in range(3)
         for q in (index_queue, log_queue)
     ]
-    worker = PvmWorker([log_queue, index_queue], redis_client, name="pvm-test-multi-burst")
+    worker = PvmWorker([log_queue, index_queue], redis_client, ALLOWED_IN_TESTS, name="pvm-test-multi-burst")
     worker.work(burst=True, logging_level="WARNING")
     assert [j.get_status(refresh=True) for j in jobs] == ["finished"] * len(jobs)
     assert len(list(tmp_path.iterdir())) == 2 * len(jobs)  # each job's .started marker and its result

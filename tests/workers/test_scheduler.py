@@ -15,6 +15,7 @@ from contracts import keys
 from pvm.config import Settings
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
+from tests.workers.jobs import ALLOWED_IN_TESTS
 from workers.runner import PvmWorker
 from workers.scheduler import Schedule, Scheduler, default_schedules, read_schedules
 
@@ -24,7 +25,8 @@ def marker_schedule(tmp_path: Path, every_s: float = 60.0, name: str = "mark") -
 
 
 def drain(redis_client: redis.Redis, pool: str = "log") -> None:
-    PvmWorker([pool_queue(pool, redis_client)], redis_client).work(burst=True, logging_level="WARNING")
+    worker = PvmWorker([pool_queue(pool, redis_client)], redis_client, ALLOWED_IN_TESTS)
+    worker.work(burst=True, logging_level="WARNING")
 
 
 def test_the_embedded_engine_gets_a_periodic_optimize_and_a_qdrant_server_none(settings: Settings) -> None:
