@@ -40,8 +40,9 @@ import redis
 from rq import Queue
 from rq.exceptions import DequeueTimeout
 from rq.executions import Execution
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
+from rq.results import Result
 from rq.serializers import Serializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import as_text, now, parse_composite_key
@@ -172,7 +173,11 @@ MULTI_QUEUE_POLL_S = 0.2  # a worker of several queues blocks this long on each 
 
 
 class DurableQueue(Queue):
-    """An RQ Queue whose dequeue always goes through the queue's intermediate list, one queue or several."""
+    """An RQ Queue whose dequeue always goes through the queue's intermediate list, one queue or several.
+
+    A dequeued job whose hash RQ cannot read (planted or corrupt) goes to the
+    failed registry with the reason, instead of ending the worker's loop.
+    """
 
     @classmethod
     def dequeue_any(  # type: ignore[override]
@@ -197,17 +202,18 @@ class DurableQueue(Queue):
         deadline = None if timeout is None else time.monotonic() + timeout
         turn = 0
         while True:
+            unusable = False  # a job id came off a queue with no runnable job behind it: look again
             for queue in queues:  # in priority order, without blocking
-                found = cls._moved(
-                    connection,
-                    queue,
-                    bulk_reply(connection.lmove(queue.key, queue.intermediate_queue_key)),
-                    job_class,
-                    serializer,
-                    death_penalty_class,
-                )
+                raw = bulk_reply(connection.lmove(queue.key, queue.intermediate_queue_key))
+                if raw is None:
+                    continue
+                found = cls._moved(connection, queue, raw, job_class, serializer, death_penalty_class)
                 if found is not None:
                     return found
+                unusable = True
+                break
+            if unusable:
+                continue
             if deadline is None:
                 return None
             remaining = deadline - time.monotonic()
@@ -223,6 +229,33 @@ class DurableQueue(Queue):
                 return found
 
     @classmethod
+    def _fetch_dequeued_job(
+        cls,
+        connection: redis.Redis,
+        queue_key: str,
+        job_id: str,
+        job_class: type[Job] | None = None,
+        serializer: Serializer | str | None = None,
+        death_penalty_class: type[BaseDeathPenalty] | None = None,
+    ) -> tuple[Job, Queue] | None:
+        queue_name = queue_key.removeprefix(cls.redis_queue_namespace_prefix)
+        try:
+            found = super()._fetch_dequeued_job(
+                connection, queue_key, job_id, job_class, serializer, death_penalty_class
+            )
+        except redis.exceptions.RedisError:
+            raise
+        except Exception as exc:  # a hash RQ cannot read (planted or corrupt): it would stop the worker
+            _fail_unreadable(connection, queue_name, job_id, f"{type(exc).__name__}: {exc}")
+            return None  # dequeue the next one
+        if found is None:  # no hash (deleted or expired: nothing to run), or one without data (RQ says the same)
+            if connection.exists(Job.key_for(job_id)):
+                _fail_unreadable(connection, queue_name, job_id, "it has no job data")
+            else:
+                connection.lrem(cls(queue_name, connection=connection).intermediate_queue_key, 1, job_id)
+        return found
+
+    @classmethod
     def _moved(
         cls,
         connection: redis.Redis,
@@ -234,11 +267,23 @@ class DurableQueue(Queue):
     ) -> tuple[Job, Queue] | None:
         if raw is None:
             return None
-        job_id = as_text(raw)
-        found = cls._fetch_dequeued_job(connection, queue.key, job_id, job_class, serializer, death_penalty_class)
-        if found is None:  # the job's hash is gone (deleted or expired): nothing to run
-            connection.lrem(queue.intermediate_queue_key, 1, job_id)
-        return found
+        return cls._fetch_dequeued_job(connection, queue.key, as_text(raw), job_class, serializer, death_penalty_class)
+
+
+def _fail_unreadable(connection: redis.Redis, queue_name: str, job_id: str, error: str) -> None:
+    """Fail a dequeued job whose hash RQ cannot turn into a Job: no Job object exists to fail the usual way."""
+    reason = f"{JobRefused.__name__}: job hash cannot be read ({error}); refused"
+    log.error("job %s on %s: %s", job_id, queue_name, reason)
+    queue = Queue(queue_name, connection=connection, serializer=MsgpackSerializer)
+    ttl = defaults.JOB_FAILURE_TTL_S
+    with connection.pipeline() as pipe:
+        pipe.hset(Job.key_for(job_id), "status", JobStatus.FAILED.value)
+        pipe.expire(Job.key_for(job_id), ttl)
+        failure = Result(job_id, Result.Type.FAILED, connection, exc_string=reason, serializer=MsgpackSerializer)
+        failure.save(ttl, pipeline=pipe)
+        pipe.zadd(queue.failed_job_registry.key, {job_id: time.time() + ttl})
+        pipe.lrem(queue.intermediate_queue_key, 1, job_id)
+        pipe.execute()
 
 
 class PvmWorker(SimpleWorker):

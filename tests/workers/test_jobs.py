@@ -18,6 +18,7 @@ import pytest
 import redis
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
+from rq.results import Result
 from rq.utils import utcformat
 
 from contracts import keys
@@ -222,3 +223,24 @@ def test_pvm_serve_refuses_a_planted_job_on_the_index_queue(
         server.communicate(timeout=30)
     assert not target.exists()
     assert "job function 'os.mkdir' is not a PVM job; refused" in refusal(redis_client, job_id)
+
+
+@pytest.mark.parametrize("pools", [["log"], list(keys.QUEUES)], ids=["one-queue", "all-queues"])
+def test_a_job_hash_rq_cannot_read_is_failed_and_the_worker_keeps_going(
+    redis_client: redis.Redis, tmp_path: Path, pools: list[str]
+) -> None:
+    queue = keys.LOG_QUEUE
+    bad_date = plant(redis_client, queue, keys.LOG_JOB, [[]], created_at="not a date")
+    no_data = plant(redis_client, queue, keys.LOG_JOB, [[]])
+    redis_client.hdel(f"rq:job:{no_data}", "data")
+    ours = pool_queue("log", redis_client).enqueue(SLOW_MARKER, str(tmp_path / "ours"), 0.0)
+    worker = PvmWorker([pool_queue(p, redis_client) for p in pools], redis_client, ALLOWED_IN_TESTS)
+    worker.work(burst=True, logging_level="WARNING")
+    assert ours.get_status(refresh=True) == "finished"  # the planted hashes did not stop the worker
+    registry = FailedJobRegistry(queue, connection=redis_client, serializer=MsgpackSerializer)
+    for job_id in (bad_date, no_data):
+        assert job_id in registry and redis_client.hget(f"rq:job:{job_id}", "status") == b"failed"
+        [result] = Result.all(Job(job_id, connection=redis_client, serializer=MsgpackSerializer))
+        assert result.exc_string is not None and "job hash cannot be read" in result.exc_string
+        assert redis_client.ttl(f"rq:job:{job_id}") > 0  # it goes away with the failed registry's entry
+    assert redis_client.llen(f"rq:queue:{queue}:intermediate") == 0 and redis_client.llen(f"rq:queue:{queue}") == 0
