@@ -2,7 +2,7 @@
 
 Everything is read at scrape time: stream length, lag, pending and the age of
 the oldest pending entry per shard and group; RQ queue states (dequeued
-included: jobs a worker took and has not started) and worker counts per pool;
+included: jobs a worker took and has not started) and live workers per pool;
 the reaper's requeues per queue and reason; dead letters (held now, and ever
 added); the job-level counters and histograms the pools record in Redis
 (`pvm.metrics`); and the scheduler's schedules and lease. `snapshot()` is
@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from rq import Queue, Worker
+from rq import Queue
 from rq.registry import (
     BaseRegistry,
     DeferredJobRegistry,
@@ -37,6 +37,7 @@ from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, stream_entries
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
 from pvm.serializers import MsgpackSerializer
+from workers.runner import live_workers
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class QueueState:
     deferred: int
     scheduled: int
     finished: int
-    workers: int
+    workers: int  # live PVM workers (runner.live_workers)
     oldest_waiting_s: float | None
     requeued: dict[str, int]  # reason (keys.REAPER_REASONS) -> jobs the reaper ever requeued
 
@@ -249,7 +250,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
                 deferred=_job_count(DeferredJobRegistry, name, connection),
                 scheduled=_job_count(ScheduledJobRegistry, name, connection),
                 finished=_job_count(FinishedJobRegistry, name, connection),
-                workers=Worker.count(connection=connection, queue=q),
+                workers=len(live_workers(connection, name)),
                 oldest_waiting_s=_oldest_waiting(connection, q, now),
                 requeued=_requeued(connection, name),
             )
@@ -333,7 +334,9 @@ class PvmCollector:
         yield from (length, lag, pending, age, dead, dead_added)
 
         jobs = GaugeMetricFamily("pvm_queue_jobs", "RQ jobs of a pool by status.", labels=["queue", "pool", "status"])
-        workers = GaugeMetricFamily("pvm_queue_workers", "RQ workers serving a queue.", labels=["queue", "pool"])
+        workers = GaugeMetricFamily(
+            "pvm_queue_workers", "PVM workers serving a queue whose alive key is fresh.", labels=["queue", "pool"]
+        )
         waiting = GaugeMetricFamily(
             "pvm_queue_oldest_waiting_seconds", "How long the next queued job has waited.", labels=["queue", "pool"]
         )

@@ -37,7 +37,7 @@ from collections.abc import Collection, Sequence
 from typing import cast
 
 import redis
-from rq import Queue
+from rq import Queue, worker_registration
 from rq.exceptions import DequeueTimeout
 from rq.executions import Execution
 from rq.job import Job, JobStatus
@@ -46,7 +46,8 @@ from rq.results import Result
 from rq.serializers import Serializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import as_text, now, parse_composite_key
-from rq.worker import SimpleWorker
+from rq.worker import SimpleWorker, Worker
+from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
 
 from contracts import keys
 from pvm import defaults
@@ -167,6 +168,54 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
                 log.warning("requeued job %s of dead worker %s on %s", job_id, worker_name, queue.name)
                 requeued.append(job_id)
     return requeued
+
+
+def _registrations(connection: redis.Redis, queue_name: str) -> list[tuple[str, bool]]:
+    """The PVM workers RQ lists as serving `queue_name`, by name, each with whether its alive key is there."""
+    prefix = Worker.redis_worker_namespace_prefix + WORKER_NAME_PREFIX
+    registered = (as_text(k) for k in cast(set[bytes], connection.smembers(WORKERS_BY_QUEUE_KEY % queue_name)))
+    # A PVM worker sets its alive key before it registers: a registered one without it is dead.
+    names = sorted(k.removeprefix(Worker.redis_worker_namespace_prefix) for k in registered if k.startswith(prefix))
+    with connection.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.exists(keys.worker_alive(name))
+        alive = pipe.execute()
+    return [(name, bool(fresh)) for name, fresh in zip(names, alive, strict=True)]
+
+
+def live_workers(connection: redis.Redis, queue_name: str) -> list[str]:
+    """Names of the PVM workers serving `queue_name` now: registered with RQ and keeping their alive key fresh.
+
+    RQ keeps a SIGKILLed worker registered until its worker key expires
+    (minutes), or for good when no worker is left to clean up; its alive key
+    lapses within `defaults.WORKER_ALIVE_TTL_S`. The one rule behind `pvm
+    status`, the exporter's `pvm_queue_workers` and the PVMQueueWithoutWorkers
+    alert. A worker that is not PVM's keeps no alive key (and checks no job
+    allowlist): it does not count.
+    """
+    return [name for name, alive in _registrations(connection, queue_name) if alive]
+
+
+def drop_dead_workers(connection: redis.Redis, queues: Sequence[Queue]) -> list[str]:
+    """Unregister from RQ the PVM workers of `queues` whose alive key lapsed; returns their names.
+
+    So `rq info` and anything else reading RQ's registry agree with
+    `live_workers`. A worker dropped while alive (its alive key lapsed for a
+    while) registers again at its next refresh.
+    """
+    dropped = set()
+    for queue in queues:
+        dead = [name for name, alive in _registrations(connection, queue.name) if not alive]
+        if not dead:
+            continue
+        worker_keys = [Worker.redis_worker_namespace_prefix + name for name in dead]
+        with connection.pipeline() as pipe:
+            pipe.srem(WORKERS_BY_QUEUE_KEY % queue.name, *worker_keys)
+            pipe.srem(REDIS_WORKER_KEYS, *worker_keys)
+            pipe.execute()
+        log.warning("unregistered dead workers from %s: %s", queue.name, ", ".join(dead))
+        dropped.update(dead)
+    return sorted(dropped)
 
 
 MULTI_QUEUE_POLL_S = 0.2  # a worker of several queues blocks this long on each in turn when all are empty
@@ -322,6 +371,7 @@ class PvmWorker(SimpleWorker):
         self.job_functions = frozenset(job_functions)
         self._pvm_queues = list(queues)
         self._pvm_stop = threading.Event()
+        self._pvm_registered = threading.Event()  # between RQ's register_birth and register_death
         # redis-py clients are thread-safe (a connection per command from the pool).
         self._pvm_connection = connection
 
@@ -352,14 +402,27 @@ class PvmWorker(SimpleWorker):
         next_reap = 0.0
         while not self._pvm_stop.is_set():
             try:
-                self._pvm_connection.set(keys.worker_alive(self.name), os.getpid(), ex=defaults.WORKER_ALIVE_TTL_S)
+                with self._pvm_connection.pipeline(transaction=False) as pipe:
+                    pipe.set(keys.worker_alive(self.name), os.getpid(), ex=defaults.WORKER_ALIVE_TTL_S)
+                    if self._pvm_registered.is_set():  # again, in case a reaper dropped it while our key lapsed
+                        worker_registration.register(self, pipe)
+                    pipe.execute()
                 now = time.monotonic()
                 if now >= next_reap:
                     requeue_orphans(self._pvm_connection, self._pvm_queues)
+                    drop_dead_workers(self._pvm_connection, self._pvm_queues)
                     next_reap = now + defaults.REAPER_INTERVAL_S
             except redis.exceptions.RedisError as exc:
                 log.warning("worker %s: keep-alive failed: %s", self.name, exc)
             self._pvm_stop.wait(defaults.WORKER_ALIVE_REFRESH_S)
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        self._pvm_registered.set()
+
+    def register_death(self) -> None:
+        self._pvm_registered.clear()
+        super().register_death()
 
     def work(self, *args: object, **kwargs: object) -> bool:
         self._pvm_connection.set(keys.worker_alive(self.name), os.getpid(), ex=defaults.WORKER_ALIVE_TTL_S)

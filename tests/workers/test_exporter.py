@@ -345,3 +345,53 @@ def test_failed_jobs_are_listed_and_retried(
     assert main(["failed", "retry", "--pool", "log"]) == 2  # refuses without ids or --all
     assert main(["failed", "retry", "--pool", "log", "--all"]) == 0
     assert q.job_ids == [job.id]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_stops_counting_within_the_alive_ttl(
+    redis_client: redis.Redis, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No other worker is left to clean up after it, and RQ's worker TTL is minutes: only a fresh alive key counts."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pvm.cli import main
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+
+    def counted() -> tuple[int, int, float]:
+        [log_q] = [q for q in snapshot(redis_client, settings).queues if q.pool == "log"]
+        assert main(["status", "--json"]) == 0
+        [status_q] = [q for q in json.loads(capsys.readouterr().out)["queues"] if q["pool"] == "log"]
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            [metric] = [v for lb, v in scrape(port)["pvm_queue_workers"] if lb["pool"] == "log"]
+        finally:
+            server.shutdown()
+        return log_q.workers, status_q["workers"], metric
+
+    env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(Path.cwd())}
+    worker = subprocess.Popen([sys.executable, "-m", "pvm.cli", "worker", "log"], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while counted() != (1, 1, 1.0):
+            assert time.monotonic() < deadline, "the worker never counted"
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        killed = time.monotonic()
+        while counted() != (0, 0, 0.0):
+            assert time.monotonic() - killed < defaults.WORKER_ALIVE_TTL_S + 5, "a SIGKILLed worker still counts"
+            time.sleep(0.2)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    assert redis_client.scard("rq:workers:pvm-log") == 1  # RQ still lists it: nobody was left to clean up

@@ -17,7 +17,7 @@ from pvm.config import Settings
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
 from tests.workers.jobs import ALLOWED_IN_TESTS
-from workers.runner import DurableQueue, PvmWorker, requeue_orphans
+from workers.runner import DurableQueue, PvmWorker, drop_dead_workers, live_workers, requeue_orphans
 
 
 def spawn(args: list[str], settings: Settings) -> subprocess.Popen[str]:
@@ -144,3 +144,42 @@ def test_a_blocking_dequeue_of_several_queues_waits_for_work_on_any_of_them(
         [log_queue, index_queue], 5, connection=redis_client, serializer=MsgpackSerializer
     )
     assert dequeued is not None and dequeued[0].id == job.id and dequeued[1].name == index_queue.name
+
+
+def test_only_workers_with_a_fresh_alive_key_count_and_the_reaper_drops_dead_ones(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_queue = pool_queue("log", redis_client)
+    dead = PvmWorker([log_queue], redis_client, name="pvm-test-killed")
+    dead.register_birth()  # then SIGKILLed: registered with RQ for minutes, no alive key
+    live = PvmWorker([log_queue], redis_client, name="pvm-test-live")
+    live.register_birth()
+    redis_client.set(keys.worker_alive(live.name), 1, ex=defaults.WORKER_ALIVE_TTL_S)
+    assert redis_client.scard("rq:workers:pvm-log") == 2
+    assert live_workers(redis_client, log_queue.name) == [live.name]
+    assert drop_dead_workers(redis_client, [log_queue]) == [dead.name]
+    assert redis_client.smembers("rq:workers:pvm-log") == {live.key.encode()}
+    assert redis_client.smembers("rq:workers") == {live.key.encode()}
+    assert drop_dead_workers(redis_client, [log_queue]) == []
+
+
+def test_a_running_worker_drops_a_dead_workers_registration_and_keeps_its_own(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    log_queue = pool_queue("log", redis_client)
+    dead = PvmWorker([log_queue], redis_client, name="pvm-test-killed")
+    dead.register_birth()
+    worker = spawn(["worker", "log", "--name", "pvm-test-running"], settings)
+    try:
+        deadline = time.monotonic() + 30
+        while redis_client.smembers("rq:workers:pvm-log") != {b"rq:worker:pvm-test-running"}:
+            assert time.monotonic() < deadline, redis_client.smembers("rq:workers:pvm-log")
+            time.sleep(0.1)
+        # Its own registration lost (say, dropped while its alive key had lapsed): it registers again.
+        redis_client.srem("rq:workers:pvm-log", "rq:worker:pvm-test-running")
+        while live_workers(redis_client, log_queue.name) != ["pvm-test-running"]:
+            assert time.monotonic() < deadline + 2 * defaults.WORKER_ALIVE_REFRESH_S, "it never registered again"
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
