@@ -3,7 +3,10 @@
 `PvmWorker` is an RQ `SimpleWorker` (no fork per job: one job carries a whole
 batch, and a fork costs more than a batch's work) that
 
-* keeps a short-lived "alive" key in Redis while its process lives, and
+* runs only PVM's own job functions (`keys.JOB_FUNCTIONS`, checked before
+  anything is imported; see `workers.jobs`): anything else is failed with the reason,
+* keeps a short-lived "alive" key in Redis while its process lives (only
+  workers with a fresh one count as live: `live_workers`), and
 * reaps: a job left in a pool's started registry by a worker whose alive key
   lapsed (a ``kill -9``, an OOM kill, a lost node) goes back to the front of its
   queue within seconds, instead of after RQ's heartbeat timeout; so does a job
