@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgpack
 
 from contracts.errors import ContractError, InvalidMinute
+from contracts.json_value import check_json, first_unencodable_text
 from contracts.minute import MAX_ENCODED_BYTES, Minute
 
 SCHEMA_VERSION = 1
@@ -80,10 +81,26 @@ def encode_minute(minute: Minute) -> bytes:
         pack(minute.scope)
         raw: bytes = packer.bytes()
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMinute("data", f"holds a value msgpack cannot encode ({exc})") from None
+        raise _unencodable(minute, exc) from None
     if len(raw) > MAX_ENCODED_BYTES:
         raise MinuteTooLarge(len(raw))
     return raw
+
+
+def _unencodable(minute: Minute, exc: Exception) -> InvalidMinute:
+    """Why `minute` could not be packed, naming the field: only a minute built without validation gets here."""
+    try:
+        check_json("data", minute.data)
+    except InvalidMinute as found:
+        return found
+    for name in ("id", "timestamp", "event_type", "project_id", "agent_id", "data", "memory_note", "thread_id"):
+        path = first_unencodable_text(name, getattr(minute, name))
+        if path is not None:
+            return InvalidMinute(path, "holds a lone surrogate, which UTF-8 cannot encode; send valid Unicode text")
+    path = first_unencodable_text("context_references", list(minute.context_references))
+    if path is not None:
+        return InvalidMinute(path, "holds a lone surrogate, which UTF-8 cannot encode; send valid Unicode text")
+    return InvalidMinute("minute", f"holds a value msgpack cannot encode ({exc})")
 
 
 def decode_minute(raw: bytes) -> Minute:

@@ -33,8 +33,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
+from contracts.json_value import MAX_JSON_DEPTH
 from contracts.memory import SearchFilters
-from contracts.minute import utc_now_iso
+from contracts.minute import check_project_id, utc_now_iso
 from pvm import defaults
 from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
@@ -94,12 +95,17 @@ def filters_from_query(request: Request) -> SearchFilters:
 
 
 def _json_body(body: bytes) -> Any:
+    """The request body as JSON; NaN and Infinity parse to floats, which the minute contract refuses by path (422)."""
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(f"request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(
+            f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"
+        ) from None
 
 
 def bearer_credential(authorization: str | None) -> bytes | None:
@@ -206,6 +212,10 @@ def create_app(
             # Every route with a project in its path is checked here, so a new route cannot forget to.
             project_id = request.path_params.get("project_id")
             if project_id is not None:
+                try:
+                    check_project_id(project_id)
+                except InvalidMinute as exc:
+                    return JSONResponse({"error": f"path parameter {exc.field} {exc.problem}"}, status_code=400)
                 scope = granted(request)
                 if scope is None or not scope.allows(project_id):
                     return JSONResponse({"error": forbidden(project_id)}, status_code=403)

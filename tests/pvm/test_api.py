@@ -4,6 +4,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -380,3 +381,55 @@ def test_access_is_granted_iff_the_project_is_in_the_tokens_scope(
         r = c.post("/v1/minutes", json={"minutes": [minute]}, headers=bearer(TEAM_A))
         assert r.status_code == (202 if in_scope else 403)
         assert sum(stream_lengths(redis_client)) == sum(before) + (1 if in_scope else 0)
+
+
+# -- one rule for data: JSON ------------------------------------------------------------------------
+
+
+def _posted(client: TestClient, data_json: bytes) -> Any:
+    body = b'{"minutes": [{"project_id": "apollo", "event_type": "decision", "data": ' + data_json + b"}]}"
+    return client.post("/v1/minutes", content=body, headers={"content-type": "application/json"})
+
+
+def test_post_minutes_refuses_nan_and_infinity_naming_the_field(client: TestClient, redis_client: redis.Redis) -> None:
+    stream = keys.stream(keys.shard_of("apollo", 4))
+    before = redis_client.xlen(stream)
+    for literal, field in (
+        (b'{"m": {"ratio": NaN}}', "data.m.ratio"),
+        (b'{"xs": [1, Infinity]}', "data.xs[1]"),
+        (b'{"low": -Infinity}', "data.low"),
+        (b'{"huge": 1e400}', "data.huge"),  # beyond float64: Python's parser reads it as Infinity
+    ):
+        r = _posted(client, literal)
+        assert r.status_code == 422, (literal, r.text)
+        (error,) = r.json()["errors"]
+        assert error["index"] == 0 and error["field"] == field, (literal, error)
+    assert redis_client.xlen(stream) == before
+
+
+def test_deep_nesting_is_a_bad_request_never_a_server_error(client: TestClient, redis_client: redis.Redis) -> None:
+    stream = keys.stream(keys.shard_of("apollo", 4))
+    before = redis_client.xlen(stream)
+    r = _posted(client, b"[" * 100_000 + b"]" * 100_000)  # deeper than Python's parser goes
+    assert r.status_code == 400, r.text
+    assert "nest" in r.json()["error"] and "32" in r.json()["error"]
+    r = _posted(client, b'{"a": ' * 40 + b"1" + b"}" * 40)  # parses, but deeper than the contract allows
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["field"].startswith("data.a.a") and "32 levels" in error["problem"]
+    assert redis_client.xlen(stream) == before
+
+
+def test_a_project_id_the_contract_refuses_is_a_bad_request(client: TestClient) -> None:
+    routes = {"recent": {}, "context": {"agent_id": "coder"}, "minutes": {"ids": "x"}, "search": {"q": "x"}}
+    for route, params in routes.items():
+        for project_id in ("a" * 129, "a" * 300, "a" * 5_000, "a..b:c", "-a"):
+            r = client.get(f"/v1/projects/{project_id}/{route}", params=params)
+            assert r.status_code == 400, (route, project_id[:10], r.text)
+            assert "project_id" in r.json()["error"] and "128" in r.json()["error"]
+
+
+def test_a_posted_project_id_over_the_limit_is_refused_by_the_contract(client: TestClient) -> None:
+    r = client.post("/v1/minutes", json={"minutes": [{"project_id": "a" * 5_000, "event_type": "decision"}]})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "project_id"
