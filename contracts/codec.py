@@ -7,6 +7,8 @@ languages follow the golden vectors in ``contracts/vectors``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 
 from contracts.errors import ContractError, InvalidMinute
@@ -105,6 +107,24 @@ def _unencodable(minute: Minute, exc: Exception) -> InvalidMinute:
 
 def decode_minute(raw: bytes) -> Minute:
     """Decode and validate wire bytes; raises a `ContractError` subclass naming the problem."""
+    return Minute.from_dict(_unpack(raw))
+
+
+def decode_durable_minute(raw: bytes) -> Minute:
+    """Decode bytes PVM itself made durable (the log), checking the wire shape but not the fields again.
+
+    The dispatcher validated every minute before the log took it, under the
+    rules of its day: a minute logged before a rule tightened (data holding
+    NaN or bytes, before data had to be JSON) must still read back, or one old
+    record would fail every read, replay and export that meets it. Readers
+    that answer in JSON encode such values safely. Never for input from
+    outside PVM: that goes through `decode_minute`.
+    """
+    return Minute.trusted(_unpack(raw))
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    """The minute map of wire bytes, without "v"; raises `DecodeError` for anything but a supported version's map."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise MalformedMinute(f"expected bytes, got {type(raw).__name__}")
     if len(raw) > MAX_ENCODED_BYTES:
@@ -120,4 +140,4 @@ def decode_minute(raw: bytes) -> Minute:
         raise UnsupportedSchemaVersion(
             f"schema version {version!r} is not supported (this build reads {sorted(SUPPORTED_VERSIONS)})"
         )
-    return Minute.from_dict(body)
+    return body

@@ -7,10 +7,14 @@ numbers, and integers in msgpack's range. Bytes, NaN, ±Infinity, sets,
 datetimes and msgpack extension types have no JSON form, so they are refused
 where the minute is built (`emit()`, `POST /v1/minutes`, the dispatcher's
 decode) instead of dying later in a reader or a JSON response.
+
+`json_safe` goes the other way for data stored before this rule held: it turns
+what JSON cannot hold into something it can, so a read never fails on it.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
@@ -28,6 +32,12 @@ MAX_JSON_DEPTH = 32
 # msgpack integers: int64 at the bottom, uint64 at the top.
 MIN_INT = -(2**63)
 MAX_INT = 2**64 - 1
+
+# How deep `json_safe` follows containers (data stored before MAX_JSON_DEPTH held
+# may nest up to msgpack-python's 511); deeper ones become the text TOO_DEEP,
+# so a reader answering in JSON never meets Python's recursion limit.
+SAFE_DEPTH = 256
+TOO_DEEP = f"<nested deeper than {SAFE_DEPTH} levels>"
 
 
 class _NotJson(Exception):
@@ -170,3 +180,38 @@ def _not_json(value: Any) -> str:
     if isinstance(value, (set, frozenset)):
         return f"holds a {name}, which JSON cannot carry; send a list"
     return f"holds a {name}, which is not a JSON value; send a string, number, boolean, null, list or string-keyed map"
+
+
+def json_safe(value: Any, _depth: int = SAFE_DEPTH) -> Any:
+    """`value` with everything JSON cannot hold replaced, for answering reads of data stored before `check_json` held.
+
+    NaN and ±Infinity become null (what JavaScript's JSON.stringify writes),
+    bytes their base64 text, a non-string map key its text, a tuple or
+    set a list, any other object (a msgpack Timestamp or ExtType) its
+    ``str()``, and a container nested deeper than `SAFE_DEPTH` levels the text
+    `TOO_DEEP`. JSON values come back unchanged (as new containers).
+    """
+    cls = type(value)
+    if cls is str or cls is bool or cls is int or value is None:
+        return value
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, (str, int)):  # subclasses: a StrEnum, an IntEnum
+        return str(value) if isinstance(value, str) else int(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, ExtType):  # a namedtuple: its text, not a list
+        return str(value)
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        if _depth <= 0:
+            return TOO_DEEP
+        if isinstance(value, dict):
+            return {k if isinstance(k, str) else _key(k): json_safe(v, _depth - 1) for k, v in value.items()}
+        return [json_safe(v, _depth - 1) for v in value]
+    return str(value)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return base64.b64encode(key).decode("ascii")
+    return str(key)

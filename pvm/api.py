@@ -19,6 +19,8 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -33,13 +35,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
-from contracts.json_value import MAX_JSON_DEPTH
+from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, utc_now_iso
 from pvm import defaults
 from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
+from pvm.stores.log import LogError
+from pvm.vectors import VectorStoreError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +56,42 @@ TOKEN_SCOPE_KEY = "pvm.token_scope"
 
 
 class BadRequest(ValueError):
-    """A request a client can fix: the message says how."""
+    """A request a client can fix: the message says how. The only error the API answers with a 4xx."""
+
+    status = 400
+
+
+class Unavailable(RuntimeError):
+    """Something the request needs is down or not configured: 503, and the client may retry."""
+
+
+# Errors of the stores behind the API that mean an outage, not a bug: 503. Anything
+# else a handler raises is a bug: logged with its traceback and answered 500.
+OUTAGES: tuple[type[Exception], ...] = (Unavailable, redis.exceptions.RedisError, VectorStoreError, LogError)
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID = re.compile(r"[0-9A-Za-z._:-]{1,64}")
+
+
+def request_id_of(request: Request) -> str:
+    """The client's X-Request-ID when it is a plain token, else a new one: it ties an error answer to the log."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON answer that stays valid JSON whatever a store held.
+
+    Minutes logged before data had to be JSON may hold NaN, ±Infinity or
+    bytes: `contracts.json_value.json_safe` writes NaN and ±Infinity as null
+    and bytes as base64 text. Valid content takes the fast path unchanged.
+    """
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (ValueError, TypeError, RecursionError):
+            text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
 
 
 def _int(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:
@@ -82,6 +121,8 @@ def filters_from_query(request: Request) -> SearchFilters:
         composite = float(min_composite) if min_composite else None
     except ValueError:
         raise BadRequest(f"min_composite={min_composite!r} is not a number") from None
+    if composite is not None and not 0 <= composite <= 1:
+        raise BadRequest(f"min_composite={min_composite!r} must be a number from 0 to 1")
     return SearchFilters(
         categories=_list(request, "category"),
         event_types=_list(request, "event_type"),
@@ -219,19 +260,43 @@ def create_app(
                 scope = granted(request)
                 if scope is None or not scope.allows(project_id):
                     return JSONResponse({"error": forbidden(project_id)}, status_code=403)
-            # Reads block (Redis, the vector engine): run them in the thread pool, not on the event loop.
+            # Reads block (Redis, the vector engine) and so does encoding a large answer: both run in the
+            # thread pool, not on the event loop, and both inside the error handling.
             try:
                 body = await request.body() if request.method == "POST" else b""
-                result = await run_in_threadpool(fn, request, body)
-            except (BadRequest, ValueError) as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            except redis.exceptions.RedisError as exc:
-                return JSONResponse({"error": f"Redis unavailable: {exc}"}, status_code=503)
-            except RuntimeError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=503)
-            return result if isinstance(result, Response) else JSONResponse(result)
+                return await run_in_threadpool(respond, fn, request, body)
+            except BadRequest as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            except OUTAGES as exc:
+                return unavailable(request, exc)
+            except Exception:
+                return internal_error(request)
 
         return handler
+
+    def respond(fn: Callable[[Request, bytes], Any], request: Request, body: bytes) -> Response:
+        result = fn(request, body)
+        return result if isinstance(result, Response) else SafeJSONResponse(result)
+
+    def unavailable(request: Request, exc: Exception) -> Response:
+        request_id = request_id_of(request)
+        error = f"Redis unavailable: {exc}" if isinstance(exc, redis.exceptions.RedisError) else str(exc)
+        log.warning("request %s %s %s: 503 %s", request_id, request.method, request.url.path, error)
+        return JSONResponse(
+            {"error": error, "request_id": request_id}, status_code=503, headers={REQUEST_ID_HEADER: request_id}
+        )
+
+    def internal_error(request: Request) -> Response:
+        request_id = request_id_of(request)
+        log.exception("request %s %s %s failed", request_id, request.method, request.url.path)
+        return JSONResponse(
+            {
+                "error": f"internal error (request id {request_id}); the server log has the details",
+                "request_id": request_id,
+            },
+            status_code=500,
+            headers={REQUEST_ID_HEADER: request_id},
+        )
 
     def health(request: Request, body: bytes) -> Any:
         connection.ping()
@@ -255,6 +320,8 @@ def create_app(
         query = request.query_params.get("q")
         if not query:
             raise BadRequest("query parameter q (the search text) is required")
+        if reader.searcher is None:
+            raise Unavailable("this server has no vector store configured; semantic search is unavailable")
         result = reader.search_result(
             request.path_params["project_id"], query, filters_from_query(request), _int(request, "k", 5, 1, 100)
         )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,19 +15,21 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from contracts import keys
+from contracts import Minute, keys
 from pvm import engines
 from pvm.api import bearer_token_matches, create_app, is_loopback
 from pvm.auth import TokenFile, token_sha256
 from pvm.config import Settings
 from pvm.demo import sample_session
 from pvm.embedders import OpenAIEmbedder
+from pvm.queues import pool_queue
 from pvm.reader import ContextReader
 from pvm.search import HybridSearch
-from pvm.stores.log import LogReader
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import LogReader, LogWriter
 from pvm.vectors.edge import EdgeEngine
 from tests import openai_server as fake_provider
-from tests.memory_helpers import log_minutes, use_settings
+from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import OpenAIServer, embed_text
 from tests.pvm.test_search import memory_point
 
@@ -433,3 +436,94 @@ def test_a_posted_project_id_over_the_limit_is_refused_by_the_contract(client: T
     r = client.post("/v1/minutes", json={"minutes": [{"project_id": "a" * 5_000, "event_type": "decision"}]})
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "project_id"
+
+
+# -- reads never fail on stored data ----------------------------------------------------------------
+
+LEGACY = [  # minutes logged before the data rule held: NaN, Infinity, bytes and a msgpack timestamp in data
+    {"ratio": float("nan"), "note": "fine"},
+    {"limits": {"max": float("inf"), "min": float("-inf")}, "samples": [1.5, float("nan")]},
+    {"blob": b"\x00\x01\xfe", "nested": [{"raw": b"ok"}], "when": msgpack.Timestamp(1795658769, 0)},
+]
+
+
+def plant_legacy_minutes(redis_client: redis.Redis, settings: Settings) -> list[str]:
+    """Write minutes straight into the log, the caches and the index, past the contract, as an old build did."""
+    writer = LogWriter(settings.log_dir)
+    cache = MinuteCache(redis_client, settings.recent_window, settings.minute_cache_size)
+    entries = []
+    for i, data in enumerate(LEGACY):
+        minute = Minute(project_id="legacy", event_type="task_failed", agent_id="coder", memory_note=f"orders lock {i}")
+        raw = msgpack.packb({"v": 1, **minute.to_dict(), "data": data}, use_bin_type=True, datetime=False)
+        entries.append((minute.id, f"{i + 1}-0", raw))
+    appended = writer.append("legacy", entries)
+    writer.close()
+    raws = [raw for _, _, raw in entries]
+    cache.update(
+        "legacy", [CachedMinute(a.id, a.seq, raw, "coder") for a, raw in zip(appended, raws, strict=True)], 0.0
+    )
+    pool_queue("index", redis_client).enqueue(
+        "workers.index_pool.run", [[a.id, a.seq, raw] for a, raw in zip(appended, raws, strict=True)]
+    )
+    run_index_worker(redis_client)
+    return [a.id for a in appended]
+
+
+def assert_safe(minutes: list[dict[str, Any]], ids: list[str]) -> None:
+    by_id = {m["id"]: m["data"] for m in minutes}
+    assert set(ids) <= set(by_id)
+    assert by_id[ids[0]] == {"ratio": None, "note": "fine"}  # NaN and ±Infinity read as null
+    assert by_id[ids[1]] == {"limits": {"max": None, "min": None}, "samples": [1.5, None]}
+    assert by_id[ids[2]]["blob"] == "AAH+" and by_id[ids[2]]["nested"] == [{"raw": "b2s="}]  # bytes: base64 text
+    assert isinstance(by_id[ids[2]]["when"], str)
+
+
+def test_reads_of_stored_data_json_cannot_hold_answer_200_with_a_safe_encoding(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_settings(settings, monkeypatch)
+    ids = plant_legacy_minutes(redis_client, settings)
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    try:
+        with TestClient(create_app(reader, redis_client, settings.shards), raise_server_exceptions=False) as c:
+            for source in ("cache", "log"):
+                recent = c.get("/v1/projects/legacy/recent")
+                assert recent.status_code == 200, (source, recent.text)
+                assert "NaN" not in recent.text and "Infinity" not in recent.text
+                assert_safe(recent.json()["minutes"], ids)
+                by_ids = c.get("/v1/projects/legacy/minutes", params={"ids": ",".join(ids)})
+                assert by_ids.status_code == 200, (source, by_ids.text)
+                assert_safe(by_ids.json()["minutes"], ids)
+                search = c.get("/v1/projects/legacy/search", params={"q": "orders lock", "k": 10})
+                assert search.status_code == 200, (source, search.text)
+                assert_safe([h["minute"] for h in search.json()["hits"]], ids)
+                context = c.get("/v1/projects/legacy/context", params={"agent_id": "coder", "task": "orders lock"})
+                assert context.status_code == 200, (source, context.text)
+                assert_safe(context.json()["recent"], ids)
+                assert_safe([h["minute"] for h in context.json()["relevant_experience"]], ids)
+                text = c.get("/v1/projects/legacy/context", params={"agent_id": "coder", "format": "text"})
+                assert text.status_code == 200 and "orders lock 2" in text.text
+                # Again from the log alone: the caches are gone (evicted, or a Redis restart without AOF).
+                redis_client.delete(keys.minute_by_id("legacy"), keys.recent_window("legacy"))
+    finally:
+        engines.close_shared()
+
+
+def test_an_unexpected_error_is_a_logged_500_with_a_request_id_never_a_400(
+    client: TestClient, reader: ContextReader, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(project_id: str, n: int = 50) -> list[dict[str, Any]]:
+        raise ValueError("a bug in the reader, not the request")
+
+    monkeypatch.setattr(reader, "get_recent", broken)
+    with TestClient(client.app, raise_server_exceptions=False) as c, caplog.at_level(logging.ERROR, "pvm.api"):
+        r = c.get("/v1/projects/apollo/recent", headers={"X-Request-ID": "req-42"})
+        minted = c.get("/v1/projects/apollo/recent")
+    assert r.status_code == 500, r.text
+    assert r.json()["request_id"] == "req-42" and "req-42" in r.json()["error"]
+    assert "a bug in the reader" not in r.text  # details go to the server log, not to the client
+    assert r.headers["x-request-id"] == "req-42"
+    logged = [rec for rec in caplog.records if "req-42" in rec.getMessage()]
+    assert logged and logged[0].exc_info is not None and "a bug in the reader" in caplog.text
+    assert minted.status_code == 500 and len(minted.json()["request_id"]) >= 16
+    assert any(minted.json()["request_id"] in rec.getMessage() for rec in caplog.records)
