@@ -2,9 +2,11 @@
 
 A Starlette app (served by uvicorn in `pvm serve`): every route names its
 project in the path, so no request can read across projects. `POST /v1/minutes`
-validates a whole batch against the contract and XADDs it to the shard streams
-before answering 202 with the ids; an invalid batch is refused whole with 422
-and every error names its minute and field. The OpenAPI description is served
+validates a whole batch against the contract and appends it to the shard
+streams in one script (all of it or none) before answering 202 with the ids; an
+invalid batch is refused whole with 422 and every error names its minute and
+field. A client that sets each minute's `id` can resend a batch whose answer it
+never saw: the log keeps each id once. The OpenAPI description is served
 at `/openapi.json`. With PVM_API_TOKEN or PVM_API_TOKENS_FILE set, every route
 but `/healthz` needs `Authorization: Bearer <token>`; without either the API is
 open, and `pvm serve` warns when it binds beyond loopback. A token from the
@@ -92,6 +94,29 @@ class SafeJSONResponse(JSONResponse):
         except (ValueError, TypeError, RecursionError):
             text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         return text.encode("utf-8")
+
+
+# A POST's minutes go to their shard streams in one script, so a batch is appended whole or not at
+# all. MULTI/EXEC would not do: Redis runs every command of a transaction even when one fails at EXEC
+# (a stream key holding another type answers WRONGTYPE), leaving the rest of the batch written. The
+# script checks every key's type before its first XADD, and Redis refuses a script for want of memory
+# at its first write, so nothing else fails midway. With one Redis (or a primary and its replicas)
+# that is atomic. On Redis Cluster the shard streams live in different slots and one script cannot
+# span them: a batch over several shards would have to be split into one script per shard, atomic
+# per shard only.
+APPEND_BATCH = """
+for _, key in ipairs(KEYS) do
+    local kind = redis.call('TYPE', key)['ok']
+    if kind ~= 'stream' and kind ~= 'none' then
+        return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a stream')
+    end
+end
+local ids = {}
+for i = 2, #ARGV, 2 do
+    ids[#ids + 1] = redis.call('XADD', KEYS[tonumber(ARGV[i])], '*', ARGV[1], ARGV[i + 1])
+end
+return ids
+"""
 
 
 def _int(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:
@@ -369,29 +394,55 @@ def create_app(
             )
         errors = []
         encoded: list[tuple[int, bytes, str]] = []
+        first_of: dict[str, int] = {}
         for i, raw in enumerate(raw_minutes):
             try:
                 if not isinstance(raw, dict):
                     raise InvalidMinute("minute", f"must be a JSON object, got {type(raw).__name__}")
+                # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **raw}
                 minute = Minute.from_dict(raw)
+                first = first_of.setdefault(minute.id, i)
+                if first != i:
+                    raise InvalidMinute(
+                        "id", f"repeats the id of minute {first} ({minute.id}); ids are unique in a batch"
+                    )
                 encoded.append((keys.shard_of(minute.project_id, shards), encode_minute(minute), minute.id))
             except InvalidMinute as exc:
                 errors.append({"index": i, "field": exc.field, "problem": exc.problem})
         if errors:
             return JSONResponse({"error": "invalid minutes; nothing was accepted", "errors": errors}, status_code=422)
-        pipe = connection.pipeline(transaction=False)
-        for shard, data, _ in encoded:
-            pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: data})
-        entry_ids = pipe.execute()
+        ids = [minute_id for _, _, minute_id in encoded]
+        try:
+            entry_ids = append_batch(encoded)
+        except redis.exceptions.RedisError as exc:
+            wrong_type = str(exc).startswith("WRONGTYPE")
+            error = (
+                f"{exc}: nothing of the batch was written; an operator must move that key away"
+                if wrong_type
+                else f"Redis unavailable: {exc}; resend the batch with these ids (the log keeps each id once)"
+            )
+            log.warning("POST /v1/minutes: 503 %s", error)
+            return JSONResponse({"error": error, "ids": ids}, status_code=503)
         return JSONResponse(
             {
                 "accepted": len(encoded),
-                "ids": [minute_id for _, _, minute_id in encoded],
+                "ids": ids,
                 "stream_ids": [e.decode() if isinstance(e, bytes) else e for e in entry_ids],
             },
             status_code=202,
         )
+
+    append_script = connection.register_script(APPEND_BATCH)
+
+    def append_batch(encoded: list[tuple[int, bytes, str]]) -> list[bytes]:
+        """XADD every minute of a batch to its shard stream in one script: all of them or, on an error, none."""
+        streams = sorted({keys.stream(shard) for shard, _, _ in encoded})
+        position = {stream: str(i + 1) for i, stream in enumerate(streams)}
+        args: list[bytes | str] = [keys.MINUTE_FIELD]
+        for shard, data, _ in encoded:
+            args.extend((position[keys.stream(shard)], data))
+        return list(append_script(keys=streams, args=args))
 
     document = openapi_document(token_required=guarded, scoped=tokens is not None)
 
@@ -456,6 +507,10 @@ OPENAPI: dict[str, Any] = {
                     "202": {"description": "accepted: ids and stream ids of every minute"},
                     "400": _ERROR,
                     "422": {"description": "invalid minutes: each error names the minute index and field"},
+                    "503": {
+                        "description": "Redis unavailable or a stream key unusable: nothing of the batch was "
+                        "written; the body's ids let the client resend the batch unchanged"
+                    },
                 },
             }
         },
@@ -514,7 +569,7 @@ OPENAPI: dict[str, Any] = {
         "schemas": {
             "Minute": {
                 "description": "A coordination minute; the full contract is contracts/schema/minute.schema.json "
-                "(id and timestamp are filled in when absent)",
+                "(id and timestamp are filled in when absent; set id yourself to make a retry idempotent)",
                 "type": "object",
                 "required": ["project_id", "event_type"],
             }

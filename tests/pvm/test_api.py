@@ -15,7 +15,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from contracts import Minute, keys
+from contracts import Minute, keys, new_minute_id
 from pvm import engines
 from pvm.api import bearer_token_matches, create_app, is_loopback
 from pvm.auth import TokenFile, token_sha256
@@ -527,3 +527,86 @@ def test_an_unexpected_error_is_a_logged_500_with_a_request_id_never_a_400(
     assert logged and logged[0].exc_info is not None and "a bug in the reader" in caplog.text
     assert minted.status_code == 500 and len(minted.json()["request_id"]) >= 16
     assert any(minted.json()["request_id"] in rec.getMessage() for rec in caplog.records)
+
+
+# -- atomic, retry-safe ingest -------------------------------------------------------------------------
+
+
+def run_pipeline(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatch what the streams hold and let a log worker make it durable."""
+    from workers import log_pool
+    from workers.dispatcher import Dispatcher
+    from workers.runner import PvmWorker
+
+    use_settings(settings, monkeypatch)
+    log_pool._context.cache_clear()
+    Dispatcher(redis_client, settings, consumer="api-test", block_ms=10).run(max_idle_s=0.3)
+    PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
+
+
+def two_shard_projects(shards: int = 4) -> tuple[str, str]:
+    """Two project ids on different shards."""
+    first = "apollo"
+    other = next(f"p{i}" for i in range(100) if keys.shard_of(f"p{i}", shards) != keys.shard_of(first, shards))
+    return first, other
+
+
+@pytest.fixture
+def bare(redis_client: redis.Redis, settings: Settings) -> Iterator[TestClient]:
+    """The API over an empty project set and no vector store: for ingest tests."""
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), None)
+    with TestClient(create_app(reader, redis_client, settings.shards)) as c:
+        yield c
+
+
+def test_a_retried_post_logs_each_minute_once(
+    bare: TestClient, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_shard_projects()
+    # The server mints ids when a minute has none and returns them; a client retries with them.
+    minted = bare.post("/v1/minutes", json=[{"project_id": a, "event_type": "decision", "memory_note": "minted"}])
+    assert minted.status_code == 202
+    (minted_id,) = minted.json()["ids"]
+    own = [
+        {"id": new_minute_id(), "project_id": p, "event_type": "decision", "memory_note": f"{p} {i}"}
+        for i, p in enumerate([a, b, a])
+    ]
+    batch = {"minutes": [*own, {"id": minted_id, "project_id": a, "event_type": "decision", "memory_note": "x"}]}
+    for _ in range(2):  # the answer was lost: the client sends the same batch again
+        r = bare.post("/v1/minutes", json=batch)
+        assert r.status_code == 202 and r.json()["ids"] == [m["id"] for m in batch["minutes"]]
+    run_pipeline(redis_client, settings, monkeypatch)
+    r = bare.post("/v1/minutes", json=batch)  # and once more, after the first copies are durable
+    assert r.status_code == 202
+    run_pipeline(redis_client, settings, monkeypatch)
+    log = LogReader(settings.log_dir)
+    assert [r.id for r in log.history(a)] == [minted_id, own[0]["id"], own[2]["id"]]
+    assert [r.id for r in log.history(b)] == [own[1]["id"]]
+    assert next(log.history(a)).minute.memory_note == "minted"  # the first write of an id is the one kept
+
+
+def test_ids_must_be_unique_within_a_batch_and_follow_the_id_rule(bare: TestClient, redis_client: redis.Redis) -> None:
+    minute_id = new_minute_id()
+    same = {"id": minute_id, "project_id": "apollo", "event_type": "decision"}
+    r = bare.post("/v1/minutes", json=[same, {**same, "memory_note": "different"}])
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {"index": 1, "field": "id", "problem": f"repeats the id of minute 0 ({minute_id}); ids are unique in a batch"}
+    ]
+    r = bare.post("/v1/minutes", json=[{**same, "id": "not an id!"}])
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "id"
+    assert redis_client.xlen(keys.stream(keys.shard_of("apollo", 4))) == 0
+
+
+def test_a_batch_is_appended_whole_or_not_at_all(bare: TestClient, redis_client: redis.Redis) -> None:
+    a, b = two_shard_projects()
+    broken = keys.stream(keys.shard_of(b, 4))
+    redis_client.set(broken, "not a stream")  # the second shard's XADD would fail with WRONGTYPE
+    batch = [{"project_id": p, "event_type": "decision"} for p in (a, a, b, a)]
+    r = bare.post("/v1/minutes", json=batch)
+    assert r.status_code == 503, r.text
+    body = r.json()
+    assert broken in body["error"] and "nothing of the batch was written" in body["error"]
+    assert len(body["ids"]) == 4  # the ids it minted, to retry with
+    assert redis_client.xlen(keys.stream(keys.shard_of(a, 4))) == 0
+    assert redis_client.get(broken) == b"not a stream"
