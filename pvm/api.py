@@ -63,6 +63,36 @@ class BadRequest(ValueError):
     status = 400
 
 
+class PayloadTooLarge(BadRequest):
+    """A body over MAX_BODY_BYTES: refused by its Content-Length before it is read, or as soon as it passes the cap."""
+
+    status = 413
+
+    def __init__(self, size: int | None) -> None:
+        told = f"is {size} bytes" if size is not None else f"passed {MAX_BODY_BYTES} bytes before it ended"
+        super().__init__(
+            f"request body {told}; the limit is {MAX_BODY_BYTES} bytes (and {MAX_BATCH} minutes): split the batch"
+        )
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, at most MAX_BODY_BYTES: a larger Content-Length is refused unread, a chunked body cut off."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest(f"header Content-Length: {declared[:40]!r} is not a whole number of bytes")
+        if int(declared) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLarge(None)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Unavailable(RuntimeError):
     """Something the request needs is down or not configured: 503, and the client may retry."""
 
@@ -162,8 +192,6 @@ def filters_from_query(request: Request) -> SearchFilters:
 
 def _json_body(body: bytes) -> Any:
     """The request body as JSON; NaN and Infinity parse to floats, which the minute contract refuses by path (422)."""
-    if len(body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
     try:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:
@@ -288,7 +316,7 @@ def create_app(
             # Reads block (Redis, the vector engine) and so does encoding a large answer: both run in the
             # thread pool, not on the event loop, and both inside the error handling.
             try:
-                body = await request.body() if request.method == "POST" else b""
+                body = await read_body(request) if request.method == "POST" else b""
                 return await run_in_threadpool(respond, fn, request, body)
             except BadRequest as exc:
                 return JSONResponse({"error": str(exc)}, status_code=exc.status)
@@ -506,6 +534,7 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "202": {"description": "accepted: ids and stream ids of every minute"},
                     "400": _ERROR,
+                    "413": {"description": f"the body is over {MAX_BODY_BYTES} bytes (checked before it is read)"},
                     "422": {"description": "invalid minutes: each error names the minute index and field"},
                     "503": {
                         "description": "Redis unavailable or a stream key unusable: nothing of the batch was "

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgpack
 import pytest
 import redis
@@ -17,7 +18,7 @@ from starlette.testclient import TestClient
 
 from contracts import Minute, keys, new_minute_id
 from pvm import engines
-from pvm.api import bearer_token_matches, create_app, is_loopback
+from pvm.api import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loopback
 from pvm.auth import TokenFile, token_sha256
 from pvm.config import Settings
 from pvm.demo import sample_session
@@ -610,3 +611,73 @@ def test_a_batch_is_appended_whole_or_not_at_all(bare: TestClient, redis_client:
     assert len(body["ids"]) == 4  # the ids it minted, to retry with
     assert redis_client.xlen(keys.stream(keys.shard_of(a, 4))) == 0
     assert redis_client.get(broken) == b"not a stream"
+
+
+# -- request size ------------------------------------------------------------------------------------
+
+
+def post_raw(app: Any, headers: list[tuple[bytes, bytes]], chunks: Iterator[bytes]) -> tuple[int, bytes, int]:
+    """POST /v1/minutes straight through ASGI; returns the status, the body and how many chunks the app read."""
+    read = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        chunk = next(chunks, None)
+        read += 1
+        return {"type": "http.request", "body": chunk or b"", "more_body": chunk is not None}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/minutes",
+        "raw_path": b"/v1/minutes",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test"), (b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    anyio.run(app, scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), read
+
+
+def endless(size: int) -> Iterator[bytes]:
+    """A body that goes on past the limit (ending at twice the limit, so a server that reads it all still ends)."""
+    yield b'{"minutes": [' + b" " * (size - 13)
+    for _ in range(2 * MAX_BODY_BYTES // size):
+        yield b" " * size
+
+
+def test_an_oversized_body_is_refused_by_its_content_length_before_it_is_read(bare: TestClient) -> None:
+    status, body, read = post_raw(bare.app, [(b"content-length", b"1000000000")], endless(64 * 1024))
+    assert status == 413
+    error = json.loads(body)["error"]
+    assert "1000000000 bytes" in error and str(MAX_BODY_BYTES) in error and "split the batch" in error
+    assert read == 0
+
+
+def test_a_chunked_body_is_read_only_up_to_the_limit(bare: TestClient, redis_client: redis.Redis) -> None:
+    chunk = 64 * 1024
+    status, body, read = post_raw(bare.app, [(b"transfer-encoding", b"chunked")], endless(chunk))
+    assert status == 413
+    assert str(MAX_BODY_BYTES) in json.loads(body)["error"]
+    assert read == MAX_BODY_BYTES // chunk + 1  # stopped at the first chunk past the limit
+    # Under the limit, a chunked body is read whole and ingested.
+    minute = b'{"project_id": "apollo", "event_type": "decision"}'
+    parts = iter([b'{"minutes": [', minute, b"]}"])
+    status, body, _ = post_raw(bare.app, [(b"transfer-encoding", b"chunked")], parts)
+    assert status == 202, body
+    assert redis_client.xlen(keys.stream(keys.shard_of("apollo", 4))) == 1
+
+
+def test_a_content_length_that_is_not_a_number_is_a_bad_request(bare: TestClient) -> None:
+    status, body, read = post_raw(bare.app, [(b"content-length", b"lots")], iter([b"[]"]))
+    assert status == 400 and "Content-Length" in json.loads(body)["error"] and read == 0
