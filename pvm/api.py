@@ -58,7 +58,7 @@ TOKEN_SCOPE_KEY = "pvm.token_scope"
 
 
 class BadRequest(ValueError):
-    """A request a client can fix: the message says how. The only error the API answers with a 4xx."""
+    """A request a client can fix: the message says how. The only exception a handler's 4xx comes from."""
 
     status = 400
 
@@ -450,8 +450,13 @@ def create_app(
                 if wrong_type
                 else f"Redis unavailable: {exc}; resend the batch with these ids (the log keeps each id once)"
             )
-            log.warning("POST /v1/minutes: 503 %s", error)
-            return JSONResponse({"error": error, "ids": ids}, status_code=503)
+            request_id = request_id_of(request)
+            log.warning("request %s POST /v1/minutes: 503 %s", request_id, error)
+            return JSONResponse(
+                {"error": error, "ids": ids, "request_id": request_id},
+                status_code=503,
+                headers={REQUEST_ID_HEADER: request_id},
+            )
         return JSONResponse(
             {
                 "accepted": len(encoded),
