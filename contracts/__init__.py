@@ -12,6 +12,7 @@ from contracts.codec import (
     DecodeError,
     MalformedMinute,
     UnsupportedSchemaVersion,
+    decode_durable_minute,
     decode_minute,
     encode_minute,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "Minute",
     "Scope",
     "UnsupportedSchemaVersion",
+    "decode_durable_minute",
     "decode_minute",
     "encode_minute",
     "new_minute_id",

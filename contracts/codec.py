@@ -7,9 +7,12 @@ languages follow the golden vectors in ``contracts/vectors``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 
 from contracts.errors import ContractError, InvalidMinute
+from contracts.json_value import check_json, first_unencodable_text
 from contracts.minute import MAX_ENCODED_BYTES, Minute
 
 SCHEMA_VERSION = 1
@@ -80,14 +83,48 @@ def encode_minute(minute: Minute) -> bytes:
         pack(minute.scope)
         raw: bytes = packer.bytes()
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMinute("data", f"holds a value msgpack cannot encode ({exc})") from None
+        raise _unencodable(minute, exc) from None
     if len(raw) > MAX_ENCODED_BYTES:
         raise MinuteTooLarge(len(raw))
     return raw
 
 
+def _unencodable(minute: Minute, exc: Exception) -> InvalidMinute:
+    """Why `minute` could not be packed, naming the field: only a minute built without validation gets here."""
+    try:
+        check_json("data", minute.data)
+    except InvalidMinute as found:
+        return found
+    for name in ("id", "timestamp", "event_type", "project_id", "agent_id", "data", "memory_note", "thread_id"):
+        path = first_unencodable_text(name, getattr(minute, name))
+        if path is not None:
+            return InvalidMinute(path, "holds a lone surrogate, which UTF-8 cannot encode; send valid Unicode text")
+    path = first_unencodable_text("context_references", list(minute.context_references))
+    if path is not None:
+        return InvalidMinute(path, "holds a lone surrogate, which UTF-8 cannot encode; send valid Unicode text")
+    return InvalidMinute("minute", f"holds a value msgpack cannot encode ({exc})")
+
+
 def decode_minute(raw: bytes) -> Minute:
     """Decode and validate wire bytes; raises a `ContractError` subclass naming the problem."""
+    return Minute.from_dict(_unpack(raw))
+
+
+def decode_durable_minute(raw: bytes) -> Minute:
+    """Decode bytes PVM itself made durable (the log), checking the wire shape but not the fields again.
+
+    The dispatcher validated every minute before the log took it, under the
+    rules of its day: a minute logged before a rule tightened (data holding
+    NaN or bytes, before data had to be JSON) must still read back, or one old
+    record would fail every read, replay and export that meets it. Readers
+    that answer in JSON encode such values safely. Never for input from
+    outside PVM: that goes through `decode_minute`.
+    """
+    return Minute.trusted(_unpack(raw))
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    """The minute map of wire bytes, without "v"; raises `DecodeError` for anything but a supported version's map."""
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise MalformedMinute(f"expected bytes, got {type(raw).__name__}")
     if len(raw) > MAX_ENCODED_BYTES:
@@ -103,4 +140,4 @@ def decode_minute(raw: bytes) -> Minute:
         raise UnsupportedSchemaVersion(
             f"schema version {version!r} is not supported (this build reads {sorted(SUPPORTED_VERSIONS)})"
         )
-    return Minute.from_dict(body)
+    return body

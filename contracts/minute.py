@@ -10,6 +10,7 @@ from typing import Any
 
 from contracts.errors import InvalidMinute
 from contracts.ids import new_minute_id
+from contracts.json_value import check_json
 
 MAX_ENCODED_BYTES = 64 * 1024
 MAX_ID_LENGTH = 64
@@ -87,6 +88,25 @@ def _check_id(field_name: str, value: Any) -> None:
         )
 
 
+def check_project_id(value: Any, field: str = "project_id") -> str:
+    """Return `value` if it is a valid project id, else raise `InvalidMinute` naming `field`.
+
+    The one rule for a project id, wherever one arrives (a minute, an API
+    path): it names a directory of the log, so it is a safe path component.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidMinute(field, "is required: every minute belongs to one project")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidMinute(field, f"is {len(value)} characters; the limit is {MAX_NAME_LENGTH}")
+    if PROJECT_PATTERN.fullmatch(value) is None:
+        raise InvalidMinute(
+            field,
+            f"{value[:40]!r} may only hold letters, digits and _ . - "
+            f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)",
+        )
+    return value
+
+
 def _check_optional_text(field_name: str, value: Any, limit: int = MAX_NAME_LENGTH) -> None:
     if value is None:
         return
@@ -97,12 +117,10 @@ def _check_optional_text(field_name: str, value: Any, limit: int = MAX_NAME_LENG
 
 
 def validate_data(data: Any) -> None:
-    """Check the typed keys of `Minute.data`; free keys pass through unchecked."""
+    """Check `Minute.data`: JSON at every depth (`contracts.json_value`), and the typed keys."""
     if not isinstance(data, dict):
         raise InvalidMinute("data", f"must be a mapping, got {type(data).__name__}")
-    for key in data:
-        if not isinstance(key, str):
-            raise InvalidMinute("data", f"keys must be strings, got {key!r}")
+    check_json("data", data)
     for key in _DATA_TEXT_KEYS:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
@@ -148,14 +166,7 @@ class Minute:
             raise InvalidMinute(
                 "event_type", f"{self.event_type[:40]!r} must be lower_snake_case, at most {MAX_ID_LENGTH} chars"
             )
-        if not isinstance(self.project_id, str) or not self.project_id:
-            raise InvalidMinute("project_id", "is required: every minute belongs to one project")
-        if len(self.project_id) > MAX_NAME_LENGTH or PROJECT_PATTERN.fullmatch(self.project_id) is None:
-            raise InvalidMinute(
-                "project_id",
-                f"{self.project_id[:40]!r} may only hold letters, digits and _ . - "
-                f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)",
-            )
+        check_project_id(self.project_id)
         _check_optional_text("agent_id", self.agent_id)
         _check_optional_text("thread_id", self.thread_id)
         _check_optional_text("memory_note", self.memory_note, limit=MAX_ENCODED_BYTES)

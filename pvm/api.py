@@ -2,9 +2,11 @@
 
 A Starlette app (served by uvicorn in `pvm serve`): every route names its
 project in the path, so no request can read across projects. `POST /v1/minutes`
-validates a whole batch against the contract and XADDs it to the shard streams
-before answering 202 with the ids; an invalid batch is refused whole with 422
-and every error names its minute and field. The OpenAPI description is served
+validates a whole batch against the contract and appends it to the shard
+streams in one script (all of it or none) before answering 202 with the ids; an
+invalid batch is refused whole with 422 and every error names its minute and
+field. A client that sets each minute's `id` can resend a batch whose answer it
+never saw: the log keeps each id once. The OpenAPI description is served
 at `/openapi.json`. With PVM_API_TOKEN or PVM_API_TOKENS_FILE set, every route
 but `/healthz` needs `Authorization: Bearer <token>`; without either the API is
 open, and `pvm serve` warns when it binds beyond loopback. A token from the
@@ -19,6 +21,8 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -33,12 +37,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
+from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
-from contracts.minute import utc_now_iso
+from contracts.minute import check_project_id, utc_now_iso
 from pvm import defaults
 from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
+from pvm.stores.log import LogError
+from pvm.vectors import VectorStoreError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,95 @@ TOKEN_SCOPE_KEY = "pvm.token_scope"
 
 
 class BadRequest(ValueError):
-    """A request a client can fix: the message says how."""
+    """A request a client can fix: the message says how. The only exception a handler's 4xx comes from."""
+
+    status = 400
+
+
+class PayloadTooLarge(BadRequest):
+    """A body over MAX_BODY_BYTES: refused by its Content-Length before it is read, or as soon as it passes the cap."""
+
+    status = 413
+
+    def __init__(self, size: int | None) -> None:
+        told = f"is {size} bytes" if size is not None else f"passed {MAX_BODY_BYTES} bytes before it ended"
+        super().__init__(
+            f"request body {told}; the limit is {MAX_BODY_BYTES} bytes (and {MAX_BATCH} minutes): split the batch"
+        )
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, at most MAX_BODY_BYTES: a larger Content-Length is refused unread, a chunked body cut off."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest(f"header Content-Length: {declared[:40]!r} is not a whole number of bytes")
+        if int(declared) > MAX_BODY_BYTES:
+            raise PayloadTooLarge(int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLarge(None)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Unavailable(RuntimeError):
+    """Something the request needs is down or not configured: 503, and the client may retry."""
+
+
+# Errors of the stores behind the API that mean an outage, not a bug: 503. Anything
+# else a handler raises is a bug: logged with its traceback and answered 500.
+OUTAGES: tuple[type[Exception], ...] = (Unavailable, redis.exceptions.RedisError, VectorStoreError, LogError)
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID = re.compile(r"[0-9A-Za-z._:-]{1,64}")
+
+
+def request_id_of(request: Request) -> str:
+    """The client's X-Request-ID when it is a plain token, else a new one: it ties an error answer to the log."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+class SafeJSONResponse(JSONResponse):
+    """A JSON answer that stays valid JSON whatever a store held.
+
+    Minutes logged before data had to be JSON may hold NaN, ±Infinity or
+    bytes: `contracts.json_value.json_safe` writes NaN and ±Infinity as null
+    and bytes as base64 text. Valid content takes the fast path unchanged.
+    """
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (ValueError, TypeError, RecursionError):
+            text = json.dumps(json_safe(content), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
+
+
+# A POST's minutes go to their shard streams in one script, so a batch is appended whole or not at
+# all. MULTI/EXEC would not do: Redis runs every command of a transaction even when one fails at EXEC
+# (a stream key holding another type answers WRONGTYPE), leaving the rest of the batch written. The
+# script checks every key's type before its first XADD, and Redis refuses a script for want of memory
+# at its first write, so nothing else fails midway. With one Redis (or a primary and its replicas)
+# that is atomic. On Redis Cluster the shard streams live in different slots and one script cannot
+# span them: a batch over several shards would have to be split into one script per shard, atomic
+# per shard only.
+APPEND_BATCH = """
+for _, key in ipairs(KEYS) do
+    local kind = redis.call('TYPE', key)['ok']
+    if kind ~= 'stream' and kind ~= 'none' then
+        return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a stream')
+    end
+end
+local ids = {}
+for i = 2, #ARGV, 2 do
+    ids[#ids + 1] = redis.call('XADD', KEYS[tonumber(ARGV[i])], '*', ARGV[1], ARGV[i + 1])
+end
+return ids
+"""
 
 
 def _int(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:
@@ -81,6 +176,8 @@ def filters_from_query(request: Request) -> SearchFilters:
         composite = float(min_composite) if min_composite else None
     except ValueError:
         raise BadRequest(f"min_composite={min_composite!r} is not a number") from None
+    if composite is not None and not 0 <= composite <= 1:
+        raise BadRequest(f"min_composite={min_composite!r} must be a number from 0 to 1")
     return SearchFilters(
         categories=_list(request, "category"),
         event_types=_list(request, "event_type"),
@@ -94,12 +191,15 @@ def filters_from_query(request: Request) -> SearchFilters:
 
 
 def _json_body(body: bytes) -> Any:
-    if len(body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}")
+    """The request body as JSON; NaN and Infinity parse to floats, which the minute contract refuses by path (422)."""
     try:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(
+            f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"
+        ) from None
 
 
 def bearer_credential(authorization: str | None) -> bytes | None:
@@ -206,22 +306,50 @@ def create_app(
             # Every route with a project in its path is checked here, so a new route cannot forget to.
             project_id = request.path_params.get("project_id")
             if project_id is not None:
+                try:
+                    check_project_id(project_id)
+                except InvalidMinute as exc:
+                    return JSONResponse({"error": f"path parameter {exc.field} {exc.problem}"}, status_code=400)
                 scope = granted(request)
                 if scope is None or not scope.allows(project_id):
                     return JSONResponse({"error": forbidden(project_id)}, status_code=403)
-            # Reads block (Redis, the vector engine): run them in the thread pool, not on the event loop.
+            # Reads block (Redis, the vector engine) and so does encoding a large answer: both run in the
+            # thread pool, not on the event loop, and both inside the error handling.
             try:
-                body = await request.body() if request.method == "POST" else b""
-                result = await run_in_threadpool(fn, request, body)
-            except (BadRequest, ValueError) as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            except redis.exceptions.RedisError as exc:
-                return JSONResponse({"error": f"Redis unavailable: {exc}"}, status_code=503)
-            except RuntimeError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=503)
-            return result if isinstance(result, Response) else JSONResponse(result)
+                body = await read_body(request) if request.method == "POST" else b""
+                return await run_in_threadpool(respond, fn, request, body)
+            except BadRequest as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            except OUTAGES as exc:
+                return unavailable(request, exc)
+            except Exception:
+                return internal_error(request)
 
         return handler
+
+    def respond(fn: Callable[[Request, bytes], Any], request: Request, body: bytes) -> Response:
+        result = fn(request, body)
+        return result if isinstance(result, Response) else SafeJSONResponse(result)
+
+    def unavailable(request: Request, exc: Exception) -> Response:
+        request_id = request_id_of(request)
+        error = f"Redis unavailable: {exc}" if isinstance(exc, redis.exceptions.RedisError) else str(exc)
+        log.warning("request %s %s %s: 503 %s", request_id, request.method, request.url.path, error)
+        return JSONResponse(
+            {"error": error, "request_id": request_id}, status_code=503, headers={REQUEST_ID_HEADER: request_id}
+        )
+
+    def internal_error(request: Request) -> Response:
+        request_id = request_id_of(request)
+        log.exception("request %s %s %s failed", request_id, request.method, request.url.path)
+        return JSONResponse(
+            {
+                "error": f"internal error (request id {request_id}); the server log has the details",
+                "request_id": request_id,
+            },
+            status_code=500,
+            headers={REQUEST_ID_HEADER: request_id},
+        )
 
     def health(request: Request, body: bytes) -> Any:
         connection.ping()
@@ -245,6 +373,8 @@ def create_app(
         query = request.query_params.get("q")
         if not query:
             raise BadRequest("query parameter q (the search text) is required")
+        if reader.searcher is None:
+            raise Unavailable("this server has no vector store configured; semantic search is unavailable")
         result = reader.search_result(
             request.path_params["project_id"], query, filters_from_query(request), _int(request, "k", 5, 1, 100)
         )
@@ -292,29 +422,60 @@ def create_app(
             )
         errors = []
         encoded: list[tuple[int, bytes, str]] = []
+        first_of: dict[str, int] = {}
         for i, raw in enumerate(raw_minutes):
             try:
                 if not isinstance(raw, dict):
                     raise InvalidMinute("minute", f"must be a JSON object, got {type(raw).__name__}")
+                # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **raw}
                 minute = Minute.from_dict(raw)
+                first = first_of.setdefault(minute.id, i)
+                if first != i:
+                    raise InvalidMinute(
+                        "id", f"repeats the id of minute {first} ({minute.id}); ids are unique in a batch"
+                    )
                 encoded.append((keys.shard_of(minute.project_id, shards), encode_minute(minute), minute.id))
             except InvalidMinute as exc:
                 errors.append({"index": i, "field": exc.field, "problem": exc.problem})
         if errors:
             return JSONResponse({"error": "invalid minutes; nothing was accepted", "errors": errors}, status_code=422)
-        pipe = connection.pipeline(transaction=False)
-        for shard, data, _ in encoded:
-            pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: data})
-        entry_ids = pipe.execute()
+        ids = [minute_id for _, _, minute_id in encoded]
+        try:
+            entry_ids = append_batch(encoded)
+        except redis.exceptions.RedisError as exc:
+            wrong_type = str(exc).startswith("WRONGTYPE")
+            error = (
+                f"{exc}: nothing of the batch was written; an operator must move that key away"
+                if wrong_type
+                else f"Redis unavailable: {exc}; resend the batch with these ids (the log keeps each id once)"
+            )
+            request_id = request_id_of(request)
+            log.warning("request %s POST /v1/minutes: 503 %s", request_id, error)
+            return JSONResponse(
+                {"error": error, "ids": ids, "request_id": request_id},
+                status_code=503,
+                headers={REQUEST_ID_HEADER: request_id},
+            )
         return JSONResponse(
             {
                 "accepted": len(encoded),
-                "ids": [minute_id for _, _, minute_id in encoded],
+                "ids": ids,
                 "stream_ids": [e.decode() if isinstance(e, bytes) else e for e in entry_ids],
             },
             status_code=202,
         )
+
+    append_script = connection.register_script(APPEND_BATCH)
+
+    def append_batch(encoded: list[tuple[int, bytes, str]]) -> list[bytes]:
+        """XADD every minute of a batch to its shard stream in one script: all of them or, on an error, none."""
+        streams = sorted({keys.stream(shard) for shard, _, _ in encoded})
+        position = {stream: str(i + 1) for i, stream in enumerate(streams)}
+        args: list[bytes | str] = [keys.MINUTE_FIELD]
+        for shard, data, _ in encoded:
+            args.extend((position[keys.stream(shard)], data))
+        return list(append_script(keys=streams, args=args))
 
     document = openapi_document(token_required=guarded, scoped=tokens is not None)
 
@@ -378,7 +539,12 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "202": {"description": "accepted: ids and stream ids of every minute"},
                     "400": _ERROR,
+                    "413": {"description": f"the body is over {MAX_BODY_BYTES} bytes (checked before it is read)"},
                     "422": {"description": "invalid minutes: each error names the minute index and field"},
+                    "503": {
+                        "description": "Redis unavailable or a stream key unusable: nothing of the batch was "
+                        "written; the body's ids let the client resend the batch unchanged"
+                    },
                 },
             }
         },
@@ -437,7 +603,7 @@ OPENAPI: dict[str, Any] = {
         "schemas": {
             "Minute": {
                 "description": "A coordination minute; the full contract is contracts/schema/minute.schema.json "
-                "(id and timestamp are filled in when absent)",
+                "(id and timestamp are filled in when absent; set id yourself to make a retry idempotent)",
                 "type": "object",
                 "required": ["project_id", "event_type"],
             }

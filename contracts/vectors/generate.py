@@ -1,4 +1,4 @@
-"""Regenerate the golden ``.msgpack`` vectors from their ``.json`` twins.
+"""Regenerate the golden ``.msgpack`` vectors from their ``.json`` twins, and the wire-only invalid vectors.
 
 Run ``python -m contracts.vectors.generate`` after adding or editing a vector;
 ``--check`` only verifies (exit status 1 if any ``.msgpack`` is missing, stale or
@@ -6,20 +6,97 @@ orphaned, or a ``.json`` is not in canonical wire form) and writes nothing.
 
 Each ``<name>.json`` holds one minute in wire form including ``"v"``; its
 ``<name>.msgpack`` is ``encode_minute(Minute.from_dict(json_without_v))``.
+
+``invalid/<name>.msgpack`` (with ``invalid/<name>.json`` naming the field) are
+minutes a decoder must refuse that JSON cannot write (NaN, Infinity, bin,
+msgpack extension types) or the JSON Schema cannot express (nesting deeper
+than ``MAX_JSON_DEPTH``); both files are written from `wire_invalid_cases`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from contracts.codec import SCHEMA_VERSION, encode_minute
+from contracts.json_value import MAX_JSON_DEPTH
 from contracts.minute import Minute
 
 VECTORS_DIR = Path(__file__).resolve().parent
+INVALID_DIR = "invalid"
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    """`levels` nested maps, each holding the next under "n", the innermost holding "n": 1."""
+    value: Any = 1
+    for _ in range(levels):
+        value = {"n": value}
+    return dict(value)
+
+
+def wire_invalid_cases() -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """name -> (description, field, the minute map with "v") for invalid vectors only msgpack can write."""
+    base: dict[str, Any] = {
+        "v": SCHEMA_VERSION,
+        "id": "01M8BNA1B8T1EXJ0Y2QAYA4H4B",
+        "timestamp": "2026-11-26T10:10:00.000000Z",
+        "event_type": "evaluation",
+        "project_id": "alpha",
+        "data": {},
+        "context_references": [],
+        "scope": "project",
+    }
+    cases: dict[str, tuple[str, str, Any]] = {
+        "data_nan": ("data is JSON: NaN is not a JSON number", "data.ratio", {"ratio": math.nan}),
+        "data_infinity": (
+            "data is JSON: Infinity is not a JSON number, at any depth",
+            "data.limits.max",
+            {"limits": {"max": math.inf}},
+        ),
+        "data_negative_infinity": (
+            "data is JSON: -Infinity is not a JSON number, in arrays too",
+            "data.samples[1]",
+            {"samples": [1.5, -math.inf]},
+        ),
+        "data_bin_value": (
+            "data is JSON: a msgpack bin value has no JSON form (send text, e.g. base64)",
+            "data.blob",
+            {"blob": b"\x00\x01\x02"},
+        ),
+        "data_bin_key": (
+            "data is JSON: map keys are strings at every depth, never bin",
+            "data.headers",
+            {"headers": {b"etag": "x"}},
+        ),
+        "data_ext_timestamp": (
+            "data is JSON: a msgpack extension (here the timestamp type -1) has no JSON form",
+            "data.when",
+            {"when": msgpack.Timestamp(1795658769, 0)},
+        ),
+        "data_too_deep": (
+            f"data nests at most {MAX_JSON_DEPTH} levels, counting data itself (JSON Schema cannot count levels)",
+            "data" + ".n" * MAX_JSON_DEPTH,
+            _nested(MAX_JSON_DEPTH + 1),
+        ),
+    }
+    return {name: (description, field, {**base, "data": data}) for name, (description, field, data) in cases.items()}
+
+
+def wire_invalid_files(directory: Path = VECTORS_DIR) -> dict[Path, bytes]:
+    """Every wire-only invalid vector file under `directory`, with the bytes it must hold."""
+    files: dict[Path, bytes] = {}
+    for name, (description, field, minute) in wire_invalid_cases().items():
+        stem = directory / INVALID_DIR / name
+        sidecar = {"description": description, "field": field, "msgpack": f"{name}.msgpack"}
+        files[stem.with_suffix(".json")] = (json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n").encode()
+        files[stem.with_suffix(".msgpack")] = msgpack.packb(minute, use_bin_type=True, datetime=False)
+    return files
 
 
 def load_vector(path: Path) -> dict[str, Any]:
@@ -71,18 +148,28 @@ def problems(directory: Path = VECTORS_DIR) -> list[str]:
     json_stems = {p.stem for p in vector_paths(directory)}
     orphans = [p for p in sorted(directory.glob("*.msgpack")) if p.stem not in json_stems]
     found.extend(f"{p.name}: no matching .json" for p in orphans)
+    wire = wire_invalid_files(directory)
+    for path, raw in wire.items():
+        name = f"{INVALID_DIR}/{path.name}"
+        if not path.exists():
+            found.append(f"{name}: missing")
+        elif path.read_bytes() != raw:
+            found.append(f"{name}: stale")
+    stray = [p for p in sorted((directory / INVALID_DIR).glob("*.msgpack")) if p not in wire]
+    found.extend(f"{INVALID_DIR}/{p.name}: not a case of wire_invalid_cases" for p in stray)
     return found
 
 
 def generate(directory: Path = VECTORS_DIR) -> list[Path]:
-    """Write every ``.msgpack`` whose bytes differ from its ``.json``; returns the paths written."""
+    """Write each ``.msgpack`` (and wire-only invalid vector) whose bytes are out of date; returns the paths written."""
+    wanted = {path.with_suffix(".msgpack"): expected_bytes(path) for path in vector_paths(directory)}
+    wanted.update(wire_invalid_files(directory))
     written = []
-    for path in vector_paths(directory):
-        raw = expected_bytes(path)
-        packed = path.with_suffix(".msgpack")
-        if not packed.exists() or packed.read_bytes() != raw:
-            packed.write_bytes(raw)
-            written.append(packed)
+    for path, raw in wanted.items():
+        if not path.exists() or path.read_bytes() != raw:
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(raw)
+            written.append(path)
     return written
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgpack
 
-from contracts import Minute, decode_minute
+from contracts import Minute, decode_durable_minute
 from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
@@ -50,8 +50,8 @@ class LogRecord:
 
     @property
     def minute(self) -> Minute:
-        """The decoded minute."""
-        return decode_minute(self.minute_bytes)
+        """The decoded minute (as logged: not validated again, so a minute logged under older rules still reads)."""
+        return decode_durable_minute(self.minute_bytes)
 
 
 @dataclass(frozen=True, slots=True)

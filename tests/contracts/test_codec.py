@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 from typing import Any
 
 import msgpack
@@ -103,21 +105,45 @@ def test_decode_accepts_non_canonical_numbers() -> None:
     assert decode_minute(raw).id == WIRE["id"]
 
 
-def test_free_data_values_round_trip_including_bin() -> None:
-    data = {"blob": b"\x00\xff", "big": 2**64 - 1, "neg": -(2**63), "f": 0.1, "nested": {"a": [None, True]}}
+def test_free_data_values_round_trip() -> None:
+    data = {"big": 2**64 - 1, "neg": -(2**63), "f": 0.1, "nested": {"a": [None, True, {"b": "x"}]}}
     m = Minute(project_id="alpha", event_type="message", data=data)
     assert decode_minute(encode_minute(m)).data == data
 
 
-def test_encode_rejects_unencodable_data() -> None:
-    m = Minute(project_id="alpha", event_type="message", data={"x": object()})
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"blob": b"\x00\xff"}, "data.blob"),
+        ({"a": {"b": [float("nan")]}}, "data.a.b[0]"),
+        ({"a": {b"k": 1}}, "data.a"),
+        ({"when": msgpack.Timestamp(1, 0)}, "data.when"),
+        ({"ext": msgpack.ExtType(5, b"x")}, "data.ext"),
+    ],
+)
+def test_data_that_is_not_json_is_refused_on_the_wire_naming_its_path(value: dict[str, Any], field: str) -> None:
+    """What a producer in another language can put in msgpack but JSON cannot hold: the decoder names the path."""
+    err = decode_error(pack({**WIRE, "data": value}))
+    assert isinstance(err, InvalidMinute)
+    assert err.field == field
+
+
+def test_non_string_keys_below_the_top_are_refused_by_the_decoder() -> None:
+    # msgpack's strict_map_key refuses them while unpacking (a defence against hash flooding), before any path is known.
+    raw = msgpack.packb({**WIRE, "data": {"a": {3: "x"}}}, use_bin_type=True, strict_types=False)
+    assert isinstance(decode_error(raw), MalformedMinute)
+
+
+def test_encode_rejects_unencodable_data_naming_the_path() -> None:
+    # Minute() refuses such data; a minute built without validation (Minute.trusted) still cannot be encoded.
+    body = {k: v for k, v in WIRE.items() if k != "v"}
+    for data, field in (({"x": {"y": object()}}, "data.x.y"), ({"x": [2**64]}, "data.x[0]")):
+        with pytest.raises(InvalidMinute) as info:
+            encode_minute(Minute.trusted({**body, "data": data}))
+        assert info.value.field == field
     with pytest.raises(InvalidMinute) as info:
-        encode_minute(m)
-    assert info.value.field == "data"
-    m = Minute(project_id="alpha", event_type="message", data={"x": 2**64})
-    with pytest.raises(InvalidMinute) as info:
-        encode_minute(m)
-    assert info.value.field == "data"
+        encode_minute(Minute.trusted({**body, "memory_note": "\ud800 a lone surrogate"}))
+    assert info.value.field == "memory_note"
 
 
 # -- schema version -------------------------------------------------------------------------------
@@ -319,10 +345,10 @@ def test_near_valid_maps_raise_invalid_minute_or_decode_error(changes: dict[str,
         m = decode_minute(raw)
     except (InvalidMinute, DecodeError):
         return
-    # Anything accepted must survive a round trip unchanged (compared as bytes: free data may hold NaN).
+    # Anything accepted is JSON and survives a round trip unchanged.
     assert isinstance(m, Minute)
-    again = encode_minute(m)
-    assert encode_minute(decode_minute(again)) == again
+    assert decode_minute(encode_minute(m)) == m
+    assert json.loads(json.dumps(m.to_dict(), allow_nan=False)) == m.to_dict()
 
 
 @FUZZ
@@ -344,3 +370,53 @@ def test_fuzzed_data_raises_only_data_errors(data: dict[str, Any]) -> None:
         decode_minute(raw)
     except InvalidMinute as exc:
         assert exc.field.startswith("data")
+
+
+# -- validation matches the codec -----------------------------------------------------------------
+
+any_scalar = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**65), max_value=2**65)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+    | st.binary(max_size=4)
+    | st.just(msgpack.ExtType(1, b"x"))
+)
+any_key = st.text(max_size=4) | st.integers(-3, 3) | st.binary(max_size=2) | st.none()
+any_value = st.recursive(
+    any_scalar,
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner) | st.dictionaries(any_key, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+def _is_json(value: Any) -> bool:
+    """The rule, written out independently: what json and msgpack both carry, unchanged."""
+    if value is None or isinstance(value, (bool, str)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value <= 2**64 - 1
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False
+
+
+@FUZZ
+@given(st.dictionaries(st.text(max_size=4), any_value, max_size=3))
+def test_minute_accepts_data_exactly_when_the_codec_and_json_carry_it(data: dict[str, Any]) -> None:
+    """Whatever Minute() accepts, emit() encodes and the dispatcher decodes to the same minute; nothing else passes."""
+    try:
+        m = Minute(project_id="alpha", event_type="message", data=data)
+    except InvalidMinute as exc:
+        assert exc.field.startswith("data")
+        assert not _is_json(data)
+        return
+    assert _is_json(data)
+    decoded = decode_minute(encode_minute(m))
+    assert decoded.data == json.loads(json.dumps(data, allow_nan=False))
+    assert decoded == Minute.from_dict(json.loads(json.dumps(m.to_dict(), allow_nan=False)))

@@ -388,3 +388,74 @@ def test_from_dict_rejects_non_mapping_data() -> None:
     with pytest.raises(InvalidMinute) as info:
         Minute.from_dict({**base(), "data": ["x"]})
     assert info.value.field == "data"
+
+
+# -- data is JSON at every depth ------------------------------------------------------------------
+
+
+def nested(levels: int, leaf: Any = 1) -> dict[str, Any]:
+    """A `data` mapping `levels` containers deep, counting `data` itself."""
+    value: Any = leaf
+    for _ in range(levels - 1):
+        value = {"n": value}
+    return {"n": value} if levels else value
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"a": {"b": {3: "x"}}}, "data.a.b", ["key 3", "string"]),
+        ({"a": {b"k": "x"}}, "data.a", ["key b'k'", "string"]),
+        ({"a": [{(1, 2): 1}]}, "data.a[0]", ["key (1, 2)", "string"]),
+        ({"ratio": float("nan")}, "data.ratio", ["NaN", "null"]),
+        ({"limits": {"max": float("inf")}}, "data.limits.max", ["Infinity", "null"]),
+        ({"samples": [1.0, float("-inf")]}, "data.samples[1]", ["-Infinity"]),
+        ({"blob": b"\x00\x01"}, "data.blob", ["bytes", "base64"]),
+        ({"blob": [bytearray(b"x")]}, "data.blob[0]", ["bytearray", "base64"]),
+        ({"tags": {"a", "b"}}, "data.tags", ["set", "list"]),
+        ({"when": datetime(2026, 1, 1, tzinfo=UTC)}, "data.when", ["datetime", "JSON"]),
+        ({"obj": object()}, "data.obj", ["object", "JSON"]),
+        ({"big": 2**64}, "data.big", ["18446744073709551616", "string"]),
+        ({"small": [-(2**63) - 1]}, "data.small[0]", ["-9223372036854775809", "string"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_data_must_be_json_at_every_depth(data: dict[str, Any], field: str, words: list[str]) -> None:
+    with pytest.raises(InvalidMinute) as info:
+        Minute(**base(data=data))
+    assert info.value.field == field
+    for word in words:
+        assert word in info.value.problem, (word, info.value.problem)
+
+
+def test_data_accepts_every_json_value_and_its_python_spellings() -> None:
+    data = {
+        "s": "x",
+        "i": 2**64 - 1,
+        "neg": -(2**63),
+        "f": 1e308,
+        "b": True,
+        "none": None,
+        "list": [1, "a", None, {"k": [0.5]}],
+        "tuple": (1, 2),
+        "enum": Scope.TASK,
+        "nested": {"a": {"b": {"c": []}}},
+    }
+    assert Minute(**base(data=data)).data == data
+
+
+def test_data_nests_at_most_max_depth_levels() -> None:
+    from contracts.json_value import MAX_JSON_DEPTH
+
+    assert MAX_JSON_DEPTH == 32
+    assert Minute(**base(data=nested(MAX_JSON_DEPTH))).data == nested(MAX_JSON_DEPTH)
+    with pytest.raises(InvalidMinute):  # an empty container is a level too
+        Minute(**base(data=nested(MAX_JSON_DEPTH, leaf=[])))
+    with pytest.raises(InvalidMinute) as info:
+        Minute(**base(data=nested(MAX_JSON_DEPTH, leaf=[1])))
+    assert info.value.field == "data" + ".n" * MAX_JSON_DEPTH
+    assert "32 levels" in info.value.problem
+    # A list counts as a level like a map does; depth is checked before the walk goes deeper.
+    with pytest.raises(InvalidMinute) as info:
+        Minute(**base(data={"deep": nested(10_000)}))
+    assert info.value.field.startswith("data.deep.n")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from contracts import KNOWN_EVENT_TYPES, InvalidMinute, Minute, decode_minute, encode_minute
+from contracts.json_value import MAX_INT, MAX_JSON_DEPTH, MIN_INT
 from contracts.minute import MAX_ENCODED_BYTES, MAX_ID_LENGTH, MAX_NAME_LENGTH, MAX_REFERENCES, parse_timestamp
 from contracts.vectors import generate
 
@@ -22,7 +23,12 @@ CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 SCHEMA_PATH = CONTRACTS / "schema" / "minute.schema.json"
 VECTORS = CONTRACTS / "vectors"
 VALID = sorted(VECTORS.glob("*.json"))
-INVALID = sorted((VECTORS / "invalid").glob("*.json"))
+INVALID_ALL = sorted((VECTORS / "invalid").glob("*.json"))
+# Cases JSON can write: {"description", "field", "minute"}; the schema and the contract both refuse them.
+INVALID = [p for p in INVALID_ALL if "minute" in json.loads(p.read_text(encoding="utf-8"))]
+# Cases only msgpack can write (NaN, Infinity, bin, extensions) or the schema cannot express (nesting depth):
+# {"description", "field", "msgpack": "<name>.msgpack"} beside the bytes.
+INVALID_WIRE = [p for p in INVALID_ALL if p not in INVALID]
 WIRE_ORDER = [
     "v",
     "id",
@@ -74,6 +80,8 @@ def test_schema_limits_mirror_minute_py() -> None:
     assert SCHEMA["additionalProperties"] is False
     assert set(props) == set(WIRE_ORDER)
     assert set(SCHEMA["required"]) == {"v", "id", "timestamp", "event_type", "project_id"}
+    data = props["data"]["description"]
+    assert f"at most {MAX_JSON_DEPTH} levels" in data and f"{MIN_INT}..{MAX_INT}" in data
 
 
 def test_schema_lists_every_known_event_type() -> None:
@@ -176,14 +184,20 @@ def test_generator_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
 def test_generator_detects_stale_and_missing_files(tmp_path: Path) -> None:
     for path in VALID[:2]:
         (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-    assert sorted(generate.generate(tmp_path)) == sorted(tmp_path / f"{p.stem}.msgpack" for p in VALID[:2])
+    wire = sorted(
+        tmp_path / "invalid" / p.name for p in VECTORS.glob("invalid/*") if p in INVALID_WIRE or p.suffix == ".msgpack"
+    )
+    assert sorted(generate.generate(tmp_path)) == sorted([*(tmp_path / f"{p.stem}.msgpack" for p in VALID[:2]), *wire])
     assert generate.problems(tmp_path) == []
     assert generate.generate(tmp_path) == []  # nothing to rewrite
     stale = tmp_path / f"{VALID[0].stem}.msgpack"
     stale.write_bytes(b"\x80")
     (tmp_path / "orphan.msgpack").write_bytes(b"\x80")
+    (tmp_path / "invalid" / "data_nan.msgpack").write_bytes(b"\x80")
+    (tmp_path / "invalid" / "stray.msgpack").write_bytes(b"\x80")
     found = generate.problems(tmp_path)
     assert any("stale" in p for p in found) and any("orphan" in p for p in found)
+    assert "invalid/data_nan.msgpack: stale" in found and any(p.startswith("invalid/stray.msgpack") for p in found)
 
 
 # -- msgpack format coverage ----------------------------------------------------------------------
@@ -296,6 +310,46 @@ def test_invalid_case_fails_schema_and_minute(path: Path) -> None:
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("path", INVALID_WIRE, ids=names(INVALID_WIRE))
+def test_wire_only_invalid_case_is_refused_by_the_decoder_naming_the_field(path: Path) -> None:
+    case = load(path)
+    assert set(case) == {"description", "field", "msgpack"}
+    raw = (path.parent / case["msgpack"]).read_bytes()
+    body = msgpack.unpackb(raw, raw=False, timestamp=0)
+    assert body["v"] == 1  # only the data is wrong, never the envelope
+    assert set(body) == set(VALID_BASE) | {"v"}
+    with pytest.raises(InvalidMinute) as info:
+        decode_minute(raw)
+    assert info.value.field == case["field"]
+
+
+def test_wire_only_invalid_cases_cover_what_json_cannot_write() -> None:
+    assert {p.stem for p in INVALID_WIRE} >= {
+        "data_nan",
+        "data_infinity",
+        "data_negative_infinity",
+        "data_bin_value",
+        "data_bin_key",
+        "data_ext_timestamp",
+        "data_too_deep",
+    }
+    assert sorted(p.stem for p in (VECTORS / "invalid").glob("*.msgpack")) == names(INVALID_WIRE)
+
+
+def test_the_nesting_vector_sits_exactly_at_the_limit() -> None:
+    doc = load(VECTORS / "data_nesting_at_the_limit.json")
+
+    def depth(value: Any) -> int:
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        return 0 if children is None else 1 + max((depth(c) for c in children), default=0)
+
+    assert depth(doc["data"]) == MAX_JSON_DEPTH
+    deeper = json.loads(json.dumps(doc).replace('"n": 1', '"n": [1]'))
+    with pytest.raises(InvalidMinute) as info:
+        Minute.from_dict(without_v(deeper))
+    assert info.value.field.startswith("data.n[0].n") and f"{MAX_JSON_DEPTH} levels" in info.value.problem
+
+
 def test_invalid_cases_cover_the_brief() -> None:
     fields = Counter(load(p)["field"] for p in INVALID)
     for field in (
@@ -356,6 +410,24 @@ def test_schema_and_minute_agree_on_lengths(field: str, length: int) -> None:
 @given(st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.floats(-1000, 1000), st.text(max_size=3)))
 def test_schema_and_minute_agree_on_success_criteria_met(score: Any) -> None:
     _agree("data", {"success_criteria_met": score})
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(MIN_INT, MAX_INT)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["task_id", "resolution", "free", "x", ""]) | st.text(max_size=5), json_values))
+def test_schema_and_minute_agree_on_nested_json_data(data: dict[str, Any]) -> None:
+    # Within MAX_JSON_DEPTH and msgpack's integer range, which the schema describes but cannot enforce.
+    _agree("data", data)
 
 
 @settings(max_examples=200, deadline=None)

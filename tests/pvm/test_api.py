@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import msgpack
 import pytest
 import redis
@@ -13,19 +16,21 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from contracts import keys
+from contracts import Minute, keys, new_minute_id
 from pvm import engines
-from pvm.api import bearer_token_matches, create_app, is_loopback
+from pvm.api import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loopback
 from pvm.auth import TokenFile, token_sha256
 from pvm.config import Settings
 from pvm.demo import sample_session
 from pvm.embedders import OpenAIEmbedder
+from pvm.queues import pool_queue
 from pvm.reader import ContextReader
 from pvm.search import HybridSearch
-from pvm.stores.log import LogReader
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import LogReader, LogWriter
 from pvm.vectors.edge import EdgeEngine
 from tests import openai_server as fake_provider
-from tests.memory_helpers import log_minutes, use_settings
+from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import OpenAIServer, embed_text
 from tests.pvm.test_search import memory_point
 
@@ -380,3 +385,299 @@ def test_access_is_granted_iff_the_project_is_in_the_tokens_scope(
         r = c.post("/v1/minutes", json={"minutes": [minute]}, headers=bearer(TEAM_A))
         assert r.status_code == (202 if in_scope else 403)
         assert sum(stream_lengths(redis_client)) == sum(before) + (1 if in_scope else 0)
+
+
+# -- one rule for data: JSON ------------------------------------------------------------------------
+
+
+def _posted(client: TestClient, data_json: bytes) -> Any:
+    body = b'{"minutes": [{"project_id": "apollo", "event_type": "decision", "data": ' + data_json + b"}]}"
+    return client.post("/v1/minutes", content=body, headers={"content-type": "application/json"})
+
+
+def test_post_minutes_refuses_nan_and_infinity_naming_the_field(client: TestClient, redis_client: redis.Redis) -> None:
+    stream = keys.stream(keys.shard_of("apollo", 4))
+    before = redis_client.xlen(stream)
+    for literal, field in (
+        (b'{"m": {"ratio": NaN}}', "data.m.ratio"),
+        (b'{"xs": [1, Infinity]}', "data.xs[1]"),
+        (b'{"low": -Infinity}', "data.low"),
+        (b'{"huge": 1e400}', "data.huge"),  # beyond float64: Python's parser reads it as Infinity
+    ):
+        r = _posted(client, literal)
+        assert r.status_code == 422, (literal, r.text)
+        (error,) = r.json()["errors"]
+        assert error["index"] == 0 and error["field"] == field, (literal, error)
+    assert redis_client.xlen(stream) == before
+
+
+def test_deep_nesting_is_a_bad_request_never_a_server_error(client: TestClient, redis_client: redis.Redis) -> None:
+    stream = keys.stream(keys.shard_of("apollo", 4))
+    before = redis_client.xlen(stream)
+    r = _posted(client, b"[" * 100_000 + b"]" * 100_000)  # deeper than Python's parser goes
+    assert r.status_code == 400, r.text
+    assert "nest" in r.json()["error"] and "32" in r.json()["error"]
+    r = _posted(client, b'{"a": ' * 40 + b"1" + b"}" * 40)  # parses, but deeper than the contract allows
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["field"].startswith("data.a.a") and "32 levels" in error["problem"]
+    assert redis_client.xlen(stream) == before
+
+
+def test_a_project_id_the_contract_refuses_is_a_bad_request(client: TestClient) -> None:
+    routes = {"recent": {}, "context": {"agent_id": "coder"}, "minutes": {"ids": "x"}, "search": {"q": "x"}}
+    for route, params in routes.items():
+        for project_id in ("a" * 129, "a" * 300, "a" * 5_000, "a..b:c", "-a"):
+            r = client.get(f"/v1/projects/{project_id}/{route}", params=params)
+            assert r.status_code == 400, (route, project_id[:10], r.text)
+            assert "project_id" in r.json()["error"] and "128" in r.json()["error"]
+
+
+def test_a_posted_project_id_over_the_limit_is_refused_by_the_contract(client: TestClient) -> None:
+    r = client.post("/v1/minutes", json={"minutes": [{"project_id": "a" * 5_000, "event_type": "decision"}]})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "project_id"
+
+
+# -- reads never fail on stored data ----------------------------------------------------------------
+
+LEGACY = [  # minutes logged before the data rule held: NaN, Infinity, bytes and a msgpack timestamp in data
+    {"ratio": float("nan"), "note": "fine"},
+    {"limits": {"max": float("inf"), "min": float("-inf")}, "samples": [1.5, float("nan")]},
+    {"blob": b"\x00\x01\xfe", "nested": [{"raw": b"ok"}], "when": msgpack.Timestamp(1795658769, 0)},
+]
+
+
+def plant_legacy_minutes(redis_client: redis.Redis, settings: Settings) -> list[str]:
+    """Write minutes straight into the log, the caches and the index, past the contract, as an old build did."""
+    writer = LogWriter(settings.log_dir)
+    cache = MinuteCache(redis_client, settings.recent_window, settings.minute_cache_size)
+    entries = []
+    for i, data in enumerate(LEGACY):
+        minute = Minute(project_id="legacy", event_type="task_failed", agent_id="coder", memory_note=f"orders lock {i}")
+        raw = msgpack.packb({"v": 1, **minute.to_dict(), "data": data}, use_bin_type=True, datetime=False)
+        entries.append((minute.id, f"{i + 1}-0", raw))
+    appended = writer.append("legacy", entries)
+    writer.close()
+    raws = [raw for _, _, raw in entries]
+    cache.update(
+        "legacy", [CachedMinute(a.id, a.seq, raw, "coder") for a, raw in zip(appended, raws, strict=True)], 0.0
+    )
+    pool_queue("index", redis_client).enqueue(
+        "workers.index_pool.run", [[a.id, a.seq, raw] for a, raw in zip(appended, raws, strict=True)]
+    )
+    run_index_worker(redis_client)
+    return [a.id for a in appended]
+
+
+def assert_safe(minutes: list[dict[str, Any]], ids: list[str]) -> None:
+    by_id = {m["id"]: m["data"] for m in minutes}
+    assert set(ids) <= set(by_id)
+    assert by_id[ids[0]] == {"ratio": None, "note": "fine"}  # NaN and ±Infinity read as null
+    assert by_id[ids[1]] == {"limits": {"max": None, "min": None}, "samples": [1.5, None]}
+    assert by_id[ids[2]]["blob"] == "AAH+" and by_id[ids[2]]["nested"] == [{"raw": "b2s="}]  # bytes: base64 text
+    assert isinstance(by_id[ids[2]]["when"], str)
+
+
+def test_reads_of_stored_data_json_cannot_hold_answer_200_with_a_safe_encoding(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_settings(settings, monkeypatch)
+    ids = plant_legacy_minutes(redis_client, settings)
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    try:
+        with TestClient(create_app(reader, redis_client, settings.shards), raise_server_exceptions=False) as c:
+            for source in ("cache", "log"):
+                recent = c.get("/v1/projects/legacy/recent")
+                assert recent.status_code == 200, (source, recent.text)
+                assert "NaN" not in recent.text and "Infinity" not in recent.text
+                assert_safe(recent.json()["minutes"], ids)
+                by_ids = c.get("/v1/projects/legacy/minutes", params={"ids": ",".join(ids)})
+                assert by_ids.status_code == 200, (source, by_ids.text)
+                assert_safe(by_ids.json()["minutes"], ids)
+                search = c.get("/v1/projects/legacy/search", params={"q": "orders lock", "k": 10})
+                assert search.status_code == 200, (source, search.text)
+                assert_safe([h["minute"] for h in search.json()["hits"]], ids)
+                context = c.get("/v1/projects/legacy/context", params={"agent_id": "coder", "task": "orders lock"})
+                assert context.status_code == 200, (source, context.text)
+                assert_safe(context.json()["recent"], ids)
+                assert_safe([h["minute"] for h in context.json()["relevant_experience"]], ids)
+                text = c.get("/v1/projects/legacy/context", params={"agent_id": "coder", "format": "text"})
+                assert text.status_code == 200 and "orders lock 2" in text.text
+                # Again from the log alone: the caches are gone (evicted, or a Redis restart without AOF).
+                redis_client.delete(keys.minute_by_id("legacy"), keys.recent_window("legacy"))
+    finally:
+        engines.close_shared()
+
+
+def test_an_unexpected_error_is_a_logged_500_with_a_request_id_never_a_400(
+    client: TestClient, reader: ContextReader, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(project_id: str, n: int = 50) -> list[dict[str, Any]]:
+        raise ValueError("a bug in the reader, not the request")
+
+    monkeypatch.setattr(reader, "get_recent", broken)
+    with TestClient(client.app, raise_server_exceptions=False) as c, caplog.at_level(logging.ERROR, "pvm.api"):
+        r = c.get("/v1/projects/apollo/recent", headers={"X-Request-ID": "req-42"})
+        minted = c.get("/v1/projects/apollo/recent")
+    assert r.status_code == 500, r.text
+    assert r.json()["request_id"] == "req-42" and "req-42" in r.json()["error"]
+    assert "a bug in the reader" not in r.text  # details go to the server log, not to the client
+    assert r.headers["x-request-id"] == "req-42"
+    logged = [rec for rec in caplog.records if "req-42" in rec.getMessage()]
+    assert logged and logged[0].exc_info is not None and "a bug in the reader" in caplog.text
+    assert minted.status_code == 500 and len(minted.json()["request_id"]) >= 16
+    assert any(minted.json()["request_id"] in rec.getMessage() for rec in caplog.records)
+
+
+# -- atomic, retry-safe ingest -------------------------------------------------------------------------
+
+
+def run_pipeline(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatch what the streams hold and let a log worker make it durable."""
+    from workers import log_pool
+    from workers.dispatcher import Dispatcher
+    from workers.runner import PvmWorker
+
+    use_settings(settings, monkeypatch)
+    log_pool._context.cache_clear()
+    Dispatcher(redis_client, settings, consumer="api-test", block_ms=10).run(max_idle_s=0.3)
+    PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
+
+
+def two_shard_projects(shards: int = 4) -> tuple[str, str]:
+    """Two project ids on different shards."""
+    first = "apollo"
+    other = next(f"p{i}" for i in range(100) if keys.shard_of(f"p{i}", shards) != keys.shard_of(first, shards))
+    return first, other
+
+
+@pytest.fixture
+def bare(redis_client: redis.Redis, settings: Settings) -> Iterator[TestClient]:
+    """The API over an empty project set and no vector store: for ingest tests."""
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), None)
+    with TestClient(create_app(reader, redis_client, settings.shards)) as c:
+        yield c
+
+
+def test_a_retried_post_logs_each_minute_once(
+    bare: TestClient, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_shard_projects()
+    # The server mints ids when a minute has none and returns them; a client retries with them.
+    minted = bare.post("/v1/minutes", json=[{"project_id": a, "event_type": "decision", "memory_note": "minted"}])
+    assert minted.status_code == 202
+    (minted_id,) = minted.json()["ids"]
+    own = [
+        {"id": new_minute_id(), "project_id": p, "event_type": "decision", "memory_note": f"{p} {i}"}
+        for i, p in enumerate([a, b, a])
+    ]
+    batch = {"minutes": [*own, {"id": minted_id, "project_id": a, "event_type": "decision", "memory_note": "x"}]}
+    for _ in range(2):  # the answer was lost: the client sends the same batch again
+        r = bare.post("/v1/minutes", json=batch)
+        assert r.status_code == 202 and r.json()["ids"] == [m["id"] for m in batch["minutes"]]
+    run_pipeline(redis_client, settings, monkeypatch)
+    r = bare.post("/v1/minutes", json=batch)  # and once more, after the first copies are durable
+    assert r.status_code == 202
+    run_pipeline(redis_client, settings, monkeypatch)
+    log = LogReader(settings.log_dir)
+    assert [r.id for r in log.history(a)] == [minted_id, own[0]["id"], own[2]["id"]]
+    assert [r.id for r in log.history(b)] == [own[1]["id"]]
+    assert next(log.history(a)).minute.memory_note == "minted"  # the first write of an id is the one kept
+
+
+def test_ids_must_be_unique_within_a_batch_and_follow_the_id_rule(bare: TestClient, redis_client: redis.Redis) -> None:
+    minute_id = new_minute_id()
+    same = {"id": minute_id, "project_id": "apollo", "event_type": "decision"}
+    r = bare.post("/v1/minutes", json=[same, {**same, "memory_note": "different"}])
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {"index": 1, "field": "id", "problem": f"repeats the id of minute 0 ({minute_id}); ids are unique in a batch"}
+    ]
+    r = bare.post("/v1/minutes", json=[{**same, "id": "not an id!"}])
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "id"
+    assert redis_client.xlen(keys.stream(keys.shard_of("apollo", 4))) == 0
+
+
+def test_a_batch_is_appended_whole_or_not_at_all(bare: TestClient, redis_client: redis.Redis) -> None:
+    a, b = two_shard_projects()
+    broken = keys.stream(keys.shard_of(b, 4))
+    redis_client.set(broken, "not a stream")  # the second shard's XADD would fail with WRONGTYPE
+    batch = [{"project_id": p, "event_type": "decision"} for p in (a, a, b, a)]
+    r = bare.post("/v1/minutes", json=batch)
+    assert r.status_code == 503, r.text
+    body = r.json()
+    assert broken in body["error"] and "nothing of the batch was written" in body["error"]
+    assert len(body["ids"]) == 4  # the ids it minted, to retry with
+    assert redis_client.xlen(keys.stream(keys.shard_of(a, 4))) == 0
+    assert redis_client.get(broken) == b"not a stream"
+
+
+# -- request size ------------------------------------------------------------------------------------
+
+
+def post_raw(app: Any, headers: list[tuple[bytes, bytes]], chunks: Iterator[bytes]) -> tuple[int, bytes, int]:
+    """POST /v1/minutes straight through ASGI; returns the status, the body and how many chunks the app read."""
+    read = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        chunk = next(chunks, None)
+        read += 1
+        return {"type": "http.request", "body": chunk or b"", "more_body": chunk is not None}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/minutes",
+        "raw_path": b"/v1/minutes",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test"), (b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    anyio.run(app, scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), read
+
+
+def endless(size: int) -> Iterator[bytes]:
+    """A body that goes on past the limit (ending at twice the limit, so a server that reads it all still ends)."""
+    yield b'{"minutes": [' + b" " * (size - 13)
+    for _ in range(2 * MAX_BODY_BYTES // size):
+        yield b" " * size
+
+
+def test_an_oversized_body_is_refused_by_its_content_length_before_it_is_read(bare: TestClient) -> None:
+    status, body, read = post_raw(bare.app, [(b"content-length", b"1000000000")], endless(64 * 1024))
+    assert status == 413
+    error = json.loads(body)["error"]
+    assert "1000000000 bytes" in error and str(MAX_BODY_BYTES) in error and "split the batch" in error
+    assert read == 0
+
+
+def test_a_chunked_body_is_read_only_up_to_the_limit(bare: TestClient, redis_client: redis.Redis) -> None:
+    chunk = 64 * 1024
+    status, body, read = post_raw(bare.app, [(b"transfer-encoding", b"chunked")], endless(chunk))
+    assert status == 413
+    assert str(MAX_BODY_BYTES) in json.loads(body)["error"]
+    assert read == MAX_BODY_BYTES // chunk + 1  # stopped at the first chunk past the limit
+    # Under the limit, a chunked body is read whole and ingested.
+    minute = b'{"project_id": "apollo", "event_type": "decision"}'
+    parts = iter([b'{"minutes": [', minute, b"]}"])
+    status, body, _ = post_raw(bare.app, [(b"transfer-encoding", b"chunked")], parts)
+    assert status == 202, body
+    assert redis_client.xlen(keys.stream(keys.shard_of("apollo", 4))) == 1
+
+
+def test_a_content_length_that_is_not_a_number_is_a_bad_request(bare: TestClient) -> None:
+    status, body, read = post_raw(bare.app, [(b"content-length", b"lots")], iter([b"[]"]))
+    assert status == 400 and "Content-Length" in json.loads(body)["error"] and read == 0

@@ -410,3 +410,29 @@ def test_trim_is_safe_when_another_dispatcher_acks_between_xinfo_and_xpending(
     dispatched = [msgpack.unpackb(e[1])["id"] for job in log_jobs(redis_client) for e in job]
     assert sorted(dispatched) == sorted(m.id for m in first + (more if reads_more else []))
     assert redis_client.xpending(stream, keys.DISPATCH_GROUP)["pending"] == 0
+
+
+def test_data_that_is_not_json_is_dead_lettered_naming_the_field_and_neighbours_go_on(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    """A producer in another language can put NaN, Infinity or bin in msgpack: the same rule as emit() refuses them."""
+    d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
+    d.ensure_groups()
+    body = {"v": 1, **minute(i=0).to_dict()}
+    before = xadd(redis_client, 0, encode_minute(minute(i=1)))
+    bad = {
+        xadd(redis_client, 0, msgpack.packb({**body, "data": {"m": {"ratio": float("nan")}}})): "data.m.ratio",
+        xadd(redis_client, 0, msgpack.packb({**body, "data": {"xs": [1, float("inf")]}})): "data.xs[1]",
+        xadd(redis_client, 0, msgpack.packb({**body, "data": {"blob": b"\x00"}}, use_bin_type=True)): "data.blob",
+    }
+    after = xadd(redis_client, 0, encode_minute(minute(i=2)))
+    assert d.poll_once() == 5
+    assert [e[0] for job in log_jobs(redis_client) for e in job] == [before, after]
+    dead = {
+        fields[b"entry_id"].decode(): fields[b"reason"].decode()
+        for _, fields in redis_client.xrange(keys.dead_letter_stream(0))
+    }
+    assert set(dead) == set(bad)
+    for entry_id, field in bad.items():
+        assert f"invalid minute: {field}: " in dead[entry_id], dead[entry_id]
+    assert redis_client.xpending(keys.stream(0), keys.DISPATCH_GROUP)["pending"] == 0
