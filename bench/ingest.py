@@ -13,8 +13,8 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
 2. producer         minutes/s from the first emit() until flush() has returned and
                     the emitter's sent counter covers every minute (all XADDed);
                     the loop waits while the buffer is over half a shard's
-                    capacity, so nothing spills to the spool (stats().spooled is
-                    reported and must be 0).            target: >= 50,000/s
+                    capacity, so nothing spills to the spool (stats().spooled_total
+                    is reported and must be 0).         target: >= 50,000/s
 3. pipeline         minutes pre-loaded into the streams with nothing running, then
                     ONE `pvm dispatch` process and ONE `pvm worker log` process
                     (pvm.stack.Stack) drain them into the durable log. The rate is
@@ -225,8 +225,9 @@ def warm_up(emitter: Emitter) -> None:
 def settle(emitter: Emitter, base: EmitterStats, n: int, timeout: float = 30.0) -> int:
     """Wait until `n` minutes past `base` are sent or spooled; returns how many were not yet.
 
-    `Emitter.flush()` returns once the in-memory buffer is empty, which can be before the
-    flusher's last batch (popped from the buffer, still being XADDed) is sent.
+    `stats().spooled` is what the spool holds now (a replayed minute moves to `sent`), so
+    the difference below counts what is still buffered or in flight. Once `flush()` has
+    returned True it is 0.
     """
 
     def outstanding() -> int:
@@ -326,7 +327,7 @@ def phase_emit(minutes: Sequence[Minute], shards: int, progress: Progress) -> tu
         "emit_in_burst_p99_us": round(percentile(rest, 99), 2) if rest else None,
         "emit_paced_per_s": round(n / elapsed),
         "emit_flushed": flushed,
-        "emit_spooled": stats.spooled - base.spooled,
+        "emit_spooled": stats.spooled_total - base.spooled_total,
         "emit_sent": stats.sent - base.sent,
     }, box
 
@@ -344,7 +345,7 @@ def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -
         stats = emitter.stats()
         in_streams = sum(int(emitter.connection.xlen(s)) for s in emitter.streams) - base.sent
     sent = stats.sent - base.sent
-    spooled = stats.spooled - base.spooled
+    spooled = stats.spooled_total - base.spooled_total
     rate = n / (done - start)
     progress.tick(f"{rate:,.0f} minutes/s; sent {sent:,}, spooled {spooled:,}, in streams {in_streams:,}", force=True)
     if not flushed or sent != n or in_streams != n:
@@ -473,7 +474,7 @@ def phase_durable(minutes: Sequence[Minute], shards: int, scale: float, progress
         "offered_per_s": round(n / offered_for),
         "offered_target_per_s": DURABLE_RATE,
         "offered_seconds": round(offered_for, 3),
-        "durable_spooled": stats.spooled,
+        "durable_spooled": stats.spooled_total,
     }
 
 

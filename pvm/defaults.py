@@ -118,3 +118,10 @@ OPTIMIZE_JOB_TIMEOUT_S = 3600
 # restarted with backoff (1 s doubling to CRASH_LOOP_MAX_DELAY_S) instead of at once.
 CRASH_LOOP_S = 10.0
 CRASH_LOOP_MAX_DELAY_S = 30.0
+
+# Emitter: refused writes, process exit, byte cap
+EMIT_BUFFER_BYTES = 64 * 1024 * 1024  # bytes of encoded minutes held in memory before spilling to the spool file
+EMIT_REFUSED_RETRY_S = 1.0  # first wait before retrying after a refusal an operator must fix (NOPERM, WRONGTYPE...)
+EMIT_REFUSED_RETRY_MAX_S = 30.0  # ...doubling up to this
+EMIT_EXIT_TIMEOUT_S = 2.0  # at interpreter exit, how long emitters may send what they hold before spooling the rest
+EMIT_CLOSE_GRACE_S = 0.1  # close() waits at least this long for the flusher to stop before spooling what it holds

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgpack
@@ -8,6 +11,7 @@ import pytest
 import redis
 
 from contracts import InvalidMinute, Minute, keys
+from pvm import defaults
 from pvm.config import Settings
 from pvm.emitter import Emitter
 from pvm.spool import SpoolFile
@@ -141,3 +145,32 @@ def test_a_spool_written_with_another_shard_count_is_resharded(redis_client: red
     for s in range(4):
         for _, fields in redis_client.xrange(keys.stream(s)):
             assert keys.shard_of(msgpack.unpackb(fields[b"m"])["project_id"], 4) == s
+
+
+@contextmanager
+def silent_redis() -> Iterator[str]:
+    """A URL whose server accepts connections and never answers: every command hangs until its socket timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+
+
+def test_the_buffer_is_capped_in_bytes_too(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(defaults, "EMIT_SOCKET_TIMEOUT_S", 30.0)
+    minutes = [Minute(project_id="p", event_type="message", memory_note="x" * 4000) for _ in range(50)]
+    with silent_redis() as url:
+        em = Emitter(url, settings=settings, buffer_bytes=10_000)
+        for m in minutes:
+            em.emit(m)
+        stats = em.stats()
+        # the flusher hangs on the silent server: at most ~10 kB of minutes may wait in memory, the rest is spooled
+        assert stats.buffered + stats.in_flight <= 2 and stats.spooled_total >= 48
+        em.close(timeout=0.2)
+    stats = em.stats()
+    assert stats.spooled == 50 and stats.dropped == 0
+    with Emitter(settings=settings) as again:
+        assert again.flush(5)
+    assert sorted(stream_ids(redis_client)) == sorted(m.id for m in minutes)
