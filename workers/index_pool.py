@@ -541,14 +541,53 @@ def _durable_minute(raw: bytes) -> Minute:
 
 # -- RQ entry point -------------------------------------------------------------
 
+# Seqs whose bits one BITFIELD sets (4 arguments each: Lua's unpack() takes at most ~8,000 values).
+HEAD_BITS_PER_CALL = 1_000
+
 _ADVANCE_HEAD = """
--- KEYS[1]: index head; ARGV: minute id, seq, indexed_at. Returns the seq the head held before.
+-- KEYS[1]: index head (hash), KEYS[2]: index done (bitmap over the project's log seq)
+-- ARGV[1]: indexed_at; ARGV[2..]: the log seqs of the project's minutes this batch indexed.
+-- Sets their bits, then raises the head's seq while the next seq's bit is set (a contiguous watermark).
+-- Returns {seq before, seq after, one '1' per ARGV seq whose bit was clear (indexed for the first time), else '0'}.
 local before = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-if tonumber(ARGV[2]) > before then
-  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', ARGV[2], 'indexed_at', ARGV[3])
+local fresh = {}
+local ops = {}
+local top = 0
+for i = 2, #ARGV do
+  local seq = tonumber(ARGV[i])
+  if seq > top then top = seq end
+  local n = #ops
+  ops[n + 1], ops[n + 2], ops[n + 3], ops[n + 4] = 'SET', 'u1', seq, 1
+  if n + 4 >= 4 * bits_per_call or i == #ARGV then
+    for _, bit in ipairs(redis.call('BITFIELD', KEYS[2], unpack(ops))) do
+      fresh[#fresh + 1] = bit == 0 and '1' or '0'
+    end
+    ops = {}
+  end
 end
-return before
+-- Bit 0 is never set (seqs start at 1). A head written before this bitmap existed is taken as it is:
+-- the scan starts above it. No clear bit up to the bitmap's end: every bit from the head up is set.
+local head
+local clear = redis.call('BITPOS', KEYS[2], 0, before + 1, -1, 'BIT')
+if clear == -1 then
+  head = math.max(before, redis.call('STRLEN', KEYS[2]) * 8 - 1)
+else
+  head = math.max(before, clear - 1)
+end
+local max_seq = math.max(tonumber(redis.call('HGET', KEYS[1], 'max_seq') or '0'), top, head)
+local gaps = 0
+if max_seq > head then
+  gaps = max_seq - head - redis.call('BITCOUNT', KEYS[2], head + 1, max_seq, 'BIT')
+end
+local fields = {'max_seq', string.format('%d', max_seq), 'gaps', string.format('%d', gaps)}
+if head > before then
+  fields[5], fields[6], fields[7], fields[8] = 'seq', string.format('%d', head), 'indexed_at', ARGV[1]
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HDEL', KEYS[1], 'id')  -- a high-water head named its newest minute; a watermark names none
+return {before, head, table.concat(fresh)}
 """
+_ADVANCE_HEAD = f"local bits_per_call = {HEAD_BITS_PER_CALL}\n{_ADVANCE_HEAD}"
 
 
 def close_engine() -> None:
@@ -628,16 +667,24 @@ def _advance_heads(
     batch_minutes: int,
     batch_seconds: float,
     indexed_at: float,
-) -> dict[str, int]:
-    """Raise each project's index head to the batch's newest seq and count the batch; returns each head's seq before.
+) -> tuple[list[str], list[LoggedMinute]]:
+    """Mark the records indexed, raise each project's head as far as it is contiguous, count the batch.
 
-    The head is a high-water mark: with several index workers a later batch can
-    finish before an earlier one, so ``log head seq - index head seq`` is a
-    lower bound of how far the index is behind.
+    Returns the projects and the records indexed for the first time (a
+    retried or replayed minute is not fresh again).
+
+    The head is a contiguous watermark: every log seq at or below its ``seq``
+    is indexed. A bitmap per project (`keys.index_done`) holds which seqs
+    are; with several index workers, or a batch that failed for one project,
+    a later seq can be indexed before an earlier one, and the head then waits
+    at the gap (``max_seq`` and ``gaps`` say what lies above it). So a
+    project never shows caught up while a minute below its head is missing.
+    A record that does not decode is never marked: its gap stays until a
+    replay with a reader that decodes it.
 
     The heads and the batch metrics share one round trip, in a pipeline without
     MULTI: nothing gains from running them as a unit (each head script is atomic
-    by itself and only ever raises the mark, so a retry changes nothing; the
+    by itself and only ever sets bits, so a retry changes nothing; the
     metrics are counters that add up in any order). Every command runs whatever
     its neighbours reply, and the replies are read one by one: a metrics error
     is only logged (metrics never fail a batch), a head's error raises (the job
@@ -646,22 +693,33 @@ def _advance_heads(
     SCRIPT EXISTS round trip per batch, while Redis caches the compiled script
     by its SHA, so sending its text again is the cheaper path.
     """
-    newest: dict[str, LoggedMinute] = {}
+    by_project: dict[str, list[LoggedMinute]] = {}
     for r in records:
-        top = newest.get(r.minute.project_id)
-        if top is None or r.seq > top.seq:
-            newest[r.minute.project_id] = r
+        of_project = by_project.get(r.minute.project_id)
+        if of_project is None:
+            of_project = by_project[r.minute.project_id] = []
+        of_project.append(r)
     pipe = connection.pipeline(transaction=False)
-    for project_id, r in newest.items():
-        pipe.eval(_ADVANCE_HEAD, 1, keys.index_head(project_id), r.minute.id, r.seq, repr(indexed_at))
+    stamp = repr(indexed_at)
+    for project_id, of_project in by_project.items():
+        seqs = [r.seq for r in of_project]
+        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *seqs)
     ctx.metrics.batch("index", batch_minutes, batch_seconds, pipeline=pipe)
     replies = pipe.execute(raise_on_error=False)
-    heads, metrics = replies[: len(newest)], replies[len(newest) :]
+    heads, metrics = replies[: len(by_project)], replies[len(by_project) :]
     for reply in heads:
         if isinstance(reply, Exception):
             raise reply
     _log_metrics_errors(metrics)
-    return {p: int(before) for p, before in zip(newest, heads, strict=True)}
+    fresh: list[LoggedMinute] = []
+    for of_project, (_, _, flags) in zip(by_project.values(), heads, strict=True):
+        if isinstance(flags, str):  # a connection that decodes replies
+            flags = flags.encode()
+        fresh.extend(r for r, flag in zip(of_project, flags, strict=True) if flag == _FRESH)
+    return list(by_project), fresh
+
+
+_FRESH = ord("1")  # a record's flag in the head script's reply: indexed for the first time
 
 
 def _log_metrics_errors(replies: Iterable[Any]) -> None:
@@ -671,9 +729,9 @@ def _log_metrics_errors(replies: Iterable[Any]) -> None:
             return
 
 
-def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
-    """Emit -> indexed seconds of minutes past the previous head (not of re-indexed ones, which would skew it)."""
-    return [indexed_at - r.at_ms / 1000.0 for r in records if r.seq > heads_before.get(r.minute.project_id, 0)]
+def _lags(fresh: Sequence[LoggedMinute], indexed_at: float) -> list[float]:
+    """Emit -> indexed seconds of minutes indexed for the first time (not of re-indexed ones, which would skew it)."""
+    return [indexed_at - r.at_ms / 1000.0 for r in fresh]
 
 
 @contextmanager
@@ -727,12 +785,12 @@ def index_batch(
             ctx.metrics.failure("index", len(records))  # best-effort: never raises in place of the batch's error
             raise
         indexed_at = time.time()
-        heads_before = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
+        projects, fresh = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
         # A round trip of its own: which minutes count depends on the heads' replies.
-        ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))  # best-effort
+        ctx.metrics.freshness("indexed", _lags(fresh, indexed_at))  # best-effort
         indexed = len(points)
         # Freed while the collector still sleeps: back on, it would first walk the batch's objects (dead weight).
-        del points, logged
+        del points, logged, fresh
     marks.append(clock())
     if timings is not None:
         for step, begun, ended in zip(STEPS, marks[:-1], marks[1:], strict=True):
@@ -741,7 +799,7 @@ def index_batch(
         "indexed": indexed,
         "agent_minutes_counted": counted,
         "undecodable": undecodable,
-        "projects": sorted(heads_before),
+        "projects": sorted(projects),
         "seconds": round(indexed_at - started, 6),
     }
 
@@ -764,7 +822,7 @@ def reset_project(project_id: str) -> dict[str, Any]:
     ctx = _context(job.connection)
     ctx.engine.delete_project(project_id)
     ctx.memory.reset(project_id)
-    job.connection.delete(keys.index_head(project_id))
+    job.connection.delete(keys.index_head(project_id), keys.index_done(project_id))
     return {"project_id": project_id, "reset": True}
 
 

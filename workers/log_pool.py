@@ -2,6 +2,12 @@
 
 This is the commit point of PVM. Everything after the fsync (Redis caches,
 downstream pools) is derived from what the log holds and can be rebuilt from it.
+
+The log head (`keys.log_head`) is contiguous by construction, however many log
+processes run: a project's seqs are assigned under its ``flock`` and fsynced
+before the lock is released, so when any process writes a head, every seq at or
+below it is already durable. (A process that dies between its fsync and its
+cache update leaves its minutes durable; its job's retry refreshes the caches.)
 """
 
 from __future__ import annotations

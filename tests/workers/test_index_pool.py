@@ -20,7 +20,8 @@ from pvm.config import Settings
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
-from pvm.stores.cache import MinuteCache
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import LogReader
 from workers import index_pool
 from workers.index_pool import (
     COMPOSITE_WEIGHTS,
@@ -493,7 +494,7 @@ def test_a_batch_becomes_points_agent_memory_and_an_index_head(
     assert b1.capabilities == ("db",)
     assert memory.agents("p1") == ["b1", "b2", "planner"]
     head = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.index_head("p1")).items()}
-    assert (head["seq"], head["id"]) == ("5", "id00004") and float(head["indexed_at"]) > 0
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("5", "5", "0") and float(head["indexed_at"]) > 0
 
     # The same batch again (a retry, a redelivery, a replay): nothing counts twice, the head stays.
     again = queue.enqueue("workers.index_pool.run", batch[::-1])
@@ -661,3 +662,54 @@ def test_the_embedded_engine_indexes_the_batch(
     finally:
         index_pool._context.cache_clear()
         index_pool.close_engine()
+
+
+# -- the index head: a contiguous watermark ---------------------------------------
+
+
+def numbered(n: int, project: str = "p1") -> list[Minute]:
+    return [minute("message", i, project_id=project, memory_note=f"note {i}") for i in range(1, n + 1)]
+
+
+def test_the_index_head_is_a_contiguous_watermark(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    batch = records(numbered(10))  # seqs 1..10
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[:4] + batch[5:])  # all but seq 5
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("4", "10", "1")
+    index_pool.index_batch(ctx, redis_client, batch[4:5])  # seq 5 at last
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("10", "10", "0")
+
+
+def test_the_reader_shows_a_gap_below_the_index_head_as_a_gap(
+    redis_client: redis.Redis, settings: Settings, engine: RecordingEngine
+) -> None:
+    from pvm.reader import ContextReader
+
+    minutes = numbered(10)
+    MinuteCache(redis_client).update(
+        "p1", [CachedMinute(m.id, i + 1, encode_minute(m), m.agent_id) for i, m in enumerate(minutes)], T0_S
+    )
+    batch = records(minutes)
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[:2] + batch[3:])  # seq 3 missing
+    index = ContextReader(redis_client, LogReader(settings.log_dir)).freshness("p1")["index"]
+    assert (index["seq"], index["max_seq"], index["gaps"], index["behind"]) == (2, 10, 1, 1)
+    index_pool.index_batch(ctx, redis_client, batch[2:3])
+    index = ContextReader(redis_client, LogReader(settings.log_dir)).freshness("p1")["index"]
+    assert (index["seq"], index["max_seq"], index["gaps"], index["behind"]) == (10, 10, 0, 0)
+
+
+def test_a_head_written_as_a_high_water_mark_stays_and_moves_on_from_there(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # An index head written before the watermark (no bitmap): taken as it is, and advanced contiguously above it.
+    redis_client.hset(keys.index_head("p1"), mapping={"id": "id00006", "seq": 6, "indexed_at": 1.0})
+    batch = records(numbered(10))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[7:])  # 8..10
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "6"
+    index_pool.index_batch(ctx, redis_client, batch[6:7])  # 7
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["gaps"]) == ("10", "0") and "id" not in head

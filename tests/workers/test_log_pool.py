@@ -204,3 +204,18 @@ def test_a_metrics_error_does_not_fail_a_durable_batch(
     run_burst(redis_client, settings, monkeypatch)
     assert job.get_status(refresh=True) == "finished"
     assert [r.id for r in LogReader(settings.log_dir).history("p1")] == ["id00000", "id00001", "id00002"]
+
+
+def test_the_log_head_is_contiguous_every_seq_at_or_below_it_is_durable(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another log process appended (and fsynced) five minutes under the project lock, then died before its
+    # cache update: a later batch's head covers them, and they are durable.
+    other = LogWriter(settings.log_dir)
+    other.append("p1", [(f"id{i:05d}", str(entry_id), raw) for i, (entry_id, raw) in enumerate(batch(5))])
+    other.close()
+    enqueue(redis_client, batch(5, start=5))
+    run_burst(redis_client, settings, monkeypatch)
+    head = int(MinuteCache(redis_client).head("p1")["seq"])
+    assert head == 10
+    assert [r.seq for r in LogReader(settings.log_dir).history("p1")] == list(range(1, head + 1))
