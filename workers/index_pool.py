@@ -1,7 +1,8 @@
 """The index pool: makes durable minutes searchable (category, insights, scores, vector points); keeps agent memory.
 
 Fed by the log pool's fan-out (queue ``pvm-index``) with records
-``[minute_id, log_seq, minute_bytes]``. The pure core below decides everything
+``[minute_id, log_seq, minute_bytes, entry_ms]`` (the stream entry time, which
+freshness is measured from; three-element records are accepted too). The pure core below decides everything
 from the minute alone; `run` wires it to agent memory in Redis, the vector
 engine, and the project's index head (how far the index has caught up with
 the log). Every step is idempotent by minute id, so a retried or replayed
@@ -132,15 +133,19 @@ _TRAILING_NUMBER = re.compile(r"[^0-9A-Za-z]*[0-9]+$")
 
 @dataclass(frozen=True, slots=True)
 class LoggedMinute:
-    """A minute as the log made it durable: the decoded minute, its sequence in the project's log, its time.
+    """A minute as the log made it durable: the decoded minute, its sequence in the project's log, its times.
 
     `at_ms` is the minute's `timestamp_ms`, parsed once for every step of the
-    batch (worked out from the minute when not given).
+    batch (worked out from the minute when not given): the producer's time,
+    data of the minute. `entry_ms` is its stream entry time (set by Redis),
+    which freshness is measured from; None when the record does not carry it
+    (a rebuild from the log, or a job queued before records carried it).
     """
 
     seq: int
     minute: Minute
     at_ms: int = None  # type: ignore[assignment]  # always an int once constructed
+    entry_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.at_ms is None:
@@ -497,7 +502,10 @@ def _deltas(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
 
 
 def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
-    """Decode ``[minute_id, seq, minute_bytes]`` records; returns the minutes and the ids that would not decode.
+    """Decode ``[minute_id, seq, minute_bytes, entry_ms]`` records; returns the minutes and the ids that would not.
+
+    ``entry_ms`` (the stream entry time) may be missing or None: records of
+    older jobs and of rebuilds from the log have three elements.
 
     The dispatcher validated every minute before the log took it, so the bytes
     are read as trusted (`Minute.trusted`: no second validation, which cost as
@@ -510,10 +518,14 @@ def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[s
     """
     good: list[LoggedMinute] = []
     bad: list[str] = []
-    for minute_id, seq, raw in records:
+    for record in records:
+        minute_id, seq, raw = record[0], record[1], record[2]
+        entry_ms = record[3] if len(record) > 3 else None
         try:
             minute = _durable_minute(raw)
-            good.append(LoggedMinute(int(seq), minute, timestamp_ms(minute)))
+            good.append(
+                LoggedMinute(int(seq), minute, timestamp_ms(minute), entry_ms if type(entry_ms) is int else None)
+            )
         except ContractError as exc:
             log.warning("index pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
             bad.append(str(minute_id))
@@ -730,8 +742,13 @@ def _log_metrics_errors(replies: Iterable[Any]) -> None:
 
 
 def _lags(fresh: Sequence[LoggedMinute], indexed_at: float) -> list[float]:
-    """Emit -> indexed seconds of minutes indexed for the first time (not of re-indexed ones, which would skew it)."""
-    return [indexed_at - r.at_ms / 1000.0 for r in fresh]
+    """Stream entry -> indexed seconds of minutes indexed for the first time (not of re-indexed ones).
+
+    From the entry time Redis set (`pvm.metrics.entry_time_ms`), not the
+    producer's timestamp, whose clock may be off by any amount; records
+    without an entry time are not counted.
+    """
+    return [indexed_at - r.entry_ms / 1000.0 for r in fresh if r.entry_ms is not None]
 
 
 @contextmanager
@@ -762,7 +779,7 @@ def index_batch(
     records: Sequence[Sequence[Any]],
     timings: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Index one batch of ``[minute_id, log_seq, minute_bytes]`` records: agent memory, vector points, index head.
+    """Index one batch of ``[minute_id, log_seq, minute_bytes, entry_ms]`` records: agent memory, points, index head.
 
     The body of the RQ job `run`. `timings`, when given, gets the seconds each
     of `STEPS` took added to it (the reader benchmark reports them).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from contracts import Minute, decode_minute, encode_minute, keys
 from contracts.memory import Category, SearchFilters
 from pvm import engines
 from pvm.config import Settings
+from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
@@ -452,8 +454,11 @@ def engine(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Reco
     index_pool.close_engine()
 
 
-def records(minutes: Sequence[Minute], first_seq: int = 1) -> list[list[object]]:
-    return [[m.id, first_seq + i, encode_minute(m)] for i, m in enumerate(minutes)]
+def records(minutes: Sequence[Minute], first_seq: int = 1, entry_ms: int | None = None) -> list[list[object]]:
+    """Index job records; with `entry_ms`, each carries that stream entry time as the log pool's fan-out does."""
+    if entry_ms is None:
+        return [[m.id, first_seq + i, encode_minute(m)] for i, m in enumerate(minutes)]
+    return [[m.id, first_seq + i, encode_minute(m), entry_ms] for i, m in enumerate(minutes)]
 
 
 def session(project: str = "p1") -> list[Minute]:
@@ -533,12 +538,13 @@ def hash_of(connection: redis.Redis, key: str) -> dict[str, str]:
 
 def test_a_batch_records_its_metrics(redis_client: redis.Redis, engine: RecordingEngine) -> None:
     ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
-    index_pool.index_batch(ctx, redis_client, records(session()))
+    now_ms = int(time.time() * 1000)
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=now_ms))
     stage = hash_of(redis_client, keys.metrics_stage("index"))
     assert (stage["minutes"], stage["batches"]) == ("5", "1")
     assert hash_of(redis_client, keys.metrics_stage_duration("index"))["count"] == "1"
     assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
-    index_pool.index_batch(ctx, redis_client, records(session()))  # re-indexed minutes are not fresh again
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=now_ms))  # not fresh again
     assert hash_of(redis_client, keys.metrics_stage("index"))["batches"] == "2"
     assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
 
@@ -552,7 +558,7 @@ def test_metrics_that_fail_to_record_do_not_fail_the_batch(
 ) -> None:
     redis_client.set(broken, "not a hash")  # every write to it fails (WRONGTYPE)
     ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
-    result = index_pool.index_batch(ctx, redis_client, records(session()))
+    result = index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=int(time.time() * 1000)))
     assert result["indexed"] == 5
     assert redis_client.hget(keys.index_head("p1"), "seq") == b"5"
     assert "metrics not recorded" in caplog.text
@@ -713,3 +719,28 @@ def test_a_head_written_as_a_high_water_mark_stays_and_moves_on_from_there(
     index_pool.index_batch(ctx, redis_client, batch[6:7])  # 7
     head = hash_of(redis_client, keys.index_head("p1"))
     assert (head["seq"], head["gaps"]) == ("10", "0") and "id" not in head
+
+
+# -- freshness --------------------------------------------------------------------
+
+
+def test_index_freshness_is_measured_from_the_stream_entry_not_the_producer_clock(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # The producer's clock is a day behind (T0 is far from now); the stream entry was made just now.
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=int(time.time() * 1000)))
+    h = read_histogram(redis_client.hgetall(keys.metrics_freshness("indexed")), FRESHNESS_BUCKETS)
+    assert h.count == 5 and dict(h.buckets)["30.0"] == 5  # p99 within seconds, not +Inf
+    assert engine.points[("p1", "id00001")].payload["minute"]["timestamp"] == T0  # the producer's time kept as data
+
+
+def test_records_without_a_stream_time_are_indexed_and_not_counted_as_fresh(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # Jobs queued before records carried the entry time, and rebuilds from the log (replay): indexed, but
+    # an old minute re-indexed now is not "fresh" and would only bury the histogram's tail.
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    result = index_pool.index_batch(ctx, redis_client, records(session()))
+    assert result["indexed"] == 5 and redis_client.hget(keys.index_head("p1"), "seq") == b"5"
+    assert not redis_client.exists(keys.metrics_freshness("indexed"))
