@@ -15,7 +15,7 @@ import gc
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -24,16 +24,19 @@ from typing import Any
 
 import msgpack
 import redis
-from rq import get_current_job
+from rq import Queue, Retry, get_current_job
 
 from contracts import ContractError, InvalidMinute, MalformedMinute, Minute, UnsupportedSchemaVersion, keys
 from contracts.codec import SUPPORTED_VERSIONS
 from contracts.memory import Category, Insight, Scores
 from contracts.minute import parse_timestamp
+from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.protocols import Embedder, MemoryPoint, VectorEngine
+from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
+from pvm.stores.log import LogReader
 from pvm.vectors import is_valid_project
 
 log = logging.getLogger(__name__)
@@ -591,9 +594,11 @@ local gaps = 0
 if max_seq > head then
   gaps = max_seq - head - redis.call('BITCOUNT', KEYS[2], head + 1, max_seq, 'BIT')
 end
-local fields = {'max_seq', string.format('%d', max_seq), 'gaps', string.format('%d', gaps)}
+local fields = {
+  'seq', string.format('%d', head), 'max_seq', string.format('%d', max_seq), 'gaps', string.format('%d', gaps)
+}
 if head > before then
-  fields[5], fields[6], fields[7], fields[8] = 'seq', string.format('%d', head), 'indexed_at', ARGV[1]
+  fields[7], fields[8] = 'indexed_at', ARGV[1]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'id')  -- a high-water head named its newest minute; a watermark names none
@@ -644,14 +649,33 @@ def _context(connection: redis.Redis) -> IndexContext:
     return IndexContext.build(connection, Settings.from_env())
 
 
-def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
+class PartialIndexError(RuntimeError):
+    """Some projects of a batch were indexed (heads advanced) and the vector store failed for the others."""
+
+    def __init__(self, indexed: Iterable[str], failed: dict[str, Exception]) -> None:
+        self.indexed = sorted(indexed)
+        self.failed = failed
+        why = "; ".join(f"{project}: {error}" for project, error in sorted(failed.items()))
+        super().__init__(
+            f"the vector store failed for {len(failed)} project(s) of the batch ({why}); "
+            f"{len(self.indexed)} other project(s) are indexed, and a retry of the job redoes only the failed ones"
+        )
+
+
+def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> dict[str, Exception]:
     """Embed (when an embedder is configured) and write points to the vector store (idempotent by minute id).
+
+    Returns the projects whose points the vector store refused, with why: one
+    project's error (a shard that cannot be created, say) costs the others
+    nothing. The batch is written in one call, and only when that fails, again
+    project by project to find whose it was (re-writing a point is idempotent).
+    When every project fails, the first error raises as it came.
 
     An embedding failure raises: the job is retried, then lands in the failed
     registry; the minutes stay in the log and `pvm replay` indexes them again.
     """
     if not points:
-        return
+        return {}
     engine, embedder = ctx.engine, ctx.embedder
     if embedder.dimensions is not None:
         tokens_before = embedder.stats.input_tokens  # type: ignore[attr-defined]
@@ -669,7 +693,96 @@ def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
                 tokens=embedder.stats.input_tokens - tokens_before,  # type: ignore[attr-defined]
             )
         points = [replace(p, dense=v) for p, v in zip(points, vectors, strict=True)]
-    engine.upsert(points)
+    try:
+        engine.upsert(points)
+        return {}
+    except Exception as exc:
+        by_project: dict[str, list[MemoryPoint]] = {}
+        for p in points:
+            by_project.setdefault(p.project_id, []).append(p)
+        if len(by_project) == 1:
+            raise
+        first = exc
+    failed: dict[str, Exception] = {}
+    for project_id, of_project in by_project.items():
+        try:
+            engine.upsert(of_project)
+        except Exception as exc:
+            log.error("index pool: the vector store failed for project %s: %s", project_id, exc)
+            failed[project_id] = exc
+    if len(failed) == len(by_project):
+        raise first
+    return failed
+
+
+def _rebuild_broken_shards(ctx: IndexContext, connection: redis.Redis) -> list[str]:
+    """Rebuild from the log every project whose shard the engine had to replace by an empty one; returns them.
+
+    The embedded engine sets aside a shard that does not load and starts an
+    empty one (`pvm.vectors.edge`). Its points are gone, so its index head
+    and done-bitmap are reset at once (freshness shows the whole project as
+    behind, never "caught up") and every minute of its log is queued for
+    indexing again, as `pvm replay` does for the index alone (agent memory
+    and caches did not lose anything). Only then is the shard marked
+    re-indexed: a crash in between queues the rebuild again at the next batch
+    (idempotent), never leaves it undone.
+    """
+    broken_projects = getattr(ctx.engine, "broken_projects", None)
+    if broken_projects is None:
+        return []
+    projects: list[str] = broken_projects()
+    for project_id in projects:
+        connection.delete(keys.index_head(project_id), keys.index_done(project_id))
+        queued = _queue_from_log(connection, ctx.settings, project_id)
+        log.error(
+            "index pool: the vector shard of project %s was lost and replaced; %d minutes of its log queued for "
+            "indexing again",
+            project_id,
+            queued,
+        )
+        ctx.engine.mark_reindexed(project_id)  # type: ignore[attr-defined]
+    return projects
+
+
+def _queue_from_log(connection: redis.Redis, settings: Settings, project_id: str) -> int:
+    """Queue index jobs for every minute of a project's log (three-element records: no freshness); returns them."""
+    queue = pool_queue("index", connection)
+    sent = 0
+    batch: list[list[Any]] = []
+
+    def flush() -> None:
+        nonlocal sent, batch
+        if batch:
+            queue.enqueue_many(
+                [
+                    Queue.prepare_data(
+                        "workers.index_pool.run",
+                        args=(batch,),
+                        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
+                        retry=Retry(max=defaults.JOB_RETRIES),
+                        result_ttl=defaults.JOB_RESULT_TTL_S,
+                        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                        description=f"rebuild the index of {project_id} from its log",
+                    )
+                ]
+            )
+            sent += len(batch)
+            batch = []
+
+    for record in LogReader(settings.log_dir).history(project_id):
+        batch.append([record.id, record.seq, record.minute_bytes])
+        if len(batch) >= defaults.REPLAY_BATCH:
+            flush()
+    flush()
+    if not sent:
+        log.error(
+            "index pool: no log of project %s in %s to rebuild its index from; run `pvm replay --project %s` "
+            "where its log is",
+            project_id,
+            settings.log_dir,
+            project_id,
+        )
+    return sent
 
 
 def _advance_heads(
@@ -778,11 +891,16 @@ def index_batch(
     connection: redis.Redis,
     records: Sequence[Sequence[Any]],
     timings: dict[str, float] | None = None,
+    skip_projects: Collection[str] = (),
 ) -> dict[str, Any]:
     """Index one batch of ``[minute_id, log_seq, minute_bytes, entry_ms]`` records: agent memory, points, index head.
 
-    The body of the RQ job `run`. `timings`, when given, gets the seconds each
-    of `STEPS` took added to it (the reader benchmark reports them).
+    The body of the RQ job `run`. Records of `skip_projects` (indexed by an
+    earlier attempt of the same job) are left out. When the vector store
+    fails for some projects only, the others are indexed and their heads
+    advanced, then `PartialIndexError` names both. `timings`, when given, gets
+    the seconds each of `STEPS` took added to it (the reader benchmark reports
+    them).
     """
     clock = time.perf_counter
     marks = [clock()]
@@ -790,25 +908,37 @@ def index_batch(
     with _cyclic_gc_paused():
         logged, undecodable = decode(records)
         logged = _unique(logged)
+        if skip_projects:
+            logged = [r for r in logged if r.minute.project_id not in skip_projects]
         marks.append(clock())
         try:
             points = _points(logged, started)
             marks.append(clock())
             counted = ctx.memory.apply(_deltas(logged))
             marks.append(clock())
-            _upsert(ctx, points)
+            try:
+                failed = _upsert(ctx, points)
+            finally:  # also after a failed upsert: a shard set aside must not wait for a batch that succeeds
+                if points:
+                    _rebuild_broken_shards(ctx, connection)  # before the heads: this batch's points are in the new one
             marks.append(clock())
         except Exception:
             ctx.metrics.failure("index", len(records))  # best-effort: never raises in place of the batch's error
             raise
+        if failed:
+            logged = [r for r in logged if r.minute.project_id not in failed]
         indexed_at = time.time()
         projects, fresh = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
         # A round trip of its own: which minutes count depends on the heads' replies.
         ctx.metrics.freshness("indexed", _lags(fresh, indexed_at))  # best-effort
-        indexed = len(points)
+        refused = sum(p.project_id in failed for p in points) if failed else 0
+        indexed = len(points) - refused
         # Freed while the collector still sleeps: back on, it would first walk the batch's objects (dead weight).
         del points, logged, fresh
     marks.append(clock())
+    if failed:
+        ctx.metrics.failure("index", refused)  # best-effort
+        raise PartialIndexError(projects, failed) from next(iter(failed.values()))
     if timings is not None:
         for step, begun, ended in zip(STEPS, marks[:-1], marks[1:], strict=True):
             timings[step] = timings.get(step, 0.0) + ended - begun
@@ -821,11 +951,26 @@ def index_batch(
     }
 
 
+# job.meta field: projects of the job's batch indexed by an earlier attempt (a retry leaves them out).
+INDEXED_META = "indexed_projects"
+
+
 def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: index one batch of durable minutes (agent memory, vector points, index head)."""
+    """RQ job: index one batch of durable minutes (agent memory, vector points, index head).
+
+    When the vector store fails for some projects of the batch, the job fails
+    after indexing the others, and records them in its meta: RQ's retry (or a
+    requeue) redoes only the projects that failed.
+    """
     job = get_current_job()
     assert job is not None, "workers.index_pool.run runs inside an RQ worker"
-    return index_batch(_context(job.connection), job.connection, records)
+    done: list[str] = job.meta.get(INDEXED_META, [])
+    try:
+        return index_batch(_context(job.connection), job.connection, records, skip_projects=frozenset(done))
+    except PartialIndexError as exc:
+        job.meta[INDEXED_META] = sorted({*done, *exc.indexed})
+        job.save_meta()
+        raise
 
 
 def reset_project(project_id: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,17 +14,18 @@ from typing import Any
 import msgpack
 import pytest
 import redis
+from rq import Retry
 
 from contracts import Minute, decode_minute, encode_minute, keys
 from contracts.memory import Category, SearchFilters
-from pvm import engines
+from pvm import defaults, engines
 from pvm.config import Settings
 from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
-from pvm.stores.log import LogReader
+from pvm.stores.log import LogReader, LogWriter
 from workers import index_pool
 from workers.index_pool import (
     COMPOSITE_WEIGHTS,
@@ -744,3 +746,75 @@ def test_records_without_a_stream_time_are_indexed_and_not_counted_as_fresh(
     result = index_pool.index_batch(ctx, redis_client, records(session()))
     assert result["indexed"] == 5 and redis_client.hget(keys.index_head("p1"), "seq") == b"5"
     assert not redis_client.exists(keys.metrics_freshness("indexed"))
+
+
+# -- crash-safe shards: one project's failure is its own --------------------------
+
+
+@pytest.fixture
+def edge_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """The pool's settings in the environment, with the real embedded engine (opened on first use, closed after)."""
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+    yield settings
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+
+
+def test_one_projects_engine_error_fails_only_that_project_and_the_retry_redoes_only_it(
+    redis_client: redis.Redis, edge_settings: Settings
+) -> None:
+    vectors = edge_settings.home / defaults.VECTOR_DIR
+    vectors.mkdir(parents=True)
+    (vectors / "beta").write_text("a file where beta's shard belongs")  # the engine cannot create beta's shard
+    queue = pool_queue("index", redis_client)
+    job = queue.enqueue(
+        "workers.index_pool.run", records(session("alpha")) + records(session("beta")[:2]), retry=Retry(max=1)
+    )
+    work(redis_client, "index")  # the first attempt and its retry
+    assert job.get_status(refresh=True) == "failed"
+    assert "beta" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
+    alpha = hash_of(redis_client, keys.index_head("alpha"))
+    assert alpha["seq"] == "5" and not redis_client.exists(keys.index_head("beta"))
+    assert job.get_meta(refresh=True)["indexed_projects"] == ["alpha"]
+    engine = engines.shared_engine(Settings.from_env())
+    assert engine.count("alpha") == 5
+
+    (vectors / "beta").unlink()
+    job.requeue()
+    work(redis_client, "index")
+    assert job.get_status(refresh=True) == "finished"
+    assert job.return_value()["projects"] == ["beta"]  # alpha was not indexed again
+    assert hash_of(redis_client, keys.index_head("alpha"))["indexed_at"] == alpha["indexed_at"]
+    assert redis_client.hget(keys.index_head("beta"), "seq") == b"2" and engine.count("beta") == 2
+
+
+def test_a_shard_that_does_not_load_is_rebuilt_from_the_log(redis_client: redis.Redis, edge_settings: Settings) -> None:
+    beta = numbered(6, "beta")
+    LogWriter(edge_settings.log_dir).append(
+        "beta", [(m.id, f"{i + 1}-0", encode_minute(m)) for i, m in enumerate(beta)]
+    )
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, records(beta[:5]))
+    index_pool.close_engine()
+    # The shard is lost the way an older version lost it (killed while creating it); its head still says 5.
+    vectors = edge_settings.home / defaults.VECTOR_DIR
+    shutil.rmtree(vectors / "beta")
+    (vectors / "beta" / "segments").mkdir(parents=True)
+    assert redis_client.hget(keys.index_head("beta"), "seq") == b"5"
+
+    index_pool.index_batch(ctx, redis_client, records(numbered(3, "alpha")) + records(beta[5:], first_seq=6))
+    head = hash_of(redis_client, keys.index_head("beta"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("0", "6", "5")  # a gap, not "caught up"
+    assert hash_of(redis_client, keys.index_head("alpha"))["seq"] == "3"
+    assert [p.name for p in vectors.iterdir() if p.name.startswith(".broken-reindexed-")]  # kept for forensics
+
+    work(redis_client, "index")  # the rebuild the pool queued from the log
+    head = hash_of(redis_client, keys.index_head("beta"))
+    assert (head["seq"], head["gaps"]) == ("6", "0")
+    engine = engines.shared_engine(Settings.from_env())
+    assert engine.count("beta") == 6 and engine.broken_projects() == []  # type: ignore[attr-defined]
+    found = engine.query("beta", "note 2", None, SearchFilters(), 10)
+    assert "id00002" in [c.minute_id for c in found]
