@@ -556,28 +556,45 @@ def _durable_minute(raw: bytes) -> Minute:
 
 # -- RQ entry point -------------------------------------------------------------
 
-# Seqs whose bits one BITFIELD sets (4 arguments each: Lua's unpack() takes at most ~8,000 values).
-HEAD_BITS_PER_CALL = 1_000
+# Bits one BITFIELD sets over a run of seqs: u32 fields, 1,000 per call (Lua's unpack() takes ~8,000 values).
+HEAD_FIELDS_PER_CALL = 1_000
 
 _ADVANCE_HEAD = """
 -- KEYS[1]: index head (hash), KEYS[2]: index done (bitmap over the project's log seq)
--- ARGV[1]: indexed_at; ARGV[2..]: the log seqs of the project's minutes this batch indexed.
+-- ARGV[1]: indexed_at; ARGV[2..]: the log seqs this batch indexed, as runs of consecutive seqs: first, last, ...
 -- Sets their bits, then raises the head's seq while the next seq's bit is set (a contiguous watermark).
--- Returns {seq before, seq after, one '1' per ARGV seq whose bit was clear (indexed for the first time), else '0'}.
+-- Returns {seq before, seq after, per seq of the runs in order: '1' if its bit was clear (indexed for the
+-- first time), else '0'}. A batch is nearly always one run, so each costs a BITCOUNT and a few u32 SETs.
 local before = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
 local fresh = {}
-local ops = {}
 local top = 0
-for i = 2, #ARGV do
-  local seq = tonumber(ARGV[i])
-  if seq > top then top = seq end
-  local n = #ops
-  ops[n + 1], ops[n + 2], ops[n + 3], ops[n + 4] = 'SET', 'u1', seq, 1
-  if n + 4 >= 4 * bits_per_call or i == #ARGV then
-    for _, bit in ipairs(redis.call('BITFIELD', KEYS[2], unpack(ops))) do
-      fresh[#fresh + 1] = bit == 0 and '1' or '0'
+for i = 2, #ARGV, 2 do
+  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local n = last - first + 1
+  if last > top then top = last end
+  local already = redis.call('BITCOUNT', KEYS[2], first, last, 'BIT')
+  if already == 0 then
+    fresh[#fresh + 1] = string.rep('1', n)
+  elseif already == n then
+    fresh[#fresh + 1] = string.rep('0', n)
+  else  -- part of the run was indexed before (a retry, a replay): bit by bit
+    for seq = first, last do
+      fresh[#fresh + 1] = redis.call('GETBIT', KEYS[2], seq) == 0 and '1' or '0'
     end
-    ops = {}
+  end
+  if already < n then
+    local ops = {}
+    local seq = first
+    while seq <= last do
+      local width = math.min(32, last - seq + 1)
+      local k = #ops
+      ops[k + 1], ops[k + 2], ops[k + 3], ops[k + 4] = 'SET', 'u' .. width, seq, 2 ^ width - 1
+      seq = seq + width
+      if k + 4 >= 4 * fields_per_call or seq > last then
+        redis.call('BITFIELD', KEYS[2], unpack(ops))
+        ops = {}
+      end
+    end
   end
 end
 -- Bit 0 is never set (seqs start at 1). A head written before this bitmap existed is taken as it is:
@@ -604,7 +621,20 @@ redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'id')  -- a high-water head named its newest minute; a watermark names none
 return {before, head, table.concat(fresh)}
 """
-_ADVANCE_HEAD = f"local bits_per_call = {HEAD_BITS_PER_CALL}\n{_ADVANCE_HEAD}"
+_ADVANCE_HEAD = f"local fields_per_call = {HEAD_FIELDS_PER_CALL}\n{_ADVANCE_HEAD}"
+
+
+def _runs(seqs: Sequence[int]) -> list[int]:
+    """Seqs in their order as runs of consecutive ones, flat: first, last, first, last, ..."""
+    out: list[int] = []
+    first = prev = seqs[0]
+    for seq in seqs[1:]:
+        if seq != prev + 1:
+            out += (first, prev)
+            first = seq
+        prev = seq
+    out += (first, prev)
+    return out
 
 
 def close_engine() -> None:
@@ -827,8 +857,8 @@ def _advance_heads(
     pipe = connection.pipeline(transaction=False)
     stamp = repr(indexed_at)
     for project_id, of_project in by_project.items():
-        seqs = [r.seq for r in of_project]
-        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *seqs)
+        runs = _runs([r.seq for r in of_project])
+        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *runs)
     ctx.metrics.batch("index", batch_minutes, batch_seconds, pipeline=pipe)
     replies = pipe.execute(raise_on_error=False)
     heads, metrics = replies[: len(by_project)], replies[len(by_project) :]

@@ -43,17 +43,17 @@ Crash safety. qdrant-edge writes a new shard's files one by one, and a shard
 killed in its first tens of milliseconds never loaded again. So a shard is
 created and configured in ``<path>/.tmp-<project>-<hex>``, closed (flushed),
 and renamed to its project's name (the rename fsynced): under that name there
-is a whole shard or nothing, whenever the process is killed. (qdrant-edge does
-not fsync every file it writes, so a power loss can still damage a shard: that
-is the next case.) Temporary directories a killed process left are removed when an
-engine opens the path (it holds the lock, so nobody else is creating one). A
-shard that still does not load (half-made by an older version, or damaged) is
-never served empty in silence: a read fails and says what to do; a write sets
-it aside as ``<path>/.broken-<unix ms>-<project>`` (kept for forensics),
-creates a fresh one, and reports the project in `broken_projects` until
-`mark_reindexed`. Its points are gone, so the caller (the index pool) must
-rebuild the project from the log before it tells anyone the project is indexed.
-Names starting with a dot are never projects.
+is a whole shard or nothing, whenever the process is killed. Temporary
+directories a killed process left are removed when an engine opens the path
+(it holds the lock, so nobody else is creating one). A shard that still does
+not load (half-made by an older version, or damaged by a power loss:
+qdrant-edge does not fsync every file) is never served empty in silence: a
+read fails and says what to do; a write sets it aside as
+``<path>/.broken-<unix ms>-<project>`` (kept for forensics), creates a fresh
+one, and reports the project in `broken_projects` until `mark_reindexed`. Its
+points are gone, so the caller (the index pool) must rebuild the project from
+the log before it tells anyone the project is indexed. Names starting with a
+dot are never projects.
 """
 
 from __future__ import annotations

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -716,11 +720,6 @@ def half_created(path: Path, project: str) -> Path:
 
 @pytest.mark.slow
 def test_edge_shards_survive_kill_9_at_any_instant_of_their_creation(tmp_path: Path) -> None:
-    import os
-    import random
-    import signal
-    import time
-
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
     deadline = time.monotonic() + 240

@@ -818,3 +818,29 @@ def test_a_shard_that_does_not_load_is_rebuilt_from_the_log(redis_client: redis.
     assert engine.count("beta") == 6 and engine.broken_projects() == []  # type: ignore[attr-defined]
     found = engine.query("beta", "note 2", None, SearchFilters(), 10)
     assert "id00002" in [c.minute_id for c in found]
+
+
+def test_only_minutes_indexed_for_the_first_time_count_as_fresh(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    batch = records(numbered(10), entry_ms=int(time.time() * 1000))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[2:5])  # 3..5
+    index_pool.index_batch(ctx, redis_client, [batch[8], *batch[:4], batch[9], batch[6]])  # 9, 1..4, 10, 7
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == str(3 + 5)  # 1, 2, 7, 9, 10 new
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("5", "10", "2")  # 6 and 8 missing
+    index_pool.index_batch(ctx, redis_client, batch)
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "10"
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "10"
+
+
+def test_long_runs_of_seqs_mark_every_bit(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    batch = records(numbered(150), entry_ms=int(time.time() * 1000))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[40:45])  # 41..45
+    index_pool.index_batch(ctx, redis_client, batch[:100])  # 1..100: a run over several 32-bit fields
+    assert [redis_client.getbit(keys.index_done("p1"), seq) for seq in range(102)] == [0] + [1] * 100 + [0]
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "100"
+    index_pool.index_batch(ctx, redis_client, batch[100:])
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "150"
