@@ -77,6 +77,7 @@ from bench.sessions import AGENTS, stream, task_texts
 from contracts import Minute, encode_minute
 from pvm import defaults, engines
 from pvm.config import Settings
+from pvm.metrics import entry_time_ms
 from pvm.reader import ContextReader
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
@@ -147,9 +148,10 @@ class Loader:
     def batch(self, minutes: Sequence[tuple[Minute, bytes]]) -> None:
         started = time.perf_counter()
         entries = []
+        now_ms = int(time.time() * 1000)
         for _, raw in minutes:
             self._entry += 1
-            entries.append([f"{self._entry}-0", raw])
+            entries.append([f"{now_ms}-{self._entry}", raw])  # as XADD names them: the index pool's freshness
         # log pool: durable log, then the caches (as log_pool.run / _update_caches).
         result = log_pool.process(self.writer, entries)
         durable_at = time.time()
@@ -162,7 +164,11 @@ class Loader:
                 pipeline=pipe,
             )
         pipe.execute()
-        records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
+        records = [  # as log_pool._fan_out makes them
+            [a.id, a.seq, item.raw, entry_time_ms(item.entry_id)]
+            for pairs in result.projects.values()
+            for item, a in pairs
+        ]
         self.times.log_cache_s += time.perf_counter() - started
         self._index(records)
 

@@ -61,12 +61,21 @@ def minute_by_id_order(project_id: str) -> str:
 
 
 def log_head(project_id: str) -> str:
-    """Hash of the newest durable minute of a project: its id, sequence and durable time."""
+    """Hash of the newest durable minute of a project: its id, sequence and durable time.
+
+    Contiguous by construction: the log assigns a project's sequence numbers under its ``flock`` and fsyncs
+    them before the lock is released, so every seq at or below any head ever written is durable.
+    """
     return f"{PREFIX}:{{p:{project_id}}}:log:head"
 
 
 def index_head(project_id: str) -> str:
-    """Hash of the newest minute of a project in the vector index: its id, log sequence and index time."""
+    """Hash of how far a project's vector index has caught up with its log: a contiguous watermark.
+
+    ``seq``: every log seq at or below it is indexed; ``indexed_at``: when ``seq`` last moved;
+    ``max_seq``: the newest seq indexed; ``gaps``: seqs below ``max_seq`` not indexed yet. Kept with
+    `index_done` by the index pool.
+    """
     return f"{PREFIX}:{{p:{project_id}}}:index:head"
 
 
@@ -200,3 +209,10 @@ code. A job naming anything else (or asking for callbacks, webhooks or a method
 of an instance, which PVM jobs never use) goes to its queue's failed registry
 with the reason, unimported. A new job function is added here, next to its name.
 """
+
+# -- index pool: contiguous index heads ------------------------------------------
+
+
+def index_done(project_id: str) -> str:
+    """Bitmap over a project's log sequence: bit n is set once minute n is in the vector index (see `index_head`)."""
+    return f"{PREFIX}:{{p:{project_id}}}:index:done"

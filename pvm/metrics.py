@@ -26,6 +26,19 @@ FRESHNESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 PROVIDER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+def entry_time_ms(entry_id: str | bytes) -> int | None:
+    """The Unix milliseconds of a stream entry id (``<ms>-<n>``, set by Redis at XADD); None if it is not one.
+
+    Freshness is measured from this time, not from a minute's ``timestamp``:
+    the producer's clock may be off by any amount (a day behind made every
+    observation +Inf), while entry ids come from the Redis server's clock.
+    The timestamp stays what it is, data of the minute.
+    """
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, _ = text.partition("-")
+    return int(ms) if ms.isdigit() else None
+
+
 def _bucket_label(buckets: tuple[float, ...], value: float) -> str:
     i = bisect.bisect_left(buckets, value)
     return repr(buckets[i]) if i < len(buckets) else "+Inf"
@@ -118,7 +131,11 @@ class MetricsRecorder:
             self._send(pipe)
 
     def freshness(self, stage: str, lags_s: Iterable[float], pipeline: redis.client.Pipeline | None = None) -> None:
-        """How long after emit each minute reached `stage` (durable, indexed, ...)."""
+        """How long after emit each minute reached `stage` (durable, indexed, ...).
+
+        Emit is the minute's stream entry time (`entry_time_ms`), a time PVM
+        controls; a negative lag (clocks of Redis and a worker apart) counts as 0.
+        """
         pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_freshness_stages(), stage)
         self._observe(pipe, keys.metrics_freshness(stage), FRESHNESS_BUCKETS, [max(0.0, v) for v in lags_s])

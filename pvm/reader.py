@@ -309,9 +309,19 @@ class ContextReader:
 
 
 def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float) -> dict[str, Any]:
-    """`ContextReader.freshness` from the two heads as read at `now`."""
+    """`ContextReader.freshness` from the two heads as read at `now`.
+
+    Both heads are contiguous: every seq at or below the log head's is durable,
+    every seq at or below the index head's is searchable. Above the index
+    head, ``max_seq`` is the newest minute indexed and ``gaps`` counts the
+    seqs below it still missing; ``behind`` is every durable minute not yet
+    searchable (exact, whatever order the index workers finished in). A head
+    written before ``max_seq`` existed reads as having no gaps.
+    """
     durable_seq = int(log_head.get("seq", 0))
     indexed_seq = int(index_head.get("seq", 0))
+    max_seq = max(indexed_seq, int(index_head.get("max_seq", 0)))
+    gaps = int(index_head.get("gaps", 0))
     return {
         "durable": {
             "seq": durable_seq,
@@ -321,8 +331,10 @@ def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float)
         "cache": {"seq": durable_seq, "behind": 0},  # written by the log pool right after the fsync
         "index": {
             "seq": indexed_seq,
-            "behind": max(0, durable_seq - indexed_seq),
+            "behind": max(0, durable_seq - max_seq) + gaps,
             "age_s": round(now - float(index_head["indexed_at"]), 3) if "indexed_at" in index_head else None,
+            "max_seq": max_seq,
+            "gaps": gaps,
         },
     }
 

@@ -1,7 +1,8 @@
 """The index pool: makes durable minutes searchable (category, insights, scores, vector points); keeps agent memory.
 
 Fed by the log pool's fan-out (queue ``pvm-index``) with records
-``[minute_id, log_seq, minute_bytes]``. The pure core below decides everything
+``[minute_id, log_seq, minute_bytes, entry_ms]`` (the stream entry time, which
+freshness is measured from; three-element records are accepted too). The pure core below decides everything
 from the minute alone; `run` wires it to agent memory in Redis, the vector
 engine, and the project's index head (how far the index has caught up with
 the log). Every step is idempotent by minute id, so a retried or replayed
@@ -14,7 +15,7 @@ import gc
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -23,16 +24,19 @@ from typing import Any
 
 import msgpack
 import redis
-from rq import get_current_job
+from rq import Queue, Retry, get_current_job
 
 from contracts import ContractError, InvalidMinute, MalformedMinute, Minute, UnsupportedSchemaVersion, keys
 from contracts.codec import SUPPORTED_VERSIONS
 from contracts.memory import Category, Insight, Scores
 from contracts.minute import parse_timestamp
+from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.protocols import Embedder, MemoryPoint, VectorEngine
+from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
+from pvm.stores.log import LogReader
 from pvm.vectors import is_valid_project
 
 log = logging.getLogger(__name__)
@@ -132,15 +136,19 @@ _TRAILING_NUMBER = re.compile(r"[^0-9A-Za-z]*[0-9]+$")
 
 @dataclass(frozen=True, slots=True)
 class LoggedMinute:
-    """A minute as the log made it durable: the decoded minute, its sequence in the project's log, its time.
+    """A minute as the log made it durable: the decoded minute, its sequence in the project's log, its times.
 
     `at_ms` is the minute's `timestamp_ms`, parsed once for every step of the
-    batch (worked out from the minute when not given).
+    batch (worked out from the minute when not given): the producer's time,
+    data of the minute. `entry_ms` is its stream entry time (set by Redis),
+    which freshness is measured from; None when the record does not carry it
+    (a rebuild from the log, or a job queued before records carried it).
     """
 
     seq: int
     minute: Minute
     at_ms: int = None  # type: ignore[assignment]  # always an int once constructed
+    entry_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.at_ms is None:
@@ -497,7 +505,10 @@ def _deltas(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
 
 
 def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
-    """Decode ``[minute_id, seq, minute_bytes]`` records; returns the minutes and the ids that would not decode.
+    """Decode ``[minute_id, seq, minute_bytes, entry_ms]`` records; returns the minutes and the ids that would not.
+
+    ``entry_ms`` (the stream entry time) may be missing or None: records of
+    older jobs and of rebuilds from the log have three elements.
 
     The dispatcher validated every minute before the log took it, so the bytes
     are read as trusted (`Minute.trusted`: no second validation, which cost as
@@ -510,10 +521,14 @@ def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[s
     """
     good: list[LoggedMinute] = []
     bad: list[str] = []
-    for minute_id, seq, raw in records:
+    for record in records:
+        minute_id, seq, raw = record[0], record[1], record[2]
+        entry_ms = record[3] if len(record) > 3 else None
         try:
             minute = _durable_minute(raw)
-            good.append(LoggedMinute(int(seq), minute, timestamp_ms(minute)))
+            good.append(
+                LoggedMinute(int(seq), minute, timestamp_ms(minute), entry_ms if type(entry_ms) is int else None)
+            )
         except ContractError as exc:
             log.warning("index pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
             bad.append(str(minute_id))
@@ -541,14 +556,85 @@ def _durable_minute(raw: bytes) -> Minute:
 
 # -- RQ entry point -------------------------------------------------------------
 
+# Bits one BITFIELD sets over a run of seqs: u32 fields, 1,000 per call (Lua's unpack() takes ~8,000 values).
+HEAD_FIELDS_PER_CALL = 1_000
+
 _ADVANCE_HEAD = """
--- KEYS[1]: index head; ARGV: minute id, seq, indexed_at. Returns the seq the head held before.
+-- KEYS[1]: index head (hash), KEYS[2]: index done (bitmap over the project's log seq)
+-- ARGV[1]: indexed_at; ARGV[2..]: the log seqs this batch indexed, as runs of consecutive seqs: first, last, ...
+-- Sets their bits, then raises the head's seq while the next seq's bit is set (a contiguous watermark).
+-- Returns {seq before, seq after, per seq of the runs in order: '1' if its bit was clear (indexed for the
+-- first time), else '0'}. A batch is nearly always one run, so each costs a BITCOUNT and a few u32 SETs.
 local before = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-if tonumber(ARGV[2]) > before then
-  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', ARGV[2], 'indexed_at', ARGV[3])
+local fresh = {}
+local top = 0
+for i = 2, #ARGV, 2 do
+  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  local n = last - first + 1
+  if last > top then top = last end
+  local already = redis.call('BITCOUNT', KEYS[2], first, last, 'BIT')
+  if already == 0 then
+    fresh[#fresh + 1] = string.rep('1', n)
+  elseif already == n then
+    fresh[#fresh + 1] = string.rep('0', n)
+  else  -- part of the run was indexed before (a retry, a replay): bit by bit
+    for seq = first, last do
+      fresh[#fresh + 1] = redis.call('GETBIT', KEYS[2], seq) == 0 and '1' or '0'
+    end
+  end
+  if already < n then
+    local ops = {}
+    local seq = first
+    while seq <= last do
+      local width = math.min(32, last - seq + 1)
+      local k = #ops
+      ops[k + 1], ops[k + 2], ops[k + 3], ops[k + 4] = 'SET', 'u' .. width, seq, 2 ^ width - 1
+      seq = seq + width
+      if k + 4 >= 4 * fields_per_call or seq > last then
+        redis.call('BITFIELD', KEYS[2], unpack(ops))
+        ops = {}
+      end
+    end
+  end
 end
-return before
+-- Bit 0 is never set (seqs start at 1). A head written before this bitmap existed is taken as it is:
+-- the scan starts above it. No clear bit up to the bitmap's end: every bit from the head up is set.
+local head
+local clear = redis.call('BITPOS', KEYS[2], 0, before + 1, -1, 'BIT')
+if clear == -1 then
+  head = math.max(before, redis.call('STRLEN', KEYS[2]) * 8 - 1)
+else
+  head = math.max(before, clear - 1)
+end
+local max_seq = math.max(tonumber(redis.call('HGET', KEYS[1], 'max_seq') or '0'), top, head)
+local gaps = 0
+if max_seq > head then
+  gaps = max_seq - head - redis.call('BITCOUNT', KEYS[2], head + 1, max_seq, 'BIT')
+end
+local fields = {
+  'seq', string.format('%d', head), 'max_seq', string.format('%d', max_seq), 'gaps', string.format('%d', gaps)
+}
+if head > before then
+  fields[7], fields[8] = 'indexed_at', ARGV[1]
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HDEL', KEYS[1], 'id')  -- a high-water head named its newest minute; a watermark names none
+return {before, head, table.concat(fresh)}
 """
+_ADVANCE_HEAD = f"local fields_per_call = {HEAD_FIELDS_PER_CALL}\n{_ADVANCE_HEAD}"
+
+
+def _runs(seqs: Sequence[int]) -> list[int]:
+    """Seqs in their order as runs of consecutive ones, flat: first, last, first, last, ..."""
+    out: list[int] = []
+    first = prev = seqs[0]
+    for seq in seqs[1:]:
+        if seq != prev + 1:
+            out += (first, prev)
+            first = seq
+        prev = seq
+    out += (first, prev)
+    return out
 
 
 def close_engine() -> None:
@@ -593,14 +679,33 @@ def _context(connection: redis.Redis) -> IndexContext:
     return IndexContext.build(connection, Settings.from_env())
 
 
-def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
+class PartialIndexError(RuntimeError):
+    """Some projects of a batch were indexed (heads advanced) and the vector store failed for the others."""
+
+    def __init__(self, indexed: Iterable[str], failed: dict[str, Exception]) -> None:
+        self.indexed = sorted(indexed)
+        self.failed = failed
+        why = "; ".join(f"{project}: {error}" for project, error in sorted(failed.items()))
+        super().__init__(
+            f"the vector store failed for {len(failed)} project(s) of the batch ({why}); "
+            f"{len(self.indexed)} other project(s) are indexed, and a retry of the job redoes only the failed ones"
+        )
+
+
+def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> dict[str, Exception]:
     """Embed (when an embedder is configured) and write points to the vector store (idempotent by minute id).
+
+    Returns the projects whose points the vector store refused, with why: one
+    project's error (a shard that cannot be created, say) costs the others
+    nothing. The batch is written in one call, and only when that fails, again
+    project by project to find whose it was (re-writing a point is idempotent).
+    When every project fails, the first error raises as it came.
 
     An embedding failure raises: the job is retried, then lands in the failed
     registry; the minutes stay in the log and `pvm replay` indexes them again.
     """
     if not points:
-        return
+        return {}
     engine, embedder = ctx.engine, ctx.embedder
     if embedder.dimensions is not None:
         tokens_before = embedder.stats.input_tokens  # type: ignore[attr-defined]
@@ -618,7 +723,96 @@ def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> None:
                 tokens=embedder.stats.input_tokens - tokens_before,  # type: ignore[attr-defined]
             )
         points = [replace(p, dense=v) for p, v in zip(points, vectors, strict=True)]
-    engine.upsert(points)
+    try:
+        engine.upsert(points)
+        return {}
+    except Exception as exc:
+        by_project: dict[str, list[MemoryPoint]] = {}
+        for p in points:
+            by_project.setdefault(p.project_id, []).append(p)
+        if len(by_project) == 1:
+            raise
+        first = exc
+    failed: dict[str, Exception] = {}
+    for project_id, of_project in by_project.items():
+        try:
+            engine.upsert(of_project)
+        except Exception as exc:
+            log.error("index pool: the vector store failed for project %s: %s", project_id, exc)
+            failed[project_id] = exc
+    if len(failed) == len(by_project):
+        raise first
+    return failed
+
+
+def _rebuild_broken_shards(ctx: IndexContext, connection: redis.Redis) -> list[str]:
+    """Rebuild from the log every project whose shard the engine had to replace by an empty one; returns them.
+
+    The embedded engine sets aside a shard that does not load and starts an
+    empty one (`pvm.vectors.edge`). Its points are gone, so its index head
+    and done-bitmap are reset at once (freshness shows the whole project as
+    behind, never "caught up") and every minute of its log is queued for
+    indexing again, as `pvm replay` does for the index alone (agent memory
+    and caches did not lose anything). Only then is the shard marked
+    re-indexed: a crash in between queues the rebuild again at the next batch
+    (idempotent), never leaves it undone.
+    """
+    broken_projects = getattr(ctx.engine, "broken_projects", None)
+    if broken_projects is None:
+        return []
+    projects: list[str] = broken_projects()
+    for project_id in projects:
+        connection.delete(keys.index_head(project_id), keys.index_done(project_id))
+        queued = _queue_from_log(connection, ctx.settings, project_id)
+        log.error(
+            "index pool: the vector shard of project %s was lost and replaced; %d minutes of its log queued for "
+            "indexing again",
+            project_id,
+            queued,
+        )
+        ctx.engine.mark_reindexed(project_id)  # type: ignore[attr-defined]
+    return projects
+
+
+def _queue_from_log(connection: redis.Redis, settings: Settings, project_id: str) -> int:
+    """Queue index jobs for every minute of a project's log (three-element records: no freshness); returns them."""
+    queue = pool_queue("index", connection)
+    sent = 0
+    batch: list[list[Any]] = []
+
+    def flush() -> None:
+        nonlocal sent, batch
+        if batch:
+            queue.enqueue_many(
+                [
+                    Queue.prepare_data(
+                        "workers.index_pool.run",
+                        args=(batch,),
+                        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
+                        retry=Retry(max=defaults.JOB_RETRIES),
+                        result_ttl=defaults.JOB_RESULT_TTL_S,
+                        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                        description=f"rebuild the index of {project_id} from its log",
+                    )
+                ]
+            )
+            sent += len(batch)
+            batch = []
+
+    for record in LogReader(settings.log_dir).history(project_id):
+        batch.append([record.id, record.seq, record.minute_bytes])
+        if len(batch) >= defaults.REPLAY_BATCH:
+            flush()
+    flush()
+    if not sent:
+        log.error(
+            "index pool: no log of project %s in %s to rebuild its index from; run `pvm replay --project %s` "
+            "where its log is",
+            project_id,
+            settings.log_dir,
+            project_id,
+        )
+    return sent
 
 
 def _advance_heads(
@@ -628,16 +822,24 @@ def _advance_heads(
     batch_minutes: int,
     batch_seconds: float,
     indexed_at: float,
-) -> dict[str, int]:
-    """Raise each project's index head to the batch's newest seq and count the batch; returns each head's seq before.
+) -> tuple[list[str], list[LoggedMinute]]:
+    """Mark the records indexed, raise each project's head as far as it is contiguous, count the batch.
 
-    The head is a high-water mark: with several index workers a later batch can
-    finish before an earlier one, so ``log head seq - index head seq`` is a
-    lower bound of how far the index is behind.
+    Returns the projects and the records indexed for the first time (a
+    retried or replayed minute is not fresh again).
+
+    The head is a contiguous watermark: every log seq at or below its ``seq``
+    is indexed. A bitmap per project (`keys.index_done`) holds which seqs
+    are; with several index workers, or a batch that failed for one project,
+    a later seq can be indexed before an earlier one, and the head then waits
+    at the gap (``max_seq`` and ``gaps`` say what lies above it). So a
+    project never shows caught up while a minute below its head is missing.
+    A record that does not decode is never marked: its gap stays until a
+    replay with a reader that decodes it.
 
     The heads and the batch metrics share one round trip, in a pipeline without
     MULTI: nothing gains from running them as a unit (each head script is atomic
-    by itself and only ever raises the mark, so a retry changes nothing; the
+    by itself and only ever sets bits, so a retry changes nothing; the
     metrics are counters that add up in any order). Every command runs whatever
     its neighbours reply, and the replies are read one by one: a metrics error
     is only logged (metrics never fail a batch), a head's error raises (the job
@@ -646,22 +848,33 @@ def _advance_heads(
     SCRIPT EXISTS round trip per batch, while Redis caches the compiled script
     by its SHA, so sending its text again is the cheaper path.
     """
-    newest: dict[str, LoggedMinute] = {}
+    by_project: dict[str, list[LoggedMinute]] = {}
     for r in records:
-        top = newest.get(r.minute.project_id)
-        if top is None or r.seq > top.seq:
-            newest[r.minute.project_id] = r
+        of_project = by_project.get(r.minute.project_id)
+        if of_project is None:
+            of_project = by_project[r.minute.project_id] = []
+        of_project.append(r)
     pipe = connection.pipeline(transaction=False)
-    for project_id, r in newest.items():
-        pipe.eval(_ADVANCE_HEAD, 1, keys.index_head(project_id), r.minute.id, r.seq, repr(indexed_at))
+    stamp = repr(indexed_at)
+    for project_id, of_project in by_project.items():
+        runs = _runs([r.seq for r in of_project])
+        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *runs)
     ctx.metrics.batch("index", batch_minutes, batch_seconds, pipeline=pipe)
     replies = pipe.execute(raise_on_error=False)
-    heads, metrics = replies[: len(newest)], replies[len(newest) :]
+    heads, metrics = replies[: len(by_project)], replies[len(by_project) :]
     for reply in heads:
         if isinstance(reply, Exception):
             raise reply
     _log_metrics_errors(metrics)
-    return {p: int(before) for p, before in zip(newest, heads, strict=True)}
+    fresh: list[LoggedMinute] = []
+    for of_project, (_, _, flags) in zip(by_project.values(), heads, strict=True):
+        if isinstance(flags, str):  # a connection that decodes replies
+            flags = flags.encode()
+        fresh.extend(r for r, flag in zip(of_project, flags, strict=True) if flag == _FRESH)
+    return list(by_project), fresh
+
+
+_FRESH = ord("1")  # a record's flag in the head script's reply: indexed for the first time
 
 
 def _log_metrics_errors(replies: Iterable[Any]) -> None:
@@ -671,9 +884,14 @@ def _log_metrics_errors(replies: Iterable[Any]) -> None:
             return
 
 
-def _lags(records: Sequence[LoggedMinute], heads_before: dict[str, int], indexed_at: float) -> list[float]:
-    """Emit -> indexed seconds of minutes past the previous head (not of re-indexed ones, which would skew it)."""
-    return [indexed_at - r.at_ms / 1000.0 for r in records if r.seq > heads_before.get(r.minute.project_id, 0)]
+def _lags(fresh: Sequence[LoggedMinute], indexed_at: float) -> list[float]:
+    """Stream entry -> indexed seconds of minutes indexed for the first time (not of re-indexed ones).
+
+    From the entry time Redis set (`pvm.metrics.entry_time_ms`), not the
+    producer's timestamp, whose clock may be off by any amount; records
+    without an entry time are not counted.
+    """
+    return [indexed_at - r.entry_ms / 1000.0 for r in fresh if r.entry_ms is not None]
 
 
 @contextmanager
@@ -703,11 +921,16 @@ def index_batch(
     connection: redis.Redis,
     records: Sequence[Sequence[Any]],
     timings: dict[str, float] | None = None,
+    skip_projects: Collection[str] = (),
 ) -> dict[str, Any]:
-    """Index one batch of ``[minute_id, log_seq, minute_bytes]`` records: agent memory, vector points, index head.
+    """Index one batch of ``[minute_id, log_seq, minute_bytes, entry_ms]`` records: agent memory, points, index head.
 
-    The body of the RQ job `run`. `timings`, when given, gets the seconds each
-    of `STEPS` took added to it (the reader benchmark reports them).
+    The body of the RQ job `run`. Records of `skip_projects` (indexed by an
+    earlier attempt of the same job) are left out. When the vector store
+    fails for some projects only, the others are indexed and their heads
+    advanced, then `PartialIndexError` names both. `timings`, when given, gets
+    the seconds each of `STEPS` took added to it (the reader benchmark reports
+    them).
     """
     clock = time.perf_counter
     marks = [clock()]
@@ -715,25 +938,37 @@ def index_batch(
     with _cyclic_gc_paused():
         logged, undecodable = decode(records)
         logged = _unique(logged)
+        if skip_projects:
+            logged = [r for r in logged if r.minute.project_id not in skip_projects]
         marks.append(clock())
         try:
             points = _points(logged, started)
             marks.append(clock())
             counted = ctx.memory.apply(_deltas(logged))
             marks.append(clock())
-            _upsert(ctx, points)
+            try:
+                failed = _upsert(ctx, points)
+            finally:  # also after a failed upsert: a shard set aside must not wait for a batch that succeeds
+                if points:
+                    _rebuild_broken_shards(ctx, connection)  # before the heads: this batch's points are in the new one
             marks.append(clock())
         except Exception:
             ctx.metrics.failure("index", len(records))  # best-effort: never raises in place of the batch's error
             raise
+        if failed:
+            logged = [r for r in logged if r.minute.project_id not in failed]
         indexed_at = time.time()
-        heads_before = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
+        projects, fresh = _advance_heads(ctx, connection, logged, len(records), indexed_at - started, indexed_at)
         # A round trip of its own: which minutes count depends on the heads' replies.
-        ctx.metrics.freshness("indexed", _lags(logged, heads_before, indexed_at))  # best-effort
-        indexed = len(points)
+        ctx.metrics.freshness("indexed", _lags(fresh, indexed_at))  # best-effort
+        refused = sum(p.project_id in failed for p in points) if failed else 0
+        indexed = len(points) - refused
         # Freed while the collector still sleeps: back on, it would first walk the batch's objects (dead weight).
-        del points, logged
+        del points, logged, fresh
     marks.append(clock())
+    if failed:
+        ctx.metrics.failure("index", refused)  # best-effort
+        raise PartialIndexError(projects, failed) from next(iter(failed.values()))
     if timings is not None:
         for step, begun, ended in zip(STEPS, marks[:-1], marks[1:], strict=True):
             timings[step] = timings.get(step, 0.0) + ended - begun
@@ -741,16 +976,31 @@ def index_batch(
         "indexed": indexed,
         "agent_minutes_counted": counted,
         "undecodable": undecodable,
-        "projects": sorted(heads_before),
+        "projects": sorted(projects),
         "seconds": round(indexed_at - started, 6),
     }
 
 
+# job.meta field: projects of the job's batch indexed by an earlier attempt (a retry leaves them out).
+INDEXED_META = "indexed_projects"
+
+
 def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: index one batch of durable minutes (agent memory, vector points, index head)."""
+    """RQ job: index one batch of durable minutes (agent memory, vector points, index head).
+
+    When the vector store fails for some projects of the batch, the job fails
+    after indexing the others, and records them in its meta: RQ's retry (or a
+    requeue) redoes only the projects that failed.
+    """
     job = get_current_job()
     assert job is not None, "workers.index_pool.run runs inside an RQ worker"
-    return index_batch(_context(job.connection), job.connection, records)
+    done: list[str] = job.meta.get(INDEXED_META, [])
+    try:
+        return index_batch(_context(job.connection), job.connection, records, skip_projects=frozenset(done))
+    except PartialIndexError as exc:
+        job.meta[INDEXED_META] = sorted({*done, *exc.indexed})
+        job.save_meta()
+        raise
 
 
 def reset_project(project_id: str) -> dict[str, Any]:
@@ -764,7 +1014,7 @@ def reset_project(project_id: str) -> dict[str, Any]:
     ctx = _context(job.connection)
     ctx.engine.delete_project(project_id)
     ctx.memory.reset(project_id)
-    job.connection.delete(keys.index_head(project_id))
+    job.connection.delete(keys.index_head(project_id), keys.index_done(project_id))
     return {"project_id": project_id, "reset": True}
 
 

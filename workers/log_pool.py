@@ -2,6 +2,12 @@
 
 This is the commit point of PVM. Everything after the fsync (Redis caches,
 downstream pools) is derived from what the log holds and can be rebuilt from it.
+
+The log head (`keys.log_head`) is contiguous by construction, however many log
+processes run: a project's seqs are assigned under its ``flock`` and fsynced
+before the lock is released, so when any process writes a head, every seq at or
+below it is already durable. (A process that dies between its fsync and its
+cache update leaves its minutes durable; its job's retry refreshes the caches.)
 """
 
 from __future__ import annotations
@@ -18,10 +24,9 @@ import redis
 from rq import Queue, Retry, get_current_job
 
 from contracts import keys
-from contracts.minute import parse_timestamp
 from pvm import defaults
 from pvm.config import Settings
-from pvm.metrics import MetricsRecorder
+from pvm.metrics import MetricsRecorder, entry_time_ms
 from pvm.queues import pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
@@ -121,7 +126,11 @@ def _update_caches(cache: MinuteCache, result: LogBatchResult, durable_at: float
 def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redis) -> None:
     if not queues:
         return
-    records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
+    # [minute id, log seq, minute bytes, stream entry ms]: the entry time is what the index pool measures
+    # freshness from (it accepts the older three-element records too).
+    records = [
+        [a.id, a.seq, item.raw, entry_time_ms(item.entry_id)] for pairs in result.projects.values() for item, a in pairs
+    ]
     with connection.pipeline(transaction=True) as pipe:
         for queue in queues:
             pool = queue.name.removeprefix("pvm-")
@@ -170,13 +179,15 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
 
 
 def _lags(result: LogBatchResult, durable_at: float) -> list[float]:
-    """Emit -> durable seconds of the minutes this batch made durable (not of redeliveries)."""
+    """Stream entry -> durable seconds of the minutes this batch made durable (not of redeliveries).
+
+    From the entry time Redis set at XADD, not the producer's timestamp: see `entry_time_ms`.
+    """
     lags = []
     for pairs in result.projects.values():
         for item, appended in pairs:
             if appended.new:
-                try:
-                    lags.append(durable_at - parse_timestamp(item.timestamp).timestamp())
-                except ValueError:
-                    continue
+                entry_ms = entry_time_ms(item.entry_id)
+                if entry_ms is not None:
+                    lags.append(durable_at - entry_ms / 1000.0)
     return lags

@@ -38,17 +38,38 @@ Open shards are bounded (least recently used ones are closed beyond
 ``max_open_shards``), and each searches with ``search_threads`` threads: the
 engine's default is one pool of CPU-count threads per shard, which a process
 with many projects cannot afford.
+
+Crash safety. qdrant-edge writes a new shard's files one by one, and a shard
+killed in its first tens of milliseconds never loaded again. So a shard is
+created and configured in ``<path>/.tmp-<project>-<hex>``, closed (flushed),
+and renamed to its project's name (the rename fsynced): under that name there
+is a whole shard or nothing, whenever the process is killed. Temporary
+directories a killed process left are removed when an engine opens the path
+(it holds the lock, so nobody else is creating one). A shard that still does
+not load (half-made by an older version, or damaged by a power loss:
+qdrant-edge does not fsync every file) is never served empty in silence: a
+read fails and says what to do; a write sets it aside as
+``<path>/.broken-<unix ms>-<project>`` (kept for forensics), creates a fresh
+one, and reports the project in `broken_projects` until `mark_reindexed`. Its
+points are gone, so the caller (the index pool) must rebuild the project from
+the log before it tells anyone the project is indexed. Names starting with a
+dot are never projects.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import fcntl
 import json
+import logging
 import os
+import re
 import shutil
 import threading
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -90,11 +111,17 @@ from pvm.vectors import (
 )
 from pvm.vectors.lexical import LexicalEncoder
 
+log = logging.getLogger(__name__)
+
 MAX_OPEN_SHARDS = 128
 SEARCH_THREADS = 1  # per shard; one segment is searched by one thread anyway
 UPSERT_CHUNK = 1024
 LOCK_FILE = ".lock"
 SHARD_CONFIG_FILE = "edge_config.json"  # where qdrant-edge keeps a shard's configuration, vectors included
+TEMP_PREFIX = ".tmp-"  # <path>/.tmp-<project>-<hex>: a shard being created, renamed to <project> when whole
+BROKEN_PREFIX = ".broken-"  # <path>/.broken-<unix ms>-<project>: a shard that did not load, set aside
+REINDEXED_PREFIX = ".broken-reindexed-"  # ... renamed so once its project's rebuild from the log is queued
+_BROKEN_NAME = re.compile(r"\.broken-([0-9]+)-(.+)")
 # Payload fields stored as themselves (filtered on); the rest travels packed in one string (PACKED_FIELD).
 DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
 PACKED_FIELD = "_msgpack"  # <length of the minute id>:<minute id><base64 of msgpack>
@@ -146,6 +173,8 @@ class EdgeEngine:
         self._open: OrderedDict[str, _OpenShard] = OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
+        self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
+        self._sweep()
 
     # -- VectorEngine ---------------------------------------------------------------
 
@@ -312,6 +341,26 @@ class EdgeEngine:
         """Projects that have a shard on disk."""
         return sorted(p.name for p in self.path.iterdir() if p.is_dir() and is_valid_project(p.name))
 
+    def broken_projects(self) -> list[str]:
+        """Projects whose shard did not load and was replaced by an empty one: rebuild each from the log.
+
+        Read from the set-aside directories, so a project stays here across
+        restarts until `mark_reindexed`: a crash between setting a shard aside
+        and queueing its rebuild loses nothing.
+        """
+        with self._cond:
+            return sorted(self._broken)
+
+    def mark_reindexed(self, project_id: str) -> None:
+        """Record that the project's rebuild from the log is queued (its set-aside shards are renamed so)."""
+        with self._cond:
+            aside = self._broken.pop(project_id, [])
+        for directory in aside:
+            with contextlib.suppress(FileNotFoundError):  # an operator took it away meanwhile
+                os.rename(directory, directory.with_name(REINDEXED_PREFIX + directory.name[len(BROKEN_PREFIX) :]))
+        if aside:
+            _fsync_dir(self.path)
+
     # -- shards ---------------------------------------------------------------------
 
     @contextmanager
@@ -378,24 +427,88 @@ class EdgeEngine:
         if not directory.is_dir():
             if not create:
                 return None
-            shard = _edge_call(directory, lambda: qe.EdgeShard.create(str(directory), self._config()))
-        else:
-            shard = _edge_call(directory, lambda: qe.EdgeShard.load(str(directory)))
+            return self._create(project_id, directory)
         try:
-            if self.dense_dimensions is not None:
-                # Idempotent for the same size; a shard created lexical-only gains the vector.
-                _edge_call(
-                    directory,
-                    lambda: shard.update(
-                        qe.UpdateOperation.create_dense_vector(DENSE, self.dense_dimensions, qe.Distance.Cosine)
-                    ),
-                )
-            for field, schema in _payload_indexes():
-                shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            shard = qe.EdgeShard.load(str(directory))
+        except Exception as exc:
+            error = _edge_error(directory, exc)
+            if isinstance(error, ShardLockedError):
+                raise error from exc
+            if not create:
+                raise VectorStoreError(
+                    f"the vector shard {directory} does not load ({exc}): the index pool sets it aside and "
+                    f"rebuilds it from the log at the project's next batch; to rebuild it now, run "
+                    f"`pvm replay --project {project_id}`"
+                ) from exc
+            self._set_aside(project_id, directory, exc)
+            return self._create(project_id, directory)
+        try:
+            self._configure(shard, directory)
         except BaseException:
             shard.close()
             raise
         return shard
+
+    def _configure(self, shard: qe.EdgeShard, directory: Path) -> None:
+        if self.dense_dimensions is not None:
+            # Idempotent for the same size; a shard created lexical-only gains the vector.
+            _edge_call(
+                directory,
+                lambda: shard.update(
+                    qe.UpdateOperation.create_dense_vector(DENSE, self.dense_dimensions, qe.Distance.Cosine)
+                ),
+            )
+        for field, schema in _payload_indexes():
+            shard.update(qe.UpdateOperation.create_field_index(field, schema))
+
+    def _create(self, project_id: str, directory: Path) -> qe.EdgeShard:
+        """A new shard at `directory`, made whole in a temporary directory first (see the module docstring)."""
+        temporary = self.path / f"{TEMP_PREFIX}{project_id}-{uuid.uuid4().hex}"
+        try:
+            shard = _edge_call(temporary, lambda: qe.EdgeShard.create(str(temporary), self._config()))
+            try:
+                self._configure(shard, temporary)
+            finally:
+                shard.close()
+            try:
+                os.rename(temporary, directory)
+            except OSError as exc:
+                raise VectorStoreError(
+                    f"cannot create the vector shard {directory} ({exc.strerror}): move away what is at that path"
+                ) from exc
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        _fsync_dir(self.path)
+        return _edge_call(directory, lambda: qe.EdgeShard.load(str(directory)))
+
+    def _set_aside(self, project_id: str, directory: Path, error: Exception) -> None:
+        aside = self.path / f"{BROKEN_PREFIX}{int(time.time() * 1000)}-{project_id}"
+        os.rename(directory, aside)
+        _fsync_dir(self.path)
+        with self._cond:
+            self._broken.setdefault(project_id, []).append(aside)
+        log.error(
+            "vector shard %s does not load (%s): set aside as %s and replaced by an empty shard; "
+            "the project's index must be rebuilt from the log (the index pool queues it)",
+            directory,
+            error,
+            aside,
+        )
+
+    def _sweep(self) -> None:
+        """Remove shards whose creation was interrupted; find set-aside shards whose rebuild is not queued yet."""
+        for entry in self.path.iterdir():
+            if entry.name.startswith(TEMP_PREFIX):
+                log.warning("vector store %s: removing %s, a shard whose creation was interrupted", self.path, entry)
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            broken = _BROKEN_NAME.fullmatch(entry.name)
+            if broken is not None and is_valid_project(broken.group(2)):
+                self._broken.setdefault(broken.group(2), []).append(entry)
+        if self._broken:
+            pending = ", ".join(sorted(self._broken))
+            log.error("vector store %s: shards set aside and not rebuilt yet for %s", self.path, pending)
 
     def _config(self) -> qe.EdgeConfig:
         vectors = (
@@ -545,19 +658,32 @@ def _edge_call(directory: Path, call: Any) -> Any:
     try:
         return call()
     except Exception as exc:
-        message = str(exc)
-        if "WAL" in message and "WouldBlock" in message:
-            raise ShardLockedError(
-                f"the vector shard {directory} is open in another process: the embedded engine allows one "
-                "process per shard (run the index pool and the reader in the process that owns it, `pvm up`, "
-                "or use a Qdrant server via PVM_QDRANT_URL)"
-            ) from exc
-        if "already exists with different parameters" in message or "incompatible" in message.lower():
-            raise VectorConfigError(
-                f"the vector shard {directory} holds vectors of another configuration ({message}); "
-                "rebuild it (`pvm replay`) or configure the embedder it was built with"
-            ) from exc
-        raise VectorStoreError(f"qdrant-edge failed on {directory}: {message}") from exc
+        raise _edge_error(directory, exc) from exc
+
+
+def _edge_error(directory: Path, exc: Exception) -> VectorStoreError:
+    """A qdrant-edge error on `directory` as one of ours, saying what to do."""
+    message = str(exc)
+    if "WAL" in message and "WouldBlock" in message:
+        return ShardLockedError(
+            f"the vector shard {directory} is open in another process: the embedded engine allows one "
+            "process per shard (run the index pool and the reader in the process that owns it, `pvm up`, "
+            "or use a Qdrant server via PVM_QDRANT_URL)"
+        )
+    if "already exists with different parameters" in message or "incompatible" in message.lower():
+        return VectorConfigError(
+            f"the vector shard {directory} holds vectors of another configuration ({message}); "
+            "rebuild it (`pvm replay`) or configure the embedder it was built with"
+        )
+    return VectorStoreError(f"qdrant-edge failed on {directory}: {message}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _hold_lock(path: Path) -> IO[str]:

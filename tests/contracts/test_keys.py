@@ -84,6 +84,8 @@ def test_project_keys_share_the_project_hash_tag(project: str) -> None:
         keys.minute_by_id(project),
         keys.minute_by_id_order(project),
         keys.log_head(project),
+        keys.index_head(project),
+        keys.index_done(project),  # updated with the index head by one script
     ]
     assert {hash_tag(name) for name in names} == {f"p:{project}"}
     assert len(set(names)) == len(names)

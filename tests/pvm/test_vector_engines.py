@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -683,3 +687,112 @@ def test_edge_stores_exactly_the_recorded_payloads(tmp_path: Path) -> None:
                 )
     finally:
         engine.close()
+
+
+# -- crash-safe shards (qdrant-edge) --------------------------------------------------
+
+# A process that creates shards for new projects, one after another, until it is killed (or done).
+_CREATOR = """
+import sys
+from pathlib import Path
+from pvm.protocols import MemoryPoint
+from pvm.vectors.edge import EdgeEngine
+
+engine = EdgeEngine(Path(sys.argv[1]))
+print("ready", flush=True)
+for n in range(int(sys.argv[2])):
+    project = f"p{n}"
+    engine.upsert([MemoryPoint(minute_id=f"{project}-m", project_id=project, text=f"deploy {project}", payload={})])
+engine.close()
+print("done", flush=True)
+"""
+KILL_ITERATIONS = 24
+KILL_PROJECTS = 6
+
+
+def half_created(path: Path, project: str) -> Path:
+    """A shard directory as a process killed early in qdrant-edge's create leaves it (what older versions did)."""
+    directory = path / project
+    (directory / "segments").mkdir(parents=True)
+    (directory / "wal").mkdir()
+    return directory
+
+
+@pytest.mark.slow
+def test_edge_shards_survive_kill_9_at_any_instant_of_their_creation(tmp_path: Path) -> None:
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    deadline = time.monotonic() + 240
+    for iteration in range(KILL_ITERATIONS):
+        assert time.monotonic() < deadline, f"seed {seed}: the kill test ran out of time"
+        path = tmp_path / f"run{iteration}"
+        creator = subprocess.Popen(
+            [sys.executable, "-c", _CREATOR, str(path), str(KILL_PROJECTS)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert creator.stdout is not None and creator.stdout.readline() == "ready\n", f"seed {seed}"
+            delay = rng.uniform(0.0, 0.15)
+            time.sleep(delay)
+            creator.send_signal(signal.SIGKILL)
+        finally:
+            creator.wait(timeout=60)
+            if creator.stdout is not None:
+                creator.stdout.close()
+        try:
+            reopen_and_use(path)
+        except Exception as exc:
+            raise AssertionError(f"seed {seed}, iteration {iteration}, killed after {delay * 1000:.0f} ms") from exc
+
+
+def reopen_and_use(path: Path) -> None:
+    """Open the store a killed creator left: every shard loads, and upsert and search work in each project."""
+    engine = EdgeEngine(path)
+    try:
+        assert not [p.name for p in path.iterdir() if p.name.startswith(".tmp-")]  # swept at open
+        assert engine.broken_projects() == []  # nothing half-made was ever under a project's name
+        engine.upsert([memory_point(f"p{n}", f"p{n}-new", f"rollback p{n}") for n in range(KILL_PROJECTS)])
+        for n in range(KILL_PROJECTS):
+            assert ids(engine.query(f"p{n}", "rollback", None, SearchFilters(), 5)) == [f"p{n}-new"]
+    finally:
+        engine.close()
+
+
+def test_edge_sets_aside_and_recreates_a_shard_that_does_not_load(tmp_path: Path) -> None:
+    half_created(tmp_path, "alpha")
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
+    assert ids(engine.query("alpha", "deploy", None, SearchFilters(), 5)) == ["a1"]
+    assert engine.broken_projects() == ["alpha"]  # its points are gone: its index must be rebuilt from the log
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith(".broken-")]
+    assert aside.name.endswith("-alpha") and (aside / "segments").is_dir()  # kept as it was, for forensics
+    assert engine.projects() == ["alpha", "beta"]
+    engine.close()
+
+    engine = EdgeEngine(tmp_path)  # still pending after a restart: the pool rebuilds it whenever it next runs
+    assert engine.broken_projects() == ["alpha"]
+    engine.mark_reindexed("alpha")
+    assert engine.broken_projects() == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".broken-")] == [
+        aside.name.replace(".broken-", ".broken-reindexed-", 1)
+    ]
+    engine.close()
+    engine = EdgeEngine(tmp_path)
+    assert engine.broken_projects() == [] and engine.count("alpha") == 1
+    engine.close()
+
+
+def test_edge_reads_of_a_shard_that_does_not_load_fail_and_say_what_to_do(tmp_path: Path) -> None:
+    half_created(tmp_path, "alpha")
+    engine = EdgeEngine(tmp_path)
+    with pytest.raises(VectorStoreError, match=r"pvm replay --project alpha"):
+        engine.query("alpha", "deploy", None, SearchFilters(), 5)
+    assert (tmp_path / "alpha" / "segments").is_dir()  # a read changes nothing
+    engine.close()
+
+
+def test_edge_sweeps_shards_left_half_created_in_their_temporary_directory(tmp_path: Path) -> None:
+    (tmp_path / ".tmp-alpha-0123abcd" / "segments").mkdir(parents=True)
+    engine = EdgeEngine(tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
+    assert engine.projects() == [] and engine.broken_projects() == []
+    engine.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,15 +14,18 @@ from typing import Any
 import msgpack
 import pytest
 import redis
+from rq import Retry
 
 from contracts import Minute, decode_minute, encode_minute, keys
 from contracts.memory import Category, SearchFilters
-from pvm import engines
+from pvm import defaults, engines
 from pvm.config import Settings
+from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
-from pvm.stores.cache import MinuteCache
+from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.log import LogReader, LogWriter
 from workers import index_pool
 from workers.index_pool import (
     COMPOSITE_WEIGHTS,
@@ -451,8 +456,11 @@ def engine(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Reco
     index_pool.close_engine()
 
 
-def records(minutes: Sequence[Minute], first_seq: int = 1) -> list[list[object]]:
-    return [[m.id, first_seq + i, encode_minute(m)] for i, m in enumerate(minutes)]
+def records(minutes: Sequence[Minute], first_seq: int = 1, entry_ms: int | None = None) -> list[list[object]]:
+    """Index job records; with `entry_ms`, each carries that stream entry time as the log pool's fan-out does."""
+    if entry_ms is None:
+        return [[m.id, first_seq + i, encode_minute(m)] for i, m in enumerate(minutes)]
+    return [[m.id, first_seq + i, encode_minute(m), entry_ms] for i, m in enumerate(minutes)]
 
 
 def session(project: str = "p1") -> list[Minute]:
@@ -493,7 +501,7 @@ def test_a_batch_becomes_points_agent_memory_and_an_index_head(
     assert b1.capabilities == ("db",)
     assert memory.agents("p1") == ["b1", "b2", "planner"]
     head = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.index_head("p1")).items()}
-    assert (head["seq"], head["id"]) == ("5", "id00004") and float(head["indexed_at"]) > 0
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("5", "5", "0") and float(head["indexed_at"]) > 0
 
     # The same batch again (a retry, a redelivery, a replay): nothing counts twice, the head stays.
     again = queue.enqueue("workers.index_pool.run", batch[::-1])
@@ -532,12 +540,13 @@ def hash_of(connection: redis.Redis, key: str) -> dict[str, str]:
 
 def test_a_batch_records_its_metrics(redis_client: redis.Redis, engine: RecordingEngine) -> None:
     ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
-    index_pool.index_batch(ctx, redis_client, records(session()))
+    now_ms = int(time.time() * 1000)
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=now_ms))
     stage = hash_of(redis_client, keys.metrics_stage("index"))
     assert (stage["minutes"], stage["batches"]) == ("5", "1")
     assert hash_of(redis_client, keys.metrics_stage_duration("index"))["count"] == "1"
     assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
-    index_pool.index_batch(ctx, redis_client, records(session()))  # re-indexed minutes are not fresh again
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=now_ms))  # not fresh again
     assert hash_of(redis_client, keys.metrics_stage("index"))["batches"] == "2"
     assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "5"
 
@@ -551,7 +560,7 @@ def test_metrics_that_fail_to_record_do_not_fail_the_batch(
 ) -> None:
     redis_client.set(broken, "not a hash")  # every write to it fails (WRONGTYPE)
     ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
-    result = index_pool.index_batch(ctx, redis_client, records(session()))
+    result = index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=int(time.time() * 1000)))
     assert result["indexed"] == 5
     assert redis_client.hget(keys.index_head("p1"), "seq") == b"5"
     assert "metrics not recorded" in caplog.text
@@ -661,3 +670,177 @@ def test_the_embedded_engine_indexes_the_batch(
     finally:
         index_pool._context.cache_clear()
         index_pool.close_engine()
+
+
+# -- the index head: a contiguous watermark ---------------------------------------
+
+
+def numbered(n: int, project: str = "p1") -> list[Minute]:
+    return [minute("message", i, project_id=project, memory_note=f"note {i}") for i in range(1, n + 1)]
+
+
+def test_the_index_head_is_a_contiguous_watermark(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    batch = records(numbered(10))  # seqs 1..10
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[:4] + batch[5:])  # all but seq 5
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("4", "10", "1")
+    index_pool.index_batch(ctx, redis_client, batch[4:5])  # seq 5 at last
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("10", "10", "0")
+
+
+def test_the_reader_shows_a_gap_below_the_index_head_as_a_gap(
+    redis_client: redis.Redis, settings: Settings, engine: RecordingEngine
+) -> None:
+    from pvm.reader import ContextReader
+
+    minutes = numbered(10)
+    MinuteCache(redis_client).update(
+        "p1", [CachedMinute(m.id, i + 1, encode_minute(m), m.agent_id) for i, m in enumerate(minutes)], T0_S
+    )
+    batch = records(minutes)
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[:2] + batch[3:])  # seq 3 missing
+    index = ContextReader(redis_client, LogReader(settings.log_dir)).freshness("p1")["index"]
+    assert (index["seq"], index["max_seq"], index["gaps"], index["behind"]) == (2, 10, 1, 1)
+    index_pool.index_batch(ctx, redis_client, batch[2:3])
+    index = ContextReader(redis_client, LogReader(settings.log_dir)).freshness("p1")["index"]
+    assert (index["seq"], index["max_seq"], index["gaps"], index["behind"]) == (10, 10, 0, 0)
+
+
+def test_a_head_written_as_a_high_water_mark_stays_and_moves_on_from_there(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # An index head written before the watermark (no bitmap): taken as it is, and advanced contiguously above it.
+    redis_client.hset(keys.index_head("p1"), mapping={"id": "id00006", "seq": 6, "indexed_at": 1.0})
+    batch = records(numbered(10))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[7:])  # 8..10
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "6"
+    index_pool.index_batch(ctx, redis_client, batch[6:7])  # 7
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["gaps"]) == ("10", "0") and "id" not in head
+
+
+# -- freshness --------------------------------------------------------------------
+
+
+def test_index_freshness_is_measured_from_the_stream_entry_not_the_producer_clock(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # The producer's clock is a day behind (T0 is far from now); the stream entry was made just now.
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=int(time.time() * 1000)))
+    h = read_histogram(redis_client.hgetall(keys.metrics_freshness("indexed")), FRESHNESS_BUCKETS)
+    assert h.count == 5 and dict(h.buckets)["30.0"] == 5  # p99 within seconds, not +Inf
+    assert engine.points[("p1", "id00001")].payload["minute"]["timestamp"] == T0  # the producer's time kept as data
+
+
+def test_records_without_a_stream_time_are_indexed_and_not_counted_as_fresh(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    # Jobs queued before records carried the entry time, and rebuilds from the log (replay): indexed, but
+    # an old minute re-indexed now is not "fresh" and would only bury the histogram's tail.
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    result = index_pool.index_batch(ctx, redis_client, records(session()))
+    assert result["indexed"] == 5 and redis_client.hget(keys.index_head("p1"), "seq") == b"5"
+    assert not redis_client.exists(keys.metrics_freshness("indexed"))
+
+
+# -- crash-safe shards: one project's failure is its own --------------------------
+
+
+@pytest.fixture
+def edge_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """The pool's settings in the environment, with the real embedded engine (opened on first use, closed after)."""
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+    yield settings
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+
+
+def test_one_projects_engine_error_fails_only_that_project_and_the_retry_redoes_only_it(
+    redis_client: redis.Redis, edge_settings: Settings
+) -> None:
+    vectors = edge_settings.home / defaults.VECTOR_DIR
+    vectors.mkdir(parents=True)
+    (vectors / "beta").write_text("a file where beta's shard belongs")  # the engine cannot create beta's shard
+    queue = pool_queue("index", redis_client)
+    job = queue.enqueue(
+        "workers.index_pool.run", records(session("alpha")) + records(session("beta")[:2]), retry=Retry(max=1)
+    )
+    work(redis_client, "index")  # the first attempt and its retry
+    assert job.get_status(refresh=True) == "failed"
+    assert "beta" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
+    alpha = hash_of(redis_client, keys.index_head("alpha"))
+    assert alpha["seq"] == "5" and not redis_client.exists(keys.index_head("beta"))
+    assert job.get_meta(refresh=True)["indexed_projects"] == ["alpha"]
+    engine = engines.shared_engine(Settings.from_env())
+    assert engine.count("alpha") == 5
+
+    (vectors / "beta").unlink()
+    job.requeue()
+    work(redis_client, "index")
+    assert job.get_status(refresh=True) == "finished"
+    assert job.return_value()["projects"] == ["beta"]  # alpha was not indexed again
+    assert hash_of(redis_client, keys.index_head("alpha"))["indexed_at"] == alpha["indexed_at"]
+    assert redis_client.hget(keys.index_head("beta"), "seq") == b"2" and engine.count("beta") == 2
+
+
+def test_a_shard_that_does_not_load_is_rebuilt_from_the_log(redis_client: redis.Redis, edge_settings: Settings) -> None:
+    beta = numbered(6, "beta")
+    LogWriter(edge_settings.log_dir).append(
+        "beta", [(m.id, f"{i + 1}-0", encode_minute(m)) for i, m in enumerate(beta)]
+    )
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, records(beta[:5]))
+    index_pool.close_engine()
+    # The shard is lost the way an older version lost it (killed while creating it); its head still says 5.
+    vectors = edge_settings.home / defaults.VECTOR_DIR
+    shutil.rmtree(vectors / "beta")
+    (vectors / "beta" / "segments").mkdir(parents=True)
+    assert redis_client.hget(keys.index_head("beta"), "seq") == b"5"
+
+    index_pool.index_batch(ctx, redis_client, records(numbered(3, "alpha")) + records(beta[5:], first_seq=6))
+    head = hash_of(redis_client, keys.index_head("beta"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("0", "6", "5")  # a gap, not "caught up"
+    assert hash_of(redis_client, keys.index_head("alpha"))["seq"] == "3"
+    assert [p.name for p in vectors.iterdir() if p.name.startswith(".broken-reindexed-")]  # kept for forensics
+
+    work(redis_client, "index")  # the rebuild the pool queued from the log
+    head = hash_of(redis_client, keys.index_head("beta"))
+    assert (head["seq"], head["gaps"]) == ("6", "0")
+    engine = engines.shared_engine(Settings.from_env())
+    assert engine.count("beta") == 6 and engine.broken_projects() == []  # type: ignore[attr-defined]
+    found = engine.query("beta", "note 2", None, SearchFilters(), 10)
+    assert "id00002" in [c.minute_id for c in found]
+
+
+def test_only_minutes_indexed_for_the_first_time_count_as_fresh(
+    redis_client: redis.Redis, engine: RecordingEngine
+) -> None:
+    batch = records(numbered(10), entry_ms=int(time.time() * 1000))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[2:5])  # 3..5
+    index_pool.index_batch(ctx, redis_client, [batch[8], *batch[:4], batch[9], batch[6]])  # 9, 1..4, 10, 7
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == str(3 + 5)  # 1, 2, 7, 9, 10 new
+    head = hash_of(redis_client, keys.index_head("p1"))
+    assert (head["seq"], head["max_seq"], head["gaps"]) == ("5", "10", "2")  # 6 and 8 missing
+    index_pool.index_batch(ctx, redis_client, batch)
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "10"
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "10"
+
+
+def test_long_runs_of_seqs_mark_every_bit(redis_client: redis.Redis, engine: RecordingEngine) -> None:
+    batch = records(numbered(150), entry_ms=int(time.time() * 1000))
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    index_pool.index_batch(ctx, redis_client, batch[40:45])  # 41..45
+    index_pool.index_batch(ctx, redis_client, batch[:100])  # 1..100: a run over several 32-bit fields
+    assert [redis_client.getbit(keys.index_done("p1"), seq) for seq in range(102)] == [0] + [1] * 100 + [0]
+    assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "100"
+    index_pool.index_batch(ctx, redis_client, batch[100:])
+    assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "150"

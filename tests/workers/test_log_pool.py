@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgpack
@@ -13,6 +14,7 @@ from rq.registry import FailedJobRegistry
 from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
+from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer, SerializationError
 from pvm.stores.cache import MinuteCache
@@ -194,6 +196,7 @@ def test_a_logged_batch_fans_out_to_the_downstream_pools(
     records = jobs[0].args[0]
     assert [r[0] for r in records] == [f"id{i:05d}" for i in range(5)]
     assert [r[1] for r in records] == [1, 2, 3, 4, 5]
+    assert [r[3] for r in records] == [100, 101, 102, 103, 104]  # each minute's stream entry time (ms)
     assert msgpack.unpackb(records[4][2])["memory_note"] == "4"
 
 
@@ -205,3 +208,42 @@ def test_a_metrics_error_does_not_fail_a_durable_batch(
     run_burst(redis_client, settings, monkeypatch)
     assert job.get_status(refresh=True) == "finished"
     assert [r.id for r in LogReader(settings.log_dir).history("p1")] == ["id00000", "id00001", "id00002"]
+
+
+def test_the_log_head_is_contiguous_every_seq_at_or_below_it_is_durable(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another log process appended (and fsynced) five minutes under the project lock, then died before its
+    # cache update: a later batch's head covers them, and they are durable.
+    other = LogWriter(settings.log_dir)
+    other.append("p1", [(f"id{i:05d}", str(entry_id), raw) for i, (entry_id, raw) in enumerate(batch(5))])
+    other.close()
+    enqueue(redis_client, batch(5, start=5))
+    run_burst(redis_client, settings, monkeypatch)
+    head = int(MinuteCache(redis_client).head("p1")["seq"])
+    assert head == 10
+    assert [r.seq for r in LogReader(settings.log_dir).history("p1")] == list(range(1, head + 1))
+
+
+def p99_s(connection: redis.Redis, stage: str) -> tuple[float, float]:
+    """The p99 of a freshness histogram (its bucket's upper bound, inf for the last) and its count."""
+    h = read_histogram(connection.hgetall(keys.metrics_freshness(stage)), FRESHNESS_BUCKETS)
+    label = next(label for label, cumulative in h.buckets if cumulative >= 0.99 * h.count)
+    return float("inf") if label == "+Inf" else float(label), h.count
+
+
+@pytest.mark.parametrize("skew", [timedelta(days=-1), timedelta(days=1)])
+def test_freshness_is_measured_from_the_stream_entry_not_the_producer_clock(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, skew: timedelta
+) -> None:
+    stamp = (datetime.now(UTC) + skew).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # a producer clock a day off
+    entries: list[list[object]] = []
+    for i in range(5):
+        raw = encode_minute(Minute(project_id="p1", event_type="message", id=f"id{i:05d}", timestamp=stamp))
+        entry_id = redis_client.xadd(keys.stream(0), {keys.MINUTE_FIELD: raw})  # Redis sets the entry's time
+        entries.append([entry_id.decode(), raw])
+    enqueue(redis_client, entries)
+    run_burst(redis_client, settings, monkeypatch)
+    p99, count = p99_s(redis_client, "durable")
+    assert count == 5 and p99 <= 30.0
+    assert next(LogReader(settings.log_dir).history("p1")).minute.timestamp == stamp  # kept as data
