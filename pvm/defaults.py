@@ -118,3 +118,7 @@ OPTIMIZE_JOB_TIMEOUT_S = 3600
 # restarted with backoff (1 s doubling to CRASH_LOOP_MAX_DELAY_S) instead of at once.
 CRASH_LOOP_S = 10.0
 CRASH_LOOP_MAX_DELAY_S = 30.0
+
+# CLI: replay, dead letters, exporter lag (area: cli)
+REPLAY_POLL_S = 0.2  # how often a waiting replay reads its jobs' states and the index heads
+REPLAY_WORKER_CHECK_S = 2.0  # how often it checks that a live worker still serves the index queue

@@ -21,6 +21,7 @@ from pvm.demo import sample_session
 from pvm.stores.log import LogWriter
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes
+from tests.openai_server import status
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -334,3 +335,114 @@ def test_serve_with_an_unusable_tokens_file_exits_with_one_line(
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"pvm: PVM_API_TOKENS_FILE {path}")
     assert message in out.stderr
+
+
+# -- pvm replay ---------------------------------------------------------------------------------------------------
+
+
+def child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a `pvm` child process that sees exactly these settings."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PVM_", "OPENAI_"))}
+    return {**env, **settings.to_env(), **extra}
+
+
+@contextmanager
+def index_worker(connection: redis.Redis, settings: Settings) -> Iterator[subprocess.Popen[str]]:
+    """A real `pvm worker index` process, yielded once it serves the index queue."""
+    from pvm.queues import pool_queue
+    from pvm.replay import live_workers
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pvm.cli", "worker", "index"],
+        env=child_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not live_workers(connection, pool_queue("index", connection)):
+            assert worker.poll() is None, worker.communicate()[0]
+            assert time.monotonic() < deadline, "pvm worker index did not start within 60 s"
+            time.sleep(0.1)
+        yield worker
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=60)
+
+
+def replay_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pvm.cli", "replay", *args],
+        env=child_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_replay_says_rebuilt_only_once_the_reset_ran_and_the_index_head_reached_the_log(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    from contracts import keys
+
+    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=5)), index=False)
+    # What an earlier indexing left: the head at the log's end (and a field only a reset removes).
+    redis_client.hset(keys.index_head("apollo"), mapping={"seq": 120, "id": "old", "stale": "1"})
+    with index_worker(redis_client, settings):
+        out = replay_cli(settings, "--project", "apollo")
+        head = redis_client.hgetall(keys.index_head("apollo"))
+    assert out.returncode == 0, out.stderr
+    assert "120 minutes of 1 project(s) rebuilt from the log" in out.stdout
+    assert b"stale" not in head, "replay returned before the reset job ran"
+    assert int(head[b"seq"]) == 120 and head[b"id"] != b"old"
+    assert "replay apollo: index" in out.stderr  # progress
+
+
+@pytest.mark.slow
+def test_replay_without_a_live_index_worker_says_so_at_once(redis_client: redis.Redis, settings: Settings) -> None:
+    from pvm.queues import pool_queue
+    from workers.runner import PvmWorker
+
+    log_minutes(redis_client, settings, list(sample_session("apollo", 20, seed=5)), index=False)
+    # A worker that registered and died (kill -9): still in RQ's registry, its alive key gone.
+    PvmWorker([pool_queue("index", redis_client)], redis_client).register_birth()
+    out = replay_cli(settings, "--project", "apollo")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "no index worker is running: start `pvm worker index` or `pvm serve`" in out.stderr
+    assert "rebuilt" not in out.stdout
+
+
+@pytest.mark.slow
+def test_replay_reports_a_failed_index_job_with_its_error(
+    redis_client: redis.Redis, settings: Settings, openai_server
+) -> None:
+    settings = settings.with_(
+        embed_model="test-embed",
+        openai_base_url=openai_server.base_url,
+        openai_api_key="test-key",
+        embed_dimensions=32,
+        embed_max_retries=0,
+    )
+    log_minutes(redis_client, settings, list(sample_session("apollo", 30, seed=5)), index=False)
+    openai_server.fail_next(status(500), times=1_000)  # the embedding provider is down for good
+    with index_worker(redis_client, settings):
+        out = replay_cli(settings, "--project", "apollo")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "an index job of apollo failed" in out.stderr
+    assert "500" in out.stderr.splitlines()[-1], out.stderr
+    assert "rebuilt" not in out.stdout
+
+
+@pytest.mark.slow
+def test_replay_reports_a_failed_reset(redis_client: redis.Redis, settings: Settings) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 10, seed=5)), index=False)
+    # A Qdrant server that is not there: the reset (deleting the project's points) fails.
+    settings = settings.with_(qdrant_url=f"http://127.0.0.1:{free_port()}")
+    with index_worker(redis_client, settings):
+        out = replay_cli(settings, "--project", "apollo")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "the reset of apollo failed" in out.stderr
