@@ -23,6 +23,8 @@ from pvm.config import ConfigError, Settings
 if TYPE_CHECKING:
     import urllib.request
 
+    import redis
+
     from workers.exporter import GroupState
 
 
@@ -50,6 +52,39 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _shard_number(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard number (0, 1, 2, ...)")
+    return int(text)
+
+
+def _stream_id(text: str) -> str:
+    from pvm.dead_letters import STREAM_ID
+
+    if not STREAM_ID.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stream entry id (like 1718000000000-0)")
+    return text
+
+
+def _shards_of(settings: Settings, chosen: Sequence[int] | None) -> list[int]:
+    """The shards a command names (all when none), each checked against PVM_SHARDS."""
+    if chosen is None:
+        return list(range(settings.shards))
+    for shard in chosen:
+        if shard >= settings.shards:
+            raise SystemExit(
+                f"pvm: there is no shard {shard}: PVM_SHARDS is {settings.shards} (shards 0-{settings.shards - 1})"
+            )
+    return list(chosen)
+
+
+def _connect(settings: Settings) -> redis.Redis:
+    """A client for the configured Redis."""
+    from pvm.connection import redis_from_settings
+
+    return redis_from_settings(settings)
 
 
 def _stop_on_signals(event: threading.Event) -> None:
@@ -255,6 +290,9 @@ def _due(in_s: float | None, ran: bool) -> str:
     return f"in {_age(in_s)}" if in_s > 0 else f"overdue {_age(-in_s)}"
 
 
+LAG_MARKS = {"computed": "*", "lower-bound": "+"}  # Redis gave a NULL lag: counted, or counted up to the cap
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.connection import redis_from_settings
     from workers.exporter import snapshot
@@ -288,7 +326,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                     "shard": s.shard,
                     "length": s.length,
                     "group": g.name if g else "-",
-                    "lag": (f"{g.lag}" + ("*" if g.lag_source == "computed" else "")) if g else "-",
+                    "lag": f"{g.lag}{LAG_MARKS.get(g.lag_source, '')}" if g else "-",
                     "pending": g.pending if g else "-",
                     "oldest pending": _age(g.oldest_pending_age_s) if g else "-",
                     "dead letters": s.dead_letters,
@@ -320,47 +358,43 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
-    from contracts import keys
-    from pvm.connection import redis_from_settings, stream_entries
+    from pvm import dead_letters
 
-    r = redis_from_settings(settings)
-    shards = [args.shard] if args.shard is not None else list(range(settings.shards))
-    chosen: list[tuple[int, str, dict[bytes, bytes]]] = []
-    for shard in shards:
-        for entry_id, fields in stream_entries(r.xrange(keys.dead_letter_stream(shard), count=None)):
-            eid = entry_id.decode()
-            if args.ids and eid not in args.ids:
-                continue
-            chosen.append((shard, eid, fields))
+    r = _connect(settings)
+    shards = _shards_of(settings, [args.shard] if args.shard is not None else None)
     if args.dead_command == "list":
-        chosen = chosen[: args.limit]
+        if args.ids:
+            chosen = dead_letters.find(r, shards, args.ids)
+        else:
+            chosen = dead_letters.page(r, shards, args.limit, before=args.before)
         rows = [
-            {
-                "shard": shard,
-                "id": eid,
-                "reason": f.get(b"reason", b"").decode(errors="replace"),
-                "bytes": len(f.get(b"raw", b"")),
-                "entry": f.get(b"entry_id", b"").decode(),
-            }
-            for shard, eid, f in chosen
+            {"shard": d.shard, "id": d.id, "reason": d.reason, "bytes": len(d.raw), "entry": d.entry_id} for d in chosen
         ]
         if args.json:
             print(json.dumps(rows, indent=2))
-        else:
-            print(_table(rows, ["shard", "id", "entry", "bytes", "reason"]) if rows else "no dead letters")
+            return 0
+        print(_table(rows, ["shard", "id", "entry", "bytes", "reason"]) if rows else "no dead letters")
+        if not args.ids and len(rows) >= args.limit:
+            shard = f" --shard {args.shard}" if args.shard is not None else ""
+            print(f"older ones: pvm dead list --limit {args.limit}{shard} --before {rows[-1]['id']}", file=sys.stderr)
         return 0
     if not args.ids and not args.all:
         print(f"pvm: name dead-letter ids to {args.dead_command}, or pass --all", file=sys.stderr)
         return 2
+    act = dead_letters.retry if args.dead_command == "retry" else dead_letters.drop
     done = 0
-    for shard, eid, f in chosen:
-        with r.pipeline(transaction=True) as pipe:
-            if args.dead_command == "retry":
-                # Back onto its stream: the dispatcher validates it again like any new entry.
-                pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: f.get(b"raw", b"")})
-            pipe.xdel(keys.dead_letter_stream(shard), eid)
-            pipe.execute()
-        done += 1
+    if args.ids:
+        found = dead_letters.find(r, shards, args.ids)
+        missing = sorted(set(args.ids) - {d.id for d in found})
+        if missing:
+            print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
+        done = act(r, found)
+        if missing:
+            print(f"{done} dead letters {'sent back to their streams' if args.dead_command == 'retry' else 'dropped'}")
+            return 1
+    else:
+        for batch in dead_letters.batches(r, shards):
+            done += act(r, batch)
     verb = "sent back to their streams" if args.dead_command == "retry" else "dropped"
     print(f"{done} dead letters {verb}")
     return 0
@@ -641,18 +675,24 @@ def build_parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="inspect, retry or drop dead letters")
     dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="SUBCOMMAND")
     for name, text in (
-        ("list", "show dead letters with their reasons"),
+        ("list", "show dead letters with their reasons, newest first, a page at a time"),
         ("retry", "put dead letters back on their stream (validated again by the dispatcher)"),
         ("drop", "delete dead letters"),
     ):
         p = dead_sub.add_parser(name, help=text)
-        p.add_argument("--shard", type=int, help="only this shard")
+        p.add_argument("--shard", type=_shard_number, help="only this shard")
         if name == "list":
-            p.add_argument("ids", nargs="*", help="only these dead-letter entry ids")
+            p.add_argument("ids", nargs="*", type=_stream_id, help="only these dead-letter entry ids")
             p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+            p.add_argument(
+                "--before",
+                type=_stream_id,
+                metavar="ID",
+                help="older than this id: the next page after one ending at ID",
+            )
             p.add_argument("--json", action="store_true", help="machine-readable output")
         else:
-            p.add_argument("ids", nargs="*", help="dead-letter entry ids (or --all)")
+            p.add_argument("ids", nargs="*", type=_stream_id, help="dead-letter entry ids (or --all)")
             p.add_argument("--all", action="store_true", help=f"{name} every dead letter (of --shard)")
         p.set_defaults(func=cmd_dead)
 

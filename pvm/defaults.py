@@ -122,3 +122,9 @@ CRASH_LOOP_MAX_DELAY_S = 30.0
 # CLI: replay, dead letters, exporter lag (area: cli)
 REPLAY_POLL_S = 0.2  # how often a waiting replay reads its jobs' states and the index heads
 REPLAY_WORKER_CHECK_S = 2.0  # how often it checks that a live worker still serves the index queue
+DEAD_LETTER_PAGE = 500  # dead letters read (and retried or dropped) per round trip by `pvm dead ... --all`
+# When XINFO GROUPS gives a NULL lag, the exporter counts unread entries on the server (a script: only the
+# count comes back), at most this many per group and scrape; past it the lag is a lower bound. Above the
+# PVMStreamLagHigh threshold (10,000), so the alert still fires on a capped count.
+EXPORTER_LAG_COUNT_CAP = 20_000
+EXPORTER_LAG_COUNT_PAGE = 1_000  # entries per XRANGE inside that script

@@ -446,3 +446,127 @@ def test_replay_reports_a_failed_reset(redis_client: redis.Redis, settings: Sett
         out = replay_cli(settings, "--project", "apollo")
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert "the reset of apollo failed" in out.stderr
+
+
+# -- pvm dead -------------------------------------------------------------------------------------------------------
+
+
+def add_dead_letters(connection: redis.Redis, shard: int, count: int, raw_bytes: int = 200) -> list[str]:
+    """`count` dead letters on a shard, as the dispatcher writes them; returns their ids, oldest first."""
+    from contracts import keys
+
+    ids: list[str] = []
+    for start in range(0, count, 5_000):
+        pipe = connection.pipeline(transaction=False)
+        for i in range(start, min(start + 5_000, count)):
+            fields = {"reason": f"bad {i}", "raw": b"\xc1" * raw_bytes, "entry_id": f"{i + 1}-0"}
+            pipe.xadd(keys.dead_letter_stream(shard), fields)  # type: ignore[arg-type]
+        ids += [e.decode() for e in pipe.execute()]
+    return ids
+
+
+@contextmanager
+def monitored(redis_url: str) -> Iterator[list[list[str]]]:
+    """Every command the server runs inside the block (MONITOR), as [NAME, arg, ...]."""
+    import threading
+
+    commands: list[list[str]] = []
+    client = redis.Redis.from_url(redis_url)
+    ready = threading.Event()
+    stop = "pvm-test-monitor-stop"
+
+    def watch() -> None:
+        with client.monitor() as m:
+            ready.set()
+            for event in m.listen():
+                words = event["command"].split(" ")
+                if words[0].upper() == "ECHO" and stop in event["command"]:
+                    return
+                commands.append([words[0].upper(), *words[1:]])
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(10)
+    time.sleep(0.1)  # MONITOR is in place once the server has answered it
+    try:
+        yield commands
+    finally:
+        redis.Redis.from_url(redis_url).echo(stop)
+        thread.join(30)
+        client.close()
+
+
+def stream_reads(commands: list[list[str]]) -> list[list[str]]:
+    return [c for c in commands if c[0] in ("XRANGE", "XREVRANGE")]
+
+
+def net_output_bytes(connection: redis.Redis) -> int:
+    return int(connection.info("stats")["total_net_output_bytes"])
+
+
+@pytest.mark.slow
+def test_dead_list_reads_a_bounded_page_of_a_large_stream(
+    redis_client: redis.Redis, settings: Settings, redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    on_0 = add_dead_letters(redis_client, 0, 50_000)  # ~10 MB of raw bytes
+    on_1 = add_dead_letters(redis_client, 1, 3)
+    newest = sorted(on_0 + on_1, key=lambda i: tuple(map(int, i.split("-"))), reverse=True)
+    before = net_output_bytes(redis_client)
+    with monitored(redis_url) as commands:
+        assert main(["dead", "list", "--limit", "5", "--json"]) == 0
+    sent = net_output_bytes(redis_client) - before
+    assert sent < 64_000, f"the server sent {sent:,} bytes for 5 dead letters"
+    reads = stream_reads(commands)
+    assert reads and all("COUNT" in c and int(c[c.index("COUNT") + 1]) <= 5 for c in reads), reads
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == newest[:5]
+
+    # The next page starts below the last id shown, on every shard; the table says how to ask for it.
+    assert main(["dead", "list", "--limit", "5", "--before", newest[4], "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == newest[5:10]
+    assert main(["dead", "list", "--limit", "3", "--shard", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("bad ") == 3 and f"pvm dead list --limit 3 --shard 1 --before {on_1[0]}" in err
+
+
+@pytest.mark.slow
+def test_dead_retry_and_drop_work_in_bounded_batches(
+    redis_client: redis.Redis, settings: Settings, redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    from contracts import keys
+    from pvm import defaults
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    page = defaults.DEAD_LETTER_PAGE
+    on_0 = add_dead_letters(redis_client, 0, page * 2 + 7)
+    on_2 = add_dead_letters(redis_client, 2, 4)
+    with monitored(redis_url) as commands:
+        assert main(["dead", "retry", "--all", "--shard", "0"]) == 0
+    assert f"{len(on_0)} dead letters sent back to their streams" in capsys.readouterr().out
+    assert redis_client.xlen(keys.dead_letter_stream(0)) == 0 and redis_client.xlen(keys.stream(0)) == len(on_0)
+    assert redis_client.xlen(keys.dead_letter_stream(2)) == 4
+    reads = stream_reads(commands)
+    assert len(reads) >= 3 and all("COUNT" in c and int(c[c.index("COUNT") + 1]) <= page for c in reads), reads
+
+    with monitored(redis_url) as commands:
+        assert main(["dead", "drop", on_2[1], "9-9"]) == 1  # one of them is not there
+    out, err = capsys.readouterr()
+    assert "1 dead letters dropped" in out and "not found: 9-9" in err
+    assert [e[0].decode() for e in redis_client.xrange(keys.dead_letter_stream(2))] == [on_2[0], *on_2[2:]]
+    reads = stream_reads(commands)
+    assert reads and all(c[2] == c[3] for c in reads), reads  # XRANGE key ID ID: one entry at most
+
+    assert main(["dead", "drop", "--all"]) == 0
+    assert "3 dead letters dropped" in capsys.readouterr().out
+    assert redis_client.xlen(keys.dead_letter_stream(2)) == 0
+
+
+def test_dead_refuses_ids_that_are_not_stream_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["list", "--before", "yesterday"], ["drop", "abc"], ["list", "--shard", "-1"]):
+        with pytest.raises(SystemExit) as usage:
+            main(["dead", *args])
+        assert usage.value.code == 2
+    assert "is not a stream entry id" in capsys.readouterr().err
