@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,6 +27,15 @@ if TYPE_CHECKING:
     import redis
 
     from workers.exporter import GroupState
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pvm")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
@@ -52,6 +62,46 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port (1-65535), got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _project_id(text: str) -> str:
+    from pvm.auth import is_project_id
+
+    if not is_project_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a project id: letters, digits, '_', '.' and '-', starting with a letter or digit"
+        )
+    return text
+
+
+def _shard_list(text: str) -> list[int]:
+    return [_shard_number(part.strip()) for part in text.split(",")]
 
 
 def _shard_number(text: str) -> int:
@@ -81,10 +131,36 @@ def _shards_of(settings: Settings, chosen: Sequence[int] | None) -> list[int]:
 
 
 def _connect(settings: Settings) -> redis.Redis:
-    """A client for the configured Redis."""
+    """A client for the configured Redis, which has answered a PING (else redis' ConnectionError: one line in main)."""
+    from pvm import defaults
     from pvm.connection import redis_from_settings
 
-    return redis_from_settings(settings)
+    connection = redis_from_settings(settings, socket_connect_timeout=defaults.CLI_REDIS_CONNECT_TIMEOUT_S)
+    connection.ping()
+    return connection
+
+
+def redis_unreachable(url: str, exc: Exception) -> str:
+    """The one line `pvm` prints when Redis does not answer: where it looked (no password), why, and the fix."""
+    import urllib.parse
+
+    import redis
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rpartition("@")[2]
+        url = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    reason = str(exc).strip().rstrip(".")
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            reason = cause.strerror
+            break
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return f"Redis at {url} refused to log in ({reason}): fix the credentials in PVM_REDIS_URL"
+    return f"cannot reach Redis at {url} ({reason}): start it or set PVM_REDIS_URL"
 
 
 def _stop_on_signals(event: threading.Event) -> None:
@@ -105,6 +181,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
+    if settings.redis_url:
+        _connect(settings).close()  # a Redis named but not there: say so before starting anything
     stop = threading.Event()
     _stop_on_signals(stop)
     live = stack.start()
@@ -126,10 +204,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
-    from pvm.connection import redis_from_settings
     from workers.scheduler import Scheduler, default_schedules, read_schedules
 
-    connection = redis_from_settings(settings)
+    connection = _connect(settings)
     scheduler = Scheduler(connection, default_schedules(settings), name=args.name)
     if args.list:
         now = scheduler.now()
@@ -176,13 +253,12 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.dispatcher import Dispatcher
 
-    shards = [int(s) for s in args.shards.split(",")] if args.shards else None
+    shards = _shards_of(settings, args.shards) if args.shards else None
     if args.batch:
         settings = settings.with_(dispatch_batch=args.batch)
-    dispatcher = Dispatcher(redis_from_settings(settings), settings, consumer=args.consumer, shards=shards)
+    dispatcher = Dispatcher(_connect(settings), settings, consumer=args.consumer, shards=shards)
     _stop_on_signals(dispatcher.stop_event)
     logging.getLogger("workers").info("dispatcher %s on shards %s", dispatcher.consumer, dispatcher.shards)
     stats = dispatcher.run(max_idle_s=args.max_idle)
@@ -191,13 +267,18 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.queues import queue_name
     from workers.runner import WorkerGroup, run_worker
 
+    for pool in args.pools:
+        queue_name(pool)  # an unknown pool: UnknownPool, one line
     if "index" in args.pools and args.processes > 1 and not settings.qdrant_url:
         raise SystemExit(
             "pvm: the index pool runs in one process with the embedded engine (it owns the engine's files); "
             "set PVM_QDRANT_URL to a Qdrant server to run more"
         )
+    # A worker rides out Redis going away, but one that never reached it would wait without a word.
+    _connect(settings).close()
     if args.processes == 1:
         run_worker(args.pools, settings, burst=args.burst, name=args.name)
         return 0
@@ -257,10 +338,9 @@ def cmd_log_tail(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_exporter(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.exporter import serve
 
-    server, _thread = serve(redis_from_settings(settings), settings, port=args.port, addr=args.addr)
+    server, _thread = serve(_connect(settings), settings, port=args.port, addr=args.addr)
     print(f"pvm exporter: serving http://{args.addr}:{args.port}/metrics (Ctrl-C stops)")
     sys.stdout.flush()
     stop = threading.Event()
@@ -294,10 +374,9 @@ LAG_MARKS = {"computed": "*", "lower-bound": "+"}  # Redis gave a NULL lag: coun
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.exporter import snapshot
 
-    snap = snapshot(redis_from_settings(settings), settings)
+    snap = snapshot(_connect(settings), settings)
     if args.json:
         print(json.dumps(snap.to_dict(), indent=2))
         return 0
@@ -405,10 +484,9 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
     from rq.registry import FailedJobRegistry
 
     from contracts import keys
-    from pvm.connection import redis_from_settings
     from pvm.serializers import MsgpackSerializer
 
-    r = redis_from_settings(settings)
+    r = _connect(settings)
     if args.failed_command == "retry" and not args.ids and not args.all:
         print("pvm: name failed job ids to retry, or pass --all", file=sys.stderr)
         return 2
@@ -458,6 +536,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     # Loaded before anything starts: a tokens file that cannot be used is a one-line error, never an open API.
     tokens = TokenFile(settings.api_tokens_file) if settings.api_tokens_file else None
+    _connect(settings).close()
     index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
     if index_worker and settings.qdrant_url is None:
         where = "with the embedded engine: this process also runs the index pool"
@@ -540,13 +619,28 @@ def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
         ) from None
 
 
+def _project_path(project_id: str, route: str) -> str:
+    import urllib.parse
+
+    return f"/v1/projects/{urllib.parse.quote(project_id, safe='')}/{route}"
+
+
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts.memory import ContextPackage
+
     params = {"agent_id": args.agent, "task": args.task, "budget_tokens": args.budget}
-    path = f"/v1/projects/{args.project}/context"
+    package = _get(settings, _project_path(args.project, "context"), params)
+    if not package["recent"] and not package["full_log_available"]:
+        print(
+            f"pvm: project {args.project!r} has no minutes (nothing in the log or the caches the reader API "
+            f"at {_api_url(settings)} reads): check --project",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
-        print(json.dumps(_get(settings, path, params), indent=2))
+        print(json.dumps(package, indent=2))
     else:
-        print(_get(settings, path, {**params, "format": "text"}))
+        print(ContextPackage.from_dict(package).render())
     return 0
 
 
@@ -561,7 +655,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         "thread_id": args.thread_id,
         "min_composite": args.min_composite,
     }
-    result = _get(settings, f"/v1/projects/{args.project}/search", params)
+    result = _get(settings, _project_path(args.project, "search"), params)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -581,18 +675,16 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from pvm.replay import replay
 
-    return replay(redis_from_settings(settings), settings, None if args.all else args.project, wait=not args.no_wait)
+    return replay(_connect(settings), settings, None if args.all else args.project, wait=not args.no_wait)
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     from pvm import defaults
-    from pvm.connection import redis_from_settings
     from pvm.queues import pool_queue
 
-    job = pool_queue("index", redis_from_settings(settings)).enqueue(
+    job = pool_queue("index", _connect(settings)).enqueue(
         "workers.index_pool.optimize", args.project, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
     )
     print(f"optimize of {args.project or 'every project'} queued for the index worker (job {job.id})")
@@ -602,6 +694,8 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.demo import run_demo
 
+    if settings.redis_url:
+        _connect(settings).close()
     return run_demo(settings, minutes=args.minutes)
 
 
@@ -615,6 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Configuration comes from PVM_* environment variables (see README).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"pvm {_version()}", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="run the whole stack here: Redis (embedded unless PVM_REDIS_URL), dispatcher, pools")
@@ -622,14 +717,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", action="append", default=[], metavar="POOL=N", help="worker processes for a pool (repeatable)"
     )
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
-    up.add_argument("--api-port", type=_positive_int, default=8080, help="reader API port (default 8080)")
+    up.add_argument("--api-port", type=_port, default=8080, help="reader API port (default 8080)")
     up.set_defaults(func=cmd_up)
 
     dispatch = sub.add_parser("dispatch", help="move minutes from the streams into log-pool batch jobs")
     dispatch.add_argument("--consumer", help="consumer name; reuse it after a restart to resume its pending entries")
-    dispatch.add_argument("--shards", help="comma-separated shard numbers (default: all)")
+    dispatch.add_argument("--shards", type=_shard_list, help="comma-separated shard numbers (default: all)")
     dispatch.add_argument("--batch", type=_positive_int, help="minutes per job (default PVM_DISPATCH_BATCH or 500)")
-    dispatch.add_argument("--max-idle", type=float, help="exit after this many seconds with nothing to do")
+    dispatch.add_argument("--max-idle", type=_seconds, help="exit after this many seconds with nothing to do")
     dispatch.set_defaults(func=cmd_dispatch)
 
     scheduler = sub.add_parser(
@@ -654,13 +749,13 @@ def build_parser() -> argparse.ArgumentParser:
     log_cmd = sub.add_parser("log", help="read the durable log")
     log_sub = log_cmd.add_subparsers(dest="log_command", required=True, metavar="SUBCOMMAND")
     tail = log_sub.add_parser("tail", help="the newest minutes of a project")
-    tail.add_argument("--project", required=True, help="project id")
+    tail.add_argument("--project", required=True, type=_project_id, help="project id")
     tail.add_argument("-n", type=_positive_int, default=20, help="how many minutes (default 20)")
     tail.add_argument("--json", action="store_true", help="machine-readable output")
     tail.set_defaults(func=cmd_log_tail)
 
     exporter = sub.add_parser("exporter", help="serve Prometheus metrics read from Redis on /metrics")
-    exporter.add_argument("--port", type=_positive_int, default=9108, help="port (default 9108)")
+    exporter.add_argument("--port", type=_port, default=9108, help="port (default 9108)")
     exporter.add_argument(
         "--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)"
     )
@@ -712,7 +807,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="the reader HTTP API (and, with the embedded engine, the index pool)")
     serve.add_argument("--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
-    serve.add_argument("--port", type=_positive_int, default=8080, help="port (default 8080)")
+    serve.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
     serve.add_argument(
         "--index-worker",
         choices=["auto", "yes", "no"],
@@ -739,7 +834,7 @@ def build_parser() -> argparse.ArgumentParser:
     token_new.set_defaults(func=cmd_token_new)
 
     context = sub.add_parser("context", help="an agent's context, from the reader API (PVM_API_URL)")
-    context.add_argument("--project", required=True, help="project id")
+    context.add_argument("--project", required=True, type=_project_id, help="project id")
     context.add_argument("--agent", required=True, help="agent id")
     context.add_argument("--task", help="task text: adds relevant past experience")
     context.add_argument("--budget", type=_positive_int, default=2000, help="token budget (default 2000)")
@@ -748,20 +843,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = sub.add_parser("search", help="hybrid search over a project's minutes, via the reader API")
     search.add_argument("query", help="search text")
-    search.add_argument("--project", required=True, help="project id")
+    search.add_argument("--project", required=True, type=_project_id, help="project id")
     search.add_argument("-k", type=_positive_int, default=5, help="hits (default 5)")
     search.add_argument("--category", action="append", help="only these categories (repeatable)")
     search.add_argument("--event-type", action="append", help="only these event types (repeatable)")
     search.add_argument("--agent", action="append", help="only these agents (repeatable)")
     search.add_argument("--task-id", help="only this task")
     search.add_argument("--thread-id", help="only this thread")
-    search.add_argument("--min-composite", type=float, help="minimum composite score (0-1)")
+    search.add_argument("--min-composite", type=_fraction, help="minimum composite score (0-1)")
     search.add_argument("--json", action="store_true", help="machine-readable output")
     search.set_defaults(func=cmd_search)
 
     replay_cmd = sub.add_parser("replay", help="rebuild derived stores (caches, index, agent memory) from the log")
     target = replay_cmd.add_mutually_exclusive_group(required=True)
-    target.add_argument("--project", help="one project")
+    target.add_argument("--project", type=_project_id, help="one project")
     target.add_argument("--all", action="store_true", help="every project in the log")
     replay_cmd.add_argument("--no-wait", action="store_true", help="enqueue the rebuild and return")
     replay_cmd.set_defaults(func=cmd_replay)
@@ -769,13 +864,13 @@ def build_parser() -> argparse.ArgumentParser:
     optimize = sub.add_parser(
         "optimize", help="optimize the embedded engine's shards (queued for the index worker that owns them)"
     )
-    optimize.add_argument("--project", help="one project (default: all)")
+    optimize.add_argument("--project", type=_project_id, help="one project (default: all)")
     optimize.set_defaults(func=cmd_optimize)
 
     demo = sub.add_parser(
         "demo", help="run a coordination session through the embedded stack; show the log and an agent's context"
     )
-    demo.add_argument("--minutes", type=int, default=300, help="how many minutes to emit (default 300)")
+    demo.add_argument("--minutes", type=_positive_int, default=300, help="how many minutes to emit (default 300)")
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -792,18 +887,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pvm: {exc}", file=sys.stderr)
         return 2
+    import redis
+
+    from pvm.connection import NoRedisConfigured
+    from pvm.queues import UnknownPool
+
     try:
-        return int(args.func(args, settings))
+        code = int(args.func(args, settings))
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # `pvm status | head -1`: the reader has what it wanted. Python's advice: point stdout at
+        # devnull so the flush at exit cannot fail again; 141 is what a shell reports for SIGPIPE.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a clear one-line error for anything a user can cause
-        from pvm.connection import NoRedisConfigured
-        from pvm.queues import UnknownPool
-
-        if isinstance(exc, (NoRedisConfigured, UnknownPool, ConfigError)):
-            print(f"pvm: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        print(f"pvm: {redis_unreachable(settings.redis_url or '', exc)}", file=sys.stderr)
+        return 2
+    except (NoRedisConfigured, UnknownPool, ConfigError) as exc:  # a clear one-line error for what a user can fix
+        print(f"pvm: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -128,3 +128,4 @@ DEAD_LETTER_PAGE = 500  # dead letters read (and retried or dropped) per round t
 # PVMStreamLagHigh threshold (10,000), so the alert still fires on a capped count.
 EXPORTER_LAG_COUNT_CAP = 20_000
 EXPORTER_LAG_COUNT_PAGE = 1_000  # entries per XRANGE inside that script
+CLI_REDIS_CONNECT_TIMEOUT_S = 5.0  # a `pvm` command gives up on an unreachable Redis after this long

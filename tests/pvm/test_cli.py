@@ -570,3 +570,168 @@ def test_dead_refuses_ids_that_are_not_stream_ids(capsys: pytest.CaptureFixture[
             main(["dead", *args])
         assert usage.value.code == 2
     assert "is not a stream entry id" in capsys.readouterr().err
+
+
+# -- one line, never a traceback ---------------------------------------------------------------------------------
+
+NO_REDIS_COMMANDS = {"log tail", "token new", "context", "search"}  # the log files, a token, the reader API
+
+
+def _leaf_commands(parser: object, prefix: str = "") -> dict[str, object]:
+    """Every runnable `pvm` subcommand ("dead list", "status", ...) and its parser."""
+    import argparse
+
+    assert isinstance(parser, argparse.ArgumentParser)
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        return {prefix.strip(): parser}
+    out: dict[str, object] = {}
+    for name, child in subparsers[0].choices.items():
+        out.update(_leaf_commands(child, f"{prefix} {name}"))
+    return out
+
+
+def _redis_down_argv(port: str) -> dict[str, list[str]]:
+    return {
+        "up": ["up", "--api-port", port],
+        "dispatch": ["dispatch", "--max-idle", "1"],
+        "scheduler": ["scheduler", "--once"],
+        "worker": ["worker", "log", "index", "--burst"],
+        "exporter": ["exporter", "--port", port],
+        "status": ["status"],
+        "dead list": ["dead", "list"],
+        "dead retry": ["dead", "retry", "--all"],
+        "dead drop": ["dead", "drop", "1-0"],
+        "failed list": ["failed", "list"],
+        "failed retry": ["failed", "retry", "--all"],
+        "serve": ["serve", "--port", port, "--index-worker", "no"],
+        "replay": ["replay", "--all"],
+        "optimize": ["optimize"],
+        "demo": ["demo", "--minutes", "5"],
+    }
+
+
+def test_every_command_that_needs_redis_is_checked_with_redis_down() -> None:
+    from pvm.cli import build_parser
+
+    assert set(_leaf_commands(build_parser())) == NO_REDIS_COMMANDS | set(_redis_down_argv("1"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(_redis_down_argv("1")))
+def test_with_redis_down_every_command_says_so_in_one_line(command: str, tmp_path: Path) -> None:
+    argv = _redis_down_argv(str(free_port()))[command]
+    env = {"PVM_REDIS_URL": "redis://:s3cret@127.0.0.1:1/0", "PVM_HOME": str(tmp_path), "PVM_QDRANT_URL": ""}
+    out = run_cli(argv, env)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == (
+        "pvm: cannot reach Redis at redis://:***@127.0.0.1:1/0 (Connection refused): start it or set PVM_REDIS_URL\n"
+    )
+
+
+def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    cases = {
+        ("dispatch", "--shards", "a,b"): "'a' is not a shard number",
+        ("dispatch", "--shards", "1,,2"): "'' is not a shard number",
+        ("demo", "--minutes", "-5"): "must be at least 1, got -5",
+        ("dispatch", "--max-idle", "-1"): "must be 0 or more",
+        ("search", "x", "--project", "p", "--min-composite", "2"): "must be between 0 and 1",
+        ("exporter", "--port", "70000"): "must be a port (1-65535)",
+    }
+    for argv, message in cases.items():
+        with pytest.raises(SystemExit) as usage:
+            main(list(argv))
+        err = capsys.readouterr().err
+        assert usage.value.code == 2 and err.startswith("usage: pvm ") and message in err, (argv, err)
+
+
+def test_a_shard_beyond_pvm_shards_is_refused(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    for argv in (["dispatch", "--shards", "1,4"], ["dead", "list", "--shard", "9"]):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        assert "PVM_SHARDS is 4 (shards 0-3)" in str(refused.value.code)
+
+
+def test_version_is_the_package_version() -> None:
+    from importlib.metadata import version
+
+    out = run_cli(["--version"], {})
+    assert out.returncode == 0 and out.stdout == f"pvm {version('pvm')}\n"
+
+
+def test_every_command_has_a_help_line() -> None:
+    import argparse
+
+    from pvm.cli import build_parser
+
+    def check(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, child in action.choices.items():
+                    assert helps.get(name), f"`pvm {path}{name}` has no help line"
+                    check(child, f"{path}{name} ")
+            elif action.dest != "help":
+                assert action.help, f"`pvm {path}` option {action.option_strings or action.dest} has no help"
+
+    check(build_parser(), "")
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_the_output_quietly(redis_client: redis.Redis, settings: Settings) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 30, seed=3)), index=False)
+    for argv in (["status"], ["log", "tail", "--project", "apollo"]):
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "pvm.cli", *argv],
+            env=child_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()  # `| head -0`: the reader is gone before the first line
+        err = reader.stderr.read()
+        assert reader.wait(timeout=60) == 141 and err == "", (argv, err)
+
+
+def test_context_for_an_unknown_project_says_so(apollo_logged: Settings) -> None:
+    with serving(apollo_logged, "127.0.0.1", None) as served:
+        env = {"PVM_API_URL": served.url, "PVM_API_TOKEN": ""}
+        known = run_cli(["context", "--project", "apollo", "--agent", "coder"], env)
+        assert known.returncode == 0 and "# Context for coder" in known.stdout, known.stderr
+        for extra in ([], ["--json"]):
+            out = run_cli(["context", "--project", "borealis", "--agent", "coder", *extra], env)
+            assert out.returncode == 2 and out.stdout == "", out.stderr
+            assert out.stderr == (
+                "pvm: project 'borealis' has no minutes (nothing in the log or the caches the reader API "
+                f"at {served.url} reads): check --project\n"
+            )
+
+
+def test_project_ids_are_checked_and_quoted_in_api_paths(capsys: pytest.CaptureFixture[str]) -> None:
+    from pvm.cli import _project_path
+
+    assert _project_path("a/b?c d#e", "context") == "/v1/projects/a%2Fb%3Fc%20d%23e/context"
+    assert _project_path("apollo-2.x", "search") == "/v1/projects/apollo-2.x/search"
+    for argv in (["context", "--agent", "a", "--project", "no/such"], ["search", "q", "--project", "a b"]):
+        with pytest.raises(SystemExit) as usage:
+            main(argv)
+        assert usage.value.code == 2 and "is not a project id" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_wrong_redis_password_is_one_line_without_the_password(tmp_path: Path) -> None:
+    from pvm.embedded import EmbeddedRedis
+
+    with EmbeddedRedis() as server:  # a server of its own, to protect with a password
+        redis.Redis.from_url(server.url).config_set("requirepass", "right-one")
+        port = server.port
+        out = run_cli(
+            ["status"], {"PVM_REDIS_URL": f"redis://:wrong-one@127.0.0.1:{port}/0", "PVM_HOME": str(tmp_path)}
+        )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"pvm: Redis at redis://:***@127.0.0.1:{port}/0 refused to log in (")
+    assert out.stderr.endswith("): fix the credentials in PVM_REDIS_URL\n") and out.stderr.count("\n") == 1
+    assert "wrong-one" not in out.stderr
