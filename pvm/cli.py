@@ -480,54 +480,44 @@ def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
-    from rq.job import Job
-    from rq.registry import FailedJobRegistry
-
     from contracts import keys
-    from pvm.serializers import MsgpackSerializer
+    from pvm import failed_jobs
+    from pvm.queues import queue_name
 
-    r = _connect(settings)
     if args.failed_command == "retry" and not args.ids and not args.all:
         print("pvm: name failed job ids to retry, or pass --all", file=sys.stderr)
         return 2
+    if args.pool:
+        queue_name(args.pool)  # an unknown pool: UnknownPool, one line
+    r = _connect(settings)
     pools = [args.pool] if args.pool else list(keys.QUEUES)
-    rows = []
-    retried = 0
-    for pool in pools:
-        from pvm.queues import queue_name
-
-        registry = FailedJobRegistry(queue_name(pool), connection=r, serializer=MsgpackSerializer)
-        for job_id in registry.get_job_ids(cleanup=False):
-            if args.ids and job_id not in args.ids:
-                continue
-            if args.failed_command == "retry":
+    found = failed_jobs.find(r, pools, args.ids) if args.ids else None
+    missing = sorted(set(args.ids) - {job_id for _, job_id in found or ()})
+    if missing:
+        print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
+    if args.failed_command == "retry":
+        retried = 0
+        for pool in pools:
+            registry = failed_jobs.registry(r, pool)
+            named = [job_id for p, job_id in found if p == pool] if found is not None else None
+            # --all: requeued one by one from the head of the registry, which each requeue shortens.
+            while named is None and (head := registry.get_job_ids(0, 0, cleanup=False)):
+                registry.requeue(head[0])
+                retried += 1
+            for job_id in named or ():
                 registry.requeue(job_id)
                 retried += 1
-                continue
-            try:
-                job = Job.fetch(job_id, connection=r, serializer=MsgpackSerializer)
-                result = job.latest_result()
-                exc = ((result.exc_string if result else None) or "").strip().splitlines()
-                rows.append(
-                    {
-                        "pool": pool,
-                        "job": job_id,
-                        "function": job.func_name,
-                        "ended": job.ended_at.isoformat(timespec="seconds") if job.ended_at else "-",
-                        "error": exc[-1] if exc else "-",
-                    }
-                )
-            except Exception as error:  # a planted or corrupt job: say so, never unpickle it
-                rows.append({"pool": pool, "job": job_id, "function": "?", "ended": "-", "error": str(error)})
-    if args.failed_command == "retry":
         print(f"{retried} failed jobs requeued")
-        return 0
-    rows = rows[: args.limit]
+        return 1 if missing else 0
+    if found is not None:
+        rows = [failed_jobs.describe(r, pool, job_id).to_dict() for pool, job_id in found[: args.limit]]
+    else:
+        rows = [job.to_dict() for job in failed_jobs.page(r, pools, args.limit)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(_table(rows, ["pool", "job", "function", "ended", "error"]) if rows else "no failed jobs")
-    return 0
+    return 1 if missing else 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:

@@ -31,6 +31,7 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply
+from pvm.failed_jobs import job_error
 from pvm.queues import pool_queue
 from pvm.serializers import MsgpackSerializer
 from pvm.stores.cache import CachedMinute, MinuteCache
@@ -171,17 +172,6 @@ def _statuses(connection: redis.Redis, job_ids: Sequence[str]) -> list[str | Non
     return [None if raw is None else raw.decode() for raw in (bulk_reply(r) for r in pipe.execute())]
 
 
-def _job_error(connection: redis.Redis, job_id: str) -> str:
-    """The last line of a failed job's error (its exception), never unpickling anything."""
-    try:
-        job = Job.fetch(job_id, connection=connection, serializer=MsgpackSerializer)
-        result = job.latest_result()
-        lines = ((result.exc_string if result else None) or job.exc_info or "").strip().splitlines()
-    except Exception as exc:  # a job that cannot be read still names itself
-        return f"(its error cannot be read: {exc})"
-    return lines[-1] if lines else "(no error recorded)"
-
-
 FAILED_STATES = ("failed", "stopped", "canceled")
 
 
@@ -190,7 +180,7 @@ def _check_jobs(connection: redis.Redis, what: str, job_ids: Iterable[str], pend
     ids = [i for i in job_ids if i in pending]
     for job_id, state in zip(ids, _statuses(connection, ids), strict=True):
         if state in FAILED_STATES:
-            raise ReplayFailed(f"{what} failed (job {job_id}, {state}): {_job_error(connection, job_id)}")
+            raise ReplayFailed(f"{what} failed (job {job_id}, {state}): {job_error(connection, job_id)}")
         if state in ("finished", None):  # None: expired after finishing (a failed job is kept for days)
             pending.discard(job_id)
 

@@ -735,3 +735,34 @@ def test_a_wrong_redis_password_is_one_line_without_the_password(tmp_path: Path)
     assert out.stderr.startswith(f"pvm: Redis at redis://:***@127.0.0.1:{port}/0 refused to log in (")
     assert out.stderr.endswith("): fix the credentials in PVM_REDIS_URL\n") and out.stderr.count("\n") == 1
     assert "wrong-one" not in out.stderr
+
+
+def test_failed_list_reads_only_the_jobs_it_shows(
+    redis_client: redis.Redis, settings: Settings, redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    from rq.registry import FailedJobRegistry
+    from rq.results import Result
+
+    from pvm.queues import pool_queue
+    from pvm.serializers import MsgpackSerializer
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    queue = pool_queue("log", redis_client)
+    registry = FailedJobRegistry(queue.name, connection=redis_client, serializer=MsgpackSerializer)
+    jobs = [queue.enqueue("tests.workers.jobs.slow_marker", f"/nonexistent/{i}", 0.0) for i in range(40)]
+    for job in jobs:  # what a worker records when a job fails for good
+        error = f"Traceback ...\nOSError: disk {job.id} full"
+        Result.create_failure(job, 3600, error)
+        registry.add(job, ttl=3600, exc_string=error)
+    with monitored(redis_url) as commands:
+        assert main(["failed", "list", "--limit", "3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and all(r["error"] == f"OSError: disk {r['job']} full" for r in rows), rows
+    read = {c[1].strip('"') for c in commands if c[0] == "HGETALL" and c[1].strip('"').startswith("rq:job:")}
+    assert len(read) == 3, sorted(read)
+
+    assert main(["failed", "retry", jobs[7].id, "no-such-job"]) == 1
+    out, err = capsys.readouterr()
+    assert "1 failed jobs requeued" in out and "not found: no-such-job" in err
+    assert jobs[7].id not in registry and len(registry) == 39
