@@ -765,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("drop", "delete dead letters"),
     ):
         p = dead_sub.add_parser(name, help=text)
-        p.add_argument("--shard", type=_shard_number, help="only this shard")
+        p.add_argument("--shard", type=_shard_number, metavar="N", help="only this shard")
         if name == "list":
             p.add_argument("ids", nargs="*", type=_stream_id, help="only these dead-letter entry ids")
             p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
@@ -862,7 +862,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--minutes", type=_positive_int, default=300, help="how many minutes to emit (default 300)")
     demo.set_defaults(func=cmd_demo)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's own --help page its line from the listing, where it has no description of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            lines = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                line = lines.get(name)
+                if child.description is None and line:
+                    child.description = f"{line[0].upper()}{line[1:]}."
+                _describe(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -672,6 +672,7 @@ def test_every_command_has_a_help_line() -> None:
                 helps = {a.dest: a.help for a in action._choices_actions}
                 for name, child in action.choices.items():
                     assert helps.get(name), f"`pvm {path}{name}` has no help line"
+                    assert child.description, f"`pvm {path}{name} --help` does not say what it is for"
                     check(child, f"{path}{name} ")
             elif action.dest != "help":
                 assert action.help, f"`pvm {path}` option {action.option_strings or action.dest} has no help"
