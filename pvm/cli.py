@@ -461,21 +461,18 @@ def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
         print(f"pvm: name dead-letter ids to {args.dead_command}, or pass --all", file=sys.stderr)
         return 2
     act = dead_letters.retry if args.dead_command == "retry" else dead_letters.drop
-    done = 0
+    missing: list[str] = []
     if args.ids:
         found = dead_letters.find(r, shards, args.ids)
         missing = sorted(set(args.ids) - {d.id for d in found})
-        if missing:
-            print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
         done = act(r, found)
-        if missing:
-            print(f"{done} dead letters {'sent back to their streams' if args.dead_command == 'retry' else 'dropped'}")
-            return 1
     else:
-        for batch in dead_letters.batches(r, shards):
-            done += act(r, batch)
+        done = sum(act(r, batch) for batch in dead_letters.batches(r, shards))
     verb = "sent back to their streams" if args.dead_command == "retry" else "dropped"
     print(f"{done} dead letters {verb}")
+    if missing:
+        print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -496,19 +493,19 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
     if missing:
         print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
     if args.failed_command == "retry":
-        retried = 0
-        for pool in pools:
-            registry = failed_jobs.registry(r, pool)
-            named = [job_id for p, job_id in found if p == pool] if found is not None else None
-            # --all: requeued one by one from the head of the registry, which each requeue shortens.
-            while named is None and (head := registry.get_job_ids(0, 0, cleanup=False)):
-                registry.requeue(head[0])
-                retried += 1
-            for job_id in named or ():
-                registry.requeue(job_id)
-                retried += 1
+        if found is not None:
+            outcomes = [(job_id, failed_jobs.requeue(r, pool, job_id)) for pool, job_id in found]
+            retried = sum(why is None for _, why in outcomes)
+            stuck = [f"{job_id} ({why})" for job_id, why in outcomes if why is not None]
+        else:
+            retried, stuck = 0, []
+            for pool in pools:
+                done, left = failed_jobs.requeue_all(r, pool)
+                retried, stuck = retried + done, stuck + left
         print(f"{retried} failed jobs requeued")
-        return 1 if missing else 0
+        if stuck:
+            print(f"pvm: could not requeue: {', '.join(stuck)}", file=sys.stderr)
+        return 1 if missing or stuck else 0
     if found is not None:
         rows = [failed_jobs.describe(r, pool, job_id).to_dict() for pool, job_id in found[: args.limit]]
     else:

@@ -123,6 +123,7 @@ CRASH_LOOP_MAX_DELAY_S = 30.0
 REPLAY_POLL_S = 0.2  # how often a waiting replay reads its jobs' states and the index heads
 REPLAY_WORKER_CHECK_S = 2.0  # how often it checks that a live worker still serves the index queue
 DEAD_LETTER_PAGE = 500  # dead letters read (and retried or dropped) per round trip by `pvm dead ... --all`
+FAILED_JOBS_PAGE = 500  # failed job ids read per round trip by `pvm failed retry --all`
 # When XINFO GROUPS gives a NULL lag, the exporter counts unread entries on the server (a script: only the
 # count comes back), at most this many per group and scrape; past it the lag is a lower bound. Above the
 # PVMStreamLagHigh threshold (10,000), so the alert still fires on a capped count.

@@ -15,6 +15,7 @@ import redis
 from rq.job import Job
 from rq.registry import FailedJobRegistry
 
+from pvm import defaults
 from pvm.queues import queue_name
 from pvm.serializers import MsgpackSerializer
 
@@ -75,3 +76,35 @@ def page(connection: redis.Redis, pools: Sequence[str], limit: int) -> list[Fail
 def find(connection: redis.Redis, pools: Sequence[str], ids: Sequence[str]) -> list[tuple[str, str]]:
     """(pool, job id) of the named jobs that are in these pools' failed registries, in the order asked."""
     return [(pool, job_id) for job_id in ids for pool in pools if job_id in registry(connection, pool)]
+
+
+def requeue(connection: redis.Redis, pool: str, job_id: str) -> str | None:
+    """Put a failed job back on its queue; None when done, else why it could not be (it stays where it is)."""
+    try:
+        registry(connection, pool).requeue(job_id)
+    except Exception as exc:  # gone, planted or corrupt: never unpickled, reported
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return None
+
+
+def requeue_all(connection: redis.Redis, pool: str) -> tuple[int, list[str]]:
+    """Requeue every job failed in a pool when this starts, a page at a time; returns (requeued, "id (why)" not).
+
+    Jobs that fail again meanwhile join the registry's end and wait for the next run.
+    """
+    failed = registry(connection, pool)
+    left = failed.get_job_count(cleanup=False)
+    done, stuck = 0, list[str]()
+    while left > 0:
+        # Requeued jobs leave the registry; the ones that could not be requeued stay at its front.
+        ids = failed.get_job_ids(len(stuck), len(stuck) + min(left, defaults.FAILED_JOBS_PAGE) - 1, cleanup=False)
+        if not ids:
+            break
+        for job_id in ids:
+            why = requeue(connection, pool, job_id)
+            if why is None:
+                done += 1
+            else:
+                stuck.append(f"{job_id} ({why})")
+        left -= len(ids)
+    return done, stuck

@@ -744,6 +744,7 @@ def test_failed_list_reads_only_the_jobs_it_shows(
     from rq.registry import FailedJobRegistry
     from rq.results import Result
 
+    from pvm import defaults
     from pvm.queues import pool_queue
     from pvm.serializers import MsgpackSerializer
 
@@ -752,7 +753,8 @@ def test_failed_list_reads_only_the_jobs_it_shows(
     queue = pool_queue("log", redis_client)
     registry = FailedJobRegistry(queue.name, connection=redis_client, serializer=MsgpackSerializer)
     jobs = [queue.enqueue("tests.workers.jobs.slow_marker", f"/nonexistent/{i}", 0.0) for i in range(40)]
-    for job in jobs:  # what a worker records when a job fails for good
+    redis_client.delete(queue.key)  # taken by a worker ...
+    for job in jobs:  # ... and failed for good: what the worker records
         error = f"Traceback ...\nOSError: disk {job.id} full"
         Result.create_failure(job, 3600, error)
         registry.add(job, ttl=3600, exc_string=error)
@@ -767,3 +769,11 @@ def test_failed_list_reads_only_the_jobs_it_shows(
     out, err = capsys.readouterr()
     assert "1 failed jobs requeued" in out and "not found: no-such-job" in err
     assert jobs[7].id not in registry and len(registry) == 39
+
+    # --all requeues page by page; a job that cannot be requeued (its hash is gone) is named and stays.
+    redis_client.zadd(registry.key, {"planted-job": time.time() + 60})  # the front of the registry
+    monkeypatch.setattr(defaults, "FAILED_JOBS_PAGE", 7)
+    assert main(["failed", "retry", "--all", "--pool", "log"]) == 1
+    out, err = capsys.readouterr()
+    assert "39 failed jobs requeued" in out and "could not requeue: planted-job (NoSuchJobError" in err
+    assert registry.get_job_ids(cleanup=False) == ["planted-job"] and queue.count == 1 + 39
