@@ -121,6 +121,7 @@ CRASH_LOOP_MAX_DELAY_S = 30.0
 
 # CLI: replay, dead letters, exporter lag (area: cli)
 REPLAY_POLL_S = 0.2  # how often a waiting replay reads its jobs' states and the index heads
+REPLAY_STATUS_BATCH = 500  # job states (oldest pending first) a waiting replay reads per poll
 REPLAY_WORKER_CHECK_S = 2.0  # how often it checks that a live worker still serves the index queue
 DEAD_LETTER_PAGE = 500  # dead letters read (and retried or dropped) per round trip by `pvm dead ... --all`
 FAILED_JOBS_PAGE = 500  # failed job ids read per round trip by `pvm failed retry --all`

@@ -17,9 +17,10 @@ at the start or later, rather than a wait that never ends.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -175,14 +176,18 @@ def _statuses(connection: redis.Redis, job_ids: Sequence[str]) -> list[str | Non
 FAILED_STATES = ("failed", "stopped", "canceled")
 
 
-def _check_jobs(connection: redis.Redis, what: str, job_ids: Iterable[str], pending: set[str]) -> None:
-    """Drop finished jobs from `pending`; raise ReplayFailed for one that failed."""
-    ids = [i for i in job_ids if i in pending]
+def _check_jobs(connection: redis.Redis, pending: dict[str, str]) -> None:
+    """Drop finished jobs from `pending` (job id -> what it is, in enqueue order); ReplayFailed for one that failed.
+
+    Reads the states of the oldest `REPLAY_STATUS_BATCH` pending jobs only (jobs run
+    roughly in the order enqueued), so a poll of a long replay stays one small round trip.
+    """
+    ids = list(itertools.islice(pending, defaults.REPLAY_STATUS_BATCH))
     for job_id, state in zip(ids, _statuses(connection, ids), strict=True):
         if state in FAILED_STATES:
-            raise ReplayFailed(f"{what} failed (job {job_id}, {state}): {job_error(connection, job_id)}")
+            raise ReplayFailed(f"{pending[job_id]} failed (job {job_id}, {state}): {job_error(connection, job_id)}")
         if state in ("finished", None):  # None: expired after finishing (a failed job is kept for days)
-            pending.discard(job_id)
+            del pending[job_id]
 
 
 def _index_heads(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> list[int]:
@@ -194,17 +199,18 @@ def _index_heads(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> 
 
 def wait_for(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> None:
     """Wait until every project's reset ran and its index head reached its log; ReplayFailed when that cannot come."""
+    if not projects:
+        return
     index_queue = pool_queue("index", connection)
-    resets = {p.reset_id for p in projects}
-    index_jobs = {i for p in projects for i in p.index_ids}
+    resets = {p.reset_id: f"the reset of {p.project_id}" for p in projects}
+    index_jobs = {i: f"an index job of {p.project_id}" for p in projects for i in p.index_ids}
     total = sum(p.minutes for p in projects)
     progress = Progress("replay: reset", len(projects))
     resetting = True
     next_worker_check = time.monotonic() + defaults.REPLAY_WORKER_CHECK_S
     while True:
         if resetting:
-            for p in projects:
-                _check_jobs(connection, f"the reset of {p.project_id}", [p.reset_id], resets)
+            _check_jobs(connection, resets)
             progress.show(len(projects) - len(resets), "waiting for the index worker to reset")
             if not resets:
                 resetting = False
@@ -213,8 +219,7 @@ def wait_for(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> None
                 label = projects[0].project_id if len(projects) == 1 else f"{len(projects)} projects"
                 progress = Progress(f"replay {label}: index", total)
         if not resetting:
-            for p in projects:
-                _check_jobs(connection, f"an index job of {p.project_id}", p.index_ids, index_jobs)
+            _check_jobs(connection, index_jobs)
             heads = _index_heads(connection, projects)
             progress.show(sum(min(h, p.last_seq) for h, p in zip(heads, projects, strict=True)))
             behind = [p.project_id for h, p in zip(heads, projects, strict=True) if h < p.last_seq]

@@ -389,17 +389,25 @@ def test_replay_says_rebuilt_only_once_the_reset_ran_and_the_index_head_reached_
 ) -> None:
     from contracts import keys
 
-    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=5)), index=False)
-    # What an earlier indexing left: the head at the log's end (and a field only a reset removes).
-    redis_client.hset(keys.index_head("apollo"), mapping={"seq": 120, "id": "old", "stale": "1"})
+    sessions = {"apollo": 120, "borealis": 40}
+    for project, n in sessions.items():
+        log_minutes(redis_client, settings, list(sample_session(project, n, seed=5)), index=False)
+        # What an earlier indexing left: the head at the log's end (and a field only a reset removes).
+        redis_client.hset(keys.index_head(project), mapping={"seq": n, "id": "old", "stale": "1"})
     with index_worker(redis_client, settings):
-        out = replay_cli(settings, "--project", "apollo")
+        one = replay_cli(settings, "--project", "apollo")
         head = redis_client.hgetall(keys.index_head("apollo"))
-    assert out.returncode == 0, out.stderr
-    assert "120 minutes of 1 project(s) rebuilt from the log" in out.stdout
+        every = replay_cli(settings, "--all")
+        heads = {p: redis_client.hgetall(keys.index_head(p)) for p in sessions}
+    assert one.returncode == 0, one.stderr
+    assert "120 minutes of 1 project(s) rebuilt from the log" in one.stdout
     assert b"stale" not in head, "replay returned before the reset job ran"
     assert int(head[b"seq"]) == 120 and head[b"id"] != b"old"
-    assert "replay apollo: index" in out.stderr  # progress
+    assert "replay apollo: index" in one.stderr  # progress
+    assert every.returncode == 0, every.stderr
+    assert "160 minutes of 2 project(s) rebuilt from the log" in every.stdout
+    assert {p: int(h[b"seq"]) for p, h in heads.items()} == sessions
+    assert all(b"stale" not in h for h in heads.values())
 
 
 @pytest.mark.slow
