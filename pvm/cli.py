@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -23,7 +24,18 @@ from pvm.config import ConfigError, Settings
 if TYPE_CHECKING:
     import urllib.request
 
+    import redis
+
     from workers.exporter import GroupState
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pvm")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
@@ -52,6 +64,105 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port (1-65535), got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _project_id(text: str) -> str:
+    from pvm.auth import is_project_id
+
+    if not is_project_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a project id: letters, digits, '_', '.' and '-', starting with a letter or digit"
+        )
+    return text
+
+
+def _shard_list(text: str) -> list[int]:
+    return [_shard_number(part.strip()) for part in text.split(",")]
+
+
+def _shard_number(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard number (0, 1, 2, ...)")
+    return int(text)
+
+
+def _stream_id(text: str) -> str:
+    from pvm.dead_letters import STREAM_ID
+
+    if not STREAM_ID.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stream entry id (like 1718000000000-0)")
+    return text
+
+
+def _shards_of(settings: Settings, chosen: Sequence[int] | None) -> list[int]:
+    """The shards a command names (all when none), each checked against PVM_SHARDS."""
+    if chosen is None:
+        return list(range(settings.shards))
+    for shard in chosen:
+        if shard >= settings.shards:
+            raise SystemExit(
+                f"pvm: there is no shard {shard}: PVM_SHARDS is {settings.shards} (shards 0-{settings.shards - 1})"
+            )
+    return list(chosen)
+
+
+def _connect(settings: Settings) -> redis.Redis:
+    """A client for the configured Redis, which has answered a PING (else redis' ConnectionError: one line in main)."""
+    from pvm import defaults
+    from pvm.connection import redis_from_settings
+
+    connection = redis_from_settings(settings, socket_connect_timeout=defaults.CLI_REDIS_CONNECT_TIMEOUT_S)
+    connection.ping()
+    return connection
+
+
+def redis_unreachable(url: str, exc: Exception) -> str:
+    """The one line `pvm` prints when Redis does not answer: where it looked (no password), why, and the fix."""
+    import urllib.parse
+
+    import redis
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rpartition("@")[2]
+        url = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    reason = str(exc).strip().rstrip(".")
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            reason = cause.strerror
+            break
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return f"Redis at {url} refused to log in ({reason}): fix the credentials in PVM_REDIS_URL"
+    return f"cannot reach Redis at {url} ({reason}): start it or set PVM_REDIS_URL"
+
+
 def _stop_on_signals(event: threading.Event) -> None:
     def handler(signum: int, frame: object) -> None:
         event.set()
@@ -70,6 +181,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
+    if settings.redis_url:
+        _connect(settings).close()  # a Redis named but not there: say so before starting anything
     stop = threading.Event()
     _stop_on_signals(stop)
     live = stack.start()
@@ -91,10 +204,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
-    from pvm.connection import redis_from_settings
     from workers.scheduler import Scheduler, default_schedules, read_schedules
 
-    connection = redis_from_settings(settings)
+    connection = _connect(settings)
     scheduler = Scheduler(connection, default_schedules(settings), name=args.name)
     if args.list:
         now = scheduler.now()
@@ -141,13 +253,12 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.dispatcher import Dispatcher
 
-    shards = [int(s) for s in args.shards.split(",")] if args.shards else None
+    shards = _shards_of(settings, args.shards) if args.shards else None
     if args.batch:
         settings = settings.with_(dispatch_batch=args.batch)
-    dispatcher = Dispatcher(redis_from_settings(settings), settings, consumer=args.consumer, shards=shards)
+    dispatcher = Dispatcher(_connect(settings), settings, consumer=args.consumer, shards=shards)
     _stop_on_signals(dispatcher.stop_event)
     logging.getLogger("workers").info("dispatcher %s on shards %s", dispatcher.consumer, dispatcher.shards)
     stats = dispatcher.run(max_idle_s=args.max_idle)
@@ -156,13 +267,18 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.queues import queue_name
     from workers.runner import WorkerGroup, run_worker
 
+    for pool in args.pools:
+        queue_name(pool)  # an unknown pool: UnknownPool, one line
     if "index" in args.pools and args.processes > 1 and not settings.qdrant_url:
         raise SystemExit(
             "pvm: the index pool runs in one process with the embedded engine (it owns the engine's files); "
             "set PVM_QDRANT_URL to a Qdrant server to run more"
         )
+    # A worker rides out Redis going away, but one that never reached it would wait without a word.
+    _connect(settings).close()
     if args.processes == 1:
         run_worker(args.pools, settings, burst=args.burst, name=args.name)
         return 0
@@ -222,10 +338,9 @@ def cmd_log_tail(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_exporter(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.exporter import serve
 
-    server, _thread = serve(redis_from_settings(settings), settings, port=args.port, addr=args.addr)
+    server, _thread = serve(_connect(settings), settings, port=args.port, addr=args.addr)
     print(f"pvm exporter: serving http://{args.addr}:{args.port}/metrics (Ctrl-C stops)")
     sys.stdout.flush()
     stop = threading.Event()
@@ -255,11 +370,13 @@ def _due(in_s: float | None, ran: bool) -> str:
     return f"in {_age(in_s)}" if in_s > 0 else f"overdue {_age(-in_s)}"
 
 
+LAG_MARKS = {"computed": "*", "lower-bound": "+"}  # Redis gave a NULL lag: counted, or counted up to the cap
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from workers.exporter import snapshot
 
-    snap = snapshot(redis_from_settings(settings), settings)
+    snap = snapshot(_connect(settings), settings)
     if args.json:
         print(json.dumps(snap.to_dict(), indent=2))
         return 0
@@ -288,7 +405,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                     "shard": s.shard,
                     "length": s.length,
                     "group": g.name if g else "-",
-                    "lag": (f"{g.lag}" + ("*" if g.lag_source == "computed" else "")) if g else "-",
+                    "lag": f"{g.lag}{LAG_MARKS.get(g.lag_source, '')}" if g else "-",
                     "pending": g.pending if g else "-",
                     "oldest pending": _age(g.oldest_pending_age_s) if g else "-",
                     "dead letters": s.dead_letters,
@@ -320,102 +437,84 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
-    from contracts import keys
-    from pvm.connection import redis_from_settings, stream_entries
+    from pvm import dead_letters
 
-    r = redis_from_settings(settings)
-    shards = [args.shard] if args.shard is not None else list(range(settings.shards))
-    chosen: list[tuple[int, str, dict[bytes, bytes]]] = []
-    for shard in shards:
-        for entry_id, fields in stream_entries(r.xrange(keys.dead_letter_stream(shard), count=None)):
-            eid = entry_id.decode()
-            if args.ids and eid not in args.ids:
-                continue
-            chosen.append((shard, eid, fields))
+    r = _connect(settings)
+    shards = _shards_of(settings, [args.shard] if args.shard is not None else None)
     if args.dead_command == "list":
-        chosen = chosen[: args.limit]
+        if args.ids:
+            chosen = dead_letters.find(r, shards, args.ids)
+        else:
+            chosen = dead_letters.page(r, shards, args.limit, before=args.before)
         rows = [
-            {
-                "shard": shard,
-                "id": eid,
-                "reason": f.get(b"reason", b"").decode(errors="replace"),
-                "bytes": len(f.get(b"raw", b"")),
-                "entry": f.get(b"entry_id", b"").decode(),
-            }
-            for shard, eid, f in chosen
+            {"shard": d.shard, "id": d.id, "reason": d.reason, "bytes": len(d.raw), "entry": d.entry_id} for d in chosen
         ]
         if args.json:
             print(json.dumps(rows, indent=2))
-        else:
-            print(_table(rows, ["shard", "id", "entry", "bytes", "reason"]) if rows else "no dead letters")
+            return 0
+        print(_table(rows, ["shard", "id", "entry", "bytes", "reason"]) if rows else "no dead letters")
+        if not args.ids and len(rows) >= args.limit:
+            shard = f" --shard {args.shard}" if args.shard is not None else ""
+            print(f"older ones: pvm dead list --limit {args.limit}{shard} --before {rows[-1]['id']}", file=sys.stderr)
         return 0
     if not args.ids and not args.all:
         print(f"pvm: name dead-letter ids to {args.dead_command}, or pass --all", file=sys.stderr)
         return 2
-    done = 0
-    for shard, eid, f in chosen:
-        with r.pipeline(transaction=True) as pipe:
-            if args.dead_command == "retry":
-                # Back onto its stream: the dispatcher validates it again like any new entry.
-                pipe.xadd(keys.stream(shard), {keys.MINUTE_FIELD: f.get(b"raw", b"")})
-            pipe.xdel(keys.dead_letter_stream(shard), eid)
-            pipe.execute()
-        done += 1
+    act = dead_letters.retry if args.dead_command == "retry" else dead_letters.drop
+    missing: list[str] = []
+    if args.ids:
+        found = dead_letters.find(r, shards, args.ids)
+        missing = sorted(set(args.ids) - {d.id for d in found})
+        done = act(r, found)
+    else:
+        done = sum(act(r, batch) for batch in dead_letters.batches(r, shards))
     verb = "sent back to their streams" if args.dead_command == "retry" else "dropped"
     print(f"{done} dead letters {verb}")
+    if missing:
+        print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
-    from rq.job import Job
-    from rq.registry import FailedJobRegistry
-
     from contracts import keys
-    from pvm.connection import redis_from_settings
-    from pvm.serializers import MsgpackSerializer
+    from pvm import failed_jobs
+    from pvm.queues import queue_name
 
-    r = redis_from_settings(settings)
     if args.failed_command == "retry" and not args.ids and not args.all:
         print("pvm: name failed job ids to retry, or pass --all", file=sys.stderr)
         return 2
+    if args.pool:
+        queue_name(args.pool)  # an unknown pool: UnknownPool, one line
+    r = _connect(settings)
     pools = [args.pool] if args.pool else list(keys.QUEUES)
-    rows = []
-    retried = 0
-    for pool in pools:
-        from pvm.queues import queue_name
-
-        registry = FailedJobRegistry(queue_name(pool), connection=r, serializer=MsgpackSerializer)
-        for job_id in registry.get_job_ids(cleanup=False):
-            if args.ids and job_id not in args.ids:
-                continue
-            if args.failed_command == "retry":
-                registry.requeue(job_id)
-                retried += 1
-                continue
-            try:
-                job = Job.fetch(job_id, connection=r, serializer=MsgpackSerializer)
-                result = job.latest_result()
-                exc = ((result.exc_string if result else None) or "").strip().splitlines()
-                rows.append(
-                    {
-                        "pool": pool,
-                        "job": job_id,
-                        "function": job.func_name,
-                        "ended": job.ended_at.isoformat(timespec="seconds") if job.ended_at else "-",
-                        "error": exc[-1] if exc else "-",
-                    }
-                )
-            except Exception as error:  # a planted or corrupt job: say so, never unpickle it
-                rows.append({"pool": pool, "job": job_id, "function": "?", "ended": "-", "error": str(error)})
+    found = failed_jobs.find(r, pools, args.ids) if args.ids else None
+    missing = sorted(set(args.ids) - {job_id for _, job_id in found or ()})
+    if missing:
+        print(f"pvm: not found: {', '.join(missing)}", file=sys.stderr)
     if args.failed_command == "retry":
+        if found is not None:
+            outcomes = [(job_id, failed_jobs.requeue(r, pool, job_id)) for pool, job_id in found]
+            retried = sum(why is None for _, why in outcomes)
+            stuck = [f"{job_id} ({why})" for job_id, why in outcomes if why is not None]
+        else:
+            retried, stuck = 0, []
+            for pool in pools:
+                done, left = failed_jobs.requeue_all(r, pool)
+                retried, stuck = retried + done, stuck + left
         print(f"{retried} failed jobs requeued")
-        return 0
-    rows = rows[: args.limit]
+        if stuck:
+            print(f"pvm: could not requeue: {', '.join(stuck)}", file=sys.stderr)
+        return 1 if missing or stuck else 0
+    if found is not None:
+        rows = [failed_jobs.describe(r, pool, job_id).to_dict() for pool, job_id in found[: args.limit]]
+    else:
+        rows = [job.to_dict() for job in failed_jobs.page(r, pools, args.limit)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(_table(rows, ["pool", "job", "function", "ended", "error"]) if rows else "no failed jobs")
-    return 0
+    return 1 if missing else 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -424,6 +523,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     # Loaded before anything starts: a tokens file that cannot be used is a one-line error, never an open API.
     tokens = TokenFile(settings.api_tokens_file) if settings.api_tokens_file else None
+    _connect(settings).close()
     index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
     if index_worker and settings.qdrant_url is None:
         where = "with the embedded engine: this process also runs the index pool"
@@ -506,13 +606,28 @@ def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
         ) from None
 
 
+def _project_path(project_id: str, route: str) -> str:
+    import urllib.parse
+
+    return f"/v1/projects/{urllib.parse.quote(project_id, safe='')}/{route}"
+
+
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts.memory import ContextPackage
+
     params = {"agent_id": args.agent, "task": args.task, "budget_tokens": args.budget}
-    path = f"/v1/projects/{args.project}/context"
+    package = _get(settings, _project_path(args.project, "context"), params)
+    if not package["recent"] and not package["full_log_available"]:
+        print(
+            f"pvm: project {args.project!r} has no minutes (nothing in the log or the caches the reader API "
+            f"at {_api_url(settings)} reads): check --project",
+            file=sys.stderr,
+        )
+        return 2
     if args.json:
-        print(json.dumps(_get(settings, path, params), indent=2))
+        print(json.dumps(package, indent=2))
     else:
-        print(_get(settings, path, {**params, "format": "text"}))
+        print(ContextPackage.from_dict(package).render())
     return 0
 
 
@@ -527,7 +642,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         "thread_id": args.thread_id,
         "min_composite": args.min_composite,
     }
-    result = _get(settings, f"/v1/projects/{args.project}/search", params)
+    result = _get(settings, _project_path(args.project, "search"), params)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -547,19 +662,18 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.connection import redis_from_settings
     from pvm.replay import replay
 
-    return replay(redis_from_settings(settings), settings, None if args.all else args.project, wait=not args.no_wait)
+    return replay(_connect(settings), settings, None if args.all else args.project, wait=not args.no_wait)
 
 
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts import keys
     from pvm import defaults
-    from pvm.connection import redis_from_settings
     from pvm.queues import pool_queue
 
-    job = pool_queue("index", redis_from_settings(settings)).enqueue(
-        "workers.index_pool.optimize", args.project, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
+    job = pool_queue("index", _connect(settings)).enqueue(
+        keys.INDEX_OPTIMIZE_JOB, args.project, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
     )
     print(f"optimize of {args.project or 'every project'} queued for the index worker (job {job.id})")
     return 0
@@ -568,6 +682,8 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from pvm.demo import run_demo
 
+    if settings.redis_url:
+        _connect(settings).close()
     return run_demo(settings, minutes=args.minutes)
 
 
@@ -581,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Configuration comes from PVM_* environment variables (see README).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"pvm {_version()}", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", help="run the whole stack here: Redis (embedded unless PVM_REDIS_URL), dispatcher, pools")
@@ -588,14 +705,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", action="append", default=[], metavar="POOL=N", help="worker processes for a pool (repeatable)"
     )
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
-    up.add_argument("--api-port", type=_positive_int, default=8080, help="reader API port (default 8080)")
+    up.add_argument("--api-port", type=_port, default=8080, help="reader API port (default 8080)")
     up.set_defaults(func=cmd_up)
 
     dispatch = sub.add_parser("dispatch", help="move minutes from the streams into log-pool batch jobs")
     dispatch.add_argument("--consumer", help="consumer name; reuse it after a restart to resume its pending entries")
-    dispatch.add_argument("--shards", help="comma-separated shard numbers (default: all)")
+    dispatch.add_argument("--shards", type=_shard_list, help="comma-separated shard numbers (default: all)")
     dispatch.add_argument("--batch", type=_positive_int, help="minutes per job (default PVM_DISPATCH_BATCH or 500)")
-    dispatch.add_argument("--max-idle", type=float, help="exit after this many seconds with nothing to do")
+    dispatch.add_argument("--max-idle", type=_seconds, help="exit after this many seconds with nothing to do")
     dispatch.set_defaults(func=cmd_dispatch)
 
     scheduler = sub.add_parser(
@@ -620,13 +737,13 @@ def build_parser() -> argparse.ArgumentParser:
     log_cmd = sub.add_parser("log", help="read the durable log")
     log_sub = log_cmd.add_subparsers(dest="log_command", required=True, metavar="SUBCOMMAND")
     tail = log_sub.add_parser("tail", help="the newest minutes of a project")
-    tail.add_argument("--project", required=True, help="project id")
+    tail.add_argument("--project", required=True, type=_project_id, help="project id")
     tail.add_argument("-n", type=_positive_int, default=20, help="how many minutes (default 20)")
     tail.add_argument("--json", action="store_true", help="machine-readable output")
     tail.set_defaults(func=cmd_log_tail)
 
     exporter = sub.add_parser("exporter", help="serve Prometheus metrics read from Redis on /metrics")
-    exporter.add_argument("--port", type=_positive_int, default=9108, help="port (default 9108)")
+    exporter.add_argument("--port", type=_port, default=9108, help="port (default 9108)")
     exporter.add_argument(
         "--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)"
     )
@@ -641,18 +758,24 @@ def build_parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="inspect, retry or drop dead letters")
     dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="SUBCOMMAND")
     for name, text in (
-        ("list", "show dead letters with their reasons"),
+        ("list", "show dead letters with their reasons, newest first, a page at a time"),
         ("retry", "put dead letters back on their stream (validated again by the dispatcher)"),
         ("drop", "delete dead letters"),
     ):
         p = dead_sub.add_parser(name, help=text)
-        p.add_argument("--shard", type=int, help="only this shard")
+        p.add_argument("--shard", type=_shard_number, metavar="N", help="only this shard")
         if name == "list":
-            p.add_argument("ids", nargs="*", help="only these dead-letter entry ids")
+            p.add_argument("ids", nargs="*", type=_stream_id, help="only these dead-letter entry ids")
             p.add_argument("--limit", type=_positive_int, default=100, help="rows to list (default 100)")
+            p.add_argument(
+                "--before",
+                type=_stream_id,
+                metavar="ID",
+                help="older than this id: the next page after one ending at ID",
+            )
             p.add_argument("--json", action="store_true", help="machine-readable output")
         else:
-            p.add_argument("ids", nargs="*", help="dead-letter entry ids (or --all)")
+            p.add_argument("ids", nargs="*", type=_stream_id, help="dead-letter entry ids (or --all)")
             p.add_argument("--all", action="store_true", help=f"{name} every dead letter (of --shard)")
         p.set_defaults(func=cmd_dead)
 
@@ -672,7 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="the reader HTTP API (and, with the embedded engine, the index pool)")
     serve.add_argument("--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
-    serve.add_argument("--port", type=_positive_int, default=8080, help="port (default 8080)")
+    serve.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
     serve.add_argument(
         "--index-worker",
         choices=["auto", "yes", "no"],
@@ -699,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
     token_new.set_defaults(func=cmd_token_new)
 
     context = sub.add_parser("context", help="an agent's context, from the reader API (PVM_API_URL)")
-    context.add_argument("--project", required=True, help="project id")
+    context.add_argument("--project", required=True, type=_project_id, help="project id")
     context.add_argument("--agent", required=True, help="agent id")
     context.add_argument("--task", help="task text: adds relevant past experience")
     context.add_argument("--budget", type=_positive_int, default=2000, help="token budget (default 2000)")
@@ -708,20 +831,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = sub.add_parser("search", help="hybrid search over a project's minutes, via the reader API")
     search.add_argument("query", help="search text")
-    search.add_argument("--project", required=True, help="project id")
+    search.add_argument("--project", required=True, type=_project_id, help="project id")
     search.add_argument("-k", type=_positive_int, default=5, help="hits (default 5)")
     search.add_argument("--category", action="append", help="only these categories (repeatable)")
     search.add_argument("--event-type", action="append", help="only these event types (repeatable)")
     search.add_argument("--agent", action="append", help="only these agents (repeatable)")
     search.add_argument("--task-id", help="only this task")
     search.add_argument("--thread-id", help="only this thread")
-    search.add_argument("--min-composite", type=float, help="minimum composite score (0-1)")
+    search.add_argument("--min-composite", type=_fraction, help="minimum composite score (0-1)")
     search.add_argument("--json", action="store_true", help="machine-readable output")
     search.set_defaults(func=cmd_search)
 
     replay_cmd = sub.add_parser("replay", help="rebuild derived stores (caches, index, agent memory) from the log")
     target = replay_cmd.add_mutually_exclusive_group(required=True)
-    target.add_argument("--project", help="one project")
+    target.add_argument("--project", type=_project_id, help="one project")
     target.add_argument("--all", action="store_true", help="every project in the log")
     replay_cmd.add_argument("--no-wait", action="store_true", help="enqueue the rebuild and return")
     replay_cmd.set_defaults(func=cmd_replay)
@@ -729,15 +852,28 @@ def build_parser() -> argparse.ArgumentParser:
     optimize = sub.add_parser(
         "optimize", help="optimize the embedded engine's shards (queued for the index worker that owns them)"
     )
-    optimize.add_argument("--project", help="one project (default: all)")
+    optimize.add_argument("--project", type=_project_id, help="one project (default: all)")
     optimize.set_defaults(func=cmd_optimize)
 
     demo = sub.add_parser(
         "demo", help="run a coordination session through the embedded stack; show the log and an agent's context"
     )
-    demo.add_argument("--minutes", type=int, default=300, help="how many minutes to emit (default 300)")
+    demo.add_argument("--minutes", type=_positive_int, default=300, help="how many minutes to emit (default 300)")
     demo.set_defaults(func=cmd_demo)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's own --help page its line from the listing, where it has no description of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            lines = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                line = lines.get(name)
+                if child.description is None and line:
+                    child.description = f"{line[0].upper()}{line[1:]}."
+                _describe(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -752,18 +888,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pvm: {exc}", file=sys.stderr)
         return 2
+    import redis
+
+    from pvm.connection import NoRedisConfigured
+    from pvm.queues import UnknownPool
+
     try:
-        return int(args.func(args, settings))
+        code = int(args.func(args, settings))
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # `pvm status | head -1`: the reader has what it wanted. Python's advice: point stdout at
+        # devnull so the flush at exit cannot fail again; 141 is what a shell reports for SIGPIPE.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a clear one-line error for anything a user can cause
-        from pvm.connection import NoRedisConfigured
-        from pvm.queues import UnknownPool
-
-        if isinstance(exc, (NoRedisConfigured, UnknownPool, ConfigError)):
-            print(f"pvm: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        print(f"pvm: {redis_unreachable(settings.redis_url or '', exc)}", file=sys.stderr)
+        return 2
+    except (NoRedisConfigured, UnknownPool, ConfigError) as exc:  # a clear one-line error for what a user can fix
+        print(f"pvm: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -125,3 +125,16 @@ EMIT_REFUSED_RETRY_S = 1.0  # first wait before retrying after a refusal an oper
 EMIT_REFUSED_RETRY_MAX_S = 30.0  # ...doubling up to this
 EMIT_EXIT_TIMEOUT_S = 2.0  # at interpreter exit, how long emitters may send what they hold before spooling the rest
 EMIT_CLOSE_GRACE_S = 0.1  # close() waits at least this long for the flusher to stop before spooling what it holds
+
+# CLI: replay, dead letters, exporter lag (area: cli)
+REPLAY_POLL_S = 0.2  # how often a waiting replay reads its jobs' states and the index heads
+REPLAY_STATUS_BATCH = 500  # job states (oldest pending first) a waiting replay reads per poll
+REPLAY_WORKER_CHECK_S = 2.0  # how often it checks that a live worker still serves the index queue
+DEAD_LETTER_PAGE = 500  # dead letters read (and retried or dropped) per round trip by `pvm dead ... --all`
+FAILED_JOBS_PAGE = 500  # failed job ids read per round trip by `pvm failed retry --all`
+# When XINFO GROUPS gives a NULL lag, the exporter counts unread entries on the server (a script: only the
+# count comes back), at most this many per group and scrape; past it the lag is a lower bound. Above the
+# PVMStreamLagHigh threshold (10,000), so the alert still fires on a capped count.
+EXPORTER_LAG_COUNT_CAP = 20_000
+EXPORTER_LAG_COUNT_PAGE = 1_000  # entries per XRANGE inside that script
+CLI_REDIS_CONNECT_TIMEOUT_S = 5.0  # a `pvm` command gives up on an unreachable Redis after this long

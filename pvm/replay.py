@@ -6,23 +6,37 @@ back through the same code paths the pipeline uses: the cache update of the
 log pool, then index jobs on the index queue (so with the embedded engine the
 process that owns the engine does the indexing). Idempotence makes a replay
 that is interrupted and run again safe.
+
+Waiting, replay says "rebuilt" only once each project's reset job has finished
+and its index head has reached the newest seq the replay sent (the head's
+`seq` means every seq up to it is indexed). A failed reset or index job ends
+the wait with the job's error; so does the index queue having no live worker,
+at the start or later, rather than a wait that never ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import redis
-from rq import Queue, Retry, Worker
+from rq import Queue, Retry
+from rq.job import Job
 
 from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.queues import pool_queue
+from pvm.connection import bulk_reply
+from pvm.failed_jobs import job_error
+from pvm.queues import live_workers, pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader
+
+NO_INDEX_WORKER = "no index worker is running: start `pvm worker index` or `pvm serve`"
 
 
 class Progress:
@@ -48,33 +62,52 @@ class Progress:
             print(file=sys.stderr)
 
 
+@dataclass
+class ProjectReplay:
+    """The jobs one project's replay enqueued and the log seq its index head must reach."""
+
+    project_id: str
+    reset_id: str
+    index_ids: list[str] = field(default_factory=list)
+    minutes: int = 0
+    last_seq: int = 0  # the newest seq sent to the index: done when the index head holds it
+
+
+class ReplayFailed(Exception):
+    """A replay's job failed, or nothing will run its jobs; the message says which and why."""
+
+
 def _clear_caches(connection: redis.Redis, project_id: str) -> None:
     doomed = [keys.recent_window(project_id), keys.minute_by_id(project_id), keys.minute_by_id_order(project_id)]
     doomed += list(connection.scan_iter(match=keys.agent_recent_window(project_id, "*"), count=1000))
     connection.delete(*doomed)
 
 
-def replay_project(connection: redis.Redis, settings: Settings, project_id: str, wait: bool = True) -> int:
-    """Rebuild one project's caches, index and agent memory from its log; returns minutes replayed."""
+def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
+    """Clear one project's caches, refill them from its log and enqueue its reset and index jobs."""
     log = LogReader(settings.log_dir)
     total = log.count(project_id)
     cache = MinuteCache(connection, settings.recent_window, settings.minute_cache_size)
     index_queue = pool_queue("index", connection)
     # The index jobs depend on the reset: RQ holds them back until it has finished,
     # however many index workers there are.
-    reset = index_queue.enqueue(keys.INDEX_RESET_JOB, project_id, result_ttl=600)
+    reset = index_queue.enqueue(
+        keys.INDEX_RESET_JOB,
+        project_id,
+        result_ttl=defaults.JOB_RESULT_TTL_S,
+        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+    )
+    replayed = ProjectReplay(project_id, reset.id)
     _clear_caches(connection, project_id)
     progress = Progress(f"replay {project_id}: log", total)
-    sent = 0
     batch: list[CachedMinute] = []
-    last = reset
 
     def flush() -> None:
-        nonlocal sent, batch, last
+        nonlocal batch
         if not batch:
             return
         cache.update(project_id, batch, time.time())
-        [last] = index_queue.enqueue_many(
+        jobs = index_queue.enqueue_many(
             [
                 Queue.prepare_data(
                     keys.INDEX_JOB,
@@ -87,9 +120,12 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
                 )
             ]
         )
-        sent += len(batch)
+        # RQ 3.0 lists a job twice when its dependency finishes while it is enqueued (a WATCH retry).
+        replayed.index_ids.extend(dict.fromkeys(job.id for job in jobs))
+        replayed.minutes += len(batch)
+        replayed.last_seq = max(replayed.last_seq, batch[-1].seq)
         batch = []
-        progress.show(sent)
+        progress.show(replayed.minutes)
 
     for record in log.history(project_id):
         agent = None
@@ -101,39 +137,94 @@ def replay_project(connection: redis.Redis, settings: Settings, project_id: str,
     flush()
     # The embedded engine's search is fastest on an optimized shard: ask for it once the rebuild is in.
     index_queue.enqueue(
-        keys.INDEX_OPTIMIZE_JOB, project_id, depends_on=last, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
+        keys.INDEX_OPTIMIZE_JOB,
+        project_id,
+        depends_on=replayed.index_ids[-1] if replayed.index_ids else reset,
+        job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S,
     )
-    progress.show(sent, "queued for indexing", force=True)
+    progress.show(replayed.minutes, "queued for indexing", force=True)
     progress.done()
-    if not wait:
-        return sent
-    progress = Progress(f"replay {project_id}: index", total)
-    hinted = False
-    started = time.monotonic()
+    return replayed
+
+
+def _statuses(connection: redis.Redis, job_ids: Sequence[str]) -> list[str | None]:
+    """Each job's RQ status (None: its hash is gone), in one round trip."""
+    pipe = connection.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(Job.key_for(job_id), "status")
+    return [None if raw is None else raw.decode() for raw in (bulk_reply(r) for r in pipe.execute())]
+
+
+FAILED_STATES = ("failed", "stopped", "canceled")
+
+
+def _check_jobs(connection: redis.Redis, pending: dict[str, str]) -> None:
+    """Drop finished jobs from `pending` (job id -> what it is, in enqueue order); ReplayFailed for one that failed.
+
+    Reads the states of the oldest `REPLAY_STATUS_BATCH` pending jobs only (jobs run
+    roughly in the order enqueued), so a poll of a long replay stays one small round trip.
+    """
+    ids = list(itertools.islice(pending, defaults.REPLAY_STATUS_BATCH))
+    for job_id, state in zip(ids, _statuses(connection, ids), strict=True):
+        if state in FAILED_STATES:
+            raise ReplayFailed(f"{pending[job_id]} failed (job {job_id}, {state}): {job_error(connection, job_id)}")
+        if state in ("finished", None):  # None: expired after finishing (a failed job is kept for days)
+            del pending[job_id]
+
+
+def _index_heads(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> list[int]:
+    pipe = connection.pipeline(transaction=False)
+    for p in projects:
+        pipe.hget(keys.index_head(p.project_id), "seq")
+    return [int(raw) if raw else 0 for raw in (bulk_reply(r) for r in pipe.execute())]
+
+
+def wait_for(connection: redis.Redis, projects: Sequence[ProjectReplay]) -> None:
+    """Wait until every project's reset ran and its index head reached its log; ReplayFailed when that cannot come."""
+    if not projects:
+        return
+    index_queue = pool_queue("index", connection)
+    resets = {p.reset_id: f"the reset of {p.project_id}" for p in projects}
+    index_jobs = {i: f"an index job of {p.project_id}" for p in projects for i in p.index_ids}
+    total = sum(p.minutes for p in projects)
+    progress = Progress("replay: reset", len(projects))
+    resetting = True
+    next_worker_check = time.monotonic() + defaults.REPLAY_WORKER_CHECK_S
     while True:
-        head = connection.hget(keys.index_head(project_id), "seq")
-        indexed = int(head) if head else 0
-        progress.show(indexed)
-        if indexed >= total:
-            break
-        if (
-            not hinted
-            and time.monotonic() - started > 5
-            and Worker.count(connection=connection, queue=index_queue) == 0
-        ):
-            print(
-                "\npvm replay: no index worker is running; start `pvm up`, `pvm serve` or `pvm worker index`",
-                file=sys.stderr,
-            )
-            hinted = True
-        time.sleep(0.1)
-    progress.show(total, "done", force=True)
-    progress.done()
-    return sent
+        if resetting:
+            _check_jobs(connection, resets)
+            progress.show(len(projects) - len(resets), "waiting for the index worker to reset")
+            if not resets:
+                resetting = False
+                progress.show(len(projects), "done", force=True)
+                progress.done()
+                label = projects[0].project_id if len(projects) == 1 else f"{len(projects)} projects"
+                progress = Progress(f"replay {label}: index", total)
+        if not resetting:
+            _check_jobs(connection, index_jobs)
+            heads = _index_heads(connection, projects)
+            progress.show(sum(min(h, p.last_seq) for h, p in zip(heads, projects, strict=True)))
+            behind = [p.project_id for h, p in zip(heads, projects, strict=True) if h < p.last_seq]
+            if not behind and not index_jobs:
+                progress.show(total, "done", force=True)
+                progress.done()
+                return
+            if behind and not index_jobs:
+                raise ReplayFailed(
+                    f"every index job of the replay ended, yet the index head of {', '.join(behind)} "
+                    "is short of the log (was a job deleted?): run the replay again"
+                )
+        now = time.monotonic()
+        if now >= next_worker_check:
+            next_worker_check = now + defaults.REPLAY_WORKER_CHECK_S
+            if not live_workers(connection, index_queue.name):
+                progress.done()
+                raise ReplayFailed(f"{NO_INDEX_WORKER}; the replay's jobs stay queued and run once one starts")
+        time.sleep(defaults.REPLAY_POLL_S)
 
 
 def replay(connection: redis.Redis, settings: Settings, project_id: str | None, wait: bool = True) -> int:
-    """`pvm replay --project P | --all`."""
+    """`pvm replay --project P | --all`: an exit status."""
     projects = LogReader(settings.log_dir).projects()
     if project_id is not None:
         if project_id not in projects:
@@ -144,9 +235,18 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
             )
             return 2
         projects = [project_id]
-    total = 0
-    for p in projects:
-        total += replay_project(connection, settings, p, wait)
+    # Before anything changes: waiting on a queue nobody serves would never end.
+    if wait and not live_workers(connection, keys.QUEUES["index"]):
+        print(f"pvm replay: {NO_INDEX_WORKER} (or pass --no-wait to queue the rebuild for later)", file=sys.stderr)
+        return 1
+    enqueued = [enqueue_project(connection, settings, p) for p in projects]
+    total = sum(p.minutes for p in enqueued)
+    if wait:
+        try:
+            wait_for(connection, enqueued)
+        except ReplayFailed as exc:
+            print(f"pvm replay: {exc}", file=sys.stderr)
+            return 1
     state = "rebuilt" if wait else "queued for rebuilding"
     print(f"pvm replay: {total:,} minutes of {len(projects)} project(s) {state} from the log")
     return 0

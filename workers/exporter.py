@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import redis
 from prometheus_client import CollectorRegistry, start_http_server
@@ -33,16 +33,16 @@ from rq.registry import (
 )
 
 from contracts import keys
+from pvm import defaults
 from pvm.config import Settings
-from pvm.connection import bulk_reply, hash_reply, stream_entries
+from pvm.connection import bulk_reply, hash_reply
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
+from pvm.queues import live_workers
 from pvm.serializers import MsgpackSerializer
-from workers.runner import live_workers
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9108
-LAG_COUNT_CAP = 100_000  # when Redis cannot say the lag, count entries up to this many
 SCHEDULE_FIELDS = ("last", "every", "job")  # `<name>:<field>` in keys.schedules()
 
 
@@ -58,7 +58,7 @@ def _id_ms(entry_id: str) -> int:
 class GroupState:
     name: str
     lag: int | None
-    lag_source: str  # "redis" | "computed" | "unknown"
+    lag_source: str  # "redis" | "computed" (counted: Redis gave NULL) | "lower-bound" (counted up to the cap)
     pending: int
     oldest_pending_age_s: float | None
 
@@ -117,17 +117,49 @@ class Snapshot:
         return asdict(self)
 
 
+# Counts a group's unread entries inside Redis, so no entry crosses the wire; at most `cap` per call.
+_COUNT_UNREAD = """
+-- KEYS[1]: stream; ARGV: the group's last-delivered id, cap, page. Returns {count, 1 if the count stopped at cap}.
+if #redis.call('XREVRANGE', KEYS[1], ARGV[1], '-', 'COUNT', 1) == 0 then
+  return {redis.call('XLEN', KEYS[1]), 0}  -- nothing at or before the group's position: every entry is unread
+end
+local cap, page, n, after = tonumber(ARGV[2]), tonumber(ARGV[3]), 0, '(' .. ARGV[1]
+while n < cap do
+  local want = math.min(page, cap - n)
+  local entries = redis.call('XRANGE', KEYS[1], after, '+', 'COUNT', want)
+  n = n + #entries
+  if #entries < want then return {n, 0} end
+  after = '(' .. entries[#entries][1]
+end
+return {n, #redis.call('XRANGE', KEYS[1], after, '+', 'COUNT', 1)}
+"""
+
+
+def _count_unread(connection: redis.Redis, stream: str, last_delivered: str) -> tuple[int, str]:
+    """Entries past a group's last-delivered id: (count, "computed"), or (cap, "lower-bound") past the cap.
+
+    Redis reports a NULL lag after trims or deletions it cannot account for.
+    The entries are counted by a script on the server (only the count comes
+    back), at most `defaults.EXPORTER_LAG_COUNT_CAP` per group and scrape, in
+    XRANGE pages; a lag past the cap is reported as the cap, a lower bound.
+    A group behind every entry left (its position trimmed away) is the
+    stream's length, exactly, at the cost of one lookup.
+    """
+    cap = defaults.EXPORTER_LAG_COUNT_CAP
+    count, capped = cast(
+        list[int],
+        connection.eval(_COUNT_UNREAD, 1, stream, last_delivered, cap, defaults.EXPORTER_LAG_COUNT_PAGE),
+    )
+    return int(count), "lower-bound" if capped else "computed"
+
+
 def _group_state(connection: redis.Redis, stream: str, group: dict[str, Any], now_ms: int) -> GroupState:
     name = _s(group["name"])
     pending = int(group["pending"])
     lag = group.get("lag")
     source = "redis"
     if lag is None:
-        # Redis reports NULL lag after trims/deletes it cannot account for:
-        # count what lies past the group's last delivered id instead of saying 0.
-        last = _s(group["last-delivered-id"])
-        entries = stream_entries(connection.xrange(stream, min=f"({last}", max="+", count=LAG_COUNT_CAP))
-        lag, source = len(entries), "computed"
+        lag, source = _count_unread(connection, stream, _s(group["last-delivered-id"]))
     oldest_age = None
     if pending:
         summary = connection.xpending(stream, name)

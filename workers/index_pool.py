@@ -786,7 +786,7 @@ def _queue_from_log(connection: redis.Redis, settings: Settings, project_id: str
             queue.enqueue_many(
                 [
                     Queue.prepare_data(
-                        "workers.index_pool.run",
+                        keys.INDEX_JOB,
                         args=(batch,),
                         timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
                         retry=Retry(max=defaults.JOB_RETRIES),

@@ -56,14 +56,13 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, redis_from_settings
-from pvm.queues import pool_queue, queue_name
+from pvm.queues import WORKER_NAME_PREFIX, pool_queue, queue_name, worker_registrations
 from pvm.serializers import MsgpackSerializer
 from pvm.stack import RestartPolicy, terminate
 from workers.jobs import JobRefused, PvmJob, refusal
 
 log = logging.getLogger(__name__)
 
-WORKER_NAME_PREFIX = "pvm-"
 
 _REQUEUE = """
 -- KEYS: started registry, job hash, queue list, execution hash, the reaper's counters
@@ -173,32 +172,6 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
     return requeued
 
 
-def _registrations(connection: redis.Redis, queue_name: str) -> list[tuple[str, bool]]:
-    """The PVM workers RQ lists as serving `queue_name`, by name, each with whether its alive key is there."""
-    prefix = Worker.redis_worker_namespace_prefix + WORKER_NAME_PREFIX
-    registered = (as_text(k) for k in cast(set[bytes], connection.smembers(WORKERS_BY_QUEUE_KEY % queue_name)))
-    # A PVM worker sets its alive key before it registers: a registered one without it is dead.
-    names = sorted(k.removeprefix(Worker.redis_worker_namespace_prefix) for k in registered if k.startswith(prefix))
-    with connection.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.exists(keys.worker_alive(name))
-        alive = pipe.execute()
-    return [(name, bool(fresh)) for name, fresh in zip(names, alive, strict=True)]
-
-
-def live_workers(connection: redis.Redis, queue_name: str) -> list[str]:
-    """Names of the PVM workers serving `queue_name` now: registered with RQ and keeping their alive key fresh.
-
-    RQ keeps a SIGKILLed worker registered until its worker key expires
-    (minutes), or for good when no worker is left to clean up; its alive key
-    lapses within `defaults.WORKER_ALIVE_TTL_S`. The one rule behind `pvm
-    status`, the exporter's `pvm_queue_workers` and the PVMQueueWithoutWorkers
-    alert. A worker that is not PVM's keeps no alive key (and checks no job
-    allowlist): it does not count.
-    """
-    return [name for name, alive in _registrations(connection, queue_name) if alive]
-
-
 def drop_dead_workers(connection: redis.Redis, queues: Sequence[Queue]) -> list[str]:
     """Unregister from RQ the PVM workers of `queues` whose alive key lapsed; returns their names.
 
@@ -208,7 +181,7 @@ def drop_dead_workers(connection: redis.Redis, queues: Sequence[Queue]) -> list[
     """
     dropped = set()
     for queue in queues:
-        dead = [name for name, alive in _registrations(connection, queue.name) if not alive]
+        dead = [name for name, alive in worker_registrations(connection, queue.name) if not alive]
         if not dead:
             continue
         worker_keys = [Worker.redis_worker_namespace_prefix + name for name in dead]

@@ -395,3 +395,50 @@ def test_a_sigkilled_worker_stops_counting_within_the_alive_ttl(
             worker.kill()
             worker.wait(10)
     assert redis_client.scard("rq:workers:pvm-log") == 1  # RQ still lists it: nobody was left to clean up
+
+def _null_lag_stream(connection: redis.Redis, entries: int, payload: int) -> str:
+    """Shard 0's stream with `entries` entries, a group that read 3, and a deletion it has not read past (lag NULL)."""
+    stream = keys.stream(0)
+    ids: list[bytes] = []
+    for start in range(0, entries, 2_000):
+        pipe = connection.pipeline(transaction=False)
+        for _ in range(start, min(start + 2_000, entries)):
+            pipe.xadd(stream, {b"m": b"x" * payload})
+        ids += pipe.execute()
+    connection.xgroup_create(stream, keys.DISPATCH_GROUP, id="0")
+    connection.xreadgroup(keys.DISPATCH_GROUP, "c", {stream: ">"}, count=3)
+    connection.xdel(stream, ids[10])
+    assert connection.xinfo_groups(stream)[0]["lag"] is None, "this server reports the lag: nothing to compute"
+    return stream
+
+
+def _sent_bytes(connection: redis.Redis) -> int:
+    return int(connection.info("stats")["total_net_output_bytes"])
+
+
+def test_a_null_lag_is_counted_without_pulling_the_entries(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _null_lag_stream(redis_client, 5_000, payload=2_000)  # 10 MB past the group's position
+    before = _sent_bytes(redis_client)
+    group = snapshot(redis_client, settings).streams[0].groups[0]
+    sent = _sent_bytes(redis_client) - before
+    assert (group.lag, group.lag_source) == (4_996, "computed")
+    assert sent < 200_000, f"the server sent {sent:,} bytes to count a lag"
+
+    # Past the cap a scrape counts no further: the lag is a lower bound, and says so.
+    monkeypatch.setattr(defaults, "EXPORTER_LAG_COUNT_CAP", 1_000)
+    group = snapshot(redis_client, settings).streams[0].groups[0]
+    assert (group.lag, group.lag_source) == (1_000, "lower-bound")
+    monkeypatch.setattr(defaults, "EXPORTER_LAG_COUNT_CAP", 4_996)  # exactly the lag: still exact
+    group = snapshot(redis_client, settings).streams[0].groups[0]
+    assert (group.lag, group.lag_source) == (4_996, "computed")
+
+
+def test_a_null_lag_behind_every_entry_is_the_stream_length(redis_client: redis.Redis, settings: Settings) -> None:
+    stream = _null_lag_stream(redis_client, 30, payload=10)
+    # Trimmed past the group's position: every entry left is unread.
+    redis_client.xtrim(stream, maxlen=20, approximate=False)
+    assert redis_client.xinfo_groups(stream)[0]["lag"] is None
+    group = snapshot(redis_client, settings).streams[0].groups[0]
+    assert (group.lag, group.lag_source) == (20, "computed")
