@@ -114,6 +114,10 @@ class DurableValkey:
             self.server.terminate()
 
 
+def text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 # -- poison -------------------------------------------------------------------------------------------------------
 
 
@@ -317,10 +321,11 @@ class Chaos:
             return  # Valkey is down (only this loop kills it, so an XADD below is never in doubt)
         client = redis.Redis.from_url(self.valkey.url)
         try:
-            entry_id = client.xadd(keys.stream(shard), fields)  # type: ignore[arg-type]
+            entry_id = text(client.xadd(keys.stream(shard), fields))  # type: ignore[arg-type]
         finally:
             client.close()
-        self.stream_poison.append(StreamPoison(kind, shard, entry_id.decode()))
+        assert entry_id is not None
+        self.stream_poison.append(StreamPoison(kind, shard, entry_id))
 
     def poison_api(self) -> None:
         if not self._api_order:
@@ -404,9 +409,12 @@ def pipeline_state(r: redis.Redis, settings: Settings) -> dict[str, Any]:
             "started": StartedJobRegistry(queue.name, connection=r, serializer=MsgpackSerializer).get_job_count(
                 cleanup=False
             ),
-            "failed": FailedJobRegistry(queue.name, connection=r, serializer=MsgpackSerializer).get_job_ids(
-                cleanup=False
-            ),
+            "failed": {
+                job_id: failure(r, job_id)
+                for job_id in FailedJobRegistry(queue.name, connection=r, serializer=MsgpackSerializer).get_job_ids(
+                    cleanup=False
+                )
+            },
         }
     state["pending"] = {
         s: sum(int(g["pending"]) for g in r.xinfo_groups(keys.stream(s))) for s in range(settings.shards)
@@ -415,13 +423,23 @@ def pipeline_state(r: redis.Redis, settings: Settings) -> dict[str, Any]:
     return state
 
 
+def failure(r: redis.Redis, job_id: str) -> str:
+    """The last line of a failed job's error."""
+    try:
+        result = Job.fetch(job_id, connection=r, serializer=MsgpackSerializer).latest_result()
+    except Exception as exc:  # a job that cannot be read: say so
+        return f"unreadable: {exc}"
+    lines = ((result.exc_string if result else None) or "").strip().splitlines()
+    return lines[-1][:300] if lines else "no error recorded"
+
+
 def stranded(r: redis.Redis) -> dict[str, list[dict[str, Any]]]:
     """For a failure message: each job left in an intermediate list, with its status and where else it is."""
     out: dict[str, list[dict[str, Any]]] = {}
     for pool in keys.QUEUES:
         queue = pool_queue(pool, r)
         for raw in r.lrange(queue.intermediate_queue_key, 0, -1):
-            job_id = raw.decode()
+            job_id = str(text(raw))
             fields = r.hmget(
                 Job.key_for(job_id), ["status", "enqueued_at", "started_at", "ended_at", "worker_name", "retries_left"]
             )
@@ -429,7 +447,7 @@ def stranded(r: redis.Redis) -> dict[str, list[dict[str, Any]]]:
                 {
                     "job": job_id,
                     **{
-                        name: value.decode() if value else None
+                        name: text(value)
                         for name, value in zip(
                             ["status", "enqueued_at", "started_at", "ended_at", "worker", "retries_left"],
                             fields,
@@ -439,7 +457,7 @@ def stranded(r: redis.Redis) -> dict[str, list[dict[str, Any]]]:
                     "in queue": r.lpos(queue.key, job_id) is not None,
                     "finished": r.zscore(queue.finished_job_registry.key, job_id) is not None,
                     "failed": r.zscore(queue.failed_job_registry.key, job_id) is not None,
-                    "reaper saw it at": r.hget(keys.stranded_seen(queue.name), job_id),
+                    "reaper saw it at": text(r.hget(keys.stranded_seen(queue.name), job_id)),
                 }
             )
     return out
@@ -596,13 +614,18 @@ def check(
 
     # The index: every valid minute is one point (point ids derive from minute ids, so a count equal to the
     # minutes with all of them found means each is there once and nothing else is).
-    engine = EdgeEngine(settings.vector_dir)
     unindexed: list[str] = []
     indexed = 0
+    engine = EdgeEngine(settings.vector_dir)
     try:
         for project, ids in sorted(expected.items()):
-            found = {c.minute_id for c in engine.retrieve(project, ids)}
-            count = engine.count(project)
+            try:
+                found = {c.minute_id for c in engine.retrieve(project, ids)}
+                count = engine.count(project)
+            except Exception as exc:  # a shard the engine cannot open: say which, and check the others
+                problems.append(f"index of {project} cannot be read: {exc}")
+                unindexed += ids
+                continue
             indexed += len(found)
             unindexed += [i for i in ids if i not in found]
             if count != len(found):
