@@ -492,8 +492,13 @@ def chaos_seed() -> Iterator[int]:
     yield seed
 
 
-def test_chaos_kill_9_and_poison_lose_and_duplicate_nothing(tmp_path: Path, chaos_seed: int) -> None:
+def test_chaos_kill_9_and_poison_lose_and_duplicate_nothing(
+    tmp_path: Path, chaos_seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seed = chaos_seed
+    # Children inherit the environment: the embedded engine, lexical only, whatever the caller's shell holds.
+    for name in ("PVM_QDRANT_URL", "PVM_EMBED_MODEL", "OPENAI_BASE_URL", "PVM_API_TOKEN", "PVM_API_TOKENS_FILE"):
+        monkeypatch.delenv(name, raising=False)
     rng = random.Random(seed)
     t0 = time.monotonic()
     valkey = DurableValkey(tmp_path / "valkey", free_port())
