@@ -140,6 +140,34 @@ def _connect(settings: Settings) -> redis.Redis:
     return connection
 
 
+def _connect_service(settings: Settings) -> redis.Redis:
+    """`_connect` for a long-running command: waits up to PVM_REDIS_START_WAIT for a Redis that is
+    restarting or loading its data (saying so once on stderr), then gives up like `_connect`."""
+    import time
+
+    import redis
+
+    deadline = time.monotonic() + settings.redis_start_wait_s
+    pause = 0.1
+    said = False
+    while True:
+        try:
+            return _connect(settings)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            if not said:
+                print(
+                    f"pvm: {redis_unreachable(settings.redis_url or '', exc)}; "
+                    f"waiting up to {settings.redis_start_wait_s:g} s (PVM_REDIS_START_WAIT)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
 def redis_unreachable(url: str, exc: Exception) -> str:
     """The one line `pvm` prints when Redis does not answer: where it looked (no password), why, and the fix."""
     import urllib.parse
@@ -182,7 +210,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
     if settings.redis_url:
-        _connect(settings).close()  # a Redis named but not there: say so before starting anything
+        _connect_service(settings).close()  # a Redis named but not there: say so before starting anything
     stop = threading.Event()
     _stop_on_signals(stop)
     live = stack.start()
@@ -206,7 +234,7 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
     from workers.scheduler import Scheduler, default_schedules, read_schedules
 
-    connection = _connect(settings)
+    connection = _connect_service(settings)
     scheduler = Scheduler(connection, default_schedules(settings), name=args.name)
     if args.list:
         now = scheduler.now()
@@ -258,7 +286,7 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
     shards = _shards_of(settings, args.shards) if args.shards else None
     if args.batch:
         settings = settings.with_(dispatch_batch=args.batch)
-    dispatcher = Dispatcher(_connect(settings), settings, consumer=args.consumer, shards=shards)
+    dispatcher = Dispatcher(_connect_service(settings), settings, consumer=args.consumer, shards=shards)
     _stop_on_signals(dispatcher.stop_event)
     logging.getLogger("workers").info("dispatcher %s on shards %s", dispatcher.consumer, dispatcher.shards)
     stats = dispatcher.run(max_idle_s=args.max_idle)
@@ -278,7 +306,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
             "set PVM_QDRANT_URL to a Qdrant server to run more"
         )
     # A worker rides out Redis going away, but one that never reached it would wait without a word.
-    _connect(settings).close()
+    _connect_service(settings).close()
     if args.processes == 1:
         run_worker(args.pools, settings, burst=args.burst, name=args.name)
         return 0
@@ -340,7 +368,7 @@ def cmd_log_tail(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_exporter(args: argparse.Namespace, settings: Settings) -> int:
     from workers.exporter import serve
 
-    server, _thread = serve(_connect(settings), settings, port=args.port, addr=args.addr)
+    server, _thread = serve(_connect_service(settings), settings, port=args.port, addr=args.addr)
     print(f"pvm exporter: serving http://{args.addr}:{args.port}/metrics (Ctrl-C stops)")
     sys.stdout.flush()
     stop = threading.Event()
@@ -523,7 +551,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     # Loaded before anything starts: a tokens file that cannot be used is a one-line error, never an open API.
     tokens = TokenFile(settings.api_tokens_file) if settings.api_tokens_file else None
-    _connect(settings).close()
+    _connect_service(settings).close()
     index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
     if index_worker and settings.qdrant_url is None:
         where = "with the embedded engine: this process also runs the index pool"

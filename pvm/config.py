@@ -29,6 +29,7 @@
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
 | PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |
+| PVM_REDIS_START_WAIT | 30 | seconds a long-running command waits at start for Redis before giving up (0: none) |
 | PVM_EXTRA_JOB_FUNCTIONS | (unset) | job functions (dotted names, comma-separated) workers run besides PVM's own |
 """
 
@@ -141,6 +142,7 @@ class Settings:
     api_tokens_file: Path | None = None
     optimize_every_s: int = defaults.OPTIMIZE_EVERY_S
     extra_job_functions: tuple[str, ...] = ()  # workers run these besides keys.JOB_FUNCTIONS
+    redis_start_wait_s: float = defaults.REDIS_START_WAIT_S
 
     @property
     def vector_dir(self) -> Path:
@@ -192,6 +194,7 @@ class Settings:
             api_tokens_file=Path(env["PVM_API_TOKENS_FILE"]) if env.get("PVM_API_TOKENS_FILE") else None,
             optimize_every_s=_int(env, "PVM_OPTIMIZE_EVERY", defaults.OPTIMIZE_EVERY_S, minimum=0),
             extra_job_functions=_job_functions(env),
+            redis_start_wait_s=_float(env, "PVM_REDIS_START_WAIT", defaults.REDIS_START_WAIT_S),
         )
 
     def with_(self, **changes: object) -> Settings:
@@ -232,6 +235,7 @@ class Settings:
         env["PVM_EMBED_MAX_RETRIES"] = str(self.embed_max_retries)
         env["PVM_EMBED_TIMEOUT"] = repr(self.embed_timeout_s)
         env["PVM_EMBED_QUERY_TIMEOUT"] = repr(self.embed_query_timeout_s)
+        env["PVM_REDIS_START_WAIT"] = repr(self.redis_start_wait_s)
         if self.search_weights is not None:
             env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
         return env

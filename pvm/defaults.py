@@ -138,3 +138,7 @@ FAILED_JOBS_PAGE = 500  # failed job ids read per round trip by `pvm failed retr
 EXPORTER_LAG_COUNT_CAP = 20_000
 EXPORTER_LAG_COUNT_PAGE = 1_000  # entries per XRANGE inside that script
 CLI_REDIS_CONNECT_TIMEOUT_S = 5.0  # a `pvm` command gives up on an unreachable Redis after this long
+
+# A long-running command started while Redis restarts (or loads its data) waits this long for it, saying so
+# once, before it gives up with the one-line error: under a supervisor an exit would only add crash-loop backoff.
+REDIS_START_WAIT_S = 30.0  # PVM_REDIS_START_WAIT

@@ -65,11 +65,14 @@ log = logging.getLogger(__name__)
 
 
 _REQUEUE = """
--- KEYS: started registry, job hash, queue list, execution hash, the reaper's counters
+-- KEYS: started registry, job hash, queue list, execution hash, the reaper's counters, intermediate list
 -- ARGV: registry member, job id, counter field
+-- RQ registers a started job and only then takes it off the intermediate list: a worker killed
+-- between the two leaves it in both, and the copy there would never be cleared once the job ran.
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[2], 'status', 'queued')
   redis.call('DEL', KEYS[4])
+  redis.call('LREM', KEYS[6], 0, ARGV[2])
   redis.call('LPUSH', KEYS[3], ARGV[2])
   redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
   return 1
@@ -81,8 +84,14 @@ _REQUEUE_STRANDED = """
 -- KEYS: intermediate list, job hash, queue list, RQ's first-seen key, our seen hash, the reaper's counters
 -- ARGV: job id, counter field
 -- A job dequeued (moved to the intermediate list) that no worker started: status still 'queued'.
+-- Any other status (started, finished, failed, or no job hash left) is a leftover copy: the started
+-- registry and the dead-worker reaper own the job now, so the copy is only dropped.
 redis.call('HDEL', KEYS[5], ARGV[1])
-if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then return 0 end
+if redis.call('HGET', KEYS[2], 'status') ~= 'queued' then
+  redis.call('LREM', KEYS[1], 0, ARGV[1])
+  redis.call('DEL', KEYS[4])
+  return 0
+end
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[4])
 redis.call('LPUSH', KEYS[3], ARGV[1])
@@ -163,7 +172,14 @@ def _requeue_dead_workers_jobs(connection: redis.Redis, queues: Sequence[Queue])
             if connection.exists(keys.worker_alive(worker_name)):
                 continue
             done = script(
-                keys=[registry.key, Job.key_for(job_id), queue.key, execution_key, keys.metrics_reaper(queue.name)],
+                keys=[
+                    registry.key,
+                    Job.key_for(job_id),
+                    queue.key,
+                    execution_key,
+                    keys.metrics_reaper(queue.name),
+                    queue.intermediate_queue_key,
+                ],
                 args=[composite, job_id, keys.REQUEUED_DEAD_WORKER],
             )
             if done:
@@ -427,13 +443,14 @@ def run_worker(pools: Sequence[str], settings: Settings, burst: bool = False, na
     job_functions = keys.JOB_FUNCTIONS | set(settings.extra_job_functions)
     generation = 0
     while True:
-        worker = PvmWorker(
-            queues, connection, job_functions, name=f"{name}-{generation}" if name and generation else name
-        )
         try:
+            # Inside the try: RQ's Worker() already talks to Redis (CLIENT SETNAME), which may be restarting.
+            worker = PvmWorker(
+                queues, connection, job_functions, name=f"{name}-{generation}" if name and generation else name
+            )
             return worker.work(burst=burst, logging_level="WARNING")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            log.warning("worker %s lost Redis (%s); a new worker starts when Redis is back", worker.name, exc)
+            log.warning("worker lost Redis (%s); a new worker starts when Redis is back", exc)
         if not wait_for_redis(connection):
             return False
         generation += 1

@@ -14,10 +14,10 @@ from rq.exceptions import DequeueTimeout
 from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.queues import pool_queue
+from pvm.queues import live_workers, pool_queue
 from pvm.serializers import MsgpackSerializer
 from tests.workers.jobs import ALLOWED_IN_TESTS
-from workers.runner import DurableQueue, PvmWorker, drop_dead_workers, live_workers, requeue_orphans
+from workers.runner import DurableQueue, PvmWorker, drop_dead_workers, requeue_orphans
 
 
 def spawn(args: list[str], settings: Settings) -> subprocess.Popen[str]:
@@ -183,3 +183,66 @@ def test_a_running_worker_drops_a_dead_workers_registration_and_keeps_its_own(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+
+
+def test_a_job_killed_between_registering_and_starting_is_requeued_once_and_leaves_no_intermediate_copy(
+    redis_client: redis.Redis,
+) -> None:
+    """RQ registers a started job, then (a second step) takes it off the intermediate list: a kill between them."""
+    queue = pool_queue("log", redis_client)
+    job = queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    worker = PvmWorker([queue], redis_client, name="pvm-test-killed-mid-start")
+    taken = DurableQueue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
+    assert taken is not None and taken[0].id == job.id
+    worker.prepare_execution(taken[0])  # the first step only; no alive key: the worker is dead
+    assert redis_client.llen(queue.intermediate_queue_key) == 1
+
+    assert requeue_orphans(redis_client, [queue]) == [job.id]
+    assert redis_client.lrange(queue.key, 0, -1) == [job.id.encode()]
+    assert redis_client.llen(queue.intermediate_queue_key) == 0
+    # Nothing is left for the stranded-job reaper to requeue a second time, however late it looks.
+    later = time.time() + 10 * defaults.STRANDED_GRACE_S
+    assert requeue_orphans(redis_client, [queue], now=later) == []
+    assert requeue_orphans(redis_client, [queue], now=later + 10 * defaults.STRANDED_GRACE_S) == []
+    assert redis_client.lrange(queue.key, 0, -1) == [job.id.encode()]
+
+
+def test_an_intermediate_copy_of_a_job_that_already_ran_is_dropped(redis_client: redis.Redis) -> None:
+    """A leftover copy (left by an older reaper or a crash) whose job finished must not sit there for good."""
+    queue = pool_queue("log", redis_client)
+    job = queue.enqueue("tests.workers.jobs.slow_marker", "/nonexistent/never-run", 0.0)
+    redis_client.lpush(queue.intermediate_queue_key, job.id)
+    redis_client.hset(f"rq:job:{job.id}", "status", "finished")
+    start = time.time()
+    assert requeue_orphans(redis_client, [queue], now=start) == []  # first seen
+    assert redis_client.llen(queue.intermediate_queue_key) == 1
+    assert requeue_orphans(redis_client, [queue], now=start + defaults.STRANDED_GRACE_S + 1) == []
+    assert redis_client.llen(queue.intermediate_queue_key) == 0
+    assert redis_client.llen(queue.key) == 1  # the enqueue's own entry; nothing added
+
+
+@pytest.mark.slow
+def test_a_worker_started_while_redis_is_down_waits_and_then_works(tmp_path: Path, settings: Settings) -> None:
+    """Under a supervisor, a worker that exits because Redis is restarting only adds crash-loop backoff."""
+    from pvm.embedded import EmbeddedRedis
+    from tests.conftest import free_port
+
+    port = free_port()
+    down = settings.with_(redis_url=f"redis://127.0.0.1:{port}/0")
+    worker = spawn(["worker", "log"], down)
+    server = None
+    try:
+        time.sleep(1.5)
+        assert worker.poll() is None, worker.communicate()[0]
+        server = EmbeddedRedis(data_dir=tmp_path / "late-redis", port=port).start()
+        connection = redis.Redis.from_url(server.url)
+        marker = tmp_path / "ran"
+        pool_queue("log", connection).enqueue("tests.workers.jobs.slow_marker", str(marker), 0.0)
+        wait_for(marker, timeout=60)
+        assert worker.poll() is None
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out = worker.communicate(timeout=30)[0]
+        if server is not None:
+            server.stop()
+    assert "waiting up to" in out, out
