@@ -22,12 +22,10 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-import msgpack
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import ContractError, InvalidMinute, MalformedMinute, Minute, UnsupportedSchemaVersion, keys
-from contracts.codec import SUPPORTED_VERSIONS
+from contracts import ContractError, InvalidMinute, Minute, decode_durable_minute, keys
 from contracts.memory import Category, Insight, Scores
 from contracts.minute import parse_timestamp
 from pvm import defaults
@@ -536,17 +534,12 @@ def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[s
 
 
 def _durable_minute(raw: bytes) -> Minute:
-    """A minute from bytes the log holds (validated when they were written); `ContractError` when they are not one."""
-    try:
-        body = msgpack.unpackb(raw, raw=False)
-    except Exception as exc:  # msgpack raises several unrelated types for junk input
-        raise MalformedMinute(f"not valid msgpack: {type(exc).__name__}: {exc}") from None
-    if not isinstance(body, dict):
-        raise MalformedMinute(f"expected a msgpack map, got {type(body).__name__}")
-    version = body.pop("v", None)
-    if type(version) is not int or version not in SUPPORTED_VERSIONS:
-        raise UnsupportedSchemaVersion(f"schema version {version!r} is not supported")
-    minute = Minute.trusted(body)
+    """A minute from bytes the log holds (validated when they were written); `ContractError` when they are not one.
+
+    The project id and the data's shape are checked again: the project names a shard
+    directory, and the rules read the data as a mapping.
+    """
+    minute = decode_durable_minute(raw)
     if not isinstance(minute.project_id, str) or not is_valid_project(minute.project_id):
         raise InvalidMinute("project_id", f"{str(minute.project_id)[:40]!r} is not a project name")
     if not isinstance(minute.data, dict):

@@ -30,6 +30,7 @@ from contracts import Minute, decode_durable_minute
 from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
+from pvm.fsync import fsync_dir
 
 SEGMENT_SUFFIX = ".seg"
 
@@ -74,14 +75,6 @@ def _segments(project_dir: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     return [project_dir / n for n in names]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _ProjectWriter:
@@ -191,7 +184,7 @@ class _ProjectWriter:
         finally:
             os.close(fd)
         if new_segment:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
         self.segment_end += len(blob)
         return out
 

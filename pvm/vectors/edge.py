@@ -81,6 +81,7 @@ import msgpack
 import qdrant_edge as qe
 
 from contracts.memory import SearchFilters
+from pvm.fsync import fsync_dir
 from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
     DENSE,
@@ -359,7 +360,7 @@ class EdgeEngine:
             with contextlib.suppress(FileNotFoundError):  # an operator took it away meanwhile
                 os.rename(directory, directory.with_name(REINDEXED_PREFIX + directory.name[len(BROKEN_PREFIX) :]))
         if aside:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
     # -- shards ---------------------------------------------------------------------
 
@@ -479,13 +480,13 @@ class EdgeEngine:
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
             raise
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         return _edge_call(directory, lambda: qe.EdgeShard.load(str(directory)))
 
     def _set_aside(self, project_id: str, directory: Path, error: Exception) -> None:
         aside = self.path / f"{BROKEN_PREFIX}{int(time.time() * 1000)}-{project_id}"
         os.rename(directory, aside)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         with self._cond:
             self._broken.setdefault(project_id, []).append(aside)
         log.error(
@@ -676,14 +677,6 @@ def _edge_error(directory: Path, exc: Exception) -> VectorStoreError:
             "rebuild it (`pvm replay`) or configure the embedder it was built with"
         )
     return VectorStoreError(f"qdrant-edge failed on {directory}: {message}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _hold_lock(path: Path) -> IO[str]:
