@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing.util
 import os
 import threading
 import time
@@ -395,6 +396,34 @@ class _Outbox:
             if self._thread.is_alive():
                 self._abandon()
 
+    def restart_in_child(self) -> None:
+        """After fork(), in the child: a fresh, empty outbox with its own flusher on the same streams.
+
+        The child has no flusher thread, and its copies of the locks may be held by a
+        parent thread that does not exist here. What was buffered and the spool files
+        stay the parent's (the parent sends them); the child counts from zero.
+        """
+        self._lock = threading.Lock()
+        self._spool_lock = threading.Lock()
+        self._close_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flushed = threading.Condition()
+        self._buffers = [[] for _ in range(self.shards)]
+        self._buffered = self._buffered_bytes = 0
+        self._taken, self._taken_bytes = None, 0
+        self._emitted = self._sent = self._spooled = self._spooled_total = self._dropped = 0
+        self._in_flight = self._refused = self._adopted = 0
+        self._last_refusal = None
+        for spool in [*self._replay, *([self._own_spool] if self._own_spool else [])]:
+            spool.close()  # this process's descriptor only: the parent keeps its lock and its spool
+        self._own_spool, self._replay = None, []
+        self._outage, self._retry_at, self._backoff, self._asleep = None, 0.0, 0.0, False
+        if self._closed or self._closing:
+            return
+        self._thread = threading.Thread(target=self._run, name="pvm-emitter", daemon=True)
+        _live.add(self)
+        self._thread.start()
+
     def release(self) -> None:
         """The Emitter was dropped: let the flusher send what is left and stop, without waiting for it here.
 
@@ -705,6 +734,28 @@ def _close_at_exit() -> None:
         outbox.close(max(0.0, deadline - time.monotonic()))
 
 
+def _restart_in_child() -> None:
+    """After fork(), in the child: every live emitter gets a flusher of its own, so what the child emits is sent.
+
+    multiprocessing's children end with os._exit(), which skips atexit: they close
+    their emitters from multiprocessing's own exit hook (`_close_at_multiprocessing_exit`).
+    """
+    inherited = list(_live)
+    _live.clear()
+    for outbox in inherited:
+        outbox.restart_in_child()
+
+
+def _close_at_multiprocessing_exit(_anchor: object) -> None:
+    """In a multiprocessing child, once it has cleared its parent's finalizers: close emitters when it ends."""
+    multiprocessing.util.Finalize(None, _close_at_exit, exitpriority=100)
+
+
+class _ForkAnchor:
+    """multiprocessing keys its after-fork hooks by a live object."""
+
+
+_FORK_ANCHOR = _ForkAnchor()
 atexit.register(_close_at_exit)
-# A forked child has none of its parent's flusher threads: it must not wait on them, or spool their minutes twice.
-os.register_at_fork(after_in_child=_live.clear)
+os.register_at_fork(after_in_child=_restart_in_child)
+multiprocessing.util.register_after_fork(_FORK_ANCHOR, _close_at_multiprocessing_exit)

@@ -101,3 +101,52 @@ def test_a_dropped_emitter_is_collected_and_its_flusher_sends_what_it_held(
     flusher.join(10)
     assert not flusher.is_alive()
     assert Counter(stream_ids(redis_client)) == Counter(ids)
+
+
+FORKING_PARENT = """
+import multiprocessing
+import os
+import sys
+from pathlib import Path
+from contracts import Minute
+from pvm.config import Settings
+from pvm.emitter import Emitter
+
+url, spool_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+emitter = Emitter(url, settings=Settings(redis_url=url, shards=4, spool_dir=spool_dir))
+
+
+def emit(label):
+    for i in range(n):
+        print(emitter.emit(Minute(project_id=f"{label}{i % 4}", event_type="message")), flush=True)
+
+
+emit("parent")  # buffered, not yet sent, when the children are forked
+pid = os.fork()
+if pid == 0:  # a plain fork: the child ends through sys.exit (atexit runs)
+    emit("forked")
+    sys.exit(0)
+os.waitpid(pid, 0)
+child = multiprocessing.get_context("fork").Process(target=emit, args=("pool",))
+child.start()  # multiprocessing's child ends through os._exit (atexit does not run)
+child.join()
+emitter.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_child_sends_what_it_emits_through_the_parents_emitter(
+    redis_client: redis.Redis, redis_url: str, settings: Settings
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(FORKING_PARENT), redis_url, str(settings.spool_dir), "3000"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    ids = done.stdout.split()
+    assert len(ids) == 9000
+    # Every minute of the parent and of both children once: the parent's buffer is not sent twice by a child.
+    assert Counter(stream_ids(redis_client)) == Counter(ids)
