@@ -16,7 +16,7 @@ COPY pyproject.toml README.md ./
 COPY contracts ./contracts
 COPY pvm ./pvm
 COPY workers ./workers
-RUN pip install . && rm -rf /src
+RUN pip install '.[server]' && rm -rf /src
 
 # A fixed uid so a host directory mounted at /data can be chowned to match.
 RUN groupadd --system --gid 10001 pvm \

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[server,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,10 +24,10 @@ tools:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m pvm.cli demo
+	$(PY) -m workers.cli demo
 
 up: $(STAMP)
-	$(PY) -m pvm.cli up
+	$(PY) -m workers.cli up
 
 test: $(STAMP) tools
 	$(PY) -m pytest -q

@@ -17,7 +17,7 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     is reported and must be 0).         target: >= 50,000/s
 3. pipeline         minutes pre-loaded into the streams with nothing running, then
                     ONE `pvm dispatch` process and ONE `pvm worker log` process
-                    (pvm.stack.Stack) drain them into the durable log. The rate is
+                    (workers.stack.Stack) drain them into the durable log. The rate is
                     measured inside the log, excluding process start-up: minutes
                     made durable after the first record's durable_at, divided by
                     (last durable_at - first durable_at). Wall-clock rates from
@@ -32,7 +32,7 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     lower bound (time until the log was read) and
                     durable_censored says how many.     target: p99 <= 250 ms
 
-Workload: pvm.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
+Workload: workers.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
 references to recent minutes) over 2 projects per shard, interleaved, with project
 names chosen so every shard gets the same share. All minutes are built before any
 phase starts and then moved out of the garbage collector's way (gc.freeze()), as an
@@ -78,10 +78,10 @@ from bench.machine import machine
 from contracts import Minute, keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.demo import sample_session
 from pvm.emitter import Emitter, EmitterStats
-from pvm.stack import Stack
 from pvm.stores.log import LogReader
+from workers.demo import sample_session
+from workers.stack import Stack
 
 PHASES = 4
 
@@ -140,7 +140,7 @@ def build_minutes(projects: Sequence[str], n: int) -> list[Minute]:
 
 @contextmanager
 def running_stack(settings: Settings) -> Iterator[Stack]:
-    """pvm.stack.Stack with one dispatcher and one log worker process (and Valkey when settings has no URL).
+    """workers.stack.Stack with one dispatcher and one log worker process (and Valkey when settings has no URL).
 
     The ingest half only: no fan-out to the index pool and no reader API, so the
     figures are dispatch + log as issue 2 defines them (bench/reader.py and

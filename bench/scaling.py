@@ -50,7 +50,7 @@ of the machine, from /proc), which is what explains a speed-up below 2x on a
 index holds a point per minute and the index heads reached the log heads, the
 streams have nothing pending.
 
-Workload: pvm.demo.sample_session minutes over 2 projects per shard, interleaved
+Workload: workers.demo.sample_session minutes over 2 projects per shard, interleaved
 (bench/ingest.py's workload). Progress goes to stderr; a table (or --json) to stdout.
 """
 
@@ -98,10 +98,10 @@ from bench.machine import machine
 from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
 from pvm.stores.log import LogReader, LogWriter
 from workers import log_pool
+from workers.queues import pool_queue
+from workers.serializers import MsgpackSerializer
 
 STAGES = ("dispatch", "log", "index")
 MINUTES = 60_000

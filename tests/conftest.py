@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from pvm.config import Settings
-from pvm.embedded import EmbeddedRedis
 from tests.workers.jobs import TEST_JOB_FUNCTIONS
+from workers.embedded import EmbeddedRedis
 
 # The OpenAI-compatible server (fixture `openai_server`) every test module may use.
 pytest_plugins = ["tests.openai_server"]

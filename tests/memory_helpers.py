@@ -10,10 +10,10 @@ import redis
 from contracts import Minute, encode_minute
 from pvm import engines
 from pvm.config import Settings
-from pvm.queues import pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogWriter
 from workers import index_pool
+from workers.queues import pool_queue
 from workers.runner import PvmWorker
 
 

@@ -17,13 +17,13 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from contracts import Minute, keys
 from pvm.config import Settings
-from pvm.embedded import EmbeddedRedis
 from pvm.emitter import Emitter
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
-from pvm.stack import Stack
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
+from workers.embedded import EmbeddedRedis
+from workers.queues import pool_queue
+from workers.serializers import MsgpackSerializer
+from workers.stack import Stack
 
 pytestmark = pytest.mark.slow
 

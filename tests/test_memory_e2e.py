@@ -15,16 +15,16 @@ from contracts import keys
 from contracts.memory import SearchFilters
 from pvm import engines
 from pvm.config import Settings
-from pvm.demo import sample_session
 from pvm.emitter import Emitter
-from pvm.queues import pool_queue
-from pvm.replay import replay
-from pvm.serializers import MsgpackSerializer
-from pvm.stack import Stack
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import status
+from workers.demo import sample_session
+from workers.queues import pool_queue
+from workers.replay import replay
+from workers.serializers import MsgpackSerializer
+from workers.stack import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
 def test_pvm_optimize_is_run_by_the_index_worker_that_owns_the_engine(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pvm.cli import main
+    from workers.cli import main
 
     use_settings(settings, monkeypatch)
     log_minutes(redis_client, settings, list(sample_session("apollo", 40, seed=3)))

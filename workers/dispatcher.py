@@ -29,7 +29,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import group_reply
 from pvm.metrics import MetricsRecorder
-from pvm.queues import pool_queue
+from workers.queues import pool_queue
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
-from pvm.queues import live_workers
-from pvm.serializers import MsgpackSerializer
+from workers.queues import live_workers
+from workers.serializers import MsgpackSerializer
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.protocols import Embedder, MemoryPoint, VectorEngine
-from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
 from pvm.stores.log import LogReader
 from pvm.vectors import is_valid_project
+from workers.queues import pool_queue
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder, entry_time_ms
-from pvm.queues import pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
+from workers.queues import pool_queue
 
 log = logging.getLogger(__name__)
 

@@ -56,10 +56,10 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, redis_from_settings
-from pvm.queues import WORKER_NAME_PREFIX, pool_queue, queue_name, worker_registrations
-from pvm.serializers import MsgpackSerializer
-from pvm.stack import RestartPolicy, terminate
 from workers.jobs import JobRefused, PvmJob, refusal
+from workers.queues import WORKER_NAME_PREFIX, pool_queue, queue_name, worker_registrations
+from workers.serializers import MsgpackSerializer
+from workers.stack import RestartPolicy, terminate
 
 log = logging.getLogger(__name__)
 
@@ -491,7 +491,7 @@ class WorkerGroup:
         # A session of its own: a terminal's Ctrl-C reaches only the supervisor, which
         # then stops each child once (a second signal would make RQ stop cold).
         return subprocess.Popen(
-            [sys.executable, "-m", "pvm.cli", "worker", *self.pools, "--processes", "1"],
+            [sys.executable, "-m", "workers.cli", "worker", *self.pools, "--processes", "1"],
             env=env,
             start_new_session=True,
         )

@@ -39,8 +39,8 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
+from workers.queues import pool_queue
+from workers.serializers import MsgpackSerializer
 
 log = logging.getLogger(__name__)
 

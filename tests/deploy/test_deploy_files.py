@@ -29,9 +29,9 @@ from prometheus_client.core import Metric
 from rq import Queue
 
 from contracts import keys
-from pvm.cli import build_parser
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
+from workers.cli import build_parser
 from workers.dispatcher import Dispatcher
 from workers.exporter import PvmCollector
 

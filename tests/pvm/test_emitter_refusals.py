@@ -16,9 +16,9 @@ import redis
 from contracts import Minute, keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.embedded import EmbeddedRedis
 from pvm.emitter import Emitter, EmitterStats
 from tests.pvm.test_emitter import stream_ids
+from workers.embedded import EmbeddedRedis
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:

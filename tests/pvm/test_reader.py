@@ -12,12 +12,12 @@ from contracts import Minute, keys
 from contracts.memory import ContextPackage, SearchFilters, agent_lines, hit_line
 from pvm import engines
 from pvm.config import Settings
-from pvm.demo import sample_session
 from pvm.embedders import EmbeddingConfigError
 from pvm.reader import ContextReader, estimate_tokens
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
 from tests.openai_server import OpenAIServer, delay, status
+from workers.demo import sample_session
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from contracts import Minute, encode_minute, keys
 from pvm.config import Settings
-from pvm.queues import pool_queue
 from pvm.stores.log import LogReader
 from workers.dispatcher import Dispatcher, triage
+from workers.queues import pool_queue
 from workers.runner import PvmWorker
 
 

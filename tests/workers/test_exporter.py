@@ -11,12 +11,12 @@ from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
 from tests.conftest import free_port
 from workers.dispatcher import Dispatcher
 from workers.exporter import serve, snapshot
+from workers.queues import pool_queue
 from workers.runner import DurableQueue, PvmWorker, requeue_orphans
+from workers.serializers import MsgpackSerializer
 
 NAME = re.compile(r"^pvm_[a-z0-9_]+$")
 
@@ -293,7 +293,7 @@ def test_the_exporter_survives_redis_errors(settings: Settings) -> None:
 def test_status_and_dead_letter_commands(
     redis_client: redis.Redis, settings: Settings, with_groups: bool, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    from pvm.cli import main
+    from workers.cli import main
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
@@ -331,7 +331,7 @@ def test_failed_jobs_are_listed_and_retried(
 ) -> None:
     import json
 
-    from pvm.cli import main
+    from workers.cli import main
     from workers.runner import PvmWorker
 
     for k, v in settings.to_env().items():
@@ -360,7 +360,7 @@ def test_a_sigkilled_worker_stops_counting_within_the_alive_ttl(
     import time
     from pathlib import Path
 
-    from pvm.cli import main
+    from workers.cli import main
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
@@ -378,7 +378,7 @@ def test_a_sigkilled_worker_stops_counting_within_the_alive_ttl(
         return log_q.workers, status_q["workers"], metric
 
     env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(Path.cwd())}
-    worker = subprocess.Popen([sys.executable, "-m", "pvm.cli", "worker", "log"], env=env)
+    worker = subprocess.Popen([sys.executable, "-m", "workers.cli", "worker", "log"], env=env)
     try:
         deadline = time.monotonic() + 30
         while counted() != (1, 1, 1.0):

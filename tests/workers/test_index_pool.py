@@ -22,7 +22,6 @@ from pvm import defaults, engines
 from pvm.config import Settings
 from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.protocols import Candidate, MemoryPoint
-from pvm.queues import pool_queue
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
@@ -39,6 +38,7 @@ from workers.index_pool import (
     task_kind,
     timestamp_ms,
 )
+from workers.queues import pool_queue
 from workers.runner import PvmWorker
 
 VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"

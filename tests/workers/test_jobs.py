@@ -23,13 +23,13 @@ from rq.utils import utcformat
 
 from contracts import keys
 from pvm.config import ConfigError, Settings
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
 from tests.conftest import free_port
 from tests.workers import planted_import
 from tests.workers.jobs import ALLOWED_IN_TESTS
+from workers.queues import pool_queue
 from workers.runner import PvmWorker
 from workers.scheduler import default_schedules
+from workers.serializers import MsgpackSerializer
 
 PLANTED_MODULE = "tests.workers.planted_import"
 SLOW_MARKER = "tests.workers.jobs.slow_marker"
@@ -180,7 +180,7 @@ def test_rq_maintenance_never_imports_an_abandoned_planted_jobs_callback(
 
 def spawn(args: list[str], settings: Settings, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "pvm.cli", *args],
+        [sys.executable, "-m", "workers.cli", *args],
         env={**os.environ, **settings.to_env(), "PYTHONPATH": str(Path.cwd()), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

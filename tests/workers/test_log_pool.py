@@ -15,12 +15,12 @@ from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer, SerializationError
 from pvm.stores.cache import MinuteCache
 from pvm.stores.log import LogReader, LogWriter
 from workers.log_pool import plan, process
+from workers.queues import pool_queue
 from workers.runner import PvmWorker, requeue_orphans
+from workers.serializers import MsgpackSerializer, SerializationError
 
 
 def batch(n: int, project: str = "p1", agent: str = "a1", start: int = 0) -> list[list[object]]:

@@ -14,16 +14,20 @@ from rq.exceptions import DequeueTimeout
 from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
-from pvm.queues import live_workers, pool_queue
-from pvm.serializers import MsgpackSerializer
 from tests.workers.jobs import ALLOWED_IN_TESTS
+from workers.queues import live_workers, pool_queue
 from workers.runner import DurableQueue, PvmWorker, drop_dead_workers, requeue_orphans
+from workers.serializers import MsgpackSerializer
 
 
 def spawn(args: list[str], settings: Settings) -> subprocess.Popen[str]:
     env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(Path.cwd())}
     return subprocess.Popen(
-        [sys.executable, "-m", "pvm.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "workers.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -224,8 +228,8 @@ def test_an_intermediate_copy_of_a_job_that_already_ran_is_dropped(redis_client:
 @pytest.mark.slow
 def test_a_worker_started_while_redis_is_down_waits_and_then_works(tmp_path: Path, settings: Settings) -> None:
     """Under a supervisor, a worker that exits because Redis is restarting only adds crash-loop backoff."""
-    from pvm.embedded import EmbeddedRedis
     from tests.conftest import free_port
+    from workers.embedded import EmbeddedRedis
 
     port = free_port()
     down = settings.with_(redis_url=f"redis://127.0.0.1:{port}/0")

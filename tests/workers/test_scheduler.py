@@ -13,11 +13,11 @@ from rq.job import Job
 
 from contracts import keys
 from pvm.config import Settings
-from pvm.queues import pool_queue
-from pvm.serializers import MsgpackSerializer
 from tests.workers.jobs import ALLOWED_IN_TESTS
+from workers.queues import pool_queue
 from workers.runner import PvmWorker
 from workers.scheduler import Schedule, Scheduler, default_schedules, read_schedules
+from workers.serializers import MsgpackSerializer
 
 
 def marker_schedule(tmp_path: Path, every_s: float = 60.0, name: str = "mark") -> Schedule:
@@ -119,7 +119,11 @@ def test_scheduler_once_and_list_from_the_command_line(settings: Settings, tmp_p
 
     def pvm(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pvm.cli", "scheduler", *args], env=env, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "workers.cli", "scheduler", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     before = pvm("--list")
@@ -132,7 +136,7 @@ def test_scheduler_once_and_list_from_the_command_line(settings: Settings, tmp_p
     row = next(line for line in listed.stdout.splitlines() if line.startswith("optimize"))
     assert " ago " in row and ("in 60.0m" in row or "in 59.9m" in row), listed.stdout
     helped = subprocess.run(
-        [sys.executable, "-m", "pvm.cli", "scheduler", "--help"], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "workers.cli", "scheduler", "--help"], env=env, capture_output=True, text=True
     )
     assert "PVM_OPTIMIZE_EVERY" in helped.stdout
 

@@ -41,11 +41,11 @@ from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, utc_now_iso
 from pvm import defaults
-from pvm.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogError
 from pvm.vectors import VectorStoreError
+from workers.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from rq.worker import Worker
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from contracts import keys
-from pvm.serializers import MsgpackSerializer
+from workers.serializers import MsgpackSerializer
 
 # Every PVM worker's name starts with this: workers that are not PVM's keep no alive key.
 WORKER_NAME_PREFIX = "pvm-"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pvm.auth import (
+from workers.auth import (
     TokenFile,
     TokenFileError,
     add_to_file,
@@ -128,7 +128,7 @@ def test_changes_are_seen_at_the_next_check_and_a_broken_edit_keeps_the_last_goo
     assert tokens.lookup(A_TOKEN) is None  # revoked without a restart
     assert tokens.lookup(OPS_TOKEN) is not None
 
-    caplog.set_level(logging.ERROR, logger="pvm.auth")
+    caplog.set_level(logging.ERROR, logger="workers.auth")
     write_atomically(path, '{"tokens": [')
     for _ in range(3):
         clock.now += 1.0

@@ -31,10 +31,10 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply
-from pvm.failed_jobs import job_error
-from pvm.queues import live_workers, pool_queue
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader
+from workers.failed_jobs import job_error
+from workers.queues import live_workers, pool_queue
 
 NO_INDEX_WORKER = "no index worker is running: start `pvm worker index` or `pvm serve`"
 

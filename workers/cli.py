@@ -39,7 +39,7 @@ def _version() -> str:
 
 
 def _parse_processes(values: Sequence[str]) -> dict[str, int]:
-    from pvm.queues import UnknownPool, queue_name
+    from workers.queues import UnknownPool, queue_name
 
     out: dict[str, int] = {}
     for value in values:
@@ -91,7 +91,7 @@ def _fraction(text: str) -> float:
 
 
 def _project_id(text: str) -> str:
-    from pvm.auth import is_project_id
+    from workers.auth import is_project_id
 
     if not is_project_id(text):
         raise argparse.ArgumentTypeError(
@@ -111,7 +111,7 @@ def _shard_number(text: str) -> int:
 
 
 def _stream_id(text: str) -> str:
-    from pvm.dead_letters import STREAM_ID
+    from workers.dead_letters import STREAM_ID
 
     if not STREAM_ID.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a stream entry id (like 1718000000000-0)")
@@ -203,7 +203,7 @@ def _stop_on_signals(event: threading.Event) -> None:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.stack import Stack
+    from workers.stack import Stack
 
     try:
         stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
@@ -295,7 +295,7 @@ def cmd_dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.queues import queue_name
+    from workers.queues import queue_name
     from workers.runner import WorkerGroup, run_worker
 
     for pool in args.pools:
@@ -465,7 +465,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm import dead_letters
+    from workers import dead_letters
 
     r = _connect(settings)
     shards = _shards_of(settings, [args.shard] if args.shard is not None else None)
@@ -506,8 +506,8 @@ def cmd_dead(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
-    from pvm import failed_jobs
-    from pvm.queues import queue_name
+    from workers import failed_jobs
+    from workers.queues import queue_name
 
     if args.failed_command == "retry" and not args.ids and not args.all:
         print("pvm: name failed job ids to retry, or pass --all", file=sys.stderr)
@@ -546,8 +546,8 @@ def cmd_failed(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.api import run_server
-    from pvm.auth import TokenFile
+    from workers.api import run_server
+    from workers.auth import TokenFile
 
     # Loaded before anything starts: a tokens file that cannot be used is a one-line error, never an open API.
     tokens = TokenFile(settings.api_tokens_file) if settings.api_tokens_file else None
@@ -566,7 +566,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.auth import ALL_PROJECTS, add_to_file, new_token, token_entry
+    from workers.auth import ALL_PROJECTS, add_to_file, new_token, token_entry
 
     token = new_token()
     try:
@@ -690,7 +690,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.replay import replay
+    from workers.replay import replay
 
     return replay(_connect(settings), settings, None if args.all else args.project, wait=not args.no_wait)
 
@@ -698,7 +698,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
     from pvm import defaults
-    from pvm.queues import pool_queue
+    from workers.queues import pool_queue
 
     job = pool_queue("index", _connect(settings)).enqueue(
         keys.INDEX_OPTIMIZE_JOB, args.project, job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S
@@ -708,7 +708,7 @@ def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from pvm.demo import run_demo
+    from workers.demo import run_demo
 
     if settings.redis_url:
         _connect(settings).close()
@@ -919,7 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import redis
 
     from pvm.connection import NoRedisConfigured
-    from pvm.queues import UnknownPool
+    from workers.queues import UnknownPool
 
     try:
         code = int(args.func(args, settings))

@@ -18,12 +18,8 @@ from starlette.testclient import TestClient
 
 from contracts import Minute, keys, new_minute_id
 from pvm import engines
-from pvm.api import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loopback
-from pvm.auth import TokenFile, token_sha256
 from pvm.config import Settings
-from pvm.demo import sample_session
 from pvm.embedders import OpenAIEmbedder
-from pvm.queues import pool_queue
 from pvm.reader import ContextReader
 from pvm.search import HybridSearch
 from pvm.stores.cache import CachedMinute, MinuteCache
@@ -33,6 +29,10 @@ from tests import openai_server as fake_provider
 from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import OpenAIServer, embed_text
 from tests.pvm.test_search import memory_point
+from workers.api import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loopback
+from workers.auth import TokenFile, token_sha256
+from workers.demo import sample_session
+from workers.queues import pool_queue
 
 TOKEN = "s3cret-pvm-test-token"
 
@@ -517,7 +517,7 @@ def test_an_unexpected_error_is_a_logged_500_with_a_request_id_never_a_400(
         raise ValueError("a bug in the reader, not the request")
 
     monkeypatch.setattr(reader, "get_recent", broken)
-    with TestClient(client.app, raise_server_exceptions=False) as c, caplog.at_level(logging.ERROR, "pvm.api"):
+    with TestClient(client.app, raise_server_exceptions=False) as c, caplog.at_level(logging.ERROR, "workers.api"):
         r = c.get("/v1/projects/apollo/recent", headers={"X-Request-ID": "req-42"})
         minted = c.get("/v1/projects/apollo/recent")
     assert r.status_code == 500, r.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from pvm.config import Settings
-from pvm.stack import Stack
+from workers.stack import Stack
 
 
 def wait_dead(stack: Stack, name: str) -> None:

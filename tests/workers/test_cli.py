@@ -14,21 +14,25 @@ import pytest
 import redis
 
 from contracts import Minute, encode_minute
-from pvm.auth import TokenFile, load_tokens, token_sha256
-from pvm.cli import main
 from pvm.config import ConfigError, Settings
-from pvm.demo import sample_session
 from pvm.stores.log import LogWriter
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes
 from tests.openai_server import status
+from workers.auth import TokenFile, load_tokens, token_sha256
+from workers.cli import main
+from workers.demo import sample_session
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "pvm.cli", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "workers.cli", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -123,7 +127,7 @@ def serving(
     port = free_port()
     env = {**os.environ, **settings.to_env(), "PVM_API_TOKEN": token or "", **(extra_env or {})}
     server = subprocess.Popen(
-        [sys.executable, "-m", "pvm.cli", "serve", "--addr", addr, "--port", str(port), "--index-worker", "no"],
+        [sys.executable, "-m", "workers.cli", "serve", "--addr", addr, "--port", str(port), "--index-worker", "no"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -230,9 +234,9 @@ def test_status_counts_jobs_dequeued_and_never_started(
     redis_client: redis.Redis, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from contracts import keys
-    from pvm.queues import pool_queue
-    from pvm.serializers import MsgpackSerializer
+    from workers.queues import pool_queue
     from workers.runner import DurableQueue
+    from workers.serializers import MsgpackSerializer
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
@@ -352,10 +356,10 @@ def child_env(settings: Settings, **extra: str) -> dict[str, str]:
 def index_worker(connection: redis.Redis, settings: Settings) -> Iterator[subprocess.Popen[str]]:
     """A real `pvm worker index` process, yielded once it serves the index queue."""
     from contracts import keys
-    from pvm.queues import live_workers
+    from workers.queues import live_workers
 
     worker = subprocess.Popen(
-        [sys.executable, "-m", "pvm.cli", "worker", "index"],
+        [sys.executable, "-m", "workers.cli", "worker", "index"],
         env=child_env(settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -375,7 +379,7 @@ def index_worker(connection: redis.Redis, settings: Settings) -> Iterator[subpro
 
 def replay_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pvm.cli", "replay", *args],
+        [sys.executable, "-m", "workers.cli", "replay", *args],
         env=child_env(settings),
         capture_output=True,
         text=True,
@@ -412,7 +416,7 @@ def test_replay_says_rebuilt_only_once_the_reset_ran_and_the_index_head_reached_
 
 @pytest.mark.slow
 def test_replay_without_a_live_index_worker_says_so_at_once(redis_client: redis.Redis, settings: Settings) -> None:
-    from pvm.queues import pool_queue
+    from workers.queues import pool_queue
     from workers.runner import PvmWorker
 
     log_minutes(redis_client, settings, list(sample_session("apollo", 20, seed=5)), index=False)
@@ -620,7 +624,7 @@ def _redis_down_argv(port: str) -> dict[str, list[str]]:
 
 
 def test_every_command_that_needs_redis_is_checked_with_redis_down() -> None:
-    from pvm.cli import build_parser
+    from workers.cli import build_parser
 
     assert set(_leaf_commands(build_parser())) == NO_REDIS_COMMANDS | set(_redis_down_argv("1"))
 
@@ -677,7 +681,7 @@ def test_version_is_the_package_version() -> None:
 def test_every_command_has_a_help_line() -> None:
     import argparse
 
-    from pvm.cli import build_parser
+    from workers.cli import build_parser
 
     def check(parser: argparse.ArgumentParser, path: str) -> None:
         for action in parser._actions:
@@ -698,7 +702,7 @@ def test_a_closed_pipe_ends_the_output_quietly(redis_client: redis.Redis, settin
     log_minutes(redis_client, settings, list(sample_session("apollo", 30, seed=3)), index=False)
     for argv in (["status"], ["log", "tail", "--project", "apollo"]):
         reader = subprocess.Popen(
-            [sys.executable, "-m", "pvm.cli", *argv],
+            [sys.executable, "-m", "workers.cli", *argv],
             env=child_env(settings),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -725,7 +729,7 @@ def test_context_for_an_unknown_project_says_so(apollo_logged: Settings) -> None
 
 
 def test_project_ids_are_checked_and_quoted_in_api_paths(capsys: pytest.CaptureFixture[str]) -> None:
-    from pvm.cli import _project_path
+    from workers.cli import _project_path
 
     assert _project_path("a/b?c d#e", "context") == "/v1/projects/a%2Fb%3Fc%20d%23e/context"
     assert _project_path("apollo-2.x", "search") == "/v1/projects/apollo-2.x/search"
@@ -737,7 +741,7 @@ def test_project_ids_are_checked_and_quoted_in_api_paths(capsys: pytest.CaptureF
 
 @pytest.mark.slow
 def test_a_wrong_redis_password_is_one_line_without_the_password(tmp_path: Path) -> None:
-    from pvm.embedded import EmbeddedRedis
+    from workers.embedded import EmbeddedRedis
 
     with EmbeddedRedis() as server:  # a server of its own, to protect with a password
         redis.Redis.from_url(server.url).config_set("requirepass", "right-one")
@@ -758,8 +762,8 @@ def test_failed_list_reads_only_the_jobs_it_shows(
     from rq.results import Result
 
     from pvm import defaults
-    from pvm.queues import pool_queue
-    from pvm.serializers import MsgpackSerializer
+    from workers.queues import pool_queue
+    from workers.serializers import MsgpackSerializer
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)

@@ -16,8 +16,8 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry
 
 from pvm import defaults
-from pvm.queues import queue_name
-from pvm.serializers import MsgpackSerializer
+from workers.queues import queue_name
+from workers.serializers import MsgpackSerializer
 
 
 @dataclass(frozen=True)

@@ -167,10 +167,10 @@ def run_demo(settings: Settings, minutes: int = 300) -> int:
     import urllib.parse
     import urllib.request
 
-    from pvm.cli import api_request, main
     from pvm.emitter import Emitter
-    from pvm.stack import Stack
     from pvm.stores.log import LogReader
+    from workers.cli import api_request, main
+    from workers.stack import Stack
 
     project = "apollo"
     with socket.socket() as s:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pvm import defaults
 from pvm.config import Settings
-from pvm.embedded import EmbeddedRedis
+from workers.embedded import EmbeddedRedis
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Stack:
         env = dict(os.environ)
         env.update(self.settings.to_env())
         # A session of its own: Ctrl-C reaches only `pvm up`, which stops each child once.
-        return subprocess.Popen([sys.executable, "-m", "pvm.cli", *args], env=env, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "workers.cli", *args], env=env, start_new_session=True)
 
     def restart_dead(self, now: float | None = None) -> list[str]:
         """Restart children that exited, per `RestartPolicy`; returns the names restarted now."""
