@@ -61,7 +61,7 @@ from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
-from workers import index_pool
+from workers import assessment, index_pool
 
 PROJECT = "bench-retrieval"
 DEPTHS = (5, 10)
@@ -157,7 +157,7 @@ def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
     )
     relevant = [len(q.relevant) for q in session.queries]
     say(f"retrieval bench: {len(session.minutes):,} minutes, {len(session.queries)} queries ({seed=})")
-    newest_ms = max(index_pool.timestamp_ms(m) for m in session.minutes)
+    newest_ms = max(assessment.timestamp_ms(m) for m in session.minutes)
     now_ms = newest_ms + 60_000
     server = start_server(embedder_name)
     try:
