@@ -21,14 +21,18 @@ from contracts.ids import new_minute_id
 from contracts.minute import (
     KNOWN_EVENT_TYPES,
     MAX_ENCODED_BYTES,
+    PROJECT_ID_RULE,
     EventType,
     Minute,
     Scope,
+    check_project_id,
+    is_valid_project_id,
 )
 
 __all__ = [
     "KNOWN_EVENT_TYPES",
     "MAX_ENCODED_BYTES",
+    "PROJECT_ID_RULE",
     "SCHEMA_VERSION",
     "ContractError",
     "DecodeError",
@@ -38,8 +42,10 @@ __all__ = [
     "Minute",
     "Scope",
     "UnsupportedSchemaVersion",
+    "check_project_id",
     "decode_durable_minute",
     "decode_minute",
     "encode_minute",
+    "is_valid_project_id",
     "new_minute_id",
 ]

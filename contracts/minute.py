@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeGuard
 
 from contracts.errors import InvalidMinute
 from contracts.ids import new_minute_id
@@ -20,6 +21,8 @@ MAX_REFERENCES = 256
 ID_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:\-]*")
 # project_id names a directory of the log, so it must be a safe path component.
 PROJECT_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.\-]*")
+# What a valid project id looks like, for every message that refuses one.
+PROJECT_ID_RULE = f"letters, digits and _ . - (starting with a letter or digit, at most {MAX_NAME_LENGTH} chars)"
 EVENT_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_.:\-]*")
 
 
@@ -88,23 +91,31 @@ def _check_id(field_name: str, value: Any) -> None:
         )
 
 
-def check_project_id(value: Any, field: str = "project_id") -> str:
-    """Return `value` if it is a valid project id, else raise `InvalidMinute` naming `field`.
+def is_valid_project_id(value: object) -> TypeGuard[str]:
+    """Whether `value` is a valid project id: the one rule, wherever a project id arrives.
 
-    The one rule for a project id, wherever one arrives (a minute, an API
-    path): it names a directory of the log, so it is a safe path component.
+    A minute, an API path, a CLI argument, a tokens file, a durable record, a
+    directory name of the log or of the vector engine: every place asks this
+    function (or `check_project_id`, which says why not). A project id names a
+    directory of the log, so it is a safe path component: `PROJECT_ID_RULE`.
     """
+    return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH and _matches_project_pattern(value)
+
+
+@lru_cache(maxsize=4096)  # asked for every minute and every point; a process sees few projects
+def _matches_project_pattern(value: str) -> bool:
+    return PROJECT_PATTERN.fullmatch(value) is not None
+
+
+def check_project_id(value: Any, field: str = "project_id") -> str:
+    """Return `value` if it is a valid project id (`is_valid_project_id`), else raise `InvalidMinute` naming `field`."""
+    if is_valid_project_id(value):
+        return value
     if not isinstance(value, str) or not value:
         raise InvalidMinute(field, "is required: every minute belongs to one project")
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidMinute(field, f"is {len(value)} characters; the limit is {MAX_NAME_LENGTH}")
-    if PROJECT_PATTERN.fullmatch(value) is None:
-        raise InvalidMinute(
-            field,
-            f"{value[:40]!r} may only hold letters, digits and _ . - "
-            f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)",
-        )
-    return value
+    raise InvalidMinute(field, f"{value[:40]!r} may only hold {PROJECT_ID_RULE}")
 
 
 def _check_optional_text(field_name: str, value: Any, limit: int = MAX_NAME_LENGTH) -> None:

@@ -39,13 +39,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
-from contracts.minute import check_project_id, utc_now_iso
+from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from pvm import defaults
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogError
 from pvm.vectors import VectorStoreError
-from workers.auth import EVERY_PROJECT, TokenFile, TokenScope, is_project_id
+from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 
 log = logging.getLogger(__name__)
 
@@ -406,7 +406,7 @@ def create_app(
         foreign: dict[str, list[int]] = {}
         for i, raw in enumerate(raw_minutes):
             project_id = raw.get("project_id") if isinstance(raw, dict) else None
-            if is_project_id(project_id) and (scope is None or not scope.allows(project_id)):
+            if is_valid_project_id(project_id) and (scope is None or not scope.allows(project_id)):
                 foreign.setdefault(project_id, []).append(i)
         if foreign:
             return JSONResponse(

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
+from contracts.minute import MAX_NAME_LENGTH, PROJECT_ID_RULE, is_valid_project_id
 from pvm import defaults
 from pvm.config import ConfigError
 
@@ -72,11 +72,6 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def is_project_id(value: object) -> TypeGuard[str]:
-    """Whether `value` is a valid project id by the minute contract's rule."""
-    return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH and PROJECT_PATTERN.fullmatch(value) is not None
-
-
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValueError("needs a non-empty string name")
@@ -91,11 +86,10 @@ def _check_projects(projects: object) -> frozenset[str]:
     if not isinstance(projects, list) or not projects:
         raise ValueError('projects must be a non-empty list of project ids (or ["*"] for every project)')
     for project in projects:
-        if project != ALL_PROJECTS and not is_project_id(project):
+        if project != ALL_PROJECTS and not is_valid_project_id(project):
             shown = project[:40] if isinstance(project, str) else project
             raise ValueError(
-                f"project {shown!r} is not a valid project id: letters, digits and _ . - "
-                f'(starting with a letter or digit, at most {MAX_NAME_LENGTH} chars), or "*" for every project'
+                f'project {shown!r} is not a valid project id: {PROJECT_ID_RULE}, or "*" for every project'
             )
     return frozenset(projects)
 

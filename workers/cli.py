@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.config import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -91,12 +92,8 @@ def _fraction(text: str) -> float:
 
 
 def _project_id(text: str) -> str:
-    from workers.auth import is_project_id
-
-    if not is_project_id(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a project id: letters, digits, '_', '.' and '-', starting with a letter or digit"
-        )
+    if not is_valid_project_id(text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a project id: {PROJECT_ID_RULE}")
     return text
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import ContractError, InvalidMinute, Minute, decode_durable_minute, keys
+from contracts import ContractError, InvalidMinute, Minute, check_project_id, decode_durable_minute, keys
 from contracts.memory import Category
 from pvm import defaults
 from pvm.config import Settings
@@ -32,7 +32,6 @@ from pvm.metrics import MetricsRecorder
 from pvm.protocols import Embedder, MemoryPoint, VectorEngine
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
 from pvm.stores.log import LogReader
-from pvm.vectors import is_valid_project
 from workers.assessment import (
     categorize,
     event_words,
@@ -115,8 +114,7 @@ def _durable_minute(raw: bytes) -> Minute:
     directory, and the rules read the data as a mapping.
     """
     minute = decode_durable_minute(raw)
-    if not isinstance(minute.project_id, str) or not is_valid_project(minute.project_id):
-        raise InvalidMinute("project_id", f"{str(minute.project_id)[:40]!r} is not a project name")
+    check_project_id(minute.project_id)
     if not isinstance(minute.data, dict):
         raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
     return minute

@@ -27,7 +27,7 @@ from pathlib import Path
 import msgpack
 
 from contracts import Minute, decode_durable_minute
-from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
+from contracts.minute import is_valid_project_id
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
 from pvm.fsync import fsync_dir
@@ -274,7 +274,7 @@ class LogReader:
 
     def has_project(self, project_id: str) -> bool:
         """Whether the project has a log (one directory looked at, where `projects` lists them all)."""
-        if len(project_id) > MAX_NAME_LENGTH or PROJECT_PATTERN.fullmatch(project_id) is None:
+        if not is_valid_project_id(project_id):
             return False  # never a path outside the log directory
         try:
             with os.scandir(self.log_dir / project_id) as entries:

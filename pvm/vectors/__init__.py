@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from contracts.memory import SearchFilters
-from contracts.minute import MAX_NAME_LENGTH, PROJECT_PATTERN
+from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.protocols import Candidate, MemoryPoint
 
 # Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
@@ -87,12 +87,6 @@ def require_project(project_id: object) -> str:
     return project_id
 
 
-@lru_cache(maxsize=4096)  # checked for every point written and read; a process sees few projects
-def is_valid_project(project_id: str) -> bool:
-    """True when `project_id` could belong to a stored minute (the contract's project pattern)."""
-    return len(project_id) <= MAX_NAME_LENGTH and PROJECT_PATTERN.fullmatch(project_id) is not None
-
-
 def check_limit(limit: int) -> int:
     if not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive whole number, got {limit!r}")
@@ -108,10 +102,9 @@ def check_fusion(fusion: str) -> Fusion:
 def check_point(point: MemoryPoint) -> None:
     """Refuse a point that names no valid project or minute, or whose payload claims another project."""
     project_id = require_project(point.project_id)
-    if not is_valid_project(project_id):
+    if not is_valid_project_id(project_id):
         raise ValueError(
-            f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold letters, digits and _ . - "
-            f"(start with a letter or digit, at most {MAX_NAME_LENGTH} chars)"
+            f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold {PROJECT_ID_RULE}"
         )
     if not isinstance(point.minute_id, str) or not point.minute_id:
         raise ValueError(f"minute_id is required (got {point.minute_id!r})")

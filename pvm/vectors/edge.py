@@ -81,6 +81,7 @@ import msgpack
 import qdrant_edge as qe
 
 from contracts.memory import SearchFilters
+from contracts.minute import is_valid_project_id
 from pvm.fsync import fsync_dir
 from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
@@ -104,7 +105,6 @@ from pvm.vectors import (
     check_limit,
     check_point,
     conditions,
-    is_valid_project,
     merge_legs,
     ordered_records,
     point_id,
@@ -294,7 +294,7 @@ class EdgeEngine:
     def delete_project(self, project_id: str) -> None:
         """Remove every point of the project (its shard directory), waiting for queries in flight on it."""
         project_id = require_project(project_id)
-        if not is_valid_project(project_id):
+        if not is_valid_project_id(project_id):
             return
         with self._cond:
             entry = self._open.get(project_id)
@@ -340,7 +340,7 @@ class EdgeEngine:
 
     def projects(self) -> list[str]:
         """Projects that have a shard on disk."""
-        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and is_valid_project(p.name))
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and is_valid_project_id(p.name))
 
     def broken_projects(self) -> list[str]:
         """Projects whose shard did not load and was replaced by an empty one: rebuild each from the log.
@@ -420,7 +420,7 @@ class EdgeEngine:
                 excess -= 1
 
     def _load(self, project_id: str, create: bool) -> qe.EdgeShard | None:
-        if not is_valid_project(project_id):
+        if not is_valid_project_id(project_id):
             if create:
                 raise ValueError(f"project_id {project_id[:40]!r} is not a valid project name")
             return None
@@ -505,7 +505,7 @@ class EdgeEngine:
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             broken = _BROKEN_NAME.fullmatch(entry.name)
-            if broken is not None and is_valid_project(broken.group(2)):
+            if broken is not None and is_valid_project_id(broken.group(2)):
                 self._broken.setdefault(broken.group(2), []).append(entry)
         if self._broken:
             pending = ", ".join(sorted(self._broken))
@@ -539,7 +539,7 @@ def stored_dense_dimensions(path: Path) -> int | None:
     """
     sizes: set[int] = set()
     try:
-        directories = [d for d in Path(path).iterdir() if d.is_dir() and is_valid_project(d.name)]
+        directories = [d for d in Path(path).iterdir() if d.is_dir() and is_valid_project_id(d.name)]
     except OSError:
         return None
     for directory in directories:
