@@ -13,10 +13,11 @@ import msgpack
 
 from contracts.errors import ContractError, InvalidMinute
 from contracts.json_value import check_json, first_unencodable_text
-from contracts.minute import MAX_ENCODED_BYTES, Minute
+from contracts.minute import MAX_ENCODED_BYTES, Minute, Scope
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
+_DEFAULT_SCOPE = Scope.PROJECT.value
 
 
 class DecodeError(ContractError):
@@ -111,7 +112,7 @@ def decode_minute(raw: bytes) -> Minute:
 
 
 def decode_durable_minute(raw: bytes) -> Minute:
-    """Decode bytes PVM itself made durable (the log), checking the wire shape but not the fields again.
+    """Decode bytes PVM itself validated (the log, a stream entry the dispatcher passed), checking the shape only.
 
     The dispatcher validated every minute before the log took it, under the
     rules of its day: a minute logged before a rule tightened (data holding
@@ -121,6 +122,28 @@ def decode_durable_minute(raw: bytes) -> Minute:
     outside PVM: that goes through `decode_minute`.
     """
     return Minute.trusted(_unpack(raw))
+
+
+def decode_durable_fields(raw: bytes) -> dict[str, Any]:
+    """The fields of bytes PVM itself validated, as `Minute.to_dict` gives them, without building a `Minute`.
+
+    For readers that pass a minute on as JSON and pools that read a few of its
+    fields, where building a `Minute` would double the cost of decoding. The
+    schema version is checked, the fields are not (see `decode_durable_minute`):
+    null optional fields are left out and absent ones get their defaults, so a
+    minute a producer sent without them reads the same from the cache as from
+    the log.
+    """
+    body = _unpack(raw)
+    if None in body.values():
+        body = {k: v for k, v in body.items() if v is not None}
+    if "data" not in body:
+        body["data"] = {}
+    if "context_references" not in body:
+        body["context_references"] = []
+    if "scope" not in body:
+        body["scope"] = _DEFAULT_SCOPE
+    return body
 
 
 def _unpack(raw: bytes) -> dict[str, Any]:

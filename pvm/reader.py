@@ -17,10 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgpack
 import redis
 
-from contracts import keys
+from contracts import decode_durable_fields, keys
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from pvm import defaults
 from pvm.stores.agent_memory import AgentMemoryStore
@@ -162,9 +161,9 @@ class ContextReader:
 
     def _recent(self, project_id: str, n: int, cached: Sequence[bytes | None]) -> list[dict[str, Any]]:
         """`get_recent` given the cached bytes of the recent window's ids (None where evicted)."""
-        minutes = [_decode(raw) for raw in cached if raw is not None]
+        minutes = [decode_durable_fields(raw) for raw in cached if raw is not None]
         if len(minutes) < n:
-            from_log = [r.minute.to_dict() for r in self.log.get_recent(project_id, n)]
+            from_log = [r.fields for r in self.log.get_recent(project_id, n)]
             if len(from_log) > len(minutes):
                 minutes = from_log
         return minutes
@@ -176,11 +175,11 @@ class ContextReader:
 
     def _by_ids(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> list[dict[str, Any]]:
         """`get_by_ids` given the cached bytes found for the ids."""
-        found = {i: _decode(b) for i, b in cached.items()}
+        found = {i: decode_durable_fields(b) for i, b in cached.items()}
         missing = [i for i in ids if i not in found]
         if missing:
             for minute_id, record in self.log.get_by_ids(project_id, missing).items():
-                found[minute_id] = record.minute.to_dict()
+                found[minute_id] = record.fields
         return [found[i] for i in ids if i in found]
 
     def search(self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5) -> list[SearchHit]:
@@ -346,10 +345,3 @@ def _hash(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
-
-
-def _decode(raw: bytes) -> dict[str, Any]:
-    body = msgpack.unpackb(raw, raw=False)
-    body.pop("v", None)
-    body.setdefault("context_references", [])
-    return body

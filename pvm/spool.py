@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgpack
-
+from contracts import decode_durable_fields
 from contracts.keys import shard_of
 from pvm.frames import iter_frames, pack_frame
 
@@ -137,7 +136,7 @@ class SpoolFile:
                 raw = payload[_SHARD.size :]
                 if written_for != shards:
                     # Spooled by a producer with another PVM_SHARDS: shard again by project.
-                    shard = shard_of(msgpack.unpackb(raw, raw=False)["project_id"], shards)
+                    shard = shard_of(decode_durable_fields(raw)["project_id"], shards)
                 minutes[shard].append(raw)
                 offsets[shard].append(offset)
                 count += 1

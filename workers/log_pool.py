@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import msgpack
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import keys
+from contracts import decode_durable_fields, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder, entry_time_ms
@@ -66,7 +65,7 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
     """
     by_project: dict[str, list[Incoming]] = {}
     for entry_id, raw in entries:
-        body = msgpack.unpackb(raw, raw=False)
+        body = decode_durable_fields(raw)
         item = Incoming(entry_id, body["id"], body["project_id"], body.get("agent_id"), body["timestamp"], raw)
         by_project.setdefault(item.project_id, []).append(item)
     return by_project

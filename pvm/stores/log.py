@@ -23,10 +23,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
-from contracts import Minute, decode_durable_minute
+from contracts import Minute, decode_durable_fields, decode_durable_minute
 from contracts.minute import is_valid_project_id
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
@@ -53,6 +54,11 @@ class LogRecord:
     def minute(self) -> Minute:
         """The decoded minute (as logged: not validated again, so a minute logged under older rules still reads)."""
         return decode_durable_minute(self.minute_bytes)
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The minute's fields as `Minute.to_dict` gives them, at half the cost of `minute` (no `Minute` built)."""
+        return decode_durable_fields(self.minute_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +345,7 @@ class LogReader:
                     continue
                 end = start
                 for offset, next_offset, payload in iter_frames(f, start):
-                    index[msgpack.unpackb(payload, raw=False)["id"]] = (seg, offset)
+                    index[_decode_record(payload).id] = (seg, offset)
                     end = next_offset
             done[seg] = end
         return index

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -21,6 +23,8 @@ from contracts import (
     MalformedMinute,
     Minute,
     UnsupportedSchemaVersion,
+    decode_durable_fields,
+    decode_durable_minute,
     decode_minute,
     encode_minute,
 )
@@ -420,3 +424,61 @@ def test_minute_accepts_data_exactly_when_the_codec_and_json_carry_it(data: dict
     decoded = decode_minute(encode_minute(m))
     assert decoded.data == json.loads(json.dumps(data, allow_nan=False))
     assert decoded == Minute.from_dict(json.loads(json.dumps(m.to_dict(), allow_nan=False)))
+
+
+# -- durable minutes: one decoder for bytes PVM validated before ----------------------------------
+
+VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        WIRE,
+        {k: v for k, v in WIRE.items() if k in ("v", "id", "timestamp", "event_type", "project_id")},  # bare
+        {**WIRE, "agent_id": None, "memory_note": None, "thread_id": None, "scope": None, "data": None},  # nils
+        {**WIRE, "context_references": None},
+        dict(reversed(WIRE.items())),  # another producer's key order
+        *(msgpack.unpackb(p.read_bytes()) for p in sorted(VECTORS.glob("*.msgpack"))),
+    ],
+)
+def test_the_fields_of_a_durable_minute_are_the_minute_as_a_mapping(body: dict[str, Any]) -> None:
+    """What a reader answers from the cache (fields) is what it answers from the log (the minute's to_dict)."""
+    raw = msgpack.packb(body, use_bin_type=True, datetime=False)
+    assert decode_durable_fields(raw) == decode_durable_minute(raw).to_dict() == decode_minute(raw).to_dict()
+
+
+@pytest.mark.parametrize("version", [0, 2, None, "1"])
+def test_the_fields_of_a_durable_minute_carry_a_readable_schema_version(version: Any) -> None:
+    with pytest.raises(UnsupportedSchemaVersion):
+        decode_durable_fields(pack({**WIRE, "v": version}))
+    with pytest.raises(MalformedMinute):
+        decode_durable_fields(b"\xc1 not msgpack")
+
+
+# Modules that unpack msgpack that is not a minute, and what they unpack.
+NOT_MINUTES = {
+    "contracts/codec.py": "the codec itself",
+    "pvm/stores/log.py": "the log's record frames (seq, id, stream id, time, and the minute's bytes untouched)",
+    "pvm/vectors/edge.py": "point payloads the engine stores",
+    "workers/serializers.py": "RQ job data",
+}
+
+
+def test_minutes_are_decoded_by_the_codec_alone() -> None:
+    """No module but the codec turns a minute's bytes into values: one decoder, one schema-version check."""
+    root = Path(__file__).resolve().parents[2]
+    unpacking = set()
+    for package in ("contracts", "pvm", "workers", "bench"):
+        for path in (root / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            called = {
+                n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            }
+            if called & {"unpackb", "unpack", "Unpacker"} and "msgpack" in path.read_text():
+                unpacking.add(str(path.relative_to(root)))
+    assert unpacking <= set(NOT_MINUTES), (
+        f"{sorted(unpacking - set(NOT_MINUTES))} unpack msgpack themselves: decode a minute with "
+        "contracts.decode_minute (untrusted bytes), decode_durable_minute or decode_durable_fields (bytes PVM "
+        "validated); if these bytes are not a minute, add the module to NOT_MINUTES saying what they are"
+    )
