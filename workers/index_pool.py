@@ -696,7 +696,7 @@ def run(records: list[list[Any]]) -> dict[str, Any]:
     requeue) redoes only the projects that failed.
     """
     job = get_current_job()
-    assert job is not None, "workers.index_pool.run runs inside an RQ worker"
+    assert job is not None, f"{keys.INDEX_JOB} runs inside an RQ worker"
     done: list[str] = job.meta.get(INDEXED_META, [])
     try:
         return index_batch(_context(job.connection), job.connection, records, skip_projects=frozenset(done))
@@ -713,7 +713,7 @@ def reset_project(project_id: str) -> dict[str, Any]:
     one process that owns the engine's files.
     """
     job = get_current_job()
-    assert job is not None, "workers.index_pool.reset_project runs inside an RQ worker"
+    assert job is not None, f"{keys.INDEX_RESET_JOB} runs inside an RQ worker"
     ctx = _context(job.connection)
     ctx.engine.delete_project(project_id)
     ctx.memory.reset(project_id)
@@ -727,7 +727,7 @@ def optimize(project_id: str | None = None) -> dict[str, Any]:
     With a Qdrant server the server optimizes on its own and this does nothing.
     """
     job = get_current_job()
-    assert job is not None, "workers.index_pool.optimize runs inside an RQ worker"
+    assert job is not None, f"{keys.INDEX_OPTIMIZE_JOB} runs inside an RQ worker"
     engine = _context(job.connection).engine
     run_optimize = getattr(engine, "optimize", None)
     if run_optimize is None:

@@ -152,7 +152,7 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
 def run(entries: list[list[Any]]) -> dict[str, Any]:
     """RQ job: log one dispatcher batch, then refresh caches and enqueue downstream work."""
     job = get_current_job()
-    assert job is not None, "workers.log_pool.run runs inside an RQ worker"
+    assert job is not None, f"{keys.LOG_JOB} runs inside an RQ worker"
     ctx = _context(job.connection)
     started = time.time()
     try:

@@ -296,7 +296,7 @@ def test_a_batch_becomes_points_agent_memory_and_an_index_head(
     batch = records(session())
     queue = pool_queue("index", redis_client)
     assert queue.name == "pvm-index"
-    job = queue.enqueue("workers.index_pool.run", batch)
+    job = queue.enqueue(keys.INDEX_JOB, batch)
     work(redis_client, "index")
     assert job.get_status() == "finished", job.latest_result()
     result = job.return_value()
@@ -313,7 +313,7 @@ def test_a_batch_becomes_points_agent_memory_and_an_index_head(
     assert (head["seq"], head["max_seq"], head["gaps"]) == ("5", "5", "0") and float(head["indexed_at"]) > 0
 
     # The same batch again (a retry, a redelivery, a replay): nothing counts twice, the head stays.
-    again = queue.enqueue("workers.index_pool.run", batch[::-1])
+    again = queue.enqueue(keys.INDEX_JOB, batch[::-1])
     work(redis_client, "index")
     assert again.return_value()["agent_minutes_counted"] == 0
     assert memory.get("p1", "b1") == b1
@@ -404,8 +404,8 @@ def test_an_older_batch_indexed_late_does_not_move_the_head_back(
 ) -> None:
     batch = records(session())
     queue = pool_queue("index", redis_client)
-    queue.enqueue("workers.index_pool.run", batch[3:])
-    queue.enqueue("workers.index_pool.run", batch[:3])
+    queue.enqueue(keys.INDEX_JOB, batch[3:])
+    queue.enqueue(keys.INDEX_JOB, batch[:3])
     work(redis_client, "index")
     assert redis_client.hget(keys.index_head("p1"), "seq") == b"5"
     assert AgentMemoryStore(redis_client).get("p1", "b1").tasks_assigned == 2
@@ -416,7 +416,7 @@ def test_an_undecodable_record_is_skipped_and_its_neighbours_indexed(
 ) -> None:
     batch = records(session())
     batch[2] = ["broken", 3, b"\xc1 not msgpack"]
-    job = pool_queue("index", redis_client).enqueue("workers.index_pool.run", batch)
+    job = pool_queue("index", redis_client).enqueue(keys.INDEX_JOB, batch)
     work(redis_client, "index")
     assert job.return_value()["undecodable"] == ["broken"]
     assert len(engine.points) == 4
@@ -424,7 +424,7 @@ def test_an_undecodable_record_is_skipped_and_its_neighbours_indexed(
 
 def test_projects_stay_apart(redis_client: redis.Redis, engine: RecordingEngine) -> None:
     queue = pool_queue("index", redis_client)
-    queue.enqueue("workers.index_pool.run", records(session("alpha")) + records(session("beta")[:2]))
+    queue.enqueue(keys.INDEX_JOB, records(session("alpha")) + records(session("beta")[:2]))
     work(redis_client, "index")
     memory = AgentMemoryStore(redis_client)
     assert memory.get("alpha", "b1").tasks_failed == 1
@@ -444,7 +444,7 @@ def test_the_log_pool_feeds_the_index_pool(
     log_pool._context.cache_clear()
     minutes = session()
     pool_queue("log", redis_client).enqueue(
-        "workers.log_pool.run", [[f"{100 + i}-0", encode_minute(m)] for i, m in enumerate(minutes)]
+        keys.LOG_JOB, [[f"{100 + i}-0", encode_minute(m)] for i, m in enumerate(minutes)]
     )
     work(redis_client, "log", "index")
     log_pool._context.cache_clear()
@@ -466,8 +466,8 @@ def test_the_embedded_engine_indexes_the_batch(
     try:
         queue = pool_queue("index", redis_client)
         batch = records(session("alpha")) + records(session("beta")[:2])
-        queue.enqueue("workers.index_pool.run", batch)
-        queue.enqueue("workers.index_pool.run", batch)  # re-indexed: overwrites, never duplicates
+        queue.enqueue(keys.INDEX_JOB, batch)
+        queue.enqueue(keys.INDEX_JOB, batch)  # re-indexed: overwrites, never duplicates
         work(redis_client, "index")
         engine = engines.shared_engine(Settings.from_env())
         assert isinstance(engine, EdgeEngine) and engine.path == settings.home / "var/qdrant"
@@ -579,9 +579,7 @@ def test_one_projects_engine_error_fails_only_that_project_and_the_retry_redoes_
     vectors.mkdir(parents=True)
     (vectors / "beta").write_text("a file where beta's shard belongs")  # the engine cannot create beta's shard
     queue = pool_queue("index", redis_client)
-    job = queue.enqueue(
-        "workers.index_pool.run", records(session("alpha")) + records(session("beta")[:2]), retry=Retry(max=1)
-    )
+    job = queue.enqueue(keys.INDEX_JOB, records(session("alpha")) + records(session("beta")[:2]), retry=Retry(max=1))
     work(redis_client, "index")  # the first attempt and its retry
     assert job.get_status(refresh=True) == "failed"
     assert "beta" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]

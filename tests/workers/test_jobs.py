@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -70,9 +73,37 @@ def test_every_job_function_is_a_function_of_a_pvm_pool() -> None:
     for name in keys.JOB_FUNCTIONS:
         module, _, attribute = name.rpartition(".")
         assert module.startswith("workers.") and module.endswith("_pool"), name
-        assert callable(getattr(importlib.import_module(module), attribute)), name
+        function = getattr(importlib.import_module(module), attribute)
+        # A plain function defined in that pool module: what RQ resolves by this name is what the pool wrote.
+        assert inspect.isfunction(function), name
+        assert (function.__module__, function.__qualname__) == (module, attribute), name
     assert set(keys.POOL_JOBS) == set(keys.QUEUES)
     assert set(keys.POOL_JOBS.values()) <= keys.JOB_FUNCTIONS
+
+
+def test_job_names_are_spelled_in_contracts_keys_alone() -> None:
+    """Product code and benchmarks name a job by its constant in `contracts.keys`, never by a string of their own."""
+    root = Path(__file__).resolve().parents[2]
+    spelled = re.compile(r"\bworkers\.\w+\.\w+")
+    found = []
+    for package in ("contracts", "pvm", "workers", "bench"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path == root / "contracts" / "keys.py":
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            docstrings = {
+                id(node.body[0].value)
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.body
+                and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    named = {m for m in spelled.findall(node.value) if m in keys.JOB_FUNCTIONS}
+                    found += [f"{path.relative_to(root)}:{node.lineno}: {m}" for m in sorted(named)]
+    assert found == []
 
 
 def test_extra_job_functions_are_exact_dotted_names_read_from_the_environment() -> None:

@@ -57,7 +57,7 @@ def run_burst(connection: redis.Redis, settings: Settings, monkeypatch: pytest.M
 
 
 def enqueue(connection: redis.Redis, entries: list[list[object]], shard: int = 0) -> Job:
-    return pool_queue("log", connection).enqueue("workers.log_pool.run", entries)
+    return pool_queue("log", connection).enqueue(keys.LOG_JOB, entries)
 
 
 def test_worker_logs_a_batch_and_fills_the_caches(
@@ -106,7 +106,7 @@ def test_a_planted_pickle_payload_is_never_unpickled(
             return (os.system, (f"touch {marker}",))
 
     # Someone with write access to Redis plants a job whose data is a pickle.
-    job = pool_queue("log", redis_client).enqueue("workers.log_pool.run", [])
+    job = pool_queue("log", redis_client).enqueue(keys.LOG_JOB, [])
     redis_client.hset(job.key, "data", pickle.dumps(("os.system", None, (Exploit(),), {})))
     with pytest.raises(SerializationError):
         MsgpackSerializer.loads(pickle.dumps(Exploit()))
@@ -118,7 +118,7 @@ def test_a_planted_pickle_payload_is_never_unpickled(
 
 def test_jobs_of_a_dead_worker_are_requeued(redis_client: redis.Redis, settings: Settings) -> None:
     queue = pool_queue("log", redis_client)
-    job = queue.enqueue("workers.log_pool.run", batch(2))
+    job = queue.enqueue(keys.LOG_JOB, batch(2))
     # A worker took the job and died (its alive key is gone): rebuild that state with RQ itself.
     worker = PvmWorker([queue], redis_client, name="pvm-test-dead")
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
@@ -135,7 +135,7 @@ def test_a_job_stranded_between_dequeue_and_start_is_requeued_after_the_grace(
     redis_client: redis.Redis, settings: Settings
 ) -> None:
     queue = pool_queue("log", redis_client)
-    job = queue.enqueue("workers.log_pool.run", batch(2))
+    job = queue.enqueue(keys.LOG_JOB, batch(2))
     # A worker BLMOVEd the job into the intermediate list and died before starting it.
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
     assert dequeued is not None
@@ -154,7 +154,7 @@ def test_a_job_stranded_between_dequeue_and_start_is_requeued_after_the_grace(
 
 def test_a_dequeued_job_its_worker_starts_is_not_requeued(redis_client: redis.Redis, settings: Settings) -> None:
     queue = pool_queue("log", redis_client)
-    job = queue.enqueue("workers.log_pool.run", batch(2))
+    job = queue.enqueue(keys.LOG_JOB, batch(2))
     worker = PvmWorker([queue], redis_client, name="pvm-test-starts")
     redis_client.set(keys.worker_alive("pvm-test-starts"), 1, ex=10)
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
@@ -171,7 +171,7 @@ def test_a_dequeued_job_its_worker_starts_is_not_requeued(redis_client: redis.Re
 
 def test_jobs_of_a_live_worker_are_left_alone(redis_client: redis.Redis, settings: Settings) -> None:
     queue = pool_queue("log", redis_client)
-    queue.enqueue("workers.log_pool.run", batch(2))
+    queue.enqueue(keys.LOG_JOB, batch(2))
     worker = PvmWorker([queue], redis_client, name="pvm-test-alive")
     redis_client.set(keys.worker_alive("pvm-test-alive"), 1, ex=10)
     dequeued = queue.dequeue_any([queue], None, connection=redis_client, serializer=MsgpackSerializer)
