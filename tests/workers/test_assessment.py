@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contracts import Minute
+from contracts import KNOWN_EVENT_TYPES
 from contracts.memory import Category
+from tests.workers.minutes import T0_S, golden, minute
 from workers import assessment
 from workers.assessment import (
     COMPOSITE_WEIGHTS,
@@ -21,24 +20,6 @@ from workers.assessment import (
     task_kind,
     timestamp_ms,
 )
-
-VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
-T0 = "2026-11-26T10:00:00.000000Z"
-T0_S = 1_795_687_200.0  # T0 as Unix seconds
-
-
-def golden(name: str) -> Minute:
-    raw = json.loads((VECTORS / f"{name}.json").read_text())
-    raw.pop("v")
-    return Minute.from_dict(raw)
-
-
-def minute(event_type: str, n: int = 0, **fields: Any) -> Minute:
-    fields.setdefault("project_id", "p1")
-    fields.setdefault("agent_id", "a1")
-    fields.setdefault("timestamp", T0)
-    return Minute(event_type=event_type, id=f"id{n:05d}", **fields)
-
 
 # -- categorize -------------------------------------------------------------------
 
@@ -170,22 +151,7 @@ def test_plain_messages_teach_nothing_yet() -> None:
 # -- scores ---------------------------------------------------------------------
 
 
-ALL_TYPES = [
-    "task_assigned",
-    "task_started",
-    "task_completed",
-    "task_failed",
-    "conflict_detected",
-    "conflict_resolved",
-    "decision",
-    "message",
-    "handoff",
-    "capability_observed",
-    "evaluation",
-    "knowledge",
-    "deploy.rollback",
-    "weather.report",
-]
+ALL_TYPES = [*sorted(KNOWN_EVENT_TYPES), "deploy.rollback", "weather.report"]  # known types, then two others
 
 
 @pytest.mark.parametrize("event_type", ALL_TYPES)

@@ -25,29 +25,12 @@ from pvm.protocols import Candidate, MemoryPoint
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
+from tests.workers.minutes import T0, T0_S, VECTORS, golden, minute
 from workers import index_pool
 from workers.assessment import insights, timestamp_ms
 from workers.index_pool import LoggedMinute, agent_updates, build_points, lexical_text
 from workers.queues import pool_queue
 from workers.runner import PvmWorker
-
-VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
-T0 = "2026-11-26T10:00:00.000000Z"
-T0_S = 1_795_687_200.0  # T0 as Unix seconds
-
-
-def golden(name: str) -> Minute:
-    raw = json.loads((VECTORS / f"{name}.json").read_text())
-    raw.pop("v")
-    return Minute.from_dict(raw)
-
-
-def minute(event_type: str, n: int = 0, **fields: Any) -> Minute:
-    fields.setdefault("project_id", "p1")
-    fields.setdefault("agent_id", "a1")
-    fields.setdefault("timestamp", T0)
-    return Minute(event_type=event_type, id=f"id{n:05d}", **fields)
-
 
 # -- lexical text and points ------------------------------------------------------
 
