@@ -81,7 +81,7 @@ import msgpack
 import qdrant_edge as qe
 
 from contracts.memory import SearchFilters
-from contracts.minute import is_valid_project_id
+from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.fsync import fsync_dir
 from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
@@ -422,7 +422,7 @@ class EdgeEngine:
     def _load(self, project_id: str, create: bool) -> qe.EdgeShard | None:
         if not is_valid_project_id(project_id):
             if create:
-                raise ValueError(f"project_id {project_id[:40]!r} is not a valid project name")
+                raise ValueError(f"project_id {project_id[:40]!r} may only hold {PROJECT_ID_RULE}")
             return None
         directory = self.path / project_id
         if not directory.is_dir():
