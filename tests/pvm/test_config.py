@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import string
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ import pvm.config
 from contracts import keys
 from pvm import defaults
 from pvm.config import DEFINITIONS, ConfigError, Settings, settings_reference
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Values each variable must refuse. Every variable that is not free text (a name, a key, a path) is here.
 BAD_VALUES: dict[str, list[str]] = {
@@ -220,3 +224,24 @@ def test_to_env_leaves_unset_what_is_unset() -> None:
     assert "PVM_REDIS_URL" not in env and "PVM_SEARCH_WEIGHTS" not in env and "OPENAI_API_KEY" not in env
     assert env["PVM_SHARDS"] == str(defaults.SHARDS)
     assert math.isclose(float(env["PVM_EMBED_TIMEOUT"]), defaults.EMBED_TIMEOUT_S)
+
+
+# -- one place for defaults --------------------------------------------------------------------------------------
+
+
+def _numbers_and_strings(path: Path) -> list[tuple[int, str]]:
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    return [(t.start[0], t.string) for t in tokens if t.type in (tokenize.NUMBER, tokenize.STRING)]
+
+
+@pytest.mark.parametrize("port", [defaults.API_PORT, defaults.EXPORTER_PORT])
+def test_only_pvm_defaults_spells_a_port(port: int) -> None:
+    spelled = []
+    for package in ("contracts", "pvm", "workers", "bench"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "pvm" / "defaults.py":
+                continue
+            for line, text in _numbers_and_strings(path):
+                if text.replace("_", "") == str(port) or f":{port}" in text or f"default {port}" in text:
+                    spelled.append(f"{path.relative_to(ROOT)}:{line}: {text}")
+    assert not spelled, "use pvm.defaults instead of repeating the port:\n" + "\n".join(spelled)
