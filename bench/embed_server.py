@@ -36,9 +36,11 @@ import threading
 import time
 from typing import Any
 
+from pvm import defaults
+
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
-MAX_BATCH = 2048  # OpenAI's limit on inputs per request
+MAX_BATCH = defaults.EMBED_BATCH_SIZE_MAX  # OpenAI's limit on inputs per request
 ENCODE_BATCH = 64  # texts per forward pass
 
 

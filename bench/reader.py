@@ -90,8 +90,8 @@ MAIN_MINUTES = 100_000  # at --minutes-scale 1.0; the first checkpoint is a tent
 BATCH = defaults.DISPATCH_BATCH_SIZE
 CALLS = 1_000
 WARMUP_CALLS = 100
-BUDGET_TOKENS = 2_000
-SEARCH_K = 5
+BUDGET_TOKENS = defaults.CONTEXT_BUDGET_TOKENS
+SEARCH_K = defaults.SEARCH_K
 INDEX_STAGES = index_pool.STEPS  # decode, build_points, agent_memory, upsert, head_metrics
 
 # build_context's target applies at the largest checkpoint (100k at --minutes-scale 1).

@@ -66,7 +66,7 @@ from workers import assessment, index_pool
 PROJECT = "bench-retrieval"
 DEPTHS = (5, 10)
 HASH_DIMENSIONS = 64  # the test server's default
-INDEX_BATCH = 500  # minutes per index pool batch, as the dispatcher makes them
+INDEX_BATCH = defaults.DISPATCH_BATCH_SIZE  # minutes per index pool batch, as the dispatcher makes them
 SWEEP_KEYWORD_WEIGHTS = (0.3, 0.2, 0.1, 0.05, 0.0)  # semantic = 0.7 - keyword; recency 0.2, importance 0.1
 
 

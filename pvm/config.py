@@ -1,148 +1,511 @@
-"""The one settings object, built from environment variables with documented defaults.
+"""The one settings object: every environment variable PVM reads, each declared once.
 
-| variable | default | meaning |
-|---|---|---|
-| PVM_REDIS_URL | (unset: embedded Valkey) | Redis/Valkey URL (`redis://`, `rediss://`, `unix://`) |
-| PVM_SHARDS | 4 | number of minute streams; every producer and dispatcher must agree |
-| PVM_HOME | . | base directory for `var/` (log, spool, embedded Valkey data) |
-| PVM_LOG_DIR | $PVM_HOME/var/log | durable log directory |
-| PVM_SPOOL_DIR | $PVM_HOME/var/spool | emitter spool directory |
-| PVM_DOWNSTREAM | index | comma-separated pools the log pool fans batches out to ("" for none) |
-| PVM_RECENT_WINDOW | 200 | newest minutes per project/agent cached in Redis |
-| PVM_MINUTE_CACHE_SIZE | 20000 | minutes per project cached by id in Redis |
-| PVM_DISPATCH_BATCH | 500 | minutes per RQ job |
-| PVM_CLAIM_IDLE_MS | 30000 | idle time before another dispatcher reclaims an entry |
-| PVM_MAX_DELIVERIES | 5 | deliveries before an entry is dead-lettered |
-| PVM_JOB_TIMEOUT | 120 | seconds a log-pool job may run (index jobs: 600, defaults.DOWNSTREAM_JOB_TIMEOUT_S) |
-| PVM_QDRANT_URL | (unset: embedded engine) | Qdrant server URL; unset: in-process engine in $PVM_HOME/var/qdrant |
-| PVM_QDRANT_API_KEY | (unset) | API key for PVM_QDRANT_URL |
-| PVM_EMBED_MODEL | (unset: lexical only) | embedding model name; setting it turns on dense vectors |
-| OPENAI_BASE_URL | https://api.openai.com/v1 | any OpenAI-compatible endpoint for embeddings |
-| OPENAI_API_KEY | (unset) | key for OPENAI_BASE_URL |
-| PVM_EMBED_DIMENSIONS | (model default) | dense vector length to request |
-| PVM_EMBED_BATCH_SIZE | 2048 | inputs per embedding request (1-2048) |
-| PVM_EMBED_MAX_RETRIES | 5 | retries of 429/5xx/timeouts before a batch fails |
-| PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
-| PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query embedding (one try) before answering lexical-only |
-| PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1; 0.6,0.1,0.2,0.1 with PVM_EMBED_MODEL | semantic,keyword,recency,importance |
-| PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
-| PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
-| PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
-| PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |
-| PVM_REDIS_START_WAIT | 30 | seconds a long-running command waits at start for Redis before giving up (0: none) |
-| PVM_EXTRA_JOB_FUNCTIONS | (unset) | job functions (dotted names, comma-separated) workers run besides PVM's own |
+Each field of `Settings` is declared with `setting()`: its variable, its value type (which parses, checks the
+range and writes the value back), its default, its help text and whether it is a secret. `Settings.from_env()`,
+`Settings.to_env()`, the errors and `settings_reference()` (the docs site's configuration reference) are all
+derived from those declarations; nothing parses a variable by hand. Defaults come from `pvm.defaults`.
+
+Standard library on purpose, not pydantic-settings: every agent imports this module (`pip install pvm` is
+redis, msgpack and httpx), and pydantic-settings would add 11 MiB of packages with a compiled core (+83% on
+the agent's dependencies) and ~75 ms to `import pvm` (~125 ms today), measured for issue 9; comma-separated
+lists and the errors' wording would still need code of our own.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, Generic, TypeVar, overload
+from urllib.parse import urlsplit
 
 from contracts import keys
 from pvm import defaults
 
-_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+T = TypeVar("T")
+_DEFINITION = "pvm.setting"  # the key of a field's declaration in its dataclass metadata
 
 
 class ConfigError(ValueError):
     """An environment variable holds a value PVM cannot use."""
 
 
-def _optional_int(env: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
-    if not env.get(name):
-        return None
-    return _int(env, name, 0, minimum)
+class _Refused(Exception):
+    """A value type's reason to refuse a raw value: `problem` follows `NAME=value` (or `NAME names item,`)."""
+
+    def __init__(self, problem: str, item: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.item = item
 
 
-def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be at least {minimum}")
-    return value
+# -- value types -------------------------------------------------------------------------------------------------
 
 
-def _weights(env: Mapping[str, str]) -> tuple[float, float, float, float] | None:
-    raw = env.get("PVM_SEARCH_WEIGHTS")
-    if not raw:
-        return None
-    try:
-        parts = tuple(float(p) for p in raw.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"PVM_SEARCH_WEIGHTS={raw!r} must be four numbers: semantic,keyword,recency,importance"
-        ) from None
-    if len(parts) != 4 or any(p < 0 for p in parts) or not sum(parts):
-        raise ConfigError(f"PVM_SEARCH_WEIGHTS={raw!r} must be four non-negative numbers, not all 0")
-    return parts
+class Kind(Generic[T]):
+    """How one type of value is read from a variable, checked, written back and described."""
+
+    type_name = "str"
+    empty_is_unset = True  # a blank variable means "use the default"; lists read it as "none"
+
+    def parse(self, raw: str) -> T:
+        raise NotImplementedError
+
+    def format(self, value: T) -> str:
+        return str(value)
+
+    def range(self) -> str:
+        """The values it takes, for the reference table ("" for any)."""
+        return ""
+
+    def expected(self) -> str:
+        """The values it takes, as the fix in an error message."""
+        return f"a {self.type_name}"
+
+    def show(self, raw: str) -> str:
+        """A raw value as an error message quotes it."""
+        return repr(raw)
 
 
-def _job_functions(env: Mapping[str, str]) -> tuple[str, ...]:
-    raw = env.get("PVM_EXTRA_JOB_FUNCTIONS") or ""
-    names = tuple(n.strip() for n in raw.split(",") if n.strip())
-    for name in names:
-        if not _DOTTED_NAME.fullmatch(name):
+class Integer(Kind[int]):
+    type_name = "int"
+
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def parse(self, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise _Refused("is not a whole number") from None
+        if value < self.minimum or (self.maximum is not None and value > self.maximum):
+            raise _Refused("is out of range")
+        return value
+
+    def range(self) -> str:
+        return f">= {self.minimum}" if self.maximum is None else f"{self.minimum} to {self.maximum}"
+
+    def expected(self) -> str:
+        if self.maximum is None:
+            return f"a whole number >= {self.minimum}"
+        return f"a whole number from {self.minimum} to {self.maximum}"
+
+
+class Number(Kind[float]):
+    type_name = "float"
+
+    def __init__(self, minimum: float) -> None:
+        self.minimum = minimum
+
+    def parse(self, raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _Refused("is not a number") from None
+        if not math.isfinite(value):
+            raise _Refused("is not a finite number")
+        if value < self.minimum:
+            raise _Refused("is out of range")
+        return value
+
+    def format(self, value: float) -> str:
+        return repr(float(value))
+
+    def range(self) -> str:
+        return f">= {self.minimum}"
+
+    def expected(self) -> str:
+        return f"a number >= {self.minimum}"
+
+
+class Text(Kind[str]):
+    def parse(self, raw: str) -> str:
+        return raw.strip()
+
+
+class Url(Kind[str]):
+    type_name = "URL"
+
+    def __init__(self, *schemes: str, example: str) -> None:
+        self.schemes, self.example = schemes, example
+
+    def parse(self, raw: str) -> str:
+        value = raw.strip()
+        parts = urlsplit(value)
+        if parts.scheme not in self.schemes or not (parts.netloc or parts.path):
+            raise _Refused(f"is not a URL starting {self._schemes()}")
+        return value
+
+    def range(self) -> str:
+        return ", ".join(f"`{s}://`" for s in self.schemes)
+
+    def expected(self) -> str:
+        return f"a URL starting {self._schemes()} (e.g. {self.example})"
+
+    def show(self, raw: str) -> str:
+        parts = urlsplit(raw.strip())
+        if parts.password:  # never print a password
+            return repr(raw.replace(f":{parts.password}@", ":***@", 1))
+        return repr(raw)
+
+    def _schemes(self) -> str:
+        names = [f"{s}://" for s in self.schemes]
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+class FilePath(Kind[Path]):
+    type_name = "path"
+
+    def parse(self, raw: str) -> Path:
+        return Path(raw.strip())
+
+
+class Names(Kind[tuple[str, ...]]):
+    """A comma-separated list of names, each one `accepts()` takes; an empty variable is the empty list."""
+
+    type_name = "list"
+    empty_is_unset = False
+    refusal = "is not a name"
+
+    def accepts(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in raw.split(",") if n.strip())
+        for name in names:
+            if not self.accepts(name):
+                raise _Refused(self.refusal, item=name)
+        return names
+
+    def format(self, value: tuple[str, ...]) -> str:
+        return ",".join(value)
+
+
+class Pools(Names):
+    """Pools the log pool fans batches out to: any pool of `contracts.keys.QUEUES` but the log itself."""
+
+    refusal = "is not a pool the log feeds"
+
+    def accepts(self, name: str) -> bool:
+        return name in self._choices()
+
+    def range(self) -> str:
+        return f"comma-separated, from: {self._choices()}; empty: none"
+
+    def expected(self) -> str:
+        return f"pools the log feeds, comma-separated, from: {self._choices()} (empty for none)"
+
+    @staticmethod
+    def _choices() -> str:
+        return ", ".join(sorted(pool for pool in keys.QUEUES if pool != "log")) or "none yet"
+
+
+class DottedNames(Names):
+    """Exact dotted names of functions (package.module.function)."""
+
+    refusal = "is not a dotted function name"
+    _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+    def accepts(self, name: str) -> bool:
+        return self._DOTTED.fullmatch(name) is not None
+
+    def range(self) -> str:
+        return "comma-separated dotted names, like `package.module.function`"
+
+    def expected(self) -> str:
+        return "exact dotted names like package.module.function, comma-separated"
+
+
+class Weights(Kind[tuple[float, float, float, float]]):
+    """The ranking's four weights, `semantic,keyword,recency,importance`."""
+
+    type_name = "4 floats"
+    legs = "semantic,keyword,recency,importance"
+
+    def parse(self, raw: str) -> tuple[float, float, float, float]:
+        try:
+            parts = [float(p) for p in raw.split(",")]
+        except ValueError:
+            raise _Refused("holds something that is not a number") from None
+        if len(parts) != 4:
+            raise _Refused(f"has {len(parts)} numbers, not 4")
+        if not all(math.isfinite(p) and p >= 0 for p in parts) or not sum(parts):
+            raise _Refused("is out of range")
+        return parts[0], parts[1], parts[2], parts[3]
+
+    def format(self, value: tuple[float, float, float, float]) -> str:
+        return ",".join(repr(float(w)) for w in value)
+
+    def range(self) -> str:
+        return f"`{self.legs}`, each >= 0, not all 0"
+
+    def expected(self) -> str:
+        return f"four comma-separated numbers ({self.legs}), each >= 0 and not all 0"
+
+
+# -- declarations ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable's declaration: the single source of its parsing, default, range, help and secrecy."""
+
+    env: str
+    kind: Kind[Any]
+    default: Any
+    help: str
+    unset: str = ""  # what an unset variable means, where the default is None
+    secret: bool = False  # kept out of repr() and error messages
+    under_home: bool = False  # the default is a path under PVM_HOME
+    field: str = ""  # the Settings attribute (filled in from the dataclass)
+
+    def read(self, raw: str) -> Any:
+        """The value `raw` stands for, or a ConfigError naming the variable and the fix."""
+        try:
+            return self.kind.parse(raw)
+        except _Refused as refused:
+            shown = "<hidden>" if self.secret else self.kind.show(raw)
+            what = f"{self.env}={shown}" if refused.item is None else f"{self.env} names {refused.item!r}, which"
             raise ConfigError(
-                f"PVM_EXTRA_JOB_FUNCTIONS names {name!r}, which is not a dotted function name "
-                "like package.module.function; list exact names, comma-separated"
-            )
-    return names
+                f"{what} {refused.problem}: set {self.kind.expected()}, or {self._when_unset()}"
+            ) from None
+
+    def _when_unset(self) -> str:
+        if self.default is None:
+            return f"unset it for {self.unset}" if self.unset else "unset it"
+        default = self.default_text()
+        return "unset it for none" if default == "(unset)" else f"unset it for the default ({default})"
+
+    def default_text(self) -> str:
+        if self.under_home:
+            return f"$PVM_HOME/{self.default}"
+        if self.default is None:
+            return f"(unset: {self.unset})" if self.unset else "(unset)"
+        return self.kind.format(self.default) or "(unset)"
+
+    def reference(self) -> dict[str, str]:
+        return {
+            "env": self.env,
+            "default": self.default_text(),
+            "type": f"{self.kind.type_name}, secret" if self.secret else self.kind.type_name,
+            "range": self.kind.range(),
+            "help": self.help,
+        }
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be at least {minimum}")
-    return value
+@overload
+def setting(
+    env: str, kind: Kind[T], default: T, help: str, *, unset: str = "", secret: bool = False, under_home: bool = False
+) -> T: ...
+@overload
+def setting(
+    env: str,
+    kind: Kind[T],
+    default: None,
+    help: str,
+    *,
+    unset: str = "",
+    secret: bool = False,
+    under_home: bool = False,
+) -> T | None: ...
+def setting(
+    env: str,
+    kind: Kind[Any],
+    default: Any,
+    help: str,
+    *,
+    unset: str = "",
+    secret: bool = False,
+    under_home: bool = False,
+) -> Any:
+    """Declare a Settings field read from the variable `env`."""
+    declaration = Setting(env, kind, default, help, unset, secret, under_home)
+    return field(default=default, repr=not secret, metadata={_DEFINITION: declaration})
+
+
+def _weights_text(weights: tuple[float, ...]) -> str:
+    return ",".join(f"{w:g}" for w in weights)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Runtime configuration shared by the library, the workers and the CLI."""
+    """Runtime configuration shared by the library, the workers and the CLI.
 
-    redis_url: str | None = None
-    shards: int = defaults.SHARDS
-    home: Path = field(default_factory=lambda: Path("."))
-    log_dir: Path = field(default_factory=lambda: Path(defaults.LOG_DIR))
-    spool_dir: Path = field(default_factory=lambda: Path(defaults.SPOOL_DIR))
-    downstream: tuple[str, ...] = defaults.DOWNSTREAM
-    recent_window: int = defaults.RECENT_WINDOW
-    minute_cache_size: int = defaults.MINUTE_CACHE_SIZE
-    dispatch_batch: int = defaults.DISPATCH_BATCH_SIZE
-    claim_idle_ms: int = defaults.DISPATCH_CLAIM_IDLE_MS
-    max_deliveries: int = defaults.DISPATCH_MAX_DELIVERIES
-    job_timeout: int = defaults.JOB_TIMEOUT_S
-    qdrant_url: str | None = None
-    qdrant_api_key: str | None = field(default=None, repr=False)
-    embed_model: str | None = None
-    openai_base_url: str | None = None
-    openai_api_key: str | None = field(default=None, repr=False)
-    embed_dimensions: int | None = None
-    embed_batch_size: int = defaults.EMBED_BATCH_SIZE
-    embed_max_retries: int = defaults.EMBED_MAX_RETRIES
-    embed_timeout_s: float = defaults.EMBED_TIMEOUT_S
-    embed_query_timeout_s: float = defaults.EMBED_QUERY_TIMEOUT_S
-    search_weights: tuple[float, float, float, float] | None = None  # None: by whether dense vectors are on
-    api_url: str | None = None
-    api_token: str | None = field(default=None, repr=False)
-    api_tokens_file: Path | None = None
-    optimize_every_s: int = defaults.OPTIMIZE_EVERY_S
-    extra_job_functions: tuple[str, ...] = ()  # workers run these besides keys.JOB_FUNCTIONS
-    redis_start_wait_s: float = defaults.REDIS_START_WAIT_S
+    `from_env()` checks each value against its declaration; a Settings built in code is taken as given.
+    """
+
+    redis_url: str | None = setting(
+        "PVM_REDIS_URL",
+        Url("redis", "rediss", "unix", example=defaults.REDIS_URL_EXAMPLE),
+        None,
+        "Redis or Valkey server (Redis >= 7); a password goes in the URL",
+        unset="embedded Valkey",
+    )
+    shards: int = setting(
+        "PVM_SHARDS", Integer(minimum=1), defaults.SHARDS, "minute streams; every producer and dispatcher must agree"
+    )
+    home: Path = setting(
+        "PVM_HOME",
+        FilePath(),
+        Path("."),
+        "base directory of `var/`: log, spool, embedded Valkey data, embedded vector engine",
+    )
+    log_dir: Path = setting(
+        "PVM_LOG_DIR", FilePath(), Path(defaults.LOG_DIR), "the durable log's directory", under_home=True
+    )
+    spool_dir: Path = setting(
+        "PVM_SPOOL_DIR",
+        FilePath(),
+        Path(defaults.SPOOL_DIR),
+        "where an emitter spools minutes while Redis is unreachable; give long-running agents a fixed one",
+        under_home=True,
+    )
+    downstream: tuple[str, ...] = setting(
+        "PVM_DOWNSTREAM",
+        Pools(),
+        defaults.DOWNSTREAM,
+        "pools the log pool fans each durable batch out to (empty: none)",
+    )
+    recent_window: int = setting(
+        "PVM_RECENT_WINDOW",
+        Integer(minimum=1),
+        defaults.RECENT_WINDOW,
+        "newest minutes per project (and per agent) cached in Redis",
+    )
+    minute_cache_size: int = setting(
+        "PVM_MINUTE_CACHE_SIZE",
+        Integer(minimum=1),
+        defaults.MINUTE_CACHE_SIZE,
+        "minutes per project cached by id in Redis",
+    )
+    dispatch_batch: int = setting(
+        "PVM_DISPATCH_BATCH", Integer(minimum=1), defaults.DISPATCH_BATCH_SIZE, "minutes per log-pool job"
+    )
+    claim_idle_ms: int = setting(
+        "PVM_CLAIM_IDLE_MS",
+        Integer(minimum=1),
+        defaults.DISPATCH_CLAIM_IDLE_MS,
+        "milliseconds an entry stays pending with a silent dispatcher before another one reclaims it",
+    )
+    max_deliveries: int = setting(
+        "PVM_MAX_DELIVERIES",
+        Integer(minimum=1),
+        defaults.DISPATCH_MAX_DELIVERIES,
+        "deliveries of a stream entry before it goes to the dead-letter stream",
+    )
+    job_timeout: int = setting(
+        "PVM_JOB_TIMEOUT",
+        Integer(minimum=1),
+        defaults.JOB_TIMEOUT_S,
+        f"seconds a log-pool job may run (jobs of the pools it feeds: {defaults.DOWNSTREAM_JOB_TIMEOUT_S}, "
+        "`DOWNSTREAM_JOB_TIMEOUT_S` in `pvm/defaults.py`)",
+    )
+    qdrant_url: str | None = setting(
+        "PVM_QDRANT_URL",
+        Url("http", "https", example=defaults.QDRANT_URL_EXAMPLE),
+        None,
+        f"Qdrant server; unset, the in-process engine keeps its shards in `$PVM_HOME/{defaults.VECTOR_DIR}`",
+        unset="embedded engine",
+    )
+    qdrant_api_key: str | None = setting(
+        "PVM_QDRANT_API_KEY", Text(), None, "API key for `PVM_QDRANT_URL`", secret=True
+    )
+    embed_model: str | None = setting(
+        "PVM_EMBED_MODEL",
+        Text(),
+        None,
+        "embedding model the endpoint serves; setting it turns on dense vectors",
+        unset="lexical vectors only",
+    )
+    openai_base_url: str | None = setting(
+        "OPENAI_BASE_URL",
+        Url("http", "https", example=defaults.OPENAI_DEFAULT_BASE_URL),
+        None,
+        "any OpenAI-compatible endpoint for embeddings",
+        unset=defaults.OPENAI_DEFAULT_BASE_URL,
+    )
+    openai_api_key: str | None = setting(
+        "OPENAI_API_KEY", Text(), None, "key for `OPENAI_BASE_URL` (required by api.openai.com)", secret=True
+    )
+    embed_dimensions: int | None = setting(
+        "PVM_EMBED_DIMENSIONS",
+        Integer(minimum=1),
+        None,
+        "dense vector length to request; must match what the vector store holds",
+        unset="the model's",
+    )
+    embed_batch_size: int = setting(
+        "PVM_EMBED_BATCH_SIZE",
+        Integer(minimum=1, maximum=defaults.EMBED_BATCH_SIZE_MAX),
+        defaults.EMBED_BATCH_SIZE,
+        f"inputs per embedding request (at most {defaults.EMBED_BATCH_SIZE_MAX}, OpenAI's limit)",
+    )
+    embed_max_retries: int = setting(
+        "PVM_EMBED_MAX_RETRIES",
+        Integer(minimum=0),
+        defaults.EMBED_MAX_RETRIES,
+        "retries of 429s, 5xx answers and timeouts before an embedding batch fails",
+    )
+    embed_timeout_s: float = setting(
+        "PVM_EMBED_TIMEOUT", Number(minimum=0.1), defaults.EMBED_TIMEOUT_S, "seconds per embedding request"
+    )
+    embed_query_timeout_s: float = setting(
+        "PVM_EMBED_QUERY_TIMEOUT",
+        Number(minimum=0.05),
+        defaults.EMBED_QUERY_TIMEOUT_S,
+        "seconds a search waits for its query's embedding (one try) before it answers lexical-only",
+    )
+    search_weights: tuple[float, float, float, float] | None = setting(
+        "PVM_SEARCH_WEIGHTS",
+        Weights(),
+        None,
+        "weights of the ranking's legs: semantic, keyword, recency, importance",
+        unset=f"{_weights_text(defaults.SEARCH_WEIGHTS)}; "
+        f"{_weights_text(defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)} with PVM_EMBED_MODEL",
+    )
+    api_url: str | None = setting(
+        "PVM_API_URL",
+        Url("http", "https", example=defaults.API_URL),
+        None,
+        "the reader API that `pvm context`, `pvm search` and the HTTP client call",
+        unset=defaults.API_URL,
+    )
+    api_token: str | None = setting(
+        "PVM_API_TOKEN",
+        Text(),
+        None,
+        "bearer token the reader API requires on every route but /healthz; clients send it",
+        unset="no auth",
+        secret=True,
+    )
+    api_tokens_file: Path | None = setting(
+        "PVM_API_TOKENS_FILE",
+        FilePath(),
+        None,
+        "JSON file of project-scoped token hashes for the reader API (`pvm token new`); re-read on change",
+    )
+    optimize_every_s: int = setting(
+        "PVM_OPTIMIZE_EVERY",
+        Integer(minimum=0),
+        defaults.OPTIMIZE_EVERY_S,
+        "seconds between the scheduler's optimize runs of the embedded engine (0: never)",
+    )
+    extra_job_functions: tuple[str, ...] = setting(
+        "PVM_EXTRA_JOB_FUNCTIONS",
+        DottedNames(),
+        (),
+        "job functions workers run besides PVM's own",
+    )
+    redis_start_wait_s: float = setting(
+        "PVM_REDIS_START_WAIT",
+        Number(minimum=0),
+        defaults.REDIS_START_WAIT_S,
+        "seconds a long-running command (`up`, `dispatch`, `worker`, `scheduler`, `exporter`, `serve`) waits at "
+        "start for Redis before it gives up (0: not at all)",
+    )
 
     @property
     def vector_dir(self) -> Path:
@@ -151,91 +514,36 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from `env` (default: the process environment)."""
+        """Read settings from `env` (default: the process environment); ConfigError on a value PVM cannot use."""
         env = os.environ if env is None else env
-        home = Path(env.get("PVM_HOME") or ".")
-        raw_downstream = env.get("PVM_DOWNSTREAM")
-        if raw_downstream is None:
-            raw_downstream = ",".join(defaults.DOWNSTREAM)
-        downstream = tuple(p.strip() for p in raw_downstream.split(",") if p.strip())
-        for pool in downstream:
-            if pool not in keys.QUEUES or pool == "log":
-                fed = sorted(set(keys.QUEUES) - {"log"})
-                raise ConfigError(
-                    f"PVM_DOWNSTREAM names {pool!r}, which is not a pool the log feeds "
-                    f"(available: {', '.join(fed) or 'none yet'})"
-                )
-        return cls(
-            redis_url=env.get("PVM_REDIS_URL") or None,
-            shards=_int(env, "PVM_SHARDS", defaults.SHARDS),
-            home=home,
-            log_dir=Path(env.get("PVM_LOG_DIR") or home / defaults.LOG_DIR),
-            spool_dir=Path(env.get("PVM_SPOOL_DIR") or home / defaults.SPOOL_DIR),
-            downstream=downstream,
-            recent_window=_int(env, "PVM_RECENT_WINDOW", defaults.RECENT_WINDOW),
-            minute_cache_size=_int(env, "PVM_MINUTE_CACHE_SIZE", defaults.MINUTE_CACHE_SIZE),
-            dispatch_batch=_int(env, "PVM_DISPATCH_BATCH", defaults.DISPATCH_BATCH_SIZE),
-            claim_idle_ms=_int(env, "PVM_CLAIM_IDLE_MS", defaults.DISPATCH_CLAIM_IDLE_MS),
-            max_deliveries=_int(env, "PVM_MAX_DELIVERIES", defaults.DISPATCH_MAX_DELIVERIES),
-            job_timeout=_int(env, "PVM_JOB_TIMEOUT", defaults.JOB_TIMEOUT_S),
-            qdrant_url=env.get("PVM_QDRANT_URL") or None,
-            qdrant_api_key=env.get("PVM_QDRANT_API_KEY") or None,
-            embed_model=env.get("PVM_EMBED_MODEL") or None,
-            openai_base_url=env.get("OPENAI_BASE_URL") or None,
-            openai_api_key=env.get("OPENAI_API_KEY") or None,
-            embed_dimensions=_optional_int(env, "PVM_EMBED_DIMENSIONS"),
-            embed_batch_size=min(_int(env, "PVM_EMBED_BATCH_SIZE", defaults.EMBED_BATCH_SIZE), 2048),
-            embed_max_retries=_int(env, "PVM_EMBED_MAX_RETRIES", defaults.EMBED_MAX_RETRIES, minimum=0),
-            embed_timeout_s=_float(env, "PVM_EMBED_TIMEOUT", defaults.EMBED_TIMEOUT_S, minimum=0.1),
-            embed_query_timeout_s=_float(env, "PVM_EMBED_QUERY_TIMEOUT", defaults.EMBED_QUERY_TIMEOUT_S, minimum=0.05),
-            search_weights=_weights(env),
-            api_url=env.get("PVM_API_URL") or None,
-            api_token=env.get("PVM_API_TOKEN") or None,
-            api_tokens_file=Path(env["PVM_API_TOKENS_FILE"]) if env.get("PVM_API_TOKENS_FILE") else None,
-            optimize_every_s=_int(env, "PVM_OPTIMIZE_EVERY", defaults.OPTIMIZE_EVERY_S, minimum=0),
-            extra_job_functions=_job_functions(env),
-            redis_start_wait_s=_float(env, "PVM_REDIS_START_WAIT", defaults.REDIS_START_WAIT_S),
-        )
+        values: dict[str, Any] = {}
+        for definition in DEFINITIONS:
+            raw = env.get(definition.env)
+            if raw is not None and (raw.strip() or not definition.kind.empty_is_unset):
+                values[definition.field] = definition.read(raw)
+        home = values.get("home", cls.home)
+        for definition in DEFINITIONS:
+            if definition.under_home and definition.field not in values:
+                values[definition.field] = home / definition.default
+        return cls(**values)
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some fields changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def to_env(self) -> dict[str, str]:
-        """The environment variables that reproduce these settings in a child process."""
-        env = {
-            "PVM_SHARDS": str(self.shards),
-            "PVM_HOME": str(self.home),
-            "PVM_LOG_DIR": str(self.log_dir),
-            "PVM_SPOOL_DIR": str(self.spool_dir),
-            "PVM_DOWNSTREAM": ",".join(self.downstream),
-            "PVM_RECENT_WINDOW": str(self.recent_window),
-            "PVM_MINUTE_CACHE_SIZE": str(self.minute_cache_size),
-            "PVM_DISPATCH_BATCH": str(self.dispatch_batch),
-            "PVM_CLAIM_IDLE_MS": str(self.claim_idle_ms),
-            "PVM_MAX_DELIVERIES": str(self.max_deliveries),
-            "PVM_JOB_TIMEOUT": str(self.job_timeout),
-            "PVM_OPTIMIZE_EVERY": str(self.optimize_every_s),
-        }
-        optional = {
-            "PVM_REDIS_URL": self.redis_url,
-            "PVM_QDRANT_URL": self.qdrant_url,
-            "PVM_QDRANT_API_KEY": self.qdrant_api_key,
-            "PVM_EMBED_MODEL": self.embed_model,
-            "OPENAI_BASE_URL": self.openai_base_url,
-            "OPENAI_API_KEY": self.openai_api_key,
-            "PVM_EMBED_DIMENSIONS": None if self.embed_dimensions is None else str(self.embed_dimensions),
-            "PVM_API_URL": self.api_url,
-            "PVM_API_TOKEN": self.api_token,
-            "PVM_API_TOKENS_FILE": None if self.api_tokens_file is None else str(self.api_tokens_file),
-            "PVM_EXTRA_JOB_FUNCTIONS": ",".join(self.extra_job_functions),
-        }
-        env.update({k: v for k, v in optional.items() if v})
-        env["PVM_EMBED_BATCH_SIZE"] = str(self.embed_batch_size)
-        env["PVM_EMBED_MAX_RETRIES"] = str(self.embed_max_retries)
-        env["PVM_EMBED_TIMEOUT"] = repr(self.embed_timeout_s)
-        env["PVM_EMBED_QUERY_TIMEOUT"] = repr(self.embed_query_timeout_s)
-        env["PVM_REDIS_START_WAIT"] = repr(self.redis_start_wait_s)
-        if self.search_weights is not None:
-            env["PVM_SEARCH_WEIGHTS"] = ",".join(repr(w) for w in self.search_weights)
+        """The environment variables that reproduce these settings in a child process (secrets included)."""
+        env = {}
+        for definition in DEFINITIONS:
+            value = getattr(self, definition.field)
+            if value is not None:
+                env[definition.env] = definition.kind.format(value)
         return env
+
+
+DEFINITIONS: tuple[Setting, ...] = tuple(replace(f.metadata[_DEFINITION], field=f.name) for f in fields(Settings))
+
+
+def settings_reference() -> list[dict[str, str]]:
+    """Every variable PVM reads, in declaration order: env, default, type, range and help (the docs' reference)."""
+    return [definition.reference() for definition in DEFINITIONS]

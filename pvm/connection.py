@@ -6,6 +6,7 @@ from typing import cast
 
 import redis
 
+from pvm import defaults
 from pvm.config import Settings
 
 
@@ -14,7 +15,7 @@ class NoRedisConfigured(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__(
-            "no Redis configured: set PVM_REDIS_URL (e.g. redis://127.0.0.1:6379/0), "
+            f"no Redis configured: set PVM_REDIS_URL (e.g. {defaults.REDIS_URL_EXAMPLE}), "
             "or run `pvm up` to start the embedded stack"
         )
 

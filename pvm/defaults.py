@@ -72,7 +72,8 @@ CONTEXT_EXPERIENCE_OVERFETCH = 3  # relevant experience: fetch this many times k
 CONTEXT_NEAR_DUPLICATE = 0.7  # two notes sharing this much of their words (Jaccard) say the same thing
 
 # Embeddings (OpenAI-compatible endpoint)
-EMBED_BATCH_SIZE = 2048  # OpenAI's limit on inputs per request
+EMBED_BATCH_SIZE_MAX = 2048  # OpenAI's limit on inputs per request
+EMBED_BATCH_SIZE = EMBED_BATCH_SIZE_MAX
 EMBED_MAX_RETRIES = 5
 EMBED_TIMEOUT_S = 30.0
 # A search's query embedding: one try, this long, then the answer is lexical-only (an agent never waits on a provider).
@@ -142,3 +143,14 @@ CLI_REDIS_CONNECT_TIMEOUT_S = 5.0  # a `pvm` command gives up on an unreachable 
 # A long-running command started while Redis restarts (or loads its data) waits this long for it, saying so
 # once, before it gives up with the one-line error: under a supervisor an exit would only add crash-loop backoff.
 REDIS_START_WAIT_S = 30.0  # PVM_REDIS_START_WAIT
+
+# Settings, ports and addresses (area: settings). deploy/ and docker-compose.yml repeat the ports and
+# PVM_SHARDS / PVM_DOWNSTREAM; tests/deploy/test_deploy_files.py checks they equal these.
+API_PORT = 8080  # the reader API: `pvm serve --port`, `pvm up --api-port`
+API_URL = f"http://127.0.0.1:{API_PORT}"  # PVM_API_URL unset: the reader API of `pvm up` / `pvm serve` on this machine
+EXPORTER_PORT = 9108  # `pvm exporter --port`
+BIND_ADDR = "127.0.0.1"  # what `pvm serve` and `pvm exporter` listen on (0.0.0.0 in containers)
+REDIS_URL_EXAMPLE = "redis://127.0.0.1:6379/0"  # shown in errors and help: a Redis on this machine
+QDRANT_URL_EXAMPLE = "http://localhost:6333"  # shown in errors and help: a Qdrant server on this machine
+SEARCH_K = 5  # hits a search returns unless asked for more or fewer
+DEMO_MINUTES = 300  # minutes `pvm demo` emits

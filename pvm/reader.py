@@ -182,12 +182,14 @@ class ContextReader:
                 found[minute_id] = record.fields
         return [found[i] for i in ids if i in found]
 
-    def search(self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5) -> list[SearchHit]:
+    def search(
+        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = defaults.SEARCH_K
+    ) -> list[SearchHit]:
         """Hybrid search over the project's indexed minutes."""
         return self.search_result(project_id, query, filters, k).hits
 
     def search_result(
-        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = 5
+        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = defaults.SEARCH_K
     ) -> SearchResult:
         """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
         require_project(project_id)

@@ -171,7 +171,7 @@ class HybridSearch:
         project_id: str,
         query: str,
         filters: SearchFilters | None = None,
-        k: int = 5,
+        k: int = defaults.SEARCH_K,
         now_ms: int | None = None,
     ) -> list[SearchHit]:
         """The best `k` minutes of the project for `query` within `filters`, best first (`search_result`'s hits)."""
@@ -182,7 +182,7 @@ class HybridSearch:
         project_id: str,
         query: str,
         filters: SearchFilters | None = None,
-        k: int = 5,
+        k: int = defaults.SEARCH_K,
         now_ms: int | None = None,
     ) -> SearchResult:
         """The best `k` minutes of the project for `query` within `filters`, best first, and whether it degraded.

@@ -363,7 +363,7 @@ def create_app(
             request.path_params["project_id"],
             agent_id,
             task=request.query_params.get("task") or None,
-            budget_tokens=_int(request, "budget_tokens", 2_000, 1, 1_000_000),
+            budget_tokens=_int(request, "budget_tokens", defaults.CONTEXT_BUDGET_TOKENS, 1, 1_000_000),
         )
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
@@ -376,7 +376,10 @@ def create_app(
         if reader.searcher is None:
             raise Unavailable("this server has no vector store configured; semantic search is unavailable")
         result = reader.search_result(
-            request.path_params["project_id"], query, filters_from_query(request), _int(request, "k", 5, 1, 100)
+            request.path_params["project_id"],
+            query,
+            filters_from_query(request),
+            _int(request, "k", defaults.SEARCH_K, 1, 100),
         )
         # degraded: None, or why the answer is lexical-only (the query could not be embedded).
         return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}

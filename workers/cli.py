@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
+from pvm import defaults
 from pvm.config import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -590,7 +591,7 @@ def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _api_url(settings: Settings) -> str:
-    return (settings.api_url or "http://127.0.0.1:8080").rstrip("/")
+    return (settings.api_url or defaults.API_URL).rstrip("/")
 
 
 def api_request(settings: Settings, url: str) -> urllib.request.Request:
@@ -730,13 +731,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", action="append", default=[], metavar="POOL=N", help="worker processes for a pool (repeatable)"
     )
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
-    up.add_argument("--api-port", type=_port, default=8080, help="reader API port (default 8080)")
+    up.add_argument(
+        "--api-port", type=_port, default=defaults.API_PORT, help=f"reader API port (default {defaults.API_PORT})"
+    )
     up.set_defaults(func=cmd_up)
 
     dispatch = sub.add_parser("dispatch", help="move minutes from the streams into log-pool batch jobs")
     dispatch.add_argument("--consumer", help="consumer name; reuse it after a restart to resume its pending entries")
     dispatch.add_argument("--shards", type=_shard_list, help="comma-separated shard numbers (default: all)")
-    dispatch.add_argument("--batch", type=_positive_int, help="minutes per job (default PVM_DISPATCH_BATCH or 500)")
+    dispatch.add_argument(
+        "--batch",
+        type=_positive_int,
+        help=f"minutes per job (default PVM_DISPATCH_BATCH or {defaults.DISPATCH_BATCH_SIZE})",
+    )
     dispatch.add_argument("--max-idle", type=_seconds, help="exit after this many seconds with nothing to do")
     dispatch.set_defaults(func=cmd_dispatch)
 
@@ -744,7 +751,8 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler",
         help="enqueue periodic maintenance jobs (one scheduler leads; others stand by)",
         description="Enqueue periodic maintenance jobs onto the pools: today the embedded engine's optimize "
-        "every PVM_OPTIMIZE_EVERY seconds (default 3600; none with a Qdrant server, which optimizes itself). "
+        f"every PVM_OPTIMIZE_EVERY seconds (default {defaults.OPTIMIZE_EVERY_S}; none with a Qdrant server, "
+        "which optimizes itself). "
         "Run as many as you like: a lease in Redis makes one act and the others stand by.",
     )
     scheduler.add_argument("--name", help="scheduler name in the lease (default: <host>-<pid>)")
@@ -768,9 +776,13 @@ def build_parser() -> argparse.ArgumentParser:
     tail.set_defaults(func=cmd_log_tail)
 
     exporter = sub.add_parser("exporter", help="serve Prometheus metrics read from Redis on /metrics")
-    exporter.add_argument("--port", type=_port, default=9108, help="port (default 9108)")
     exporter.add_argument(
-        "--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)"
+        "--port", type=_port, default=defaults.EXPORTER_PORT, help=f"port (default {defaults.EXPORTER_PORT})"
+    )
+    exporter.add_argument(
+        "--addr",
+        default=defaults.BIND_ADDR,
+        help=f"address to bind (default {defaults.BIND_ADDR}; 0.0.0.0 in containers)",
     )
     exporter.set_defaults(func=cmd_exporter)
 
@@ -819,8 +831,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_failed)
 
     serve = sub.add_parser("serve", help="the reader HTTP API (and, with the embedded engine, the index pool)")
-    serve.add_argument("--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
-    serve.add_argument("--port", type=_port, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--addr",
+        default=defaults.BIND_ADDR,
+        help=f"address to bind (default {defaults.BIND_ADDR}; 0.0.0.0 in containers)",
+    )
+    serve.add_argument("--port", type=_port, default=defaults.API_PORT, help=f"port (default {defaults.API_PORT})")
     serve.add_argument(
         "--index-worker",
         choices=["auto", "yes", "no"],
@@ -850,14 +866,19 @@ def build_parser() -> argparse.ArgumentParser:
     context.add_argument("--project", required=True, type=_project_id, help="project id")
     context.add_argument("--agent", required=True, help="agent id")
     context.add_argument("--task", help="task text: adds relevant past experience")
-    context.add_argument("--budget", type=_positive_int, default=2000, help="token budget (default 2000)")
+    context.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=defaults.CONTEXT_BUDGET_TOKENS,
+        help=f"token budget (default {defaults.CONTEXT_BUDGET_TOKENS})",
+    )
     context.add_argument("--json", action="store_true", help="the ContextPackage as JSON")
     context.set_defaults(func=cmd_context)
 
     search = sub.add_parser("search", help="hybrid search over a project's minutes, via the reader API")
     search.add_argument("query", help="search text")
     search.add_argument("--project", required=True, type=_project_id, help="project id")
-    search.add_argument("-k", type=_positive_int, default=5, help="hits (default 5)")
+    search.add_argument("-k", type=_positive_int, default=defaults.SEARCH_K, help=f"hits (default {defaults.SEARCH_K})")
     search.add_argument("--category", action="append", help="only these categories (repeatable)")
     search.add_argument("--event-type", action="append", help="only these event types (repeatable)")
     search.add_argument("--agent", action="append", help="only these agents (repeatable)")
@@ -883,7 +904,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="run a coordination session through the embedded stack; show the log and an agent's context"
     )
-    demo.add_argument("--minutes", type=_positive_int, default=300, help="how many minutes to emit (default 300)")
+    demo.add_argument(
+        "--minutes",
+        type=_positive_int,
+        default=defaults.DEMO_MINUTES,
+        help=f"how many minutes to emit (default {defaults.DEMO_MINUTES})",
+    )
     demo.set_defaults(func=cmd_demo)
     _describe(parser)
     return parser

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from contracts import Minute
+from pvm import defaults
 from pvm.config import Settings
 
 AGENTS = ("planner", "coder", "reviewer", "tester", "deployer")
@@ -160,7 +161,7 @@ def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90)
         time.sleep(0.1)
 
 
-def run_demo(settings: Settings, minutes: int = 300) -> int:
+def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
     """Run a coordination session through the embedded stack, then show the log and one agent's context."""
     import json
     import socket

@@ -42,7 +42,6 @@ from workers.serializers import MsgpackSerializer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 9108
 SCHEDULE_FIELDS = ("last", "every", "job")  # `<name>:<field>` in keys.schedules()
 
 
@@ -452,7 +451,9 @@ class PvmCollector:
         yield from (calls, tokens, latency)
 
 
-def serve(connection: redis.Redis, settings: Settings, port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> Any:
+def serve(
+    connection: redis.Redis, settings: Settings, port: int = defaults.EXPORTER_PORT, addr: str = defaults.BIND_ADDR
+) -> Any:
     """Start the /metrics HTTP server in a background thread; returns (server, thread)."""
     registry = CollectorRegistry()
     registry.register(PvmCollector(connection, settings))

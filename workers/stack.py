@@ -84,7 +84,7 @@ class Stack:
         settings: Settings,
         processes: Mapping[str, int] | None = None,
         dispatchers: int = 1,
-        api_port: int | None = 8080,
+        api_port: int | None = defaults.API_PORT,
     ) -> None:
         processes = dict(processes or {})
         if "index" in processes and not settings.qdrant_url:

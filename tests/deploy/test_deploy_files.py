@@ -29,6 +29,7 @@ from prometheus_client.core import Metric
 from rq import Queue
 
 from contracts import keys
+from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from workers.cli import build_parser
@@ -1039,3 +1040,35 @@ def test_compose_prometheus_scrapes_the_compose_exporter_with_the_deploy_config(
     port = exporter[exporter.index("--port") + 1]
     job = next(j for j in load_yaml(PROMETHEUS_CONFIG)["scrape_configs"] if j["job_name"] == "pvm-exporter")
     assert job["static_configs"][0]["targets"] == [f"exporter:{port}"]
+
+
+# -- values the deploy files repeat from pvm/defaults.py (area: settings) ----------
+
+
+def test_deploy_files_repeat_the_python_defaults() -> None:
+    """YAML cannot import pvm.defaults: each port and setting the deploy files repeat must equal it."""
+    api, exporter = defaults.API_PORT, defaults.EXPORTER_PORT
+    services = compose()["services"]
+    for name, port in (("api", api), ("exporter", exporter)):
+        argv = compose_command(services[name])
+        assert argv[argv.index("--port") + 1] == str(port), f"docker-compose.yml {name} --port"
+        assert services[name]["ports"] == [f"127.0.0.1:{port}:{port}"], f"docker-compose.yml {name} ports"
+    assert f"//127.0.0.1:{api}/healthz" in " ".join(services["api"]["healthcheck"]["test"])
+    job = next(j for j in load_yaml(PROMETHEUS_CONFIG)["scrape_configs"] if j["job_name"] == "pvm-exporter")
+    assert job["static_configs"][0]["targets"] == [f"exporter:{exporter}"], "deploy/prometheus/prometheus.yml"
+
+    deployments, k8s_services = k8s_objects("Deployment"), k8s_objects("Service")
+    for name, port in (("pvm-api", api), ("pvm-exporter", exporter)):
+        container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"][container["args"].index("--port") + 1] == str(port), f"deploy/k8s {name} --port"
+        assert [p["containerPort"] for p in container["ports"]] == [port], f"deploy/k8s {name} containerPort"
+        assert [p["port"] for p in k8s_services[name]["spec"]["ports"]] == [port], f"deploy/k8s Service {name}"
+    assert k8s_services["pvm-exporter"]["metadata"]["annotations"]["prometheus.io/port"] == str(exporter)
+
+    # An agent that sets nothing must agree with the deployed dispatchers and log pool.
+    for where, env in (
+        ("deploy/k8s/configmap.yaml", k8s_objects("ConfigMap")["pvm-config"]["data"]),
+        ("docker-compose.yml", services["dispatcher"]["environment"]),
+    ):
+        assert env["PVM_SHARDS"] == str(defaults.SHARDS), f"{where}: PVM_SHARDS"
+        assert env["PVM_DOWNSTREAM"] == ",".join(defaults.DOWNSTREAM), f"{where}: PVM_DOWNSTREAM"
