@@ -198,6 +198,8 @@ def _json_body(body: bytes) -> Any:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"request body is not JSON in UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:
         raise BadRequest(
             f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"

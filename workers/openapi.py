@@ -254,7 +254,8 @@ def _bounded(low: int | float, high: int | float, default: int | None = None) ->
     return schema
 
 
-_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
+# A list in a query: repeated, comma-separated, or both; empty entries are ignored.
+_LIST = {"type": "array", "items": _STRING}
 PROJECT = {
     "name": "project_id",
     "in": "path",
@@ -423,7 +424,7 @@ def operations() -> dict[str, Operation]:
                 query("agent_id", {"type": "string", "minLength": 1}, "the agent the context is for", "coder"),
                 query("task", _STRING, "the task at hand: finds relevant past experience"),
                 query("budget_tokens", _bounded(1, 1_000_000, 2_000), "the token budget"),
-                query("format", {"enum": ["json", "text"], "default": "json"}, "text: the prompt-ready text"),
+                query("format", _STRING, "text: the prompt-ready text (any other value: the JSON package)"),
             ],
             _answer(
                 "the context package (format=text: the prompt-ready text)",
@@ -455,16 +456,13 @@ def operations() -> dict[str, Operation]:
         "/v1/projects/{project_id}/minutes": _read(
             "Minutes by id (the Redis cache, then the durable log), in the order asked",
             [
-                {
-                    **query(
-                        "ids",
-                        {**_LIST, "minItems": 1, "maxItems": defaults.API_MAX_BATCH},
-                        "minute ids, comma-separated",
-                        ["01M8BMRD8028T5CY4TQKFF04HM"],
-                    ),
-                    "style": "form",
-                    "explode": False,
-                }
+                query(
+                    "ids",
+                    # One string, not an array: empty entries are ignored, and at least one id is required.
+                    {"type": "string", "pattern": "[^,]"},
+                    f"minute ids, comma-separated (at most {defaults.API_MAX_BATCH})",
+                    "01M8BMRD8028T5CY4TQKFF04HM,01M8BMV54G1W7GY3RF1W7GY3RF",
+                )
             ],
             _answer("the minutes found (an id of another project, or of none, is left out)", "MinuteList"),
         ),
@@ -485,7 +483,8 @@ def openapi_document(token_required: bool = False, scoped: bool = False) -> dict
             "title": "PVM reader API",
             "version": "1",
             "description": "Context, search and reads of one project's memory, and minute ingestion. "
-            "Every read names a project in its path; nothing crosses projects. Generated from the contract "
+            "Every read names a project in its path; nothing crosses projects. An optional query parameter "
+            "sent empty (`?n=`) is the same as leaving it out. Generated from the contract "
             "(contracts/schema/minute.schema.json and contracts/memory.py).",
         },
         "paths": {

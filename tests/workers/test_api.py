@@ -427,6 +427,12 @@ def test_deep_nesting_is_a_bad_request_never_a_server_error(client: TestClient, 
     assert redis_client.xlen(stream) == before
 
 
+def test_a_body_that_is_not_utf8_is_a_bad_request_never_a_server_error(bare: TestClient) -> None:
+    r = bare.post("/v1/minutes", content=b"\xac\xed", headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "UTF-8" in r.json()["error"]
+
+
 def test_a_project_id_the_contract_refuses_is_a_bad_request(client: TestClient) -> None:
     routes = {"recent": {}, "context": {"agent_id": "coder"}, "minutes": {"ids": "x"}, "search": {"q": "x"}}
     for route, params in routes.items():
