@@ -6,17 +6,17 @@ validates a whole batch against the contract and appends it to the shard
 streams in one script (all of it or none) before answering 202 with the ids; an
 invalid batch is refused whole with 422 and every error names its minute and
 field. A client that sets each minute's `id` can resend a batch whose answer it
-never saw: the log keeps each id once. The OpenAPI description is served
-at `/openapi.json`. With PVM_API_TOKEN or PVM_API_TOKENS_FILE set, every route
-but `/healthz` needs `Authorization: Bearer <token>`; without either the API is
-open, and `pvm serve` warns when it binds beyond loopback. A token from the
-tokens file reaches only its projects: any other project in a path, or in a
-posted minute, is refused with 403 before anything is read or written.
+never saw: the log keeps each id once. The OpenAPI description, generated
+from the contract by workers/openapi.py, is served at `/openapi.json`. With
+PVM_API_TOKEN or PVM_API_TOKENS_FILE set, every route but `/healthz` needs
+`Authorization: Bearer <token>`; without either the API is open, and `pvm
+serve` warns when it binds beyond loopback. A token from the tokens file
+reaches only its projects: any other project in a path, or in a posted minute,
+is refused with 403 before anything is read or written.
 """
 
 from __future__ import annotations
 
-import copy
 import hmac
 import ipaddress
 import json
@@ -37,6 +37,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
+from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
 from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
@@ -46,6 +47,7 @@ from pvm.reader import ContextReader
 from pvm.stores.log import LogError
 from pvm.vectors import VectorStoreError
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
+from workers.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +198,8 @@ def _json_body(body: bytes) -> Any:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"request body is not JSON in UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:
         raise BadRequest(
             f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"
@@ -430,8 +434,16 @@ def create_app(
             try:
                 if not isinstance(raw, dict):
                     raise InvalidMinute("minute", f"must be a JSON object, got {type(raw).__name__}")
+                # The wire form's schema version may come along (the golden vectors carry it), if this build reads it.
+                version = raw.get("v", SCHEMA_VERSION)
+                if type(version) is not int or version not in SUPPORTED_VERSIONS:
+                    raise InvalidMinute(
+                        "v",
+                        f"is the schema version: {version!r} is not one this server reads "
+                        f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
+                    )
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
-                raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **raw}
+                raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}
                 minute = Minute.from_dict(raw)
                 first = first_of.setdefault(minute.id, i)
                 if first != i:
@@ -497,151 +509,6 @@ def create_app(
         ],
         middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )
-
-
-def _params(*specs: tuple[str, str, bool, str]) -> list[dict[str, Any]]:
-    return [
-        {"name": n, "in": "query", "required": req, "schema": {"type": t}, "description": d} for n, t, req, d in specs
-    ]
-
-
-_PROJECT = {"name": "project_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_ERROR = {"description": "bad request: the message names the parameter and the fix"}
-
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "PVM reader API",
-        "version": "1",
-        "description": "Context, search and reads of one project's memory, and minute ingestion. "
-        "Every read names a project in its path; nothing crosses projects.",
-    },
-    "paths": {
-        HEALTH_PATH: {"get": {"summary": "Liveness (Redis reachable)", "responses": {"200": {"description": "ok"}}}},
-        "/v1/minutes": {
-            "post": {
-                "summary": "Validate a batch of minutes and append it to the streams",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "properties": {
-                                    "minutes": {
-                                        "type": "array",
-                                        "maxItems": MAX_BATCH,
-                                        "items": {"$ref": "#/components/schemas/Minute"},
-                                    }
-                                },
-                                "required": ["minutes"],
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "202": {"description": "accepted: ids and stream ids of every minute"},
-                    "400": _ERROR,
-                    "413": {"description": f"the body is over {MAX_BODY_BYTES} bytes (checked before it is read)"},
-                    "422": {"description": "invalid minutes: each error names the minute index and field"},
-                    "503": {
-                        "description": "Redis unavailable or a stream key unusable: nothing of the batch was "
-                        "written; the body's ids let the client resend the batch unchanged"
-                    },
-                },
-            }
-        },
-        "/v1/projects/{project_id}/context": {
-            "get": {
-                "summary": "An agent's context: recent, referenced, track record, relevant experience, under a budget",
-                "parameters": [
-                    _PROJECT,
-                    *_params(
-                        ("agent_id", "string", True, "the agent the context is for"),
-                        ("task", "string", False, "task text; enables relevant experience"),
-                        ("budget_tokens", "integer", False, "token budget (default 2000)"),
-                        ("format", "string", False, "'text' for the rendered prompt text"),
-                    ),
-                ],
-                "responses": {"200": {"description": "a ContextPackage"}, "400": _ERROR},
-            }
-        },
-        "/v1/projects/{project_id}/search": {
-            "get": {
-                "summary": "Hybrid search (lexical + dense when configured) re-ranked by recency and importance",
-                "parameters": [
-                    _PROJECT,
-                    *_params(
-                        ("q", "string", True, "search text"),
-                        ("k", "integer", False, "hits (default 5, at most 100)"),
-                        ("category", "string", False, "categories, comma-separated"),
-                        ("event_type", "string", False, "event types, comma-separated"),
-                        ("agent", "string", False, "agent ids, comma-separated"),
-                        ("task_id", "string", False, "one task"),
-                        ("thread_id", "string", False, "one thread"),
-                        ("since_ms", "integer", False, "minute time >= (Unix ms)"),
-                        ("until_ms", "integer", False, "minute time < (Unix ms)"),
-                        ("min_composite", "number", False, "minimum composite score 0..1"),
-                    ),
-                ],
-                "responses": {"200": {"description": "hits"}, "400": _ERROR},
-            }
-        },
-        "/v1/projects/{project_id}/recent": {
-            "get": {
-                "summary": "The project's newest minutes, oldest first",
-                "parameters": [_PROJECT, *_params(("n", "integer", False, "how many (default 50)"))],
-                "responses": {"200": {"description": "minutes"}, "400": _ERROR},
-            }
-        },
-        "/v1/projects/{project_id}/minutes": {
-            "get": {
-                "summary": "Minutes by id (Redis cache, then the durable log)",
-                "parameters": [_PROJECT, *_params(("ids", "string", True, "minute ids, comma-separated"))],
-                "responses": {"200": {"description": "minutes found, in the order asked"}, "400": _ERROR},
-            }
-        },
-    },
-    "components": {
-        "schemas": {
-            "Minute": {
-                "description": "A coordination minute; the full contract is contracts/schema/minute.schema.json "
-                "(id and timestamp are filled in when absent; set id yourself to make a retry idempotent)",
-                "type": "object",
-                "required": ["project_id", "event_type"],
-            }
-        }
-    },
-}
-
-
-def openapi_document(token_required: bool, scoped: bool = False) -> dict[str, Any]:
-    """The OpenAPI description; with a token, the bearer scheme on every operation but the health check.
-
-    `scoped`: tokens may be limited to projects, so the routes that name a
-    project (in the path or in posted minutes) also answer 403.
-    """
-    if not token_required:
-        return OPENAPI
-    document = copy.deepcopy(OPENAPI)
-    described = "the server's PVM_API_TOKEN"
-    if scoped:
-        described += ", or a token in PVM_API_TOKENS_FILE (which reaches only its projects)"
-    document["components"]["securitySchemes"] = {
-        "bearerAuth": {"type": "http", "scheme": "bearer", "description": described}
-    }
-    document["security"] = [{"bearerAuth": []}]
-    for path, operations in document["paths"].items():
-        for operation in operations.values():
-            if path == HEALTH_PATH:
-                operation["security"] = []
-                continue
-            operation["responses"]["401"] = {"description": "missing or wrong bearer token"}
-            if scoped:
-                operation["responses"]["403"] = {
-                    "description": "the token may not read or write the project named (nothing was written)"
-                }
-    return document
 
 
 def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tokens: TokenFile | None = None) -> None:

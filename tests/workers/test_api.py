@@ -122,6 +122,7 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
     assert spec["openapi"].startswith("3.")
     assert set(spec["paths"]) == {
         "/healthz",
+        "/openapi.json",
         "/v1/minutes",
         "/v1/projects/{project_id}/context",
         "/v1/projects/{project_id}/search",
@@ -358,7 +359,9 @@ def test_openapi_documents_403_when_tokens_are_scoped(scoped: TestClient) -> Non
     assert "PVM_API_TOKENS_FILE" in spec["components"]["securitySchemes"]["bearerAuth"]["description"]
     for path, operations in spec["paths"].items():
         for operation in operations.values():
-            assert ("403" in operation["responses"]) == (path != "/healthz"), path
+            # 403 where a project is named: in the path, or in the posted minutes
+            names_project = path.startswith("/v1/")
+            assert ("403" in operation["responses"]) == names_project, path
 
 
 PROJECTS = ["apollo", "borealis", "cassini", "deimos", "europa"]
@@ -422,6 +425,12 @@ def test_deep_nesting_is_a_bad_request_never_a_server_error(client: TestClient, 
     (error,) = r.json()["errors"]
     assert error["field"].startswith("data.a.a") and "32 levels" in error["problem"]
     assert redis_client.xlen(stream) == before
+
+
+def test_a_body_that_is_not_utf8_is_a_bad_request_never_a_server_error(bare: TestClient) -> None:
+    r = bare.post("/v1/minutes", content=b"\xac\xed", headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "UTF-8" in r.json()["error"]
 
 
 def test_a_project_id_the_contract_refuses_is_a_bad_request(client: TestClient) -> None:

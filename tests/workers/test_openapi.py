@@ -1,0 +1,366 @@
+"""The OpenAPI description of the reader API: valid OpenAPI 3.1, generated from the contract, true to the app.
+
+True to the app both ways: every route the app serves is documented, every
+answer a real app gives (200s, 4xx, outages with Redis down) validates against
+the schema documented for its status, and every documented status is one a
+request here really gets.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import redis
+import schemathesis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate as validate_openapi
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from contracts.vectors.generate import VECTORS_DIR, load_vector, vector_paths
+from pvm import defaults, engines
+from pvm.config import Settings
+from pvm.reader import ContextReader
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes, use_settings
+from workers.api import create_app
+from workers.auth import TokenFile, token_sha256
+from workers.demo import sample_session
+
+CONTRACT_SCHEMA = VECTORS_DIR.parent / "schema" / "minute.schema.json"
+TOKEN = "openapi-test-token"
+TEAM_A = "team-a-openapi-token"
+
+
+def validator_for(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    """A JSON Schema 2020-12 validator of `schema` whose `#/components/...` references resolve into `document`."""
+    return Draft202012Validator(document).evolve(schema=schema)
+
+
+def resolved(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """A response or parameter object, following its `$ref` within the document."""
+    while "$ref" in node:
+        target: Any = document
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        node = target
+    return node
+
+
+def request_body_schema(document: dict[str, Any]) -> dict[str, Any]:
+    body = document["paths"]["/v1/minutes"]["post"]["requestBody"]
+    schema: dict[str, Any] = body["content"]["application/json"]["schema"]
+    return schema
+
+
+# -- the apps ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContextReader]:
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 40, seed=2)))
+    log_minutes(redis_client, settings, list(sample_session("borealis", 10, seed=4)))
+    yield ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    engines.close_shared()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def apps(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, tmp_path: Path
+) -> Iterator[dict[str, TestClient]]:
+    """The app open, with a token, with project-scoped tokens, and over a Redis that is down."""
+    tokens_path = tmp_path / "tokens.json"
+    tokens_path.write_text(
+        json.dumps({"tokens": [{"name": "team-a", "sha256": token_sha256(TEAM_A), "projects": ["apollo"]}]})
+    )
+    down = redis.Redis(host="127.0.0.1", port=closed_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    down_reader = ContextReader(down, LogReader(settings.log_dir), None)
+    built = {
+        "open": create_app(reader, redis_client, settings.shards),
+        "token": create_app(reader, redis_client, settings.shards, api_token=TOKEN),
+        "scoped": create_app(reader, redis_client, settings.shards, tokens=TokenFile(tokens_path)),
+        "down": create_app(down_reader, down, settings.shards),
+    }
+    with ExitStack() as stack:
+        stack.callback(down.close)
+        yield {name: stack.enter_context(TestClient(app, raise_server_exceptions=False)) for name, app in built.items()}
+
+
+def served_document(client: TestClient) -> dict[str, Any]:
+    r = client.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"})
+    if r.status_code == 401:  # the scoped app knows no PVM_API_TOKEN
+        r = client.get("/openapi.json", headers={"Authorization": f"Bearer {TEAM_A}"})
+    assert r.status_code == 200, r.text
+    document: dict[str, Any] = r.json()
+    return document
+
+
+# -- the document itself ---------------------------------------------------------------------------------
+
+
+def test_every_variant_of_the_document_is_valid_openapi_3_1(apps: dict[str, TestClient]) -> None:
+    for name, client in apps.items():
+        document = served_document(client)
+        assert document["openapi"].startswith("3.1."), name
+        validate_openapi(document)  # raises OpenAPIValidationError naming the path in the document
+
+
+def test_the_minute_component_is_the_contracts_json_schema(apps: dict[str, TestClient]) -> None:
+    document = served_document(apps["open"])
+    contract = json.loads(CONTRACT_SCHEMA.read_text(encoding="utf-8"))
+    schemas = document["components"]["schemas"]
+    # The contract's $defs become components; its $refs follow them there.
+    text = json.dumps(schemas["Minute"])
+    for name, definition in contract.pop("$defs").items():
+        component = next(c for c, s in schemas.items() if s == definition)
+        text = text.replace(f'"#/components/schemas/{component}"', f'"#/$defs/{name}"')
+    # $id would make the references inside resolve against the contract's URL instead of the document.
+    del contract["$id"], contract["$schema"]
+    assert json.loads(text) == contract
+
+
+def test_every_route_the_app_serves_is_documented_with_its_path_parameters(apps: dict[str, TestClient]) -> None:
+    client = apps["open"]
+    document = served_document(client)
+    assert isinstance(client.app, Starlette)
+    served = set()
+    for route in client.app.routes:
+        assert isinstance(route, Route)
+        served |= {(method, route.path) for method in (route.methods or set()) - {"HEAD"}}
+    documented = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
+    assert documented == served
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            declared = {resolved(document, p)["name"] for p in operation.get("parameters", [])}
+            in_path = {part[1:-1] for part in path.split("/") if part.startswith("{")}
+            assert in_path <= declared, path
+
+
+def test_the_golden_vectors_are_valid_request_bodies_and_the_api_takes_them(apps: dict[str, TestClient]) -> None:
+    client = apps["open"]
+    document = served_document(client)
+    body_schema = validator_for(document, request_body_schema(document))
+    vectors = [load_vector(path) for path in vector_paths()]
+    assert len(vectors) >= 10
+    for vector in vectors:
+        body_schema.validate({"minutes": [vector]})
+        body_schema.validate([vector])
+    r = client.post("/v1/minutes", json={"minutes": vectors})
+    assert r.status_code == 202, r.text
+    assert r.json()["ids"] == [v["id"] for v in vectors]
+    # The documented body refuses what the contract refuses: an unknown field, a bad id, another schema version.
+    for bad in ({"surprise": 1}, {"id": "not an id!"}, {"v": 2}, {"event_type": "Not-Lower"}):
+        minute = {**vectors[0], **bad}
+        assert not body_schema.is_valid({"minutes": [minute]}), bad
+        answer = client.post("/v1/minutes", json={"minutes": [minute]})
+        assert answer.status_code == 422, (bad, answer.text)
+        assert answer.json()["errors"][0]["field"] == next(iter(bad))
+
+
+# -- real answers against the documented ones -------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One request to one of the apps, and the documented path it goes to."""
+
+    app: str
+    method: str
+    template: str
+    project: str = "apollo"
+    params: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+    content: bytes | None = None
+    token: str | None = None
+
+
+PROJECT_READS = {
+    "/v1/projects/{project_id}/context": {"agent_id": "coder", "task": "tune the cache"},
+    "/v1/projects/{project_id}/search": {"q": "conflict resolved"},
+    "/v1/projects/{project_id}/recent": {"n": 5},
+    "/v1/projects/{project_id}/minutes": {"ids": "nosuchid"},
+}
+GOOD = {"project_id": "apollo", "event_type": "decision", "agent_id": "planner", "memory_note": "ship friday"}
+BAD = {"project_id": "apollo", "event_type": "task_completed", "data": {"success_criteria_met": 250}}
+
+CALLS = [
+    Call("open", "GET", "/healthz"),
+    Call("open", "GET", "/openapi.json"),
+    Call("open", "POST", "/v1/minutes", body={"minutes": [GOOD, {**GOOD, "id": "client-chosen-id-1"}]}),
+    Call("open", "POST", "/v1/minutes", body=[GOOD]),
+    Call("open", "POST", "/v1/minutes", content=b"{not json"),
+    Call("open", "POST", "/v1/minutes", body={"minutes": []}),
+    Call("open", "POST", "/v1/minutes", body={"minutes": [GOOD, BAD]}),
+    Call("open", "POST", "/v1/minutes", content=b" " * (defaults.API_MAX_BODY_BYTES + 1)),
+    *[Call("open", "GET", t, params=p) for t, p in PROJECT_READS.items()],
+    Call("open", "GET", "/v1/projects/{project_id}/context", params={"agent_id": "coder", "format": "text"}),
+    Call("open", "GET", "/v1/projects/{project_id}/minutes", project="borealis", params={"ids": "a,b"}),
+    *[Call("open", "GET", t) for t in PROJECT_READS],  # each misses a required parameter, or reads the default
+    *[Call("open", "GET", t, project="-not-an-id", params=p) for t, p in PROJECT_READS.items()],
+    Call("open", "GET", "/v1/projects/{project_id}/recent", params={"n": 0}),
+    Call("open", "GET", "/v1/projects/{project_id}/search", params={"q": "x", "min_composite": "2"}),
+    *[Call("token", "GET", t, params=p) for t, p in PROJECT_READS.items()],
+    *[Call("token", "GET", t, params=p, token=TOKEN) for t, p in PROJECT_READS.items()],
+    Call("token", "GET", "/openapi.json"),
+    Call("token", "GET", "/healthz"),
+    Call("token", "POST", "/v1/minutes", body=[GOOD]),
+    Call("token", "POST", "/v1/minutes", body=[GOOD], token="a wrong token"),
+    *[Call("scoped", "GET", t, project="borealis", params=p, token=TEAM_A) for t, p in PROJECT_READS.items()],
+    *[Call("scoped", "GET", t, params=p, token=TEAM_A) for t, p in PROJECT_READS.items()],
+    Call("scoped", "POST", "/v1/minutes", body=[GOOD, {**GOOD, "project_id": "borealis"}], token=TEAM_A),
+    Call("scoped", "POST", "/v1/minutes", body=[GOOD], token=TEAM_A),
+    Call("down", "GET", "/healthz"),
+    Call("down", "GET", "/openapi.json"),
+    Call("down", "POST", "/v1/minutes", body=[GOOD]),
+    *[Call("down", "GET", t, params=p) for t, p in PROJECT_READS.items()],
+]
+
+
+def send(client: TestClient, call: Call, headers: dict[str, str] | None = None) -> Any:
+    headers = dict(headers or {})
+    if call.token is not None:
+        headers["Authorization"] = f"Bearer {call.token}"
+    path = call.template.replace("{project_id}", call.project)
+    if call.content is not None:
+        headers["Content-Type"] = "application/json"
+        return client.request(call.method, path, params=call.params, content=call.content, headers=headers)
+    return client.request(call.method, path, params=call.params, json=call.body, headers=headers)
+
+
+def check_answer(document: dict[str, Any], method: str, template: str, response: Any) -> None:
+    """The answer's status is documented for the operation, and its body and headers are as documented."""
+    operation = document["paths"][template][method.lower()]
+    status = str(response.status_code)
+    assert status in operation["responses"], (method, template, status, response.text[:300])
+    documented = resolved(document, operation["responses"][status])
+    for header in documented.get("headers", {}):
+        assert header.lower() in response.headers, (method, template, status, header)
+    if "content" not in documented:
+        assert not response.content, (method, template, status)
+        return
+    media_type = response.headers["content-type"].split(";")[0]
+    assert media_type in documented["content"], (method, template, status, media_type)
+    schema = documented["content"][media_type]["schema"]
+    body = response.json() if media_type == "application/json" else response.text
+    errors = sorted(validator_for(document, schema).iter_errors(body), key=str)
+    assert not errors, (method, template, status, [f"{list(e.absolute_path)}: {e.message}" for e in errors[:3]])
+
+
+def test_real_answers_validate_and_every_documented_status_is_answered(
+    apps: dict[str, TestClient], reader: ContextReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    documents = {name: served_document(client) for name, client in apps.items()}
+    answered: set[tuple[str, str, str]] = set()
+    for call in CALLS:
+        response = send(apps[call.app], call)
+        check_answer(documents[call.app], call.method, call.template, response)
+        answered.add((call.method.lower(), call.template, str(response.status_code)))
+
+    # A bug in a handler: 500 with a request id, on every route alike (the one wrapper answers it).
+    def broken(project_id: str, n: int = 50) -> list[dict[str, Any]]:
+        raise ValueError("a bug in the reader")
+
+    monkeypatch.setattr(reader, "get_recent", broken)
+    crash = Call("open", "GET", "/v1/projects/{project_id}/recent")
+    response = send(apps["open"], crash, headers={"X-Request-ID": "req-openapi-1"})
+    assert response.status_code == 500 and response.json()["request_id"] == "req-openapi-1"
+    check_answer(documents["open"], crash.method, crash.template, response)
+
+    documented = {
+        (method, path, status)
+        for document in documents.values()
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for status in operation["responses"]
+        if status != "500"
+    }
+    assert documented - answered == set(), "documented statuses no request here got"
+
+
+def test_numeric_query_bounds_are_the_ones_the_api_enforces(apps: dict[str, TestClient]) -> None:
+    client = apps["open"]
+    document = served_document(client)
+    checked = 0
+    for template, operations in document["paths"].items():
+        parameters = [resolved(document, p) for p in operations.get("get", {}).get("parameters", [])]
+        example = {p["name"]: p["example"] for p in parameters if p["in"] == "query" and p.get("required")}
+        path = template.replace("{project_id}", "apollo")
+        for parameter in parameters:
+            schema, name = parameter["schema"], parameter["name"]
+            if parameter["in"] != "query" or "minimum" not in schema:
+                continue
+            low, high = schema["minimum"], schema["maximum"]
+            step = 1 if schema["type"] == "integer" else 0.001
+            for value, ok in ((low, True), (high, True), (low - step, False), (high + step, False)):
+                r = client.get(path, params={**example, name: value})
+                assert (r.status_code == 200) == ok, (template, name, value, r.text[:200])
+                if not ok:
+                    assert r.status_code == 400 and name in r.json()["error"], (template, name, value)
+            checked += 1
+    assert checked >= 6  # budget_tokens, k, since_ms, until_ms, min_composite, n
+
+
+# -- fuzzing from the document ------------------------------------------------------------------------------
+
+# Per generation mode: about 7 s for both on the 2-core development machine.
+FUZZ_EXAMPLES = 150
+
+
+@pytest.mark.slow
+def test_schemathesis_fuzzing_from_the_document_finds_nothing(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    """Requests generated from the document, valid and invalid, get the answers it documents and never a 500."""
+    app = create_app(reader, redis_client, settings.shards)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    answered: set[tuple[str, str]] = set()
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+        @given(case=schema.as_strategy(mode))
+        @hsettings(
+            max_examples=FUZZ_EXAMPLES,
+            derandomize=True,  # the same requests every run: a failure here is a finding, never a flake
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def fuzz(case: Any) -> None:
+            excluded = []
+            if case.method == "POST":
+                # The contract checks what JSON Schema cannot say (data nesting, calendar dates, lone
+                # surrogates, an id once per batch, 64 KiB encoded), so a schema-valid minute may get 422.
+                excluded.append(positive_data_acceptance)
+            response = case.call()
+            sent = parse_qs(urlsplit(response.request.url).query, keep_blank_values=True)
+            if any(value == "" for values in sent.values() for value in values):
+                # An optional parameter sent empty reads as left out (the document says so in words).
+                excluded.append(negative_data_rejection)
+            case.validate_response(response, excluded_checks=excluded)
+            answered.add((case.method, case.path))
+
+        fuzz()
+    operations = {(m.upper(), p) for p, ops in schema.raw_schema["paths"].items() for m in ops}
+    assert operations - answered <= {("GET", "/openapi.json")}  # no parameters: nothing to generate

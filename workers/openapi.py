@@ -1,0 +1,516 @@
+"""The OpenAPI 3.1 description of the reader API (workers/api.py), generated from the contract.
+
+The `Minute` component is the contract's own JSON Schema
+(contracts/schema/minute.schema.json, the one the golden vectors are checked
+against): OpenAPI 3.1 schemas are JSON Schema 2020-12, so it is embedded as it
+is, its `$defs` moved among the components. The memory records the reads
+answer with (`ContextPackage`, `SearchHit` and their parts) are derived from
+their dataclasses in contracts/memory.py by `record_schema`. Only the small
+answer envelopes (`{"minutes": [...]}`, errors) are written here;
+tests/workers/test_openapi.py checks real answers of the app against every one.
+
+The API serves the document at `/openapi.json`; `python -m workers.openapi`
+prints it (`--token` / `--scoped` for the variants with bearer auth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import types
+import typing
+from importlib import resources
+from typing import Any
+
+from contracts import memory
+from pvm import defaults
+
+JSON = "application/json"
+# Where the components live, as a JSON pointer prefix for `$ref`.
+COMPONENTS = "#/components/schemas/"
+# The contract's `$defs` names -> component names.
+CONTRACT_DEFS = {"minute_id": "MinuteId"}
+# The records the reads answer with, in the order they are listed.
+RECORDS: tuple[type, ...] = (
+    memory.Insight,
+    memory.Scores,
+    memory.SearchHit,
+    memory.AgentMemory,
+    memory.BudgetReport,
+    memory.ContextPackage,
+)
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": COMPONENTS + name}
+
+
+def _array(items: dict[str, Any], **constraints: Any) -> dict[str, Any]:
+    return {"type": "array", "items": items, **constraints}
+
+
+# -- schemas from the contract ----------------------------------------------------------------------
+
+
+def contract_minute_schema() -> dict[str, Any]:
+    """contracts/schema/minute.schema.json as it ships."""
+    text = resources.files("contracts").joinpath("schema", "minute.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _moved_refs(node: Any, moves: dict[str, str]) -> Any:
+    """`node` with every `$ref` in `moves` pointed at its new place."""
+    if isinstance(node, dict):
+        return {k: moves.get(v, v) if k == "$ref" else _moved_refs(v, moves) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_moved_refs(v, moves) for v in node]
+    return node
+
+
+def minute_schemas() -> dict[str, Any]:
+    """`Minute` (the wire form), its `$defs`, and the two forms the API derives from it.
+
+    `NewMinute` is what POST /v1/minutes takes: `v`, `id` and `timestamp` may be
+    left out (the server mints an id and stamps the time). `StoredMinute` is
+    what reads answer with: the wire form without `v`.
+    """
+    contract = contract_minute_schema()
+    defs = contract.pop("$defs")
+    unknown = set(defs) - set(CONTRACT_DEFS)
+    if unknown:
+        raise ValueError(f"minute.schema.json has $defs {sorted(unknown)}: name their components in CONTRACT_DEFS")
+    # `$id` would make every `$ref` inside resolve against the contract's URL instead of this document;
+    # the dialect is the document's `jsonSchemaDialect`.
+    del contract["$id"], contract["$schema"]
+    moves = {f"#/$defs/{name}": COMPONENTS + CONTRACT_DEFS[name] for name in defs}
+    minute: dict[str, Any] = _moved_refs(contract, moves)
+
+    new = copy.deepcopy(minute)
+    new["title"] = "A minute as POST /v1/minutes takes it"
+    new["description"] = (
+        "The wire form (the Minute schema) where v, id and timestamp may be left out: the server mints a "
+        "sortable id and stamps the current UTC time. Set id yourself to make a resent batch idempotent: "
+        "the log keeps each id once."
+    )
+    new["required"] = [name for name in minute["required"] if name not in ("v", "id", "timestamp")]
+
+    stored = copy.deepcopy(minute)
+    stored["title"] = "A minute as the reads answer with it"
+    stored["description"] = "The wire form (the Minute schema) without v. " + stored["description"]
+    del stored["properties"]["v"]
+    stored["required"] = [name for name in minute["required"] if name != "v"]
+
+    project_id = {**minute["properties"]["project_id"], "description": "A project id (the contract's project_id)."}
+    return {
+        "Minute": minute,
+        **{CONTRACT_DEFS[name]: definition for name, definition in defs.items()},
+        "NewMinute": new,
+        "StoredMinute": stored,
+        "ProjectId": project_id,
+    }
+
+
+# Fields whose Python type says less than the API gives: minute dicts are StoredMinutes.
+RECORD_FIELDS: dict[tuple[type, str], dict[str, Any]] = {
+    (memory.SearchHit, "minute"): ref("StoredMinute"),
+    (memory.ContextPackage, "recent"): _array(ref("StoredMinute"), description="newest minutes, oldest first"),
+    (memory.ContextPackage, "referenced"): _array(ref("StoredMinute"), description="minutes the recent ones cite"),
+}
+
+
+def _type_schema(hint: Any) -> dict[str, Any]:
+    """The JSON Schema of a field's type as its record's `to_dict()` writes it."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return {}
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        if len(present) != 1:
+            raise TypeError(f"no JSON Schema for the union {hint}")
+        inner = _type_schema(present[0])
+        if len(present) == len(args):
+            return inner
+        if set(inner) == {"type"}:
+            return {"type": [inner["type"], "null"]}
+        return {"anyOf": [inner, {"type": "null"}]}
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _array(_type_schema(args[0]))
+    if origin is dict and args[0] is str:
+        value = _type_schema(args[1])
+        return {"type": "object", "additionalProperties": value} if value else {"type": "object"}
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return ref(hint.__name__)
+    scalars = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if hint in scalars:
+        return {"type": scalars[hint]}
+    raise TypeError(f"no JSON Schema for {hint!r}: add it to _type_schema or the field to RECORD_FIELDS")
+
+
+def record_schema(cls: type) -> dict[str, Any]:
+    """The JSON Schema of a contracts.memory record as its `to_dict()` writes it: every field, nothing else."""
+    hints = typing.get_type_hints(cls)
+    properties = {
+        f.name: RECORD_FIELDS.get((cls, f.name)) or _type_schema(hints[f.name]) for f in dataclasses.fields(cls)
+    }
+    return {
+        "description": (cls.__doc__ or cls.__name__).strip().splitlines()[0],
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+# -- the API's own envelopes ------------------------------------------------------------------------
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties if required is None else required),
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+_STRING = {"type": "string"}
+_MINUTE_ERROR = _object(
+    {
+        "index": {"type": "integer", "minimum": 0, "description": "the minute's place in the batch, from 0"},
+        "field": {"type": "string", "description": "the field, as a path into the minute: data.limits.max"},
+        "problem": {"type": "string", "description": "what is wrong and how to fix it"},
+    }
+)
+
+ENVELOPES: dict[str, dict[str, Any]] = {
+    "Health": _object({"status": {"const": "ok"}}),
+    "MinuteList": _object({"minutes": _array(ref("StoredMinute"))}),
+    "SearchAnswer": _object(
+        {
+            "hits": _array(ref("SearchHit"), description="best first"),
+            "degraded": {
+                "type": ["string", "null"],
+                "description": "null, or why the answer is lexical-only (the query could not be embedded)",
+            },
+        }
+    ),
+    "Accepted": _object(
+        {
+            "accepted": {"type": "integer", "minimum": 1},
+            "ids": _array(ref("MinuteId"), description="each minute's id, in the batch's order; resend with them"),
+            "stream_ids": _array(
+                {"type": "string", "pattern": r"^[0-9]+-[0-9]+$"}, description="the Redis stream entry ids"
+            ),
+        },
+        description="The batch is on the streams; the pipeline makes it durable in the log next.",
+    ),
+    "Error": _object(
+        {
+            "error": {"type": "string", "description": "what went wrong, naming the parameter or field and the fix"},
+            "request_id": {"type": "string", "description": "ties the answer to the server log (500 and 503)"},
+        },
+        required=("error",),
+    ),
+    "BatchRefused": _object(
+        {"error": _STRING, "errors": _array(_MINUTE_ERROR, minItems=1)},
+        description="Nothing of the batch was accepted; each error names its minute and field.",
+    ),
+    "BatchUnwritten": _object(
+        {
+            "error": _STRING,
+            "ids": _array(ref("MinuteId"), description="the batch's ids (minted ones included): resend with them"),
+            "request_id": _STRING,
+        },
+        description="Nothing of the batch was written; resending it unchanged is safe (the log keeps each id once).",
+    ),
+}
+
+
+def components_schemas() -> dict[str, Any]:
+    """Every schema the document names: the contract's minute forms, the memory records, the envelopes."""
+    return {**minute_schemas(), **{cls.__name__: record_schema(cls) for cls in RECORDS}, **ENVELOPES}
+
+
+# -- parameters and answers ---------------------------------------------------------------------------
+
+
+def query(name: str, schema: dict[str, Any], description: str, required_example: Any = None) -> dict[str, Any]:
+    """A query parameter: optional, or required with an example value."""
+    parameter = {"name": name, "in": "query", "required": required_example is not None, "schema": schema}
+    parameter["description"] = description
+    if required_example is not None:
+        parameter["example"] = required_example
+    return parameter
+
+
+def _bounded(low: int | float, high: int | float, default: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer" if isinstance(low, int) else "number", "minimum": low, "maximum": high}
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+# A list in a query: repeated, comma-separated, or both; empty entries are ignored.
+_LIST = {"type": "array", "items": _STRING}
+PROJECT = {
+    "name": "project_id",
+    "in": "path",
+    "required": True,
+    "schema": ref("ProjectId"),
+    "description": "the project read; nothing crosses projects",
+    "example": "apollo",
+}
+REQUEST_ID = {
+    "name": "X-Request-ID",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "your id for the request (1-64 of letters, digits and . _ : -): an error answer (500, 503) "
+    "and the server log carry it; any other value is replaced by a new id",
+}
+
+
+def _error(description: str, schema: str = "Error", headers: tuple[str, ...] = ()) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description, "content": {JSON: {"schema": ref(schema)}}}
+    if headers:
+        answer["headers"] = {name: {"$ref": f"#/components/headers/{name}"} for name in headers}
+    return answer
+
+
+RESPONSES = {
+    "BadRequest": _error("bad request: the message names the parameter and the fix"),
+    "Unauthorized": _error("missing or wrong bearer token", headers=("WWW-Authenticate",)),
+    "Forbidden": _error("the token may not read the project named in the path"),
+    "Unavailable": _error(
+        "a store the request needs is down or not configured (Redis, the vector store, the log): retry later",
+        headers=("X-Request-ID",),
+    ),
+    "InternalError": _error("a bug: the server log has the details under the request id", headers=("X-Request-ID",)),
+}
+HEADERS = {
+    "WWW-Authenticate": {
+        "schema": _STRING,
+        "description": 'Bearer realm="pvm" (error="invalid_token" for a wrong one)',
+    },
+    "X-Request-ID": {"schema": _STRING, "description": "the request's id, as in the body and the server log"},
+}
+
+
+def _answer(description: str, schema: str | None = None, **content: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description}
+    if schema is not None:
+        content = {JSON: {"schema": ref(schema)}, **content}
+    if content:
+        answer["content"] = content
+    return answer
+
+
+FORBIDDEN = {"$ref": "#/components/responses/Forbidden"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """One route's description, and the access answers (401, 403) that apply to it when tokens are on."""
+
+    method: str
+    body: dict[str, Any]
+    guarded: bool = True  # needs the bearer token when the server has one
+    # The 403 answer of a route that names a project (in its path or in posted minutes), with scoped tokens.
+    forbidden: dict[str, Any] | None = dataclasses.field(default_factory=lambda: FORBIDDEN)
+
+    def described(self, token_required: bool, scoped: bool) -> dict[str, Any]:
+        operation = copy.deepcopy(self.body)
+        responses = operation["responses"]
+        if token_required and not self.guarded:
+            operation["security"] = []
+        if token_required and self.guarded:
+            responses["401"] = {"$ref": "#/components/responses/Unauthorized"}
+        if scoped and self.forbidden is not None:
+            responses["403"] = copy.deepcopy(self.forbidden)
+        operation["responses"] = dict(sorted(responses.items()))
+        return operation
+
+
+_ERRORS = {
+    "400": {"$ref": "#/components/responses/BadRequest"},
+    "500": {"$ref": "#/components/responses/InternalError"},
+    "503": {"$ref": "#/components/responses/Unavailable"},
+}
+
+
+def _read(summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any]) -> Operation:
+    return Operation(
+        "get",
+        {
+            "summary": summary,
+            "parameters": [PROJECT, *parameters, REQUEST_ID],
+            "responses": {"200": ok, **_ERRORS},
+        },
+    )
+
+
+def operations() -> dict[str, Operation]:
+    """Every route of workers/api.py: path -> its one operation."""
+    minutes = {"minutes": _array(ref("NewMinute"), minItems=1, maxItems=defaults.API_MAX_BATCH)}
+    return {
+        "/healthz": Operation(
+            "get",
+            {
+                "summary": "Liveness: the server answers and reaches Redis (never needs a token)",
+                "parameters": [REQUEST_ID],
+                "responses": {
+                    "200": _answer("ok", "Health"),
+                    "500": _ERRORS["500"],
+                    "503": {"$ref": "#/components/responses/Unavailable"},
+                },
+            },
+            guarded=False,
+            forbidden=None,
+        ),
+        "/openapi.json": Operation(
+            "get",
+            {
+                "summary": "This document (generated from the contract: see workers/openapi.py)",
+                "responses": {
+                    "200": _answer("the OpenAPI 3.1 document", None, **{JSON: {"schema": {"type": "object"}}})
+                },
+            },
+            forbidden=None,
+        ),
+        "/v1/minutes": Operation(
+            "post",
+            {
+                "summary": "Validate a batch of minutes and append it to the streams, whole or not at all",
+                "parameters": [REQUEST_ID],
+                "requestBody": {
+                    "required": True,
+                    "description": f"At most {defaults.API_MAX_BATCH} minutes and {defaults.API_MAX_BODY_BYTES} "
+                    "bytes; a bare JSON array of minutes is taken too.",
+                    "content": {
+                        JSON: {
+                            "schema": {
+                                "oneOf": [
+                                    {"type": "object", "properties": minutes, "required": ["minutes"]},
+                                    minutes["minutes"],
+                                ]
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _answer("accepted: every minute's id and stream entry id", "Accepted"),
+                    "400": {"$ref": "#/components/responses/BadRequest"},
+                    "413": _error(f"the body is over {defaults.API_MAX_BODY_BYTES} bytes (refused unread): split it"),
+                    "422": _error("invalid minutes: nothing was accepted", "BatchRefused"),
+                    "500": _ERRORS["500"],
+                    "503": _error(
+                        "Redis unavailable or a stream key unusable: nothing of the batch was written",
+                        "BatchUnwritten",
+                        headers=("X-Request-ID",),
+                    ),
+                },
+            },
+            forbidden=_error(
+                "the token may not write a project some minutes name: nothing was accepted", "BatchRefused"
+            ),
+        ),
+        "/v1/projects/{project_id}/context": _read(
+            "An agent's context: recent, referenced, track record and relevant experience, under a token budget",
+            [
+                query("agent_id", {"type": "string", "minLength": 1}, "the agent the context is for", "coder"),
+                query("task", _STRING, "the task at hand: finds relevant past experience"),
+                query("budget_tokens", _bounded(1, 1_000_000, 2_000), "the token budget"),
+                query("format", _STRING, "text: the prompt-ready text (any other value: the JSON package)"),
+            ],
+            _answer(
+                "the context package (format=text: the prompt-ready text)",
+                "ContextPackage",
+                **{"text/plain": {"schema": _STRING}},
+            ),
+        ),
+        "/v1/projects/{project_id}/search": _read(
+            "Hybrid search (lexical, and dense when configured) re-ranked by recency and importance",
+            [
+                query("q", {"type": "string", "minLength": 1}, "the search text", "conflict resolved"),
+                query("k", _bounded(1, 100, 5), "how many hits"),
+                query("category", _LIST, "categories (repeat the parameter, or comma-separate)"),
+                query("event_type", _LIST, "event types (repeat, or comma-separate)"),
+                query("agent", _LIST, "agent ids (repeat, or comma-separate)"),
+                query("task_id", _STRING, "one task"),
+                query("thread_id", _STRING, "one thread"),
+                query("since_ms", _bounded(0, 2**53), "minutes at or after this time (Unix ms; 0: no bound)"),
+                query("until_ms", _bounded(0, 2**53), "minutes before this time (Unix ms; 0: no bound)"),
+                query("min_composite", _bounded(0.0, 1.0), "the least composite score"),
+            ],
+            _answer("the hits, best first", "SearchAnswer"),
+        ),
+        "/v1/projects/{project_id}/recent": _read(
+            "The project's newest minutes, oldest first",
+            [query("n", _bounded(1, 1_000, 50), "how many")],
+            _answer("the minutes", "MinuteList"),
+        ),
+        "/v1/projects/{project_id}/minutes": _read(
+            "Minutes by id (the Redis cache, then the durable log), in the order asked",
+            [
+                query(
+                    "ids",
+                    # One string, not an array: empty entries are ignored, and at least one id is required.
+                    {"type": "string", "pattern": "[^,]"},
+                    f"minute ids, comma-separated (at most {defaults.API_MAX_BATCH})",
+                    "01M8BMRD8028T5CY4TQKFF04HM,01M8BMV54G1W7GY3RF1W7GY3RF",
+                )
+            ],
+            _answer("the minutes found (an id of another project, or of none, is left out)", "MinuteList"),
+        ),
+    }
+
+
+def openapi_document(token_required: bool = False, scoped: bool = False) -> dict[str, Any]:
+    """The OpenAPI description; with a token, the bearer scheme on every operation but the health check.
+
+    `scoped`: tokens may be limited to projects, so the routes that name a
+    project (in the path or in posted minutes) also answer 403.
+    """
+    components: dict[str, Any] = {"schemas": components_schemas(), "responses": RESPONSES, "headers": HEADERS}
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "PVM reader API",
+            "version": "1",
+            "description": "Context, search and reads of one project's memory, and minute ingestion. "
+            "Every read names a project in its path; nothing crosses projects. An optional query parameter "
+            "sent empty (`?n=`) is the same as leaving it out. Generated from the contract "
+            "(contracts/schema/minute.schema.json and contracts/memory.py).",
+        },
+        "paths": {
+            path: {operation.method: operation.described(token_required, scoped)}
+            for path, operation in operations().items()
+        },
+        "components": components,
+    }
+    if token_required:
+        described = "the server's PVM_API_TOKEN"
+        if scoped:
+            described += ", or a token in PVM_API_TOKENS_FILE (which reaches only its projects)"
+        components["securitySchemes"] = {"bearerAuth": {"type": "http", "scheme": "bearer", "description": described}}
+        document["security"] = [{"bearerAuth": []}]
+    return copy.deepcopy(document)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the document (for a docs build, or a client generator)."""
+    parser = argparse.ArgumentParser(prog="python -m workers.openapi", description=main.__doc__)
+    parser.add_argument("--token", action="store_true", help="as served with PVM_API_TOKEN set")
+    parser.add_argument("--scoped", action="store_true", help="as served with PVM_API_TOKENS_FILE set")
+    args = parser.parse_args(argv)
+    document = openapi_document(token_required=args.token or args.scoped, scoped=args.scoped)
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
