@@ -142,3 +142,13 @@ CLI_REDIS_CONNECT_TIMEOUT_S = 5.0  # a `pvm` command gives up on an unreachable 
 # A long-running command started while Redis restarts (or loads its data) waits this long for it, saying so
 # once, before it gives up with the one-line error: under a supervisor an exit would only add crash-loop backoff.
 REDIS_START_WAIT_S = 30.0  # PVM_REDIS_START_WAIT
+
+# HTTP client of the reader API, pvm.client.PVMClient (area: client)
+API_PORT = 8080  # `pvm serve --port` / `pvm up --api-port` default
+API_URL = f"http://127.0.0.1:{API_PORT}"  # PVM_API_URL unset: the reader API of `pvm up` / `pvm serve` on this machine
+API_TIMEOUT_S = 30.0  # seconds a call may wait for the API to read the request or answer
+API_CONNECT_TIMEOUT_S = 5.0  # seconds to open a connection
+API_RETRIES = 2  # more tries of a call that could not connect or was answered 503 (every client call is idempotent)
+API_RETRY_BACKOFF_S = 0.25  # wait before the first retry, doubled for each further one
+API_QUERY_BYTES = 6_000  # minute ids per by-id read: as many as fit this many URL bytes (servers cap a request line)
+API_POST_BYTES = 4 * 1024 * 1024  # bytes of JSON per POST /v1/minutes, half the server's API_MAX_BODY_BYTES
