@@ -71,8 +71,7 @@ class PVMServerError(PVMAPIError):
 
 
 def project_path(project_id: str, route: str) -> str:
-    """The path of a project's route, the project id checked and quoted (it is one path segment)."""
-    check_project_id(project_id)
+    """The path of a project's route, the project id quoted (it is one path segment, whatever it holds)."""
     return f"/v1/projects/{quote(project_id, safe='')}/{route}"
 
 
@@ -140,14 +139,14 @@ class PVMClient:
         `contracts.memory.ContextPackage.from_dict()` turns it into the typed record.
         """
         params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens}
-        return self._json("GET", project_path(project_id, "context"), params)
+        return self._json("GET", self._project(project_id, "context"), params)
 
     def context_text(
         self, project_id: str, agent_id: str, task: str | None = None, budget_tokens: int | None = None
     ) -> str:
         """The same context rendered as the text to put in a prompt."""
         params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens, "format": "text"}
-        return self._send("GET", project_path(project_id, "context"), params).text
+        return self._send("GET", self._project(project_id, "context"), params).text
 
     def search(
         self,
@@ -177,15 +176,15 @@ class PVMClient:
             "until_ms": until_ms,
             "min_composite": min_composite,
         }
-        return self._json("GET", project_path(project_id, "search"), params)
+        return self._json("GET", self._project(project_id, "search"), params)
 
     def recent(self, project_id: str, n: int | None = None) -> list[dict[str, Any]]:
         """The project's newest `n` minutes (the server's default: 50), oldest first."""
-        return list(self._json("GET", project_path(project_id, "recent"), {"n": n})["minutes"])
+        return list(self._json("GET", self._project(project_id, "recent"), {"n": n})["minutes"])
 
     def minutes(self, project_id: str, ids: Iterable[str]) -> list[dict[str, Any]]:
         """The project's minutes with these ids, in the order asked; ids it does not hold are left out."""
-        path = project_path(project_id, "minutes")
+        path = self._project(project_id, "minutes")
         found: list[dict[str, Any]] = []
         for chunk in _id_chunks(list(ids)):
             found.extend(self._json("GET", path, {"ids": ",".join(chunk)})["minutes"])
@@ -208,6 +207,12 @@ class PVMClient:
             answer["ids"] += part["ids"]
             answer["stream_ids"] += part["stream_ids"]
         return answer
+
+    @staticmethod
+    def _project(project_id: str, route: str) -> str:
+        """A project's route, the id checked first: `InvalidMinute` names it before anything is sent."""
+        check_project_id(project_id)
+        return project_path(project_id, route)
 
     # -- one call -------------------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ dependency made unimportable, as a client-only install has it.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
+
+from pvm.config import Settings
+from pvm.reader import ContextReader
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes
+from tests.pvm.test_client import serving
+from workers.api import create_app
+from workers.demo import sample_session
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("contracts", "pvm", "workers")
@@ -227,26 +237,19 @@ def test_what_each_layer_may_import_passes() -> None:
 
 # -- a client-only interpreter ---------------------------------------------------------------------------------
 
-_BLOCK_SERVER_DEPS = """
-import importlib.abc, sys
-BLOCKED = {blocked!r}
-
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-        return None
-
-sys.meta_path.insert(0, Block())
-"""
+# What a client-only install lacks: `import rq` fails, and importlib.util.find_spec("rq") finds nothing.
+_BLOCK = "import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
 
 
-def run_client_only(script: str) -> subprocess.CompletedProcess[str]:
-    """Run a script in a fresh interpreter where no server dependency (nor workers) can be imported."""
-    prelude = _BLOCK_SERVER_DEPS.format(blocked=sorted(SERVER_DEPS | {"workers"}))
+def run_client_only(
+    script: str, env: dict[str, str] | None = None, *, block_workers: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run a script in a fresh interpreter where no server dependency (nor, by default, workers) can be imported."""
+    blocked = sorted(SERVER_DEPS | ({"workers"} if block_workers else set()))
     return subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(script)],
+        [sys.executable, "-c", _BLOCK.format(blocked=blocked) + textwrap.dedent(script)],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -301,3 +304,26 @@ def test_without_the_server_extra_asking_for_a_vector_engine_names_the_extra(tmp
     lines = done.stdout.splitlines()
     assert len(lines) == 3 and all("pip install 'pvm[server]'" in line for line in lines), lines
     assert "qdrant-edge-py" in lines[0] and "openai" in lines[2]
+
+
+def test_the_cli_reads_the_api_without_the_server_extra(redis_client: redis.Redis, settings: Settings) -> None:
+    log_minutes(redis_client, settings, list(sample_session("apollo", 20, seed=1)), index=False)
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), None)  # no vector store: search answers 503
+
+    def pvm(*argv: str) -> subprocess.CompletedProcess[str]:
+        script = f"import sys\nfrom workers.cli import main\nsys.exit(main({list(argv)!r}))\n"
+        return run_client_only(script, {"PVM_API_URL": url, "PVM_API_TOKEN": ""}, block_workers=False)
+
+    with serving(create_app(reader, redis_client, settings.shards)) as url:
+        context = pvm("context", "--project", "apollo", "--agent", "coder")
+        assert context.returncode == 0 and "# Context for coder" in context.stdout, context.stderr
+        search = pvm("search", "cache", "--project", "apollo")
+        assert search.returncode == 1 and search.stdout == "", search.stderr
+        assert search.stderr.startswith("pvm: the reader API is unavailable (503): this server has no vector store")
+    for argv in (["status"], ["up"], ["worker", "log"], ["serve"], ["token", "new", "--name", "a", "--all"]):
+        refused = pvm(*argv)
+        assert refused.returncode == 2 and refused.stdout == "", (argv, refused.stderr)
+        assert refused.stderr.startswith(f"pvm {argv[0]}: needs the server extra (rq, qdrant-client, "), refused.stderr
+        assert refused.stderr.endswith(
+            "pip install 'pvm[server]' (pvm context and pvm search work without it)\n"
+        ), refused.stderr

@@ -216,6 +216,7 @@ def test_the_url_and_token_come_from_settings_with_one_default() -> None:
 
 def test_project_ids_are_checked_and_quoted() -> None:
     assert project_path("apollo-2.x", "search") == "/v1/projects/apollo-2.x/search"
+    assert project_path("a/b?c d#e", "context") == "/v1/projects/a%2Fb%3Fc%20d%23e/context"
     with PVMClient("http://127.0.0.1:1", "", retries=0) as api:
         for bad in ("", "a/b", "a b", "../x"):
             with pytest.raises(InvalidMinute) as refused:
