@@ -324,6 +324,6 @@ def test_the_cli_reads_the_api_without_the_server_extra(redis_client: redis.Redi
         refused = pvm(*argv)
         assert refused.returncode == 2 and refused.stdout == "", (argv, refused.stderr)
         assert refused.stderr.startswith(f"pvm {argv[0]}: needs the server extra (rq, qdrant-client, "), refused.stderr
-        assert refused.stderr.endswith(
-            "pip install 'pvm[server]' (pvm context and pvm search work without it)\n"
-        ), refused.stderr
+        assert refused.stderr.endswith("pip install 'pvm[server]' (pvm context and pvm search work without it)\n"), (
+            refused.stderr
+        )
