@@ -25,7 +25,7 @@
 | PVM_EMBED_TIMEOUT | 30 | seconds per embedding request |
 | PVM_EMBED_QUERY_TIMEOUT | 2 | seconds a search waits for its query embedding (one try) before answering lexical-only |
 | PVM_SEARCH_WEIGHTS | 0.4,0.3,0.2,0.1; 0.6,0.1,0.2,0.1 with PVM_EMBED_MODEL | semantic,keyword,recency,importance |
-| PVM_API_URL | (unset) | where `pvm context`/`pvm search` reach the reader API (default http://127.0.0.1:8080) |
+| PVM_API_URL | (unset) | where `PVMClient`, `pvm context` and `pvm search` reach the reader API (default http://127.0.0.1:8080) |
 | PVM_OPTIMIZE_EVERY | 3600 | seconds between the scheduler's optimize runs of the embedded engine (0: never) |
 | PVM_API_TOKEN | (unset: no auth) | bearer token the reader API requires on every route but /healthz; clients send it |
 | PVM_API_TOKENS_FILE | (unset) | JSON file of project-scoped API token hashes (`pvm token new`); re-read on change |

