@@ -154,3 +154,11 @@ REDIS_URL_EXAMPLE = "redis://127.0.0.1:6379/0"  # shown in errors and help: a Re
 QDRANT_URL_EXAMPLE = "http://localhost:6333"  # shown in errors and help: a Qdrant server on this machine
 SEARCH_K = 5  # hits a search returns unless asked for more or fewer
 DEMO_MINUTES = 300  # minutes `pvm demo` emits
+
+# HTTP client of the reader API, pvm.client.PVMClient (area: client)
+API_TIMEOUT_S = 30.0  # seconds a call may wait for the API to read the request or answer
+API_CONNECT_TIMEOUT_S = 5.0  # seconds to open a connection
+API_RETRIES = 2  # more tries of a call that could not connect or was answered 503 (every client call is idempotent)
+API_RETRY_BACKOFF_S = 0.25  # wait before the first retry, doubled for each further one
+API_QUERY_BYTES = 6_000  # minute ids per by-id read: as many as fit this many URL bytes (servers cap a request line)
+API_POST_BYTES = 4 * 1024 * 1024  # bytes of JSON per POST /v1/minutes, half the server's API_MAX_BODY_BYTES

@@ -37,10 +37,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
-
-import openai
 
 from pvm.config import ConfigError
 from pvm.defaults import (
@@ -55,6 +53,10 @@ from pvm.defaults import (
     EMBED_TIMEOUT_S,
     OPENAI_DEFAULT_BASE_URL,
 )
+from pvm.extras import ServerExtraMissing
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +214,10 @@ class OpenAIEmbedder:
         self._dimensions = dimensions if dimensions is not None else stored_dimensions
         self._batch_policy = _Policy(max_retries, timeout, "PVM_EMBED_TIMEOUT")
         self._query_policy = _Policy(0, query_timeout, "PVM_EMBED_QUERY_TIMEOUT")
+        try:
+            import openai
+        except ImportError as exc:
+            raise ServerExtraMissing("openai", "PVM_EMBED_MODEL (dense embeddings)") from exc
         # Local servers (Ollama, vLLM, ...) take no key, but the client insists on one;
         # passing it explicitly also keeps the client from reading the environment itself.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout)
@@ -350,6 +356,8 @@ class OpenAIEmbedder:
 
     def _request(self, batch: list[str], timeout: float) -> tuple[list[list[float]], int]:
         """One HTTP request within `timeout` seconds: vectors and input tokens, or `_Retry`, or `EmbeddingError`."""
+        import openai  # loaded by __init__; only the server extra has it
+
         self._count(calls=1)
         extra: dict[str, Any] = {}
         if self._configured_dimensions is not None:

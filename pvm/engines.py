@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from contracts.memory import RankWeights
 from pvm import defaults
 from pvm.config import Settings
+from pvm.extras import ServerExtraMissing
 from pvm.protocols import Embedder, VectorEngine
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ def stored_dense_dimensions(settings: Settings) -> int | None:
     if not settings.embed_model or settings.embed_dimensions is not None:
         return None
     if settings.qdrant_url:
-        from qdrant_client import QdrantClient
+        try:
+            from qdrant_client import QdrantClient
+        except ImportError as exc:
+            raise ServerExtraMissing("qdrant_client", "the Qdrant server engine (PVM_QDRANT_URL)") from exc
 
         from pvm.vectors.server import stored_dense_dimensions as held_by_collection
 

@@ -24,10 +24,11 @@ from pvm import defaults
 from pvm.config import ConfigError, Settings
 
 if TYPE_CHECKING:
-    import urllib.request
+    from collections.abc import Iterator
 
     import redis
 
+    from pvm.client import PVMClient
     from workers.exporter import GroupState
 
 
@@ -590,63 +591,33 @@ def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _api_url(settings: Settings) -> str:
-    return (settings.api_url or defaults.API_URL).rstrip("/")
+@contextlib.contextmanager
+def reader_api(settings: Settings) -> Iterator[PVMClient]:
+    """A client of the reader API at PVM_API_URL; its errors end the command with their one-line message."""
+    from pvm.client import PVMAPIError, PVMClient
 
-
-def api_request(settings: Settings, url: str) -> urllib.request.Request:
-    """A GET of the reader API that carries the bearer token when PVM_API_TOKEN is set."""
-    import urllib.request
-
-    token = (settings.api_token or "").strip()
-    return urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-
-
-def _get(settings: Settings, path: str, params: dict[str, Any]) -> Any:
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "", [])}, doseq=True)
-    url = f"{_api_url(settings)}{path}?{query}"
     try:
-        with urllib.request.urlopen(api_request(settings, url), timeout=30) as response:
-            body = response.read()
-            if response.headers.get_content_type() == "text/plain":
-                return body.decode()
-            return json.loads(body)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            refused = "refused the token" if settings.api_token else "requires a token"
-            raise SystemExit(
-                f"pvm: the reader API {refused}: set PVM_API_TOKEN to the server's token (API at {_api_url(settings)})"
-            ) from None
-        detail = exc.read().decode(errors="replace")
-        with contextlib.suppress(ValueError):
-            detail = json.loads(detail).get("error", detail)
-        raise SystemExit(f"pvm: the reader API refused the request ({exc.code}): {detail}") from None
-    except urllib.error.URLError as exc:
-        raise SystemExit(
-            f"pvm: cannot reach the reader API at {_api_url(settings)} ({exc.reason}); "
-            "start it with `pvm up` or `pvm serve`, or point PVM_API_URL at it"
-        ) from None
+        with PVMClient(settings=settings) as api:
+            yield api
+    except PVMAPIError as exc:
+        raise SystemExit(f"pvm: {exc}") from None
 
 
 def _project_path(project_id: str, route: str) -> str:
-    import urllib.parse
+    from pvm.client import project_path
 
-    return f"/v1/projects/{urllib.parse.quote(project_id, safe='')}/{route}"
+    return project_path(project_id, route)
 
 
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     from contracts.memory import ContextPackage
 
-    params = {"agent_id": args.agent, "task": args.task, "budget_tokens": args.budget}
-    package = _get(settings, _project_path(args.project, "context"), params)
+    with reader_api(settings) as api:
+        package = api.context(args.project, args.agent, task=args.task, budget_tokens=args.budget)
     if not package["recent"] and not package["full_log_available"]:
         print(
             f"pvm: project {args.project!r} has no minutes (nothing in the log or the caches the reader API "
-            f"at {_api_url(settings)} reads): check --project",
+            f"at {api.base_url} reads): check --project",
             file=sys.stderr,
         )
         return 2
@@ -658,17 +629,18 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    params = {
-        "q": args.query,
-        "k": args.k,
-        "category": args.category,
-        "event_type": args.event_type,
-        "agent": args.agent,
-        "task_id": args.task_id,
-        "thread_id": args.thread_id,
-        "min_composite": args.min_composite,
-    }
-    result = _get(settings, _project_path(args.project, "search"), params)
+    with reader_api(settings) as api:
+        result = api.search(
+            args.project,
+            args.query,
+            args.k,
+            categories=args.category or (),
+            event_types=args.event_type or (),
+            agents=args.agent or (),
+            task_id=args.task_id,
+            thread_id=args.thread_id,
+            min_composite=args.min_composite,
+        )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -685,6 +657,10 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     ]
     print(_table(rows, ["score", "id", "event_type", "agent_id", "category", "memory_note"]) if rows else "no hits")
     return 0
+
+
+# Commands that only call the reader API: they run in a client-only install (`pip install pvm`).
+CLIENT_COMMANDS = (cmd_context, cmd_search)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -942,8 +918,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     import redis
 
     from pvm.connection import NoRedisConfigured
-    from workers.queues import UnknownPool
+    from pvm.extras import SERVER_EXTRA, missing_server_packages
 
+    user_errors: tuple[type[Exception], ...] = (NoRedisConfigured, ConfigError)
+    if args.func not in CLIENT_COMMANDS:
+        missing = missing_server_packages()
+        if missing:
+            print(
+                f"pvm {args.command}: needs the server extra ({', '.join(missing)} not installed): {SERVER_EXTRA} "
+                "(pvm context and pvm search work without it)",
+                file=sys.stderr,
+            )
+            return 2
+        from workers.queues import UnknownPool
+
+        user_errors += (UnknownPool,)
     try:
         code = int(args.func(args, settings))
         sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
@@ -959,7 +948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         print(f"pvm: {redis_unreachable(settings.redis_url or '', exc)}", file=sys.stderr)
         return 2
-    except (NoRedisConfigured, UnknownPool, ConfigError) as exc:  # a clear one-line error for what a user can fix
+    except user_errors as exc:  # a clear one-line error for what a user can fix
         print(f"pvm: {exc}", file=sys.stderr)
         return 2
 

@@ -163,14 +163,12 @@ def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90)
 
 def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
     """Run a coordination session through the embedded stack, then show the log and one agent's context."""
-    import json
     import socket
-    import urllib.parse
-    import urllib.request
 
+    from pvm.client import PVMAPIError, PVMClient
     from pvm.emitter import Emitter
     from pvm.stores.log import LogReader
-    from workers.cli import api_request, main
+    from workers.cli import main
     from workers.stack import Stack
 
     project = "apollo"
@@ -193,23 +191,20 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
         if not _wait("durable in the log", lambda: reader.count(project) - before, minutes):
             return 1
 
-        def indexed() -> int:
-            url = f"{live.api_url}/v1/projects/{project}/context?agent_id=coder&budget_tokens=1"
-            try:
-                with urllib.request.urlopen(api_request(live, url), timeout=5) as r:
-                    return int(json.loads(r.read())["freshness"]["index"]["seq"]) - before
-            except OSError:
-                return 0
+        with PVMClient(settings=live, timeout=10, retries=0) as api:
 
-        if not _wait("indexed for search", indexed, minutes):
-            return 1
-        print(f"  all durable and indexed in {time.monotonic() - started:.2f}s\n")
-        main(["log", "tail", "--project", project, "-n", "8"])
-        task = "fix the login bug: the session cookie expires too early"
-        query = urllib.parse.urlencode({"agent_id": "coder", "task": task, "budget_tokens": 1200, "format": "text"})
-        url = f"{live.api_url}/v1/projects/{project}/context?{query}"
-        with urllib.request.urlopen(api_request(live, url), timeout=10) as r:
-            context = r.read().decode()
+            def indexed() -> int:
+                try:
+                    return int(api.context(project, "coder", budget_tokens=1)["freshness"]["index"]["seq"]) - before
+                except PVMAPIError:
+                    return 0
+
+            if not _wait("indexed for search", indexed, minutes):
+                return 1
+            print(f"  all durable and indexed in {time.monotonic() - started:.2f}s\n")
+            main(["log", "tail", "--project", project, "-n", "8"])
+            task = "fix the login bug: the session cookie expires too early"
+            context = api.context_text(project, "coder", task=task, budget_tokens=1200)
         print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}:\n")
         print(context)
     return 0

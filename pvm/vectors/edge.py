@@ -78,10 +78,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgpack
-import qdrant_edge as qe
 
 from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
+from pvm.extras import ServerExtraMissing
 from pvm.fsync import fsync_dir
 from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
@@ -111,6 +111,11 @@ from pvm.vectors import (
     require_project,
 )
 from pvm.vectors.lexical import LexicalEncoder
+
+try:
+    import qdrant_edge as qe
+except ImportError as exc:
+    raise ServerExtraMissing("qdrant_edge", "the embedded vector engine (pvm.vectors.edge)") from exc
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,12 @@ Changing the settings here changes every document vector: rebuild the index
 
 from __future__ import annotations
 
-import qdrant_edge
+from typing import TYPE_CHECKING
+
+from pvm.extras import ServerExtraMissing
+
+if TYPE_CHECKING:
+    import qdrant_edge
 
 # Coordination minutes are short; BM25's default expected length (256 tokens,
 # written for web pages) would make every minute look "short" and flatten the
@@ -27,6 +32,10 @@ class LexicalEncoder:
     """Turns text into the sparse vectors of the `lexical` leg: `document` for indexing, `query` for searching."""
 
     def __init__(self, avg_len: float = AVG_MINUTE_TOKENS, language: str = LANGUAGE) -> None:
+        try:
+            import qdrant_edge
+        except ImportError as exc:
+            raise ServerExtraMissing("qdrant_edge", "the lexical vectors (BM25)") from exc
         self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(language=language, avg_len=avg_len))
 
     def document(self, text: str) -> qdrant_edge.SparseVector:

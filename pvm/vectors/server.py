@@ -30,9 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from qdrant_client import QdrantClient, models
-
 from contracts.memory import SearchFilters
+from pvm.extras import ServerExtraMissing
 from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
 from pvm.vectors import (
     DENSE,
@@ -59,6 +58,11 @@ from pvm.vectors import (
     stored_payload,
 )
 from pvm.vectors.lexical import LexicalEncoder
+
+try:
+    from qdrant_client import QdrantClient, models
+except ImportError as exc:
+    raise ServerExtraMissing("qdrant_client", "the Qdrant server engine (PVM_QDRANT_URL)") from exc
 
 COLLECTION = "minutes"
 _RANKING_SELECTOR = models.PayloadSelectorInclude(include=list(RANKING_FIELDS))

@@ -1,0 +1,352 @@
+"""The reader API over HTTP (`pvm serve`): an agent's context, search, reads and writes without Redis access.
+
+    from pvm import Minute, PVMClient
+
+    with PVMClient() as api:  # PVM_API_URL (default http://127.0.0.1:8080), PVM_API_TOKEN
+        api.post_minutes([Minute(project_id="apollo", event_type="task_assigned", agent_id="planner")])
+        prompt = api.context_text("apollo", "coder", task="fix the session cookie")
+
+Each method is one route of the API and returns its JSON answer as plain
+Python values (`/openapi.json` describes them). Errors are `PVMAPIError`:
+`PVMRequestError` for a 4xx (the request must change: a parameter, the token,
+the project, a minute), `PVMServerError` for a 5xx or no answer at all (status
+None: unreachable, timed out), which a later try may get past. Each carries the
+status, the server's message and the request id the server logged it under.
+
+Every call is idempotent, so every call is retried (`retries` times, with
+backoff) when it could not connect or was answered 503: reads change nothing,
+and `post_minutes` sends each minute with its id (chosen here when the caller
+gave none), which the log keeps once however often it arrives. A call that
+timed out or lost its connection after sending is not retried: the caller
+decides (resending the same `Minute` objects is safe).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from contracts import InvalidMinute, Minute, new_minute_id
+from contracts.minute import check_project_id, utc_now_iso
+from pvm import defaults
+from pvm.config import ConfigError, Settings
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-ID"  # the server logs an error under the id a client sends
+
+
+class PVMAPIError(Exception):
+    """The reader API did not do what was asked. `str()` is a sentence for a person; the fields are for code."""
+
+    def __init__(
+        self,
+        summary: str,
+        *,
+        status: int | None,
+        message: str,
+        request_id: str | None,
+        errors: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        super().__init__(summary)
+        self.status = status  # the HTTP status; None when no answer came (unreachable, timed out)
+        self.message = message  # the server's own error text (or the transport's)
+        self.request_id = request_id  # find the server's log line with it
+        self.errors = list(errors)  # per-minute problems of a refused batch: {"index", "field", "problem"}
+
+
+class PVMRequestError(PVMAPIError):
+    """A 4xx: the API refused the request as sent (a parameter, the token, the project, a minute); fix it first."""
+
+
+class PVMServerError(PVMAPIError):
+    """A 5xx, or no answer (status None): the server or a store behind it is down or failing; try again later."""
+
+
+def project_path(project_id: str, route: str) -> str:
+    """The path of a project's route, the project id quoted (it is one path segment, whatever it holds)."""
+    return f"/v1/projects/{quote(project_id, safe='')}/{route}"
+
+
+class PVMClient:
+    """A client of one reader API. Thread-safe (one connection pool); keep one per process, `close()` at the end."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        settings: Settings | None = None,
+        timeout: float = defaults.API_TIMEOUT_S,
+        connect_timeout: float = defaults.API_CONNECT_TIMEOUT_S,
+        retries: int = defaults.API_RETRIES,
+        retry_backoff: float = defaults.API_RETRY_BACKOFF_S,
+    ) -> None:
+        """`base_url` and `token` default to PVM_API_URL and PVM_API_TOKEN (from `settings`, else the environment)."""
+        if base_url is None or token is None:
+            settings = settings or Settings.from_env()
+            base_url = base_url or settings.api_url
+            token = settings.api_token if token is None else token
+        self.base_url = (base_url or defaults.API_URL).strip().rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"PVM_API_URL={self.base_url!r} is not an http(s) URL: set it to the reader API, "
+                f"e.g. {defaults.API_URL}"
+            )
+        if retries < 0 or retry_backoff < 0:
+            raise ValueError(f"retries={retries} and retry_backoff={retry_backoff} must be 0 or more")
+        # A token read from a file-backed secret often ends in a newline the server would not accept.
+        self._token = (token or "").strip() or None
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {self._token}"} if self._token else {},
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+        )
+
+    def __repr__(self) -> str:
+        return f"PVMClient({self.base_url!r}, token={'set' if self._token else 'unset'})"
+
+    def __enter__(self) -> PVMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    # -- the routes ---------------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """`{"status": "ok"}` when the API and its Redis answer; `PVMServerError` (503) when Redis does not."""
+        return self._json("GET", "/healthz")
+
+    def context(
+        self, project_id: str, agent_id: str, task: str | None = None, budget_tokens: int | None = None
+    ) -> dict[str, Any]:
+        """An agent's context package (recent, referenced, own track record, relevant experience for `task`).
+
+        `contracts.memory.ContextPackage.from_dict()` turns it into the typed record.
+        """
+        params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens}
+        return self._json("GET", self._project(project_id, "context"), params)
+
+    def context_text(
+        self, project_id: str, agent_id: str, task: str | None = None, budget_tokens: int | None = None
+    ) -> str:
+        """The same context rendered as the text to put in a prompt."""
+        params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens, "format": "text"}
+        return self._send("GET", self._project(project_id, "context"), params).text
+
+    def search(
+        self,
+        project_id: str,
+        query: str,
+        k: int | None = None,
+        *,
+        categories: Sequence[str] = (),
+        event_types: Sequence[str] = (),
+        agents: Sequence[str] = (),
+        task_id: str | None = None,
+        thread_id: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        min_composite: float | None = None,
+    ) -> dict[str, Any]:
+        """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first."""
+        params = {
+            "q": query,
+            "k": k,
+            "category": list(categories),
+            "event_type": list(event_types),
+            "agent": list(agents),
+            "task_id": task_id,
+            "thread_id": thread_id,
+            "since_ms": since_ms,
+            "until_ms": until_ms,
+            "min_composite": min_composite,
+        }
+        return self._json("GET", self._project(project_id, "search"), params)
+
+    def recent(self, project_id: str, n: int | None = None) -> list[dict[str, Any]]:
+        """The project's newest `n` minutes (the server's default: 50), oldest first."""
+        return list(self._json("GET", self._project(project_id, "recent"), {"n": n})["minutes"])
+
+    def minutes(self, project_id: str, ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The project's minutes with these ids, in the order asked; ids it does not hold are left out."""
+        path = self._project(project_id, "minutes")
+        found: list[dict[str, Any]] = []
+        for chunk in _id_chunks(list(ids)):
+            found.extend(self._json("GET", path, {"ids": ",".join(chunk)})["minutes"])
+        return found
+
+    def post_minutes(self, minutes: Iterable[Minute | Mapping[str, Any]]) -> dict[str, Any]:
+        """Append minutes to the streams: `{"accepted": n, "ids": [...], "stream_ids": [...]}`, in the order given.
+
+        Each minute is validated here first (`InvalidMinute` names the minute and
+        the field) and sent with its id: a mapping without one gets a new id and
+        timestamp once, before the first try. Large inputs go in several requests;
+        when one fails, those before it were accepted, and sending the same
+        `Minute` objects (or mappings with ids) again is safe.
+        """
+        wire = [_wire_minute(i, m) for i, m in enumerate(minutes)]
+        answer: dict[str, Any] = {"accepted": 0, "ids": [], "stream_ids": []}
+        for batch in _post_batches(wire):
+            part = self._json("POST", "/v1/minutes", body={"minutes": batch})
+            answer["accepted"] += part["accepted"]
+            answer["ids"] += part["ids"]
+            answer["stream_ids"] += part["stream_ids"]
+        return answer
+
+    @staticmethod
+    def _project(project_id: str, route: str) -> str:
+        """A project's route, the id checked first: `InvalidMinute` names it before anything is sent."""
+        check_project_id(project_id)
+        return project_path(project_id, route)
+
+    # -- one call -------------------------------------------------------------------------------------------------
+
+    def _json(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> dict[str, Any]:
+        response = self._send(method, path, params, body)
+        try:
+            answer = response.json()
+        except ValueError:
+            raise PVMServerError(
+                f"the server at {self.base_url} answered {method} {path} with something that is not JSON "
+                f"({_excerpt(response.text)!r}): is PVM_API_URL the reader API?",
+                status=response.status_code,
+                message=_excerpt(response.text),
+                request_id=response.request.headers.get(REQUEST_ID_HEADER),
+            ) from None
+        if not isinstance(answer, dict):
+            raise PVMServerError(
+                f"the reader API answered {method} {path} with JSON that is not an object: is PVM_API_URL the "
+                "reader API?",
+                status=response.status_code,
+                message=_excerpt(response.text),
+                request_id=response.request.headers.get(REQUEST_ID_HEADER),
+            )
+        return answer
+
+    def _send(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, body: Any = None
+    ) -> httpx.Response:
+        """One call, retried while it cannot connect or is answered 503; any other error raises `PVMAPIError`."""
+        request_id = uuid.uuid4().hex  # one id for every try: the server's log lines of one call share it
+        query = {k: v for k, v in (params or {}).items() if v is not None and v != "" and v != []}
+        for attempt in range(self.retries + 1):
+            failure: PVMAPIError
+            try:
+                response = self._http.request(
+                    method, path, params=query, json=body, headers={REQUEST_ID_HEADER: request_id}
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                failure = self._unreachable(exc, request_id)
+            except httpx.TransportError as exc:  # sent, perhaps processed: the caller decides whether to resend
+                raise self._unreachable(exc, request_id) from exc
+            else:
+                if response.status_code < 400:
+                    return response
+                failure = self._refused(response, request_id)
+                if response.status_code != 503:
+                    raise failure
+            if attempt == self.retries:
+                raise failure
+            wait = self.retry_backoff * 2**attempt
+            log.info("%s %s: %s; try %d of %d in %.2fs", method, path, failure, attempt + 2, self.retries + 1, wait)
+            time.sleep(wait)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _unreachable(self, exc: httpx.TransportError, request_id: str) -> PVMServerError:
+        reason = str(exc) or type(exc).__name__
+        return PVMServerError(
+            f"cannot reach the reader API at {self.base_url} ({reason}); "
+            "start it with `pvm up` or `pvm serve`, or point PVM_API_URL at it",
+            status=None,
+            message=reason,
+            request_id=request_id,
+        )
+
+    def _refused(self, response: httpx.Response, sent_id: str) -> PVMAPIError:
+        status = response.status_code
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            body = {"error": _excerpt(response.text) or response.reason_phrase}
+        message = str(body.get("error") or response.reason_phrase)
+        request_id = str(body.get("request_id") or response.headers.get(REQUEST_ID_HEADER) or sent_id)
+        errors = body.get("errors")
+        errors = [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+        if status == 401:
+            refused = "refused the token" if self._token else "requires a token"
+            summary = f"the reader API {refused}: set PVM_API_TOKEN to the server's token (API at {self.base_url})"
+        elif status < 500:
+            summary = f"the reader API refused the request ({status}): {message}"
+        else:
+            failed = "is unavailable" if status == 503 else "failed"
+            summary = f"the reader API {failed} ({status}): {message}"
+            if request_id not in message:
+                summary += f" (request id {request_id})"
+        kind = PVMRequestError if status < 500 else PVMServerError
+        return kind(summary, status=status, message=message, request_id=request_id, errors=errors)
+
+
+def _wire_minute(index: int, minute: Minute | Mapping[str, Any]) -> dict[str, Any]:
+    """A minute as `POST /v1/minutes` takes it, validated, with its id and timestamp fixed now."""
+    if isinstance(minute, Minute):
+        return minute.to_dict()
+    if not isinstance(minute, Mapping):
+        raise InvalidMinute(f"minutes[{index}]", f"must be a Minute or a mapping, got {type(minute).__name__}")
+    try:
+        return Minute.from_dict({"id": new_minute_id(), "timestamp": utc_now_iso(), **minute}).to_dict()
+    except InvalidMinute as exc:
+        raise InvalidMinute(f"minutes[{index}].{exc.field}", exc.problem) from None
+
+
+def _post_batches(wire: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """The minutes in requests the server takes: at most API_MAX_BATCH minutes and about API_POST_BYTES each."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for minute in wire:
+        cost = len(json.dumps(minute).encode()) + 1
+        if batch and (len(batch) == defaults.API_MAX_BATCH or size + cost > defaults.API_POST_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(minute)
+        size += cost
+    if batch:
+        yield batch
+
+
+def _id_chunks(ids: list[str]) -> Iterator[list[str]]:
+    """Ids in runs that fit one request line (API_QUERY_BYTES once quoted) and the server's API_MAX_BATCH."""
+    chunk: list[str] = []
+    size = 0
+    for minute_id in ids:
+        cost = len(quote(minute_id, safe="")) + 3  # the comma, quoted
+        if chunk and (len(chunk) == defaults.API_MAX_BATCH or size + cost > defaults.API_QUERY_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(minute_id)
+        size += cost
+    if chunk:
+        yield chunk
+
+
+def _excerpt(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
