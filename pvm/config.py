@@ -110,6 +110,21 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+# TEMPORARY (docs branch): replaced at merge by the settings branch's settings_reference(), which derives the
+# same shape from the settings declarations. This stand-in reads the table in this module's docstring.
+def settings_reference() -> list[dict[str, str]]:
+    """Every environment variable PVM reads: env, default, type, range and help (the docs' configuration page)."""
+    rows = []
+    for line in (__doc__ or "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not re.fullmatch(r"[A-Z][A-Z0-9_]+", cells[0]):
+            continue
+        env, default, meaning = cells
+        kind = "int" if default.isdigit() else "float" if re.fullmatch(r"\d+\.\d+", default) else "str"
+        rows.append({"env": env, "default": default, "type": kind, "range": "", "help": meaning})
+    return rows
+
+
 @dataclass(frozen=True)
 class Settings:
     """Runtime configuration shared by the library, the workers and the CLI."""
