@@ -34,7 +34,7 @@ test: $(STAMP) tools
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check contracts pvm workers tests bench
+	$(VENV)/bin/ruff check contracts pvm workers tests bench docs/hooks
 	$(PY) -m mypy
 
 # The docs site (mkdocs.yml): served with live reload on 127.0.0.1:8000, or built into site/.
