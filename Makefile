@@ -1,10 +1,11 @@
-# PVM: `make demo` runs the pipeline on the embedded stack; `make test` runs the suite.
+# PVM: `make demo` runs the pipeline on the embedded stack; `make test` runs the suite (the docs site
+# included: tests/test_docs.py builds it with mkdocs --strict); `make docs` serves the site.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install tools demo test lint bench up clean
+.PHONY: install tools demo test lint bench up docs docs-build clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,11 +34,18 @@ test: $(STAMP) tools
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check contracts pvm workers tests bench
+	$(VENV)/bin/ruff check contracts pvm workers tests bench docs/hooks
 	$(PY) -m mypy
+
+# The docs site (mkdocs.yml): served with live reload on 127.0.0.1:8000, or built into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict
+
+docs-build: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py --json
 
 clean:
-	rm -rf var .pytest_cache
+	rm -rf var site .pytest_cache
