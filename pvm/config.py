@@ -330,32 +330,6 @@ def _weights_text(weights: tuple[float, ...]) -> str:
     return ",".join(f"{w:g}" for w in weights)
 
 
-# TEMPORARY (docs branch): replaced at merge by the settings branch's settings_reference(), which derives the
-# same shape from the settings declarations. This stand-in reads the table in this module's docstring, and the
-# type and lower bound from the parser each variable goes through in `Settings.from_env`.
-def settings_reference() -> list[dict[str, str]]:
-    """Every environment variable PVM reads: env, default, type, range and help (the docs' configuration page)."""
-    import inspect
-
-    source = inspect.getsource(Settings.from_env)
-    rows = []
-    for line in (__doc__ or "").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not re.fullmatch(r"[A-Z][A-Z0-9_]+", cells[0]):
-            continue
-        env, default, meaning = cells
-        kind, bound = "str", ""
-        call = rf'(_int|_float|_optional_int)\(env, "{env}"(?:, [^,)]+)?(?:, (?:minimum=)?([\d.]+))?\)'
-        parsed = re.search(call, source)
-        if parsed:
-            kind = "float" if parsed.group(1) == "_float" else "int"
-            bound = f">= {parsed.group(2) or ('0' if kind == 'float' else '1')}"
-        elif env == "PVM_SEARCH_WEIGHTS":
-            kind, bound = "4 floats", ">= 0, not all 0"
-        rows.append({"env": env, "default": default, "type": kind, "range": bound, "help": meaning})
-    return rows
-
-
 @dataclass(frozen=True)
 class Settings:
     """Runtime configuration shared by the library, the workers and the CLI.
