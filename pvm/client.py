@@ -2,7 +2,7 @@
 
     from pvm import Minute, PVMClient
 
-    with PVMClient() as api:  # PVM_API_URL (default http://127.0.0.1:8080), PVM_API_TOKEN
+    with PVMClient() as api:  # PVM_API_URL (default: pvm.defaults.API_URL, this machine), PVM_API_TOKEN
         api.post_minutes([Minute(project_id="apollo", event_type="task_assigned", agent_id="planner")])
         prompt = api.context_text("apollo", "coder", task="fix the session cookie")
 
