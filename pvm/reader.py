@@ -349,7 +349,7 @@ def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
-    body = msgpack.unpackb(raw, raw=False)
+    body: dict[str, Any] = msgpack.unpackb(raw, raw=False)
     body.pop("v", None)
     body.setdefault("context_references", [])
     return body
