@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install tools demo test lint bench up docs docs-build clean
+.PHONY: install tools demo test test-fast lint bench up docs docs-build clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ up: $(STAMP)
 
 test: $(STAMP) tools
 	$(PY) -m pytest -q
+
+# The unit tests: neither `slow` nor `integration` (tests/conftest.py names the integration tests).
+# Their temporary files go to RAM where there is some: on a virtual disk, fsync is most of their time.
+FAST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
+test-fast: $(STAMP)
+	TMPDIR=$(or $(FAST_TMPDIR),$${TMPDIR:-/tmp}) $(PY) -m pytest -q -m "not slow and not integration"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check contracts pvm workers tests bench docs/hooks

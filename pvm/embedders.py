@@ -349,7 +349,7 @@ class OpenAIEmbedder:
 
     def _backoff(self, attempt: int, requested: float | None) -> float:
         """Exponential backoff with jitter; at least what the server asked for; never above backoff_max."""
-        wait = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)) * self._random.uniform(0.5, 1.0)
+        wait = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)) * self._random.uniform(0.5, 1.0)
         if requested is not None:
             wait = max(wait, requested)
         return min(wait, self.backoff_max)

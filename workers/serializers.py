@@ -7,7 +7,7 @@ strings, bytes, numbers), and turns anything else into `SerializationError`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -22,7 +22,7 @@ class MsgpackSerializer:
     @staticmethod
     def dumps(obj: Any, /) -> bytes:
         try:
-            return msgpack.packb(obj, use_bin_type=True, datetime=True)
+            return cast(bytes, msgpack.packb(obj, use_bin_type=True, datetime=True))
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"job data is not msgpack-serializable: {exc}") from None
 

@@ -75,7 +75,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import msgpack
 
@@ -456,13 +456,12 @@ class EdgeEngine:
         return shard
 
     def _configure(self, shard: qe.EdgeShard, directory: Path) -> None:
-        if self.dense_dimensions is not None:
+        dimensions = self.dense_dimensions
+        if dimensions is not None:
             # Idempotent for the same size; a shard created lexical-only gains the vector.
             _edge_call(
                 directory,
-                lambda: shard.update(
-                    qe.UpdateOperation.create_dense_vector(DENSE, self.dense_dimensions, qe.Distance.Cosine)
-                ),
+                lambda: shard.update(qe.UpdateOperation.create_dense_vector(DENSE, dimensions, qe.Distance.Cosine)),
             )
         for field, schema in _payload_indexes():
             shard.update(qe.UpdateOperation.create_field_index(field, schema))
@@ -659,7 +658,10 @@ def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:
     return payload
 
 
-def _edge_call(directory: Path, call: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _edge_call(directory: Path, call: Callable[[], _T]) -> _T:
     """Run a qdrant-edge call, turning its generic errors into ones that say what to do."""
     try:
         return call()
