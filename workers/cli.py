@@ -696,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pvm",
         description="PVM: durable, searchable memory for fleets of AI agents. "
-        "Configuration comes from PVM_* environment variables (see README).",
+        "Configuration comes from PVM_* environment variables (see docs/operations/configuration.md).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument("--version", action="version", version=f"pvm {_version()}", help="print the version and exit")
