@@ -33,11 +33,14 @@ up: $(STAMP)
 test: $(STAMP) tools
 	$(PY) -m pytest -q
 
-# The unit tests: neither `slow` nor `integration` (tests/conftest.py names the integration tests).
-# Their temporary files go to RAM where there is some: on a virtual disk, fsync is most of their time.
+# The unit tests: neither `slow` nor `integration` (tests/conftest.py names the integration tests),
+# one pytest-xdist worker per core, each with its own Valkey (one worker when PVM_TEST_REDIS_URL
+# names a server: workers would flush each other's database). Their temporary files go to RAM
+# where there is some: on a virtual disk, fsync is most of their time.
 FAST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
+FAST_JOBS ?= $(if $(PVM_TEST_REDIS_URL),0,auto)
 test-fast: $(STAMP)
-	TMPDIR=$(or $(FAST_TMPDIR),$${TMPDIR:-/tmp}) $(PY) -m pytest -q -m "not slow and not integration"
+	TMPDIR=$(or $(FAST_TMPDIR),$${TMPDIR:-/tmp}) $(PY) -m pytest -q -m "not slow and not integration" -n $(FAST_JOBS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check contracts pvm workers tests bench docs/hooks

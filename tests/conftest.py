@@ -68,6 +68,12 @@ def pytest_configure(config: pytest.Config) -> None:
     refusal = url_refusal(url, os.environ) if url else None
     if refusal:
         raise pytest.UsageError(refusal)
+    workers = getattr(config.option, "numprocesses", None)  # pytest-xdist's -n
+    if url and workers not in (None, 0, 1):
+        raise pytest.UsageError(
+            f"{TEST_URL_ENV} with -n {workers}: the workers would flush each other's database; "
+            f"run without -n, or unset {TEST_URL_ENV} (each worker then starts its own Valkey)"
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

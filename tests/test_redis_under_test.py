@@ -172,3 +172,10 @@ def test_a_test_server_holding_keys_is_refused_and_an_empty_one_used(other_serve
     assert f"redis: {TEST_URL_ENV}={url} (flushed by the tests)" in used.stdout
     assert other_server.info("commandstats")["cmdstat_flushdb"]["calls"] >= flushes + 2  # before and after the test
     assert other_server.dbsize() == 0
+
+
+@pytest.mark.integration
+def test_a_test_server_is_not_shared_by_xdist_workers() -> None:
+    out = run_pytest({TEST_URL_ENV: "redis://127.0.0.1:1/0"}, "-n", "2", PAYLOAD)
+    assert out.returncode == pytest.ExitCode.USAGE_ERROR, out.stdout + out.stderr
+    assert f"{TEST_URL_ENV} with -n 2: the workers would flush each other's database" in out.stderr
