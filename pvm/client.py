@@ -27,8 +27,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -37,6 +37,8 @@ from contracts import InvalidMinute, Minute, new_minute_id
 from contracts.minute import check_project_id, utc_now_iso
 from pvm import defaults
 from pvm.config import ConfigError, Settings
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -319,32 +321,27 @@ def _wire_minute(index: int, minute: Minute | Mapping[str, Any]) -> dict[str, An
 
 def _post_batches(wire: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     """The minutes in requests the server takes: at most API_MAX_BATCH minutes and about API_POST_BYTES each."""
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for minute in wire:
-        cost = len(json.dumps(minute).encode()) + 1
-        if batch and (len(batch) == defaults.API_MAX_BATCH or size + cost > defaults.API_POST_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(minute)
-        size += cost
-    if batch:
-        yield batch
+    return _runs(wire, lambda minute: len(json.dumps(minute).encode()) + 1, defaults.API_POST_BYTES)
 
 
 def _id_chunks(ids: list[str]) -> Iterator[list[str]]:
     """Ids in runs that fit one request line (API_QUERY_BYTES once quoted) and the server's API_MAX_BATCH."""
-    chunk: list[str] = []
+    return _runs(ids, lambda minute_id: len(quote(minute_id, safe="")) + 3, defaults.API_QUERY_BYTES)  # +3: ","
+
+
+def _runs(items: list[_T], cost: Callable[[_T], int], max_bytes: int) -> Iterator[list[_T]]:
+    """`items` in order, in runs of at most API_MAX_BATCH items whose costs add up to at most `max_bytes`."""
+    run: list[_T] = []
     size = 0
-    for minute_id in ids:
-        cost = len(quote(minute_id, safe="")) + 3  # the comma, quoted
-        if chunk and (len(chunk) == defaults.API_MAX_BATCH or size + cost > defaults.API_QUERY_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(minute_id)
-        size += cost
-    if chunk:
-        yield chunk
+    for item in items:
+        c = cost(item)
+        if run and (len(run) == defaults.API_MAX_BATCH or size + c > max_bytes):
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += c
+    if run:
+        yield run
 
 
 def _excerpt(text: str, limit: int = 200) -> str:
