@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 import msgpack
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
@@ -23,7 +23,7 @@ from pvm.stores.log import SEGMENT_SUFFIX, LogReader, LogWriter
 from pvm.vectors import check_point
 from workers import index_pool
 from workers.api import create_app
-from workers.auth import parse_tokens, token_sha256
+from workers.auth import ALL_PROJECTS, parse_tokens, token_sha256
 from workers.cli import _project_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,6 +174,7 @@ _NEAR = st.text(alphabet=st.sampled_from(_ALPHABET), max_size=12) | st.text(max_
 
 @given(_NEAR)
 def test_entry_points_agree_on_any_text(value: str) -> None:
+    assume(value != ALL_PROJECTS)  # the tokens file's wildcard: the next test
     expected = is_valid_project_id(value)
     assert {name: accepts(value) for name, accepts in OFFLINE.items()} == dict.fromkeys(OFFLINE, expected)
 
@@ -237,3 +238,10 @@ def test_a_long_text_is_refused_without_being_remembered() -> None:
     before = _matches_project_pattern.cache_info().currsize
     assert not is_valid_project_id("p" * 1_000_000)
     assert _matches_project_pattern.cache_info().currsize == before
+
+
+def test_the_tokens_files_wildcard_is_no_project_id() -> None:
+    """`"*"` in a token's projects means every project; it is a project id nowhere."""
+    assert _tokens_file_accepts(ALL_PROJECTS)
+    assert not is_valid_project_id(ALL_PROJECTS)
+    assert not any(accepts(ALL_PROJECTS) for name, accepts in OFFLINE.items() if name != "tokens file")
