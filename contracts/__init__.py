@@ -1,8 +1,8 @@
 """The PVM wire contract: nouns only, no I/O.
 
 Everything a producer in any language needs to speak to PVM lives here: the
-`Minute`, its validation rules, the msgpack codec with a schema version, and
-every Redis key, stream and queue name.
+`Minute`, its validation rules, the msgpack codec with a schema version, the
+`Fact` record of long-term memory, and every Redis key, stream and queue name.
 """
 
 from __future__ import annotations
@@ -17,7 +17,21 @@ from contracts.codec import (
     decode_minute,
     encode_minute,
 )
-from contracts.errors import ContractError, InvalidMinute
+from contracts.errors import ContractError, InvalidFact, InvalidMinute
+from contracts.facts import (
+    DEFAULT_IMPORTANCE,
+    GLOBAL_KEY,
+    Fact,
+    FactStatus,
+    FactType,
+    RelationKind,
+    Relationship,
+    Slot,
+    Tier,
+    TierKey,
+    fact_id,
+    normalize_value,
+)
 from contracts.ids import new_minute_id
 from contracts.minute import (
     KNOWN_EVENT_TYPES,
@@ -31,6 +45,8 @@ from contracts.minute import (
 )
 
 __all__ = [
+    "DEFAULT_IMPORTANCE",
+    "GLOBAL_KEY",
     "KNOWN_EVENT_TYPES",
     "MAX_ENCODED_BYTES",
     "PROJECT_ID_RULE",
@@ -38,16 +54,27 @@ __all__ = [
     "ContractError",
     "DecodeError",
     "EventType",
+    "Fact",
+    "FactStatus",
+    "FactType",
+    "InvalidFact",
     "InvalidMinute",
     "MalformedMinute",
     "Minute",
+    "RelationKind",
+    "Relationship",
     "Scope",
+    "Slot",
+    "Tier",
+    "TierKey",
     "UnsupportedSchemaVersion",
     "check_project_id",
     "decode_durable_fields",
     "decode_durable_minute",
     "decode_minute",
     "encode_minute",
+    "fact_id",
     "is_valid_project_id",
     "new_minute_id",
+    "normalize_value",
 ]

@@ -18,3 +18,16 @@ class InvalidMinute(ContractError):
         self.field = field
         self.problem = problem
         super().__init__(f"invalid minute: {field}: {problem}")
+
+
+class InvalidFact(ContractError):
+    """A fact field is missing, mistyped or out of range, or the fact disagrees with itself.
+
+    `field` names the offending field (e.g. ``confidence``, ``relationships[2].strength``,
+    ``tier_key``) as `InvalidMinute` does for minutes.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"invalid fact: {field}: {problem}")
