@@ -18,6 +18,7 @@ from contracts.codec import (
     encode_minute,
 )
 from contracts.errors import ContractError, InvalidFact, InvalidMinute
+from contracts.fact_changes import FACT_EVENT_TYPES, FactChange, fact_change, is_fact_change
 from contracts.facts import (
     DEFAULT_IMPORTANCE,
     GLOBAL_KEY,
@@ -46,6 +47,7 @@ from contracts.minute import (
 
 __all__ = [
     "DEFAULT_IMPORTANCE",
+    "FACT_EVENT_TYPES",
     "GLOBAL_KEY",
     "KNOWN_EVENT_TYPES",
     "MAX_ENCODED_BYTES",
@@ -55,6 +57,7 @@ __all__ = [
     "DecodeError",
     "EventType",
     "Fact",
+    "FactChange",
     "FactStatus",
     "FactType",
     "InvalidFact",
@@ -73,7 +76,9 @@ __all__ = [
     "decode_durable_minute",
     "decode_minute",
     "encode_minute",
+    "fact_change",
     "fact_id",
+    "is_fact_change",
     "is_valid_project_id",
     "new_minute_id",
     "normalize_value",

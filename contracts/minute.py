@@ -27,7 +27,11 @@ EVENT_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_.:\-]*")
 
 
 class EventType(StrEnum):
-    """Event types PVM knows how to categorize; producers may send others."""
+    """Event types PVM knows: coordination events it categorizes, then knowledge changes; producers may send others.
+
+    The knowledge changes (``fact_*``, ``task_memory_cleared``) are what the facts
+    pool writes to long-term memory; their payloads are `contracts.fact_changes`.
+    """
 
     TASK_ASSIGNED = "task_assigned"
     TASK_STARTED = "task_started"
@@ -41,6 +45,18 @@ class EventType(StrEnum):
     CAPABILITY_OBSERVED = "capability_observed"
     EVALUATION = "evaluation"
     KNOWLEDGE = "knowledge"
+    # Knowledge changes: every change to long-term memory is a minute, so replay rebuilds the facts
+    # without calling a model. Payloads and their parser: contracts/fact_changes.py.
+    FACT_ASSERTED = "fact_asserted"
+    FACT_CONFIRMED = "fact_confirmed"
+    FACT_PROMOTED = "fact_promoted"
+    FACT_TIER_PROMOTED = "fact_tier_promoted"
+    FACT_SUPERSEDED = "fact_superseded"
+    FACT_CONTRADICTED = "fact_contradicted"
+    FACT_RETRACTED = "fact_retracted"
+    FACT_EDITED = "fact_edited"
+    FACT_LEARNED = "fact_learned"
+    TASK_MEMORY_CLEARED = "task_memory_cleared"
 
 
 KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)

@@ -133,6 +133,17 @@ def test_known_event_types() -> None:
         "capability_observed",
         "evaluation",
         "knowledge",
+        # knowledge changes (contracts/fact_changes.py)
+        "fact_asserted",
+        "fact_confirmed",
+        "fact_promoted",
+        "fact_tier_promoted",
+        "fact_superseded",
+        "fact_contradicted",
+        "fact_retracted",
+        "fact_edited",
+        "fact_learned",
+        "task_memory_cleared",
     } == KNOWN_EVENT_TYPES
     for name in KNOWN_EVENT_TYPES:
         # Known types also satisfy the rule for unknown ones, so the JSON Schema can use one pattern.
