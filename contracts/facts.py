@@ -188,6 +188,7 @@ def normalize_value(value: str | int | float | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
+        _check_utf8(value, "value")
         return normalize_text(value)
     if isinstance(value, int):
         return str(int(value))
@@ -222,6 +223,7 @@ class Slot:
             raw = getattr(self, name)
             if not isinstance(raw, str):
                 raise InvalidFact(name, f"must be a string, got {type(raw).__name__}")
+            _check_utf8(raw, name)
             normalized = normalize_text(raw)
             if not normalized:
                 raise InvalidFact(name, "must not be empty or blank")
@@ -252,12 +254,17 @@ def check_task_id(value: Any, field: str = "tier_key") -> str:
         raise InvalidFact(field, f"task id {value!r} is blank; name the task")
     if len(value) > MAX_TASK_ID_LENGTH:
         raise InvalidFact(field, f"task id is {len(value)} characters; the limit is {MAX_TASK_ID_LENGTH}")
+    _check_utf8(value, field)
     return value
 
 
 def is_valid_task_id(value: object) -> bool:
     """Whether `value` can name a task in a tier key (`check_task_id`)."""
-    return isinstance(value, str) and 0 < len(value) <= MAX_TASK_ID_LENGTH and not value.isspace()
+    try:
+        check_task_id(value)
+    except InvalidFact:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +399,16 @@ def _enum(kind: type[StrEnum], field: str) -> Callable[[Any], Any]:
     return check
 
 
+def _check_utf8(value: str, field: str) -> None:
+    # JSON parsers accept "\ud800"; msgpack (UTF-8) cannot carry it, nor can the id's hash.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidFact(
+            field, f"holds a lone surrogate ({value[exc.start]!r}) at {exc.start}, which UTF-8 cannot encode"
+        ) from None
+
+
 def _text(field: str, limit: int) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if not isinstance(value, str):
@@ -400,6 +417,7 @@ def _text(field: str, limit: int) -> Callable[[Any], str]:
             raise InvalidFact(field, "must not be empty or blank")
         if len(value) > limit:
             raise InvalidFact(field, f"is {len(value)} characters; the limit is {limit}")
+        _check_utf8(value, field)
         return value
 
     return check
@@ -498,6 +516,9 @@ def _relationships(value: Any) -> tuple[Relationship, ...]:
 
 
 def _count(value: Any) -> int:
+    # JSON has one number type: 3.0 is the whole number 3 (as JSON Schema's "integer" reads it).
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidFact("access_count", f"must be a whole number, got {type(value).__name__}")
     if not 0 <= value <= 2**63 - 1:

@@ -11,6 +11,12 @@ Each ``<name>.json`` holds one minute in wire form including ``"v"``; its
 minutes a decoder must refuse that JSON cannot write (NaN, Infinity, bin,
 msgpack extension types) or the JSON Schema cannot express (nesting deeper
 than ``MAX_JSON_DEPTH``); both files are written from `wire_invalid_cases`.
+
+``facts/<name>.json`` holds one fact in `Fact.to_dict()` form. Its ``"id"`` is
+the fact's deterministic id: leave it out of a new vector and the generator
+fills it in (``--check`` reports it missing); a wrong one is reported, never
+rewritten. ``facts/ids.json`` (written from `id_cases`) pins normalization,
+slot digests and fact ids for implementations in other languages.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from typing import Any
 import msgpack
 
 from contracts.codec import SCHEMA_VERSION, encode_minute
+from contracts.errors import ContractError
+from contracts.facts import FACT_NAMESPACE, Fact, Slot, TierKey, fact_id, normalize_value
 from contracts.json_value import MAX_JSON_DEPTH
 from contracts.minute import Minute
 
 VECTORS_DIR = Path(__file__).resolve().parent
 INVALID_DIR = "invalid"
+FACTS_DIR = "facts"
+IDS_FILE = "ids.json"
 
 
 def _nested(levels: int) -> dict[str, Any]:
@@ -99,6 +109,114 @@ def wire_invalid_files(directory: Path = VECTORS_DIR) -> dict[Path, bytes]:
     return files
 
 
+# -- facts --------------------------------------------------------------------------------------------------------
+
+
+def id_cases() -> list[tuple[str, str, str, str | int | float | bool]]:
+    """(tier key, subject, attribute, value) whose normalized forms, digests and ids `facts/ids.json` pins."""
+    return [
+        ("project:alpha", "service:auth", "session_ttl", "30m"),
+        ("project:alpha", "  Service:Auth ", "Session_TTL", " 30M "),  # the same fact as the first
+        ("task:alpha:T-1042", "service:auth", "session_ttl", "30m"),
+        ("global", "service:auth", "session_ttl", "30m"),
+        ("project:beta", "db", "engine", "Postgres\t16"),
+        ("project:alpha", "a|b", "c", "v"),  # netstrings: not the same name as the next
+        ("project:alpha", "a", "b|c", "v"),
+        ("task:alpha:deploy: step 2", "Straße", "\uff34\uff34\uff2c", "caf\u0065\u0301"),  # casefold, NFKC
+        ("project:alpha", "learned", "max_retries", 3),
+        ("project:alpha", "learned", "ratio", 0.25),
+        ("project:alpha", "learned", "ratio", 16.0),
+        ("project:alpha", "learned", "enabled", True),
+        ("project:alpha", "\U0001f680 launch", "window", "Tuesday\u00a0mornings"),  # NBSP is whitespace
+    ]
+
+
+def id_vector() -> dict[str, Any]:
+    """The document `facts/ids.json` must hold."""
+    cases = []
+    for tier_key, subject, attribute, value in id_cases():
+        key = TierKey.parse(tier_key)
+        slot = Slot(subject, attribute)
+        normalized = normalize_value(value)
+        name = "".join(f"{len(p.encode('utf-8'))}:{p}," for p in (str(key), slot.subject, slot.attribute, normalized))
+        cases.append(
+            {
+                "tier_key": tier_key,
+                "subject": subject,
+                "attribute": attribute,
+                "value": value,
+                "slot": {"subject": slot.subject, "attribute": slot.attribute},
+                "normalized_value": normalized,
+                "slot_digest": slot.digest,
+                "uuid5_name": name,
+                "fact_id": fact_id(key, slot, value),
+            }
+        )
+    return {
+        "description": (
+            "Fact identity, for implementations in other languages. slot: subject and attribute normalized "
+            "(NFKC, case fold, NFKC, whitespace runs collapsed to one space, ends stripped). normalized_value: "
+            "text normalized the same way; numbers and booleans canonical (16.0 -> 16, true). slot_digest: the "
+            "first 32 hex digits of SHA-256 over the netstrings of slot subject and attribute. uuid5_name: the "
+            "netstrings ('<UTF-8 byte length>:<text>,') of tier key, slot subject, slot attribute, normalized "
+            "value. fact_id: uuid5(namespace, uuid5_name)."
+        ),
+        "namespace": str(FACT_NAMESPACE),
+        "cases": cases,
+    }
+
+
+def _json_bytes(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def fact_vector_paths(directory: Path = VECTORS_DIR) -> list[Path]:
+    """Every valid-fact ``.json`` under ``facts/`` (not ``ids.json``, not the ``invalid*`` cases)."""
+    return sorted(p for p in (directory / FACTS_DIR).glob("*.json") if p.name != IDS_FILE)
+
+
+def fact_from_vector(doc: dict[str, Any]) -> Fact:
+    """The `Fact` a fact vector describes, its id computed when the vector leaves it out."""
+    if "id" not in doc:
+        slot = Slot(doc["subject"], doc["attribute"])
+        doc = {"id": fact_id(TierKey.parse(doc["tier_key"]), slot, doc["value"]), **doc}
+    return Fact.from_dict(doc)
+
+
+def _fact_problems(directory: Path) -> list[str]:
+    found: list[str] = []
+    for path in fact_vector_paths(directory):
+        name = f"{FACTS_DIR}/{path.name}"
+        doc = load_vector(path)
+        if "id" not in doc:
+            found.append(f"{name}: no id (run the generator to fill it in)")
+            continue
+        try:
+            fact = Fact.from_dict(doc)
+        except ContractError as exc:
+            found.append(f"{name}: {exc}")
+            continue
+        canonical = fact.to_dict()
+        if list(doc) != list(canonical) or doc != canonical:
+            found.append(f"{name}: not in canonical form (Fact.to_dict(): every field, in order)")
+    ids = directory / FACTS_DIR / IDS_FILE
+    if not ids.exists():
+        found.append(f"{FACTS_DIR}/{IDS_FILE}: missing")
+    elif ids.read_bytes() != _json_bytes(id_vector()):
+        found.append(f"{FACTS_DIR}/{IDS_FILE}: stale (normalization or ids changed?)")
+    return found
+
+
+def _fact_files(directory: Path) -> dict[Path, bytes]:
+    """Fact vectors without an id, completed, and ``ids.json``."""
+    files = {directory / FACTS_DIR / IDS_FILE: _json_bytes(id_vector())}
+    for path in fact_vector_paths(directory):
+        doc = load_vector(path)
+        if "id" not in doc:
+            files[path] = _json_bytes(fact_from_vector(doc).to_dict())
+    return files
+
+
 def load_vector(path: Path) -> dict[str, Any]:
     """The JSON form of a vector, as written (including ``"v"``)."""
     with path.open(encoding="utf-8") as fh:
@@ -157,6 +275,7 @@ def problems(directory: Path = VECTORS_DIR) -> list[str]:
             found.append(f"{name}: stale")
     stray = [p for p in sorted((directory / INVALID_DIR).glob("*.msgpack")) if p not in wire]
     found.extend(f"{INVALID_DIR}/{p.name}: not a case of wire_invalid_cases" for p in stray)
+    found.extend(_fact_problems(directory))
     return found
 
 
@@ -164,10 +283,11 @@ def generate(directory: Path = VECTORS_DIR) -> list[Path]:
     """Write each ``.msgpack`` (and wire-only invalid vector) whose bytes are out of date; returns the paths written."""
     wanted = {path.with_suffix(".msgpack"): expected_bytes(path) for path in vector_paths(directory)}
     wanted.update(wire_invalid_files(directory))
+    wanted.update(_fact_files(directory))
     written = []
     for path, raw in wanted.items():
         if not path.exists() or path.read_bytes() != raw:
-            path.parent.mkdir(exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(raw)
             written.append(path)
     return written
@@ -181,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         found = problems()
         for line in found:
             print(line, file=sys.stderr)
-        print(f"{len(vector_paths())} vectors, {len(found)} problem(s)")
+        print(f"{len(vector_paths())} vectors, {len(fact_vector_paths())} fact vectors, {len(found)} problem(s)")
         return 1 if found else 0
     written = generate()
     for path in written:
@@ -189,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     found = problems()
     for line in found:
         print(line, file=sys.stderr)
-    print(f"{len(vector_paths())} vectors, {len(written)} written, {len(found)} problem(s)")
+    counts = f"{len(vector_paths())} vectors, {len(fact_vector_paths())} fact vectors"
+    print(f"{counts}, {len(written)} written, {len(found)} problem(s)")
     return 1 if found else 0
 
 

@@ -342,6 +342,10 @@ def test_from_dict_refuses_unknown_and_missing_fields() -> None:
         ({"text": "   "}, "text"),
         ({"text": "x" * (MAX_FACT_TEXT + 1)}, "text"),
         ({"text": 5}, "text"),
+        ({"text": "ok \ud800"}, "text"),  # a lone surrogate: UTF-8 (msgpack, the id's hash) cannot carry it
+        ({"subject": "\udfff"}, "subject"),
+        ({"tier_key": "task:alpha:\ud800"}, "tier_key"),
+        ({"tags": ["\ud800"]}, "tags[0]"),
         ({"subject": ""}, "subject"),
         ({"subject": "s" * (MAX_NAME_LENGTH + 1)}, "subject"),
         ({"attribute": "\t"}, "attribute"),
@@ -383,7 +387,8 @@ def test_from_dict_refuses_unknown_and_missing_fields() -> None:
         ({"source_minute_ids": [SOURCE, SOURCE]}, "source_minute_ids[1]"),
         ({"source_minute_ids": [f"m{n}" for n in range(MAX_FACT_SOURCES + 1)]}, "source_minute_ids"),
         ({"access_count": -1}, "access_count"),
-        ({"access_count": 1.0}, "access_count"),
+        ({"access_count": 1.5}, "access_count"),
+        ({"access_count": "1"}, "access_count"),
         ({"last_accessed_at": "soon"}, "last_accessed_at"),
         ({"promoted_from": "T-1"}, "promoted_from"),
         ({"single_valued": "yes"}, "single_valued"),
@@ -457,7 +462,8 @@ def test_facts_are_frozen_and_hashable() -> None:
 
 
 def test_lists_become_tuples_and_numbers_floats() -> None:
-    fact = Fact.from_dict({**make().to_dict(), "tags": ["a"], "confidence": 1, "importance": 0})
+    fact = Fact.from_dict({**make().to_dict(), "tags": ["a"], "confidence": 1, "importance": 0, "access_count": 3.0})
+    assert fact.access_count == 3 and type(fact.access_count) is int
     assert fact.tags == ("a",) and fact.source_minute_ids == (SOURCE,)
     assert fact.confidence == 1.0 and type(fact.confidence) is float
     assert fact.importance == 0.0 and type(fact.importance) is float

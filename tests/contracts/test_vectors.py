@@ -187,7 +187,10 @@ def test_generator_detects_stale_and_missing_files(tmp_path: Path) -> None:
     wire = sorted(
         tmp_path / "invalid" / p.name for p in VECTORS.glob("invalid/*") if p in INVALID_WIRE or p.suffix == ".msgpack"
     )
-    assert sorted(generate.generate(tmp_path)) == sorted([*(tmp_path / f"{p.stem}.msgpack" for p in VALID[:2]), *wire])
+    ids = tmp_path / "facts" / "ids.json"
+    written = sorted(generate.generate(tmp_path))
+    assert written == sorted([*(tmp_path / f"{p.stem}.msgpack" for p in VALID[:2]), *wire, ids])
+    assert ids.read_bytes() == (VECTORS / "facts" / "ids.json").read_bytes()
     assert generate.problems(tmp_path) == []
     assert generate.generate(tmp_path) == []  # nothing to rewrite
     stale = tmp_path / f"{VALID[0].stem}.msgpack"
@@ -198,6 +201,31 @@ def test_generator_detects_stale_and_missing_files(tmp_path: Path) -> None:
     found = generate.problems(tmp_path)
     assert any("stale" in p for p in found) and any("orphan" in p for p in found)
     assert "invalid/data_nan.msgpack: stale" in found and any(p.startswith("invalid/stray.msgpack") for p in found)
+
+
+def test_generator_fills_fact_ids_and_reports_wrong_ones(tmp_path: Path) -> None:
+    (tmp_path / "facts").mkdir()
+    golden = json.loads((VECTORS / "facts" / "fact_project_pending.json").read_text(encoding="utf-8"))
+    new = tmp_path / "facts" / "new_fact.json"
+    new.write_text(json.dumps({k: v for k, v in golden.items() if k != "id"}), encoding="utf-8")
+    assert "facts/new_fact.json: no id (run the generator to fill it in)" in generate.problems(tmp_path)
+    generate.generate(tmp_path)
+    assert json.loads(new.read_text(encoding="utf-8")) == golden  # the id filled in, in canonical order
+    assert generate.problems(tmp_path) == []
+    # A wrong id is reported and left alone: the golden ids are what other languages check against.
+    wrong = {**golden, "value": "45m"}
+    new.write_text(json.dumps(wrong), encoding="utf-8")
+    assert generate.generate(tmp_path) == []
+    assert any(p.startswith("facts/new_fact.json: invalid fact: id:") for p in generate.problems(tmp_path))
+    new.write_text(json.dumps(golden, indent=1), encoding="utf-8")
+    (tmp_path / "facts" / "ids.json").write_text("{}", encoding="utf-8")
+    assert generate.problems(tmp_path) == ["facts/ids.json: stale (normalization or ids changed?)"]
+    order = {"type": golden["type"], **golden}
+    new.write_text(json.dumps(order), encoding="utf-8")
+    generate.generate(tmp_path)
+    assert generate.problems(tmp_path) == [
+        "facts/new_fact.json: not in canonical form (Fact.to_dict(): every field, in order)"
+    ]
 
 
 # -- msgpack format coverage ----------------------------------------------------------------------
