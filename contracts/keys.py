@@ -2,12 +2,15 @@
 
 Stream keys carry a ``{s<N>}`` hash tag so each shard's stream and dead-letter
 stream share a Redis Cluster slot; per-project cache keys carry ``{p:<project>}``
-so a project's caches can be updated by one script.
+so a project's caches can be updated by one script. Facts of the global tier
+carry ``{g}``.
 """
 
 from __future__ import annotations
 
 import zlib
+
+from contracts.facts import FactType, Slot, Tier, TierKey
 
 PREFIX = "pvm"
 
@@ -216,3 +219,93 @@ with the reason, unimported. A new job function is added here, next to its name.
 def index_done(project_id: str) -> str:
     """Bitmap over a project's log sequence: bit n is set once minute n is in the vector index (see `index_head`)."""
     return f"{PREFIX}:{{p:{project_id}}}:index:done"
+
+
+# -- facts pool: the current view of long-term memory ----------------------------------------------------------
+#
+# The facts pool's helper wires these: adding "facts" to QUEUES / POOL_JOBS and FACTS_JOB to JOB_FUNCTIONS makes
+# the log pool fan out to it and the runner, exporter and allowlist expect its workers, so that lands with the pool.
+FACTS_QUEUE = "pvm-facts"
+FACTS_JOB = "workers.facts_pool.run"  # one fanned-out batch of durable minutes into the facts store
+
+# Every key below is a projection of the log (knowledge-change minutes, contracts/fact_changes.py): replay rebuilds
+# them. Task and project tiers of a project carry the project's tag ``{p:<project>}`` (with its other caches, so one
+# script can update a project's facts); the global tier carries ``{g}``. Within a tag, the tier is the key's last
+# part: ``project``, ``task:<task id>`` (free text, so it comes last and nothing follows it) or ``global``.
+
+
+def _facts_tag(tier_key: TierKey) -> str:
+    return "{g}" if tier_key.tier is Tier.GLOBAL else f"{{p:{tier_key.project_id}}}"
+
+
+def _facts_key(tier_key: TierKey, what: str) -> str:
+    scope = f"task:{tier_key.task_id}" if tier_key.tier is Tier.TASK else tier_key.tier.value
+    return f"{PREFIX}:{_facts_tag(tier_key)}:facts:{what}:{scope}"
+
+
+def facts_by_id(tier_key: TierKey) -> str:
+    """Hash fact id -> the fact's record (the store's encoding of `Fact.to_dict()`), every status, history included.
+
+    One hash per project (its task and project tiers together, so a read by id needs only the project) and one
+    for the global tier.
+    """
+    return f"{PREFIX}:{_facts_tag(tier_key)}:facts:byid"
+
+
+def facts_in_tier(tier_key: TierKey) -> str:
+    """Sorted set of every fact id of one tier key, scored by ``recorded_at`` (Unix ms): what clearing a task drops."""
+    return _facts_key(tier_key, "all")
+
+
+def facts_in_slot(tier_key: TierKey, slot: Slot) -> str:
+    """Sorted set of the fact ids of one slot of one tier key, scored by ``valid_from`` (Unix ms): the slot's history.
+
+    Supersession, contradiction and dedupe read this and nothing else (invariant 10). The slot is named by
+    `Slot.digest`, so subjects and attributes of any text make a fixed-shape key.
+    """
+    return _facts_key(tier_key, f"slot:{slot.digest}")
+
+
+def facts_slot_lock(tier_key: TierKey, slot: Slot) -> str:
+    """Lease (SET NX PX) held by the one worker deciding and applying changes to a slot of a tier key (invariant 8).
+
+    Different slots, and different tier keys, proceed in parallel.
+    """
+    return _facts_key(tier_key, f"lock:{slot.digest}")
+
+
+def facts_of_type(tier_key: TierKey, fact_type: FactType | str) -> str:
+    """Set of the fact ids of one type (`FactType`) in one tier key."""
+    return _facts_key(tier_key, f"type:{FactType(fact_type).value}")
+
+
+def learned_keys(tier_key: TierKey) -> str:
+    """Hash of one tier key's learned keys: normalized key -> id of the fact holding its current value (``recall``)."""
+    return _facts_key(tier_key, "learned")
+
+
+def procedural_rules(tier_key: TierKey) -> str:
+    """Sorted set of the ``procedure`` fact ids of one tier key, scored by priority: the rules a reader matches."""
+    return _facts_key(tier_key, "rules")
+
+
+def fact_reads(tier_key: TierKey) -> str:
+    """Hash of read statistics, kept beside the records so replay never needs them: ``<id>`` -> access count,
+    ``<id>:at`` -> last access time. One per project (task and project tiers) and one for the global tier.
+    """
+    return f"{PREFIX}:{_facts_tag(tier_key)}:facts:reads"
+
+
+def facts_head(project_id: str) -> str:
+    """Hash of how far a project's facts have caught up with its log: a contiguous watermark like `index_head`.
+
+    ``seq``: every log seq at or below it is applied; ``applied_at``: when ``seq`` last moved; ``max_seq``: the
+    newest seq applied; ``gaps``: seqs below ``max_seq`` not applied yet. Kept with `facts_done` by the facts pool.
+    Per project, global facts included: a change to the global tier is a minute in some project's log.
+    """
+    return f"{PREFIX}:{{p:{project_id}}}:facts:head"
+
+
+def facts_done(project_id: str) -> str:
+    """Bitmap over a project's log sequence: bit n is set once minute n is applied to the facts (see `facts_head`)."""
+    return f"{PREFIX}:{{p:{project_id}}}:facts:done"

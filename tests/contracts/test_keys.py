@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts import keys
+from contracts.facts import GLOBAL_KEY, FactType, Slot, TierKey
 
 
 def hash_tag(key: str) -> str:
@@ -105,3 +106,102 @@ def test_global_names() -> None:
     assert keys.MINUTE_FIELD == b"m"
     assert keys.DISPATCH_GROUP == "pvm-dispatch"
     assert keys.QUEUES["log"] == keys.LOG_QUEUE == "pvm-log"
+
+
+# -- facts (the facts pool's keys; the pool wires the queue and job) ---------------------------------
+
+SLOT = Slot("service:auth", "session_ttl")
+
+
+def fact_keys(key: TierKey, slot: Slot = SLOT) -> list[str]:
+    """Every facts key of one tier key (and one of its slots)."""
+    return [
+        keys.facts_by_id(key),
+        keys.facts_in_tier(key),
+        keys.facts_in_slot(key, slot),
+        keys.facts_slot_lock(key, slot),
+        *(keys.facts_of_type(key, t) for t in FactType),
+        keys.learned_keys(key),
+        keys.procedural_rules(key),
+        keys.fact_reads(key),
+    ]
+
+
+def test_facts_queue_and_job_are_named_but_not_wired_yet() -> None:
+    assert keys.FACTS_QUEUE == "pvm-facts"
+    assert keys.FACTS_JOB == "workers.facts_pool.run"
+    # Wiring them makes the dispatcher, runner, exporter and allowlist expect a pool: the pool's helper does it.
+    assert keys.FACTS_QUEUE not in keys.QUEUES.values() and "facts" not in keys.POOL_JOBS
+    assert keys.FACTS_JOB not in keys.JOB_FUNCTIONS
+
+
+@pytest.mark.parametrize(
+    "key", [TierKey.for_project("alpha"), TierKey.for_task("alpha", "T-1"), TierKey.for_task("alpha", "x {y}: z")]
+)
+def test_project_and_task_fact_keys_share_the_project_hash_tag(key: TierKey) -> None:
+    names = [*fact_keys(key), keys.facts_head("alpha"), keys.facts_done("alpha")]
+    assert {hash_tag(name) for name in names} == {"p:alpha"}
+    # One tag with the project's other caches: the log pool's fan-out and the facts store can share a script.
+    assert hash_tag(keys.recent_window("alpha")) == "p:alpha"
+    assert all(name.startswith("pvm:{p:alpha}:facts") for name in names)
+
+
+def test_global_fact_keys_carry_their_own_tag() -> None:
+    names = fact_keys(GLOBAL_KEY)
+    assert {hash_tag(name) for name in names} == {"g"}
+    assert keys.facts_in_tier(GLOBAL_KEY) == "pvm:{g}:facts:all:global"
+    assert keys.facts_by_id(GLOBAL_KEY) == "pvm:{g}:facts:byid"
+
+
+def test_fact_key_shapes() -> None:
+    task = TierKey.for_task("alpha", "T-1")
+    assert keys.facts_by_id(task) == keys.facts_by_id(TierKey.for_project("alpha")) == "pvm:{p:alpha}:facts:byid"
+    assert keys.fact_reads(task) == "pvm:{p:alpha}:facts:reads"
+    assert keys.facts_in_tier(task) == "pvm:{p:alpha}:facts:all:task:T-1"
+    assert keys.facts_in_tier(TierKey.for_project("alpha")) == "pvm:{p:alpha}:facts:all:project"
+    assert keys.facts_in_slot(task, SLOT) == f"pvm:{{p:alpha}}:facts:slot:{SLOT.digest}:task:T-1"
+    assert keys.facts_slot_lock(task, SLOT) == f"pvm:{{p:alpha}}:facts:lock:{SLOT.digest}:task:T-1"
+    assert keys.facts_of_type(task, FactType.DECISION) == "pvm:{p:alpha}:facts:type:decision:task:T-1"
+    assert keys.learned_keys(task) == "pvm:{p:alpha}:facts:learned:task:T-1"
+    assert keys.procedural_rules(task) == "pvm:{p:alpha}:facts:rules:task:T-1"
+    assert keys.facts_head("alpha") == "pvm:{p:alpha}:facts:head"
+    assert keys.facts_done("alpha") == "pvm:{p:alpha}:facts:done"
+
+
+def test_fact_keys_are_distinct_across_tiers_slots_and_types() -> None:
+    tiers = [
+        TierKey.for_project("alpha"),
+        TierKey.for_project("beta"),
+        TierKey.for_task("alpha", "T-1"),
+        TierKey.for_task("alpha", "T-2"),
+        TierKey.for_task("beta", "T-1"),
+        GLOBAL_KEY,
+    ]
+    names = [name for key in tiers for name in fact_keys(key) if not name.endswith((":byid", ":reads"))]
+    names += [name for key in tiers for name in (keys.facts_in_slot(key, Slot("db", "engine")),)]
+    assert len(set(names)) == len(names)
+    per_project = {keys.facts_by_id(k) for k in tiers} | {keys.fact_reads(k) for k in tiers}
+    assert len(per_project) == 6  # alpha, beta and global, two hashes each
+
+
+task_ids = st.text(alphabet=st.sampled_from("ab:{}| -_.\n"), min_size=1, max_size=8).filter(lambda t: not t.isspace())
+
+
+@given(task_ids, task_ids, st.sampled_from(["all", "slot", "lock", "type", "learned", "rules"]), st.booleans())
+def test_task_ids_with_any_text_never_share_a_key(one: str, other: str, kind: str, same_slot: bool) -> None:
+    # Task ids are free text (colons, braces, newlines): the key still names one task only.
+    def name(task: str, slot: Slot) -> str:
+        key = TierKey.for_task("alpha", task)
+        return {
+            "all": keys.facts_in_tier(key),
+            "slot": keys.facts_in_slot(key, slot),
+            "lock": keys.facts_slot_lock(key, slot),
+            "type": keys.facts_of_type(key, FactType.GOAL),
+            "learned": keys.learned_keys(key),
+            "rules": keys.procedural_rules(key),
+        }[kind]
+
+    other_slot = SLOT if same_slot else Slot("db", "engine")
+    assert (name(one, SLOT) == name(other, other_slot)) == (
+        one == other and (same_slot or kind not in ("slot", "lock"))
+    )
