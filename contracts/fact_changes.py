@@ -138,8 +138,9 @@ def _same_fact(change: Any, fact: Fact, ids: tuple[str, ...]) -> None:
 class FactAsserted:
     """A new fact in a task or project key, extracted from minutes or asserted by hand.
 
-    Never in the global tier (written only by explicit promotion or learning, invariant 5)
-    and never a copy (`promoted_from`: that is `FactTierPromoted`).
+    Never in the global tier (written only by explicit promotion or learning, invariant 5),
+    never a copy (`promoted_from`: that is `FactTierPromoted`), never in a learned key's
+    slot (subject `LEARNED_SUBJECT`: that is `FactLearned`).
     """
 
     event_type: ClassVar[EventType] = EventType.FACT_ASSERTED
@@ -153,6 +154,10 @@ class FactAsserted:
             )
         if fact.promoted_from is not None:
             raise InvalidFact("fact.promoted_from", "a copy from a lower tier is a fact_tier_promoted change")
+        if fact.slot.subject == LEARNED_SUBJECT:
+            raise InvalidFact(
+                "fact.subject", f"{LEARNED_SUBJECT!r} is reserved for keys written with learn() (fact_learned)"
+            )
 
     @property
     def tier_key(self) -> TierKey:

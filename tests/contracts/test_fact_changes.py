@@ -484,3 +484,13 @@ def test_the_largest_valid_fact_fits_in_a_change_minute() -> None:
         change_minute(FactLearned(big.attribute, big.with_(subject=LEARNED_SUBJECT, promoted_from=None))),
     ):
         assert fact_change(through_the_wire(minute)) == fact_change(minute)
+
+
+def test_the_learned_subject_is_reserved_for_learn() -> None:
+    # recall(key) reads slot (learned, key): an extracted or hand-asserted fact never lands there.
+    for subject in ("learned", " Learned ", "LEARNED"):
+        with pytest.raises(InvalidFact) as info:
+            FactAsserted(make(subject=subject))
+        assert info.value.field == "fact.subject" and "learn()" in info.value.problem
+    learned = fact_change(learned_minute("k", "v", TASK)).fact  # type: ignore[union-attr]
+    assert fact_change(tier_promoted_minute(learned)).fact.slot == learned.slot  # type: ignore[union-attr]
