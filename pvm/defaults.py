@@ -165,7 +165,7 @@ API_POST_BYTES = 4 * 1024 * 1024  # bytes of JSON per POST /v1/minutes, half the
 
 # LLM client, pvm.llm (area: llm). PVM_LLM_MODEL unset: no LLM; rule-based extraction and extractive summaries.
 LLM_TIMEOUT_S = 60.0  # PVM_LLM_TIMEOUT: seconds per chat request (a structured answer of a few hundred tokens)
-LLM_MAX_RETRIES = 3  # PVM_LLM_MAX_RETRIES: retries of 429s, 5xx answers, timeouts and connection errors
+LLM_MAX_RETRIES = 2  # PVM_LLM_MAX_RETRIES: retries of 429s, 5xx answers, timeouts and connection errors
 LLM_MAX_TOKENS = 2_048  # PVM_LLM_MAX_TOKENS: completion tokens an answer may use
 LLM_TEMPERATURE = 0.0  # PVM_LLM_TEMPERATURE: extraction and judging want the same answer every time
 LLM_BACKOFF_BASE_S = 1.0  # first wait before a retry, doubled per retry, with jitter ...
