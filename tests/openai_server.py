@@ -115,8 +115,8 @@ class ChatAnswer:
 
 
 def answer(value: Any, **how: Any) -> ChatAnswer:
-    """A scripted answer: a str as it is, anything else as its JSON; `how` sets ChatAnswer's other fields."""
-    return ChatAnswer(value if isinstance(value, str) else json.dumps(value), **how)
+    """A scripted answer: a str (or None: no content) as it is, anything else as its JSON; `how` sets the rest."""
+    return ChatAnswer(value if value is None or isinstance(value, str) else json.dumps(value), **how)
 
 
 def fenced(value: Any, prose: str = "Here is the JSON you asked for:") -> ChatAnswer:

@@ -184,9 +184,10 @@ def test_an_answer_cut_off_at_max_tokens_is_rejected_without_a_repair(openai_ser
 
 
 def test_a_refusal_is_rejected_without_a_repair(openai_server: OpenAIServer) -> None:
-    openai_server.queue_chat_reply(answer(None, refusal="I can't help with that."))  # type: ignore[arg-type]
-    with pytest.raises(LLMAnswerRejected, match="the model refused"):
+    openai_server.queue_chat_reply(answer(None, refusal="I can't help with that."))
+    with pytest.raises(LLMAnswerRejected, match="the model refused") as caught:
         make(openai_server).complete_json(MESSAGES, SCHEMA, name="facts")
+    assert caught.value.answer is None  # no content came, only the refusal
     assert len(openai_server.chat_requests()) == 1
 
 
