@@ -169,7 +169,7 @@ def metrics_providers() -> str:
 
 
 def metrics_provider(name: str) -> str:
-    """Hash of one provider's counters: calls:<outcome>, tokens."""
+    """Hash of one provider's counters: calls:<outcome>, tokens (sent), completion_tokens (answered)."""
     return f"{PREFIX}:metrics:provider:{name}"
 
 

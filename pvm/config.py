@@ -97,8 +97,8 @@ class Integer(Kind[int]):
 class Number(Kind[float]):
     type_name = "float"
 
-    def __init__(self, minimum: float) -> None:
-        self.minimum = minimum
+    def __init__(self, minimum: float, maximum: float | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
 
     def parse(self, raw: str) -> float:
         try:
@@ -107,7 +107,7 @@ class Number(Kind[float]):
             raise _Refused("is not a number") from None
         if not math.isfinite(value):
             raise _Refused("is not a finite number")
-        if value < self.minimum:
+        if value < self.minimum or (self.maximum is not None and value > self.maximum):
             raise _Refused("is out of range")
         return value
 
@@ -115,10 +115,12 @@ class Number(Kind[float]):
         return repr(float(value))
 
     def range(self) -> str:
-        return f">= {self.minimum}"
+        return f">= {self.minimum}" if self.maximum is None else f"{self.minimum} to {self.maximum}"
 
     def expected(self) -> str:
-        return f"a number >= {self.minimum}"
+        if self.maximum is None:
+            return f"a number >= {self.minimum}"
+        return f"a number from {self.minimum} to {self.maximum}"
 
 
 class Text(Kind[str]):
@@ -424,7 +426,7 @@ class Settings:
         "OPENAI_BASE_URL",
         Url("http", "https", example=defaults.OPENAI_DEFAULT_BASE_URL),
         None,
-        "any OpenAI-compatible endpoint for embeddings",
+        "any OpenAI-compatible endpoint for embeddings, and for the LLM unless `PVM_LLM_BASE_URL` is set",
         unset=defaults.OPENAI_DEFAULT_BASE_URL,
     )
     openai_api_key: str | None = setting(
@@ -498,6 +500,50 @@ class Settings:
         DottedNames(),
         (),
         "job functions workers run besides PVM's own",
+    )
+    llm_model: str | None = setting(
+        "PVM_LLM_MODEL",
+        Text(),
+        None,
+        "chat model of an OpenAI-compatible endpoint for fact extraction, summaries and judging; "
+        "setting it turns the LLM on",
+        unset="no LLM: rule-based extraction, extractive summaries",
+    )
+    llm_base_url: str | None = setting(
+        "PVM_LLM_BASE_URL",
+        Url("http", "https", example=defaults.OPENAI_DEFAULT_BASE_URL),
+        None,
+        "the LLM's OpenAI-compatible endpoint, when it is not `OPENAI_BASE_URL`",
+        unset="`OPENAI_BASE_URL`",
+    )
+    llm_api_key: str | None = setting(
+        "PVM_LLM_API_KEY",
+        Text(),
+        None,
+        "key for the LLM's endpoint, when it is not `OPENAI_API_KEY`",
+        unset="`OPENAI_API_KEY`",
+        secret=True,
+    )
+    llm_timeout_s: float = setting(
+        "PVM_LLM_TIMEOUT", Number(minimum=0.1), defaults.LLM_TIMEOUT_S, "seconds per LLM request"
+    )
+    llm_max_retries: int = setting(
+        "PVM_LLM_MAX_RETRIES",
+        Integer(minimum=0),
+        defaults.LLM_MAX_RETRIES,
+        "retries of 429s, 5xx answers, timeouts and connection errors before an LLM call fails",
+    )
+    llm_max_tokens: int = setting(
+        "PVM_LLM_MAX_TOKENS",
+        Integer(minimum=1),
+        defaults.LLM_MAX_TOKENS,
+        "completion tokens one LLM answer may use",
+    )
+    llm_temperature: float = setting(
+        "PVM_LLM_TEMPERATURE",
+        Number(minimum=0.0, maximum=2.0),
+        defaults.LLM_TEMPERATURE,
+        "sampling temperature of LLM calls (0: the same answer every time)",
     )
     redis_start_wait_s: float = setting(
         "PVM_REDIS_START_WAIT",

@@ -162,3 +162,17 @@ API_RETRIES = 2  # more tries of a call that could not connect or was answered 5
 API_RETRY_BACKOFF_S = 0.25  # wait before the first retry, doubled for each further one
 API_QUERY_BYTES = 6_000  # minute ids per by-id read: as many as fit this many URL bytes (servers cap a request line)
 API_POST_BYTES = 4 * 1024 * 1024  # bytes of JSON per POST /v1/minutes, half the server's API_MAX_BODY_BYTES
+
+# LLM client, pvm.llm (area: llm). PVM_LLM_MODEL unset: no LLM; rule-based extraction and extractive summaries.
+LLM_TIMEOUT_S = 60.0  # PVM_LLM_TIMEOUT: seconds per chat request (a structured answer of a few hundred tokens)
+LLM_MAX_RETRIES = 2  # PVM_LLM_MAX_RETRIES: retries of 429s, 5xx answers, timeouts and connection errors
+LLM_MAX_TOKENS = 2_048  # PVM_LLM_MAX_TOKENS: completion tokens an answer may use
+LLM_TEMPERATURE = 0.0  # PVM_LLM_TEMPERATURE: extraction and judging want the same answer every time
+LLM_BACKOFF_BASE_S = 1.0  # first wait before a retry, doubled per retry, with jitter ...
+LLM_BACKOFF_MAX_S = 30.0  # ... never above this, Retry-After included
+LLM_MALFORMED_RETRIES = 2  # retries of HTTP answers that are not a chat completion (a proxy hiccup heals)
+# After this many calls in a row fail for good (retries spent), calls fail at once (LLMUnavailable) for the
+# cool-down, then one call tries the endpoint again: a pool falls back to its rule path instead of waiting out
+# (1 + PVM_LLM_MAX_RETRIES) timeouts per chunk during an outage.
+LLM_BREAKER_THRESHOLD = 3
+LLM_BREAKER_COOLDOWN_S = 30.0

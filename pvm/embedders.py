@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import array
 import base64
-import email.utils
 import logging
 import math
 import random
@@ -54,14 +53,12 @@ from pvm.defaults import (
     OPENAI_DEFAULT_BASE_URL,
 )
 from pvm.extras import ServerExtraMissing
+from pvm.providers import Backoff, ProviderRetry, excerpt, openai_retry, server_message
 
 if TYPE_CHECKING:
     import openai
 
 log = logging.getLogger(__name__)
-
-
-_RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
 class EmbeddingError(Exception):
@@ -113,17 +110,6 @@ class NoEmbedder:
 
     def close(self) -> None:
         pass
-
-
-class _Retry(Exception):
-    """One attempt failed in a way a later attempt may not."""
-
-    def __init__(self, reason: str, *, status: int | None = None, wait: float | None = None, malformed: bool = False):
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.wait = wait  # what the server asked for (Retry-After), if anything
-        self.malformed = malformed
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +177,7 @@ class OpenAIEmbedder:
             raise EmbeddingConfigError(f"PVM_EMBED_QUERY_TIMEOUT={query_timeout} must be a positive number of seconds")
         if encoding_format not in ("base64", "float"):
             raise EmbeddingConfigError(f"encoding_format={encoding_format!r} must be 'base64' or 'float'")
-        if backoff_base < 0 or backoff_max < backoff_base:
-            raise ValueError(f"backoff_base={backoff_base} and backoff_max={backoff_max} need 0 <= base <= max")
+        backoff = Backoff(backoff_base, backoff_max)  # ValueError unless 0 <= base <= max
 
         self.base_url = base_url
         self.endpoint = f"{base_url}/embeddings"
@@ -203,6 +188,7 @@ class OpenAIEmbedder:
         self.query_timeout = query_timeout
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self._backoff = backoff
         self.encoding_format = encoding_format
         self.max_batch_tokens = max_batch_tokens
         self.max_input_chars = max_input_chars
@@ -315,7 +301,7 @@ class OpenAIEmbedder:
             started = time.perf_counter()
             try:
                 vectors, tokens = self._request(batch, policy.timeout)
-            except _Retry as retry:
+            except ProviderRetry as retry:
                 self._count(latency=time.perf_counter() - started)
                 malformed += retry.malformed
                 exhausted = attempt > policy.max_retries or (retry.malformed and malformed > self.malformed_retries)
@@ -328,7 +314,7 @@ class OpenAIEmbedder:
                         status=retry.status,
                         attempts=attempt,
                     ) from retry.__cause__
-                wait = self._backoff(attempt, retry.wait)
+                wait = self._backoff.wait(attempt, retry.wait, self._random)
                 log.warning(
                     "embedding request to %s failed (%s); retry %d of %d in %.2fs",
                     self.endpoint,
@@ -347,15 +333,8 @@ class OpenAIEmbedder:
             self._count(latency=time.perf_counter() - started, texts=len(batch), input_tokens=tokens)
             return vectors
 
-    def _backoff(self, attempt: int, requested: float | None) -> float:
-        """Exponential backoff with jitter; at least what the server asked for; never above backoff_max."""
-        wait = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)) * self._random.uniform(0.5, 1.0)
-        if requested is not None:
-            wait = max(wait, requested)
-        return min(wait, self.backoff_max)
-
     def _request(self, batch: list[str], timeout: float) -> tuple[list[list[float]], int]:
-        """One HTTP request within `timeout` seconds: vectors and input tokens, or `_Retry`, or `EmbeddingError`."""
+        """One HTTP request within `timeout` seconds: vectors and input tokens, or `ProviderRetry`/`EmbeddingError`."""
         import openai  # loaded by __init__; only the server extra has it
 
         self._count(calls=1)
@@ -366,27 +345,24 @@ class OpenAIEmbedder:
             raw = self._client.embeddings.with_raw_response.create(
                 model=self.model, input=batch, encoding_format=self.encoding_format, timeout=timeout, **extra
             )
-        except openai.APITimeoutError as error:
-            raise _Retry(f"timed out after {timeout:g}s") from error
-        except openai.APIConnectionError as error:
-            cause = error.__cause__ or error
-            raise _Retry(f"could not connect ({type(cause).__name__}: {cause})") from error
-        except openai.APIStatusError as error:
-            raise self._status_error(error) from error
+        except openai.APIError as error:
+            retry = openai_retry(error, timeout)
+            if retry is not None:
+                raise retry from error
+            if isinstance(error, openai.APIStatusError):
+                raise self._status_error(error) from error
+            raise
         response = raw.http_response
         try:
             body = response.json()
         except ValueError as error:
-            raise _Retry(f"the answer is not JSON ({_excerpt(response.text)})", malformed=True) from error
+            raise ProviderRetry(f"the answer is not JSON ({excerpt(response.text)})", malformed=True) from error
         return self._parse(body, len(batch))
 
-    def _status_error(self, error: openai.APIStatusError) -> Exception:
+    def _status_error(self, error: openai.APIStatusError) -> EmbeddingError:
+        """The error for an answer no retry changes (401, 403, 404, other 4xx), naming the setting to fix."""
         code = error.status_code
-        said = _server_message(error.body)
-        headers = error.response.headers
-        should_retry = headers.get("x-should-retry")
-        if should_retry != "false" and (code in _RETRYABLE_STATUS or code >= 500 or should_retry == "true"):
-            return _Retry(f"HTTP {code}{said}", status=code, wait=_retry_after(headers))
+        said = server_message(error.body)
         if code == 401:
             return EmbeddingConfigError(
                 f"OPENAI_API_KEY rejected (401) by {self.endpoint}{said}: set OPENAI_API_KEY to a key this endpoint "
@@ -414,26 +390,26 @@ class OpenAIEmbedder:
         """Vectors in input order (by `index`) and the input tokens, from a decoded answer."""
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list):
-            raise _Retry("malformed answer: no `data` list", malformed=True)
+            raise ProviderRetry("malformed answer: no `data` list", malformed=True)
         if len(data) != expected:
-            raise _Retry(f"malformed answer: {len(data)} embeddings for {expected} inputs", malformed=True)
+            raise ProviderRetry(f"malformed answer: {len(data)} embeddings for {expected} inputs", malformed=True)
         ordered: list[list[float] | None] = [None] * expected
         for position, item in enumerate(data):
             index = item.get("index", position) if isinstance(item, dict) else None
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < expected:
-                raise _Retry(f"malformed answer: item {position} has index {index!r}", malformed=True)
+                raise ProviderRetry(f"malformed answer: item {position} has index {index!r}", malformed=True)
             if ordered[index] is not None:
-                raise _Retry(f"malformed answer: index {index} appears twice", malformed=True)
+                raise ProviderRetry(f"malformed answer: index {index} appears twice", malformed=True)
             assert isinstance(item, dict)
             ordered[index] = _vector(item.get("embedding"), index)
         vectors: list[list[float]] = ordered  # type: ignore[assignment]  # every slot was filled above
 
         lengths = {len(v) for v in vectors}
         if len(lengths) > 1:
-            raise _Retry(f"malformed answer: vectors of different lengths {sorted(lengths)}", malformed=True)
+            raise ProviderRetry(f"malformed answer: vectors of different lengths {sorted(lengths)}", malformed=True)
         length = lengths.pop()
         if length == 0:
-            raise _Retry("malformed answer: empty vectors", malformed=True)
+            raise ProviderRetry("malformed answer: empty vectors", malformed=True)
         with self._lock:
             if self._dimensions is None:
                 self._dimensions = length
@@ -513,9 +489,9 @@ def _vector(raw: Any, index: int) -> list[float]:
         try:
             packed = base64.b64decode(raw, validate=True)
         except ValueError:  # binascii.Error is one
-            raise _Retry(f"malformed answer: embedding {index} is not base64", malformed=True) from None
+            raise ProviderRetry(f"malformed answer: embedding {index} is not base64", malformed=True) from None
         if len(packed) % 4:
-            raise _Retry(f"malformed answer: embedding {index} is not whole float32s", malformed=True)
+            raise ProviderRetry(f"malformed answer: embedding {index} is not whole float32s", malformed=True)
         floats = array.array("f")
         floats.frombytes(packed)
         if sys.byteorder == "big":
@@ -523,54 +499,19 @@ def _vector(raw: Any, index: int) -> list[float]:
         vector = floats.tolist()
     elif isinstance(raw, list):
         if not all(type(x) is float or type(x) is int for x in raw):
-            raise _Retry(f"malformed answer: embedding {index} holds non-numbers", malformed=True)
+            raise ProviderRetry(f"malformed answer: embedding {index} holds non-numbers", malformed=True)
         vector = [float(x) for x in raw]
     else:
-        raise _Retry(f"malformed answer: embedding {index} is {type(raw).__name__}, not a vector", malformed=True)
+        raise ProviderRetry(
+            f"malformed answer: embedding {index} is {type(raw).__name__}, not a vector", malformed=True
+        )
     # One sum catches any NaN or infinity without a Python-level test per element.
     if not math.isfinite(sum(vector)):
-        raise _Retry(f"malformed answer: embedding {index} holds NaN or infinity", malformed=True)
+        raise ProviderRetry(f"malformed answer: embedding {index} holds NaN or infinity", malformed=True)
     return vector
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Seconds the server asked us to wait: `retry-after-ms`, else `Retry-After` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _server_message(body: object) -> str:
-    error = body.get("error", body) if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if isinstance(message, str) and message:
-        return f" ({_excerpt(message)})"
-    if isinstance(body, str) and body:
-        return f" ({_excerpt(body)})"
-    return ""
-
-
-def _excerpt(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _advice(retry: _Retry, policy: _Policy) -> str:
+def _advice(retry: ProviderRetry, policy: _Policy) -> str:
     if retry.malformed:
         return "The endpoint does not answer like an OpenAI embeddings API: check OPENAI_BASE_URL"
     if retry.status == 429:

@@ -147,17 +147,27 @@ class MetricsRecorder:
         provider: str,
         kind: str,
         outcome: str,
-        seconds: float,
+        seconds: float | None,
         tokens: int = 0,
         pipeline: redis.client.Pipeline | None = None,
+        *,
+        completion_tokens: int = 0,
     ) -> None:
-        """One call to an embedding or LLM provider."""
+        """One call to an embedding or LLM provider.
+
+        `tokens` are the tokens sent (input / prompt), `completion_tokens` those an
+        LLM answered with. `seconds` is None for a call that never reached the
+        provider (a circuit breaker refused it): counted, but kept out of the latency.
+        """
         name = f"{provider}|{kind}"
         pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_providers(), name)
         pipe.hincrby(keys.metrics_provider(name), f"calls:{outcome}", 1)
         if tokens:
             pipe.hincrby(keys.metrics_provider(name), "tokens", tokens)
-        self._observe(pipe, keys.metrics_provider_latency(name), PROVIDER_BUCKETS, [seconds])
+        if completion_tokens:
+            pipe.hincrby(keys.metrics_provider(name), "completion_tokens", completion_tokens)
+        if seconds is not None:
+            self._observe(pipe, keys.metrics_provider_latency(name), PROVIDER_BUCKETS, [seconds])
         if pipeline is None:
             self._send(pipe)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -76,3 +76,25 @@ class VectorEngine(Protocol):
     def delete_project(self, project_id: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JSONResult:
+    """A chat model's answer: a JSON object, parsed and valid against the schema the caller gave."""
+
+    data: dict[str, Any]
+    model: str  # the model that answered, as configured (for provenance)
+    repaired: bool = False  # the first answer was invalid and one follow-up fixed it
+    prompt_tokens: int = 0  # as the endpoint reported them, over every request of the call
+    completion_tokens: int = 0
+    requests: int = 1  # HTTP requests the call took: retries and the repair included
+
+
+class ChatModel(Protocol):
+    """An LLM that answers a conversation with one JSON object valid against a JSON Schema, or raises."""
+
+    def complete_json(
+        self, messages: Sequence[Mapping[str, str]], schema: Mapping[str, Any], *, name: str
+    ) -> JSONResult:
+        """`messages`: {"role": "system" | "user" | "assistant", "content": str}; `name`: the schema's purpose."""
+        ...

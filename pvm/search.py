@@ -52,7 +52,6 @@ reads "dense leg skipped: <reason>".
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from contracts.ids import id_timestamp_ms
 from contracts.memory import Insight, RankWeights, Scores, SearchFilters, SearchHit
 from pvm import defaults
 from pvm.protocols import Candidate, Embedder, VectorEngine
+from pvm.providers import CircuitBreaker
 from pvm.vectors import require_project
 
 log = logging.getLogger(__name__)
@@ -87,55 +87,24 @@ class SearchResult:
     degraded: str | None = None  # "dense leg skipped: <reason>"
 
 
-class DenseLegBreaker:
-    """A circuit breaker on query embeddings: after a failure, searches skip the dense leg for a cool-down.
+class DenseLegBreaker(CircuitBreaker):
+    """The circuit breaker on query embeddings: after one failure, searches skip the dense leg for a cool-down.
 
-    Closed, every search embeds its query. A failure opens it: searches skip the
-    dense leg until the cool-down ends, then one search (the trial) tries again
-    and the others go on skipping; the trial's success closes the breaker, its
-    failure starts another cool-down. A trial that never reports back (its
-    thread died) holds the others off for one cool-down, no longer. Thread-safe.
+    A `pvm.providers.CircuitBreaker` that opens at the first failure (a search
+    must not pay a second timeout to learn what the first one said), and whose
+    refusals read as the degraded answer says them: "dense leg skipped: <reason>
+    (next try in Ns)". After the cool-down one search (the trial) embeds again.
     """
 
     def __init__(self, cooldown_s: float = DENSE_COOLDOWN_S, clock: Callable[[], float] = time.monotonic) -> None:
         if cooldown_s < 0:
             raise ValueError(f"dense_cooldown_s must be 0 or more seconds, got {cooldown_s}")
-        self.cooldown_s = cooldown_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._open_until: float | None = None  # None: closed
-        self._reason = ""
-
-    @property
-    def is_open(self) -> bool:
-        with self._lock:
-            return self._open_until is not None
+        super().__init__(cooldown_s, threshold=1, clock=clock)
 
     def admit(self) -> str | None:
         """None when this search may embed its query; else why the dense leg is skipped."""
-        with self._lock:
-            if self._open_until is None:
-                return None
-            now = self._clock()
-            left = self._open_until - now
-            if left <= 0:
-                self._open_until = now + self.cooldown_s  # this search is the trial; the rest keep skipping
-                return None
-            return f"{DEGRADED_PREFIX}{self._reason} (next try in {left:.1f}s)"
-
-    def succeeded(self) -> bool:
-        """Record a query embedding that worked; True when that closed an open breaker."""
-        with self._lock:
-            was_open = self._open_until is not None
-            self._open_until, self._reason = None, ""
-            return was_open
-
-    def failed(self, reason: str) -> bool:
-        """Record a failed query embedding and start a cool-down; True when that opened a closed breaker."""
-        with self._lock:
-            was_closed = self._open_until is None
-            self._open_until, self._reason = self._clock() + self.cooldown_s, reason
-            return was_closed
+        refused = super().admit()
+        return None if refused is None else DEGRADED_PREFIX + refused
 
 
 class HybridSearch:

@@ -15,6 +15,13 @@ meets; uvicorn behaves like them.
         ...
         assert openai_server.embedding_batches() == [2048, 2048, 904]
 
+Chat completions answer from a queue the test scripts (`queue_chat_reply`: a dict
+is sent as its JSON, a str as it is, `fenced(...)` / `answer(...)` for fenced
+JSON, cut-off answers or set token counts), else echo the last user message;
+`options.refuse_response_format` makes the server refuse those
+`response_format` types with a 400, as servers and models without structured
+output do. `chat_requests()` gives what was sent (messages, response_format).
+
 Embeddings are deterministic: signed feature hashing of word tokens and their
 character trigrams into `dimensions` (default 64) floats, L2-normalised, so texts
 that share words get similar vectors. `embed_text` is the same function, for
@@ -92,6 +99,33 @@ class WrongShape:
 
 Fault = Status | Delay | MalformedJson | WrongShape
 
+
+# Scripted chat answers ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """One scripted chat completion: its message content and how the server reports it."""
+
+    content: str | None
+    finish_reason: str = "stop"  # "length": cut off at max_tokens
+    refusal: str | None = None  # the message's `refusal` (content is then None, as OpenAI sends it)
+    prompt_tokens: int | None = None  # usage to report; None: counted from the request's words
+    completion_tokens: int | None = None  # None: counted from the content's words
+
+
+def answer(value: Any, **how: Any) -> ChatAnswer:
+    """A scripted answer: a str (or None: no content) as it is, anything else as its JSON; `how` sets the rest."""
+    return ChatAnswer(value if value is None or isinstance(value, str) else json.dumps(value), **how)
+
+
+def fenced(value: Any, prose: str = "Here is the JSON you asked for:") -> ChatAnswer:
+    """JSON in a Markdown ```json fence, after a line of prose, as chat models like to answer."""
+    return ChatAnswer(f"{prose}\n```json\n{json.dumps(value, indent=2)}\n```\nLet me know if you need more.")
+
+
+ChatReply = str | dict[str, Any] | list[Any] | ChatAnswer
+
 WRONG_SHAPES = ("missing_data", "wrong_count", "non_float", "bad_index", "ragged")
 
 
@@ -159,6 +193,16 @@ class RecordedRequest:
     fault: Fault | None = None
 
     @property
+    def messages(self) -> list[dict[str, Any]]:
+        raw = self.body.get("messages") if isinstance(self.body, dict) else None
+        return list(raw) if isinstance(raw, list) else []
+
+    @property
+    def response_format(self) -> dict[str, Any] | None:
+        raw = self.body.get("response_format") if isinstance(self.body, dict) else None
+        return raw if isinstance(raw, dict) else None
+
+    @property
     def inputs(self) -> list[str]:
         raw = self.body.get("input") if isinstance(self.body, dict) else None
         if isinstance(raw, str):
@@ -172,7 +216,10 @@ class _Options:
     shuffle: bool = False  # return embedding items in reverse order (clients must use `index`)
     ignore_dimensions: bool = False  # behave like a model that does not support `dimensions`
     ignore_encoding_format: bool = False  # always answer floats, as some compatible servers do
-    chat_replies: deque[str] = field(default_factory=deque)
+    chat_replies: deque[ChatAnswer] = field(default_factory=deque)
+    # response_format types answered with a 400 naming `response_format`, like a server without structured output
+    refuse_response_format: frozenset[str] = frozenset()
+    refuse_max_tokens: bool = False  # 400 on `max_tokens`, as OpenAI's reasoning models answer it
 
 
 class _Uvicorn(uvicorn.Server):
@@ -244,10 +291,19 @@ class OpenAIServer:
         with self._lock:
             self._faults.extend(list(faults) * times)
 
-    def queue_chat_reply(self, *contents: str) -> None:
-        """The next chat completions answer with these contents, in order (then echo again)."""
+    def queue_chat_reply(self, *replies: ChatReply) -> None:
+        """The next chat completions answer these, in order (then echo again): a str as it is, a dict as JSON."""
         with self._lock:
-            self.options.chat_replies.extend(contents)
+            self.options.chat_replies.extend(r if isinstance(r, ChatAnswer) else answer(r) for r in replies)
+
+    @property
+    def pending_chat_replies(self) -> int:
+        with self._lock:
+            return len(self.options.chat_replies)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The chat completions requests, in arrival order."""
+        return [r for r in self.requests if r.path == "/v1/chat/completions"]
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -441,6 +497,25 @@ class OpenAIServer:
             return _error(400, "'messages' must be a non-empty array", param="messages")
         if body.get("stream"):
             return _error(400, "the test server does not stream", param="stream")
+        response_format = body.get("response_format") or {}
+        if not isinstance(response_format, dict):
+            return _error(400, "'response_format' must be an object", param="response_format")
+        if response_format.get("type") in self.options.refuse_response_format:
+            return _error(
+                400,
+                f"Invalid parameter: 'response_format' of type '{response_format['type']}' is not supported with "
+                "this model.",
+                param="response_format",
+                error_code="invalid_parameter",
+            )
+        if self.options.refuse_max_tokens and "max_tokens" in body:
+            return _error(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.",
+                param="max_tokens",
+                error_code="unsupported_parameter",
+            )
         last_user = next(
             (m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), ""
         )
@@ -448,16 +523,20 @@ class OpenAIServer:
             last_user = " ".join(str(p.get("text", "")) for p in last_user if isinstance(p, dict))
         elif not isinstance(last_user, str):
             last_user = ""
+        # A fault that replaces the answer (bad JSON, a wrong shape) leaves the scripted one for the next request.
+        replaced = isinstance(fault, MalformedJson | WrongShape)
         with self._lock:
-            scripted = self.options.chat_replies.popleft() if self.options.chat_replies else None
-        if scripted is not None:
-            content = scripted
-        elif (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
-            content = json.dumps({"echo": last_user})
-        else:
-            content = f"echo: {last_user}"
-        prompt_tokens = sum(len(tokens(str(m.get("content", "")))) for m in messages if isinstance(m, dict))
-        completion_tokens = len(tokens(content))
+            scripted = self.options.chat_replies.popleft() if self.options.chat_replies and not replaced else None
+        if scripted is None:
+            echo = response_format.get("type") in ("json_object", "json_schema")
+            scripted = ChatAnswer(json.dumps({"echo": last_user}) if echo else f"echo: {last_user}")
+        content = scripted.content
+        prompt_tokens = scripted.prompt_tokens
+        if prompt_tokens is None:
+            prompt_tokens = sum(len(tokens(str(m.get("content", "")))) for m in messages if isinstance(m, dict))
+        completion_tokens = scripted.completion_tokens
+        if completion_tokens is None:
+            completion_tokens = len(tokens(content or scripted.refusal or ""))
         digest = hashlib.sha1(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:24]
         payload: dict[str, Any] = {
             "id": f"chatcmpl-{digest}",
@@ -467,8 +546,8 @@ class OpenAIServer:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content, "refusal": scripted.refusal},
+                    "finish_reason": scripted.finish_reason,
                     "logprobs": None,
                 }
             ],

@@ -434,6 +434,9 @@ class PvmCollector:
             "pvm_provider_calls", "Calls to embedding/LLM providers.", labels=["provider", "kind", "outcome"]
         )
         tokens = CounterMetricFamily("pvm_provider_tokens", "Tokens sent to providers.", labels=["provider", "kind"])
+        completion_tokens = CounterMetricFamily(
+            "pvm_provider_completion_tokens", "Tokens LLM providers answered with.", labels=["provider", "kind"]
+        )
         latency = HistogramMetricFamily(
             "pvm_provider_latency_seconds", "Provider call latency.", labels=["provider", "kind"]
         )
@@ -444,11 +447,12 @@ class PvmCollector:
                 if key.startswith("calls:"):
                     calls.add_metric([provider, kind, key.removeprefix("calls:")], value)
             tokens.add_metric([provider, kind], raw.get("tokens", 0.0))
+            completion_tokens.add_metric([provider, kind], raw.get("completion_tokens", 0.0))
             h = read_histogram(
                 hash_reply(self.connection.hgetall(keys.metrics_provider_latency(name))), PROVIDER_BUCKETS
             )
             latency.add_metric([provider, kind], h.buckets, h.sum)
-        yield from (calls, tokens, latency)
+        yield from (calls, tokens, completion_tokens, latency)
 
 
 def serve(

@@ -67,6 +67,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_freshness_seconds": ("histogram", frozenset({"stage"})),
     "pvm_provider_calls_total": ("counter", frozenset({"provider", "kind", "outcome"})),
     "pvm_provider_tokens_total": ("counter", frozenset({"provider", "kind"})),
+    "pvm_provider_completion_tokens_total": ("counter", frozenset({"provider", "kind"})),
     "pvm_provider_latency_seconds": ("histogram", frozenset({"provider", "kind"})),
     "pvm_schedule_last_run_timestamp_seconds": ("gauge", frozenset({"schedule"})),
     "pvm_schedule_interval_seconds": ("gauge", frozenset({"schedule"})),

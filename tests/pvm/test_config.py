@@ -43,6 +43,11 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_OPTIMIZE_EVERY": ["-1", "hourly"],
     "PVM_EXTRA_JOB_FUNCTIONS": ["os", "os.*", "os.system(1)", "pkg..f"],
     "PVM_REDIS_START_WAIT": ["-1", "nan", "inf", "forever"],
+    "PVM_LLM_BASE_URL": ["localhost:11434/v1", "ftp://example.com"],
+    "PVM_LLM_TIMEOUT": ["0", "0.05", "nan", "60s"],
+    "PVM_LLM_MAX_RETRIES": ["-1", "x"],
+    "PVM_LLM_MAX_TOKENS": ["0", "lots"],
+    "PVM_LLM_TEMPERATURE": ["-0.1", "2.5", "nan", "hot"],
 }
 FREE_TEXT = {
     "PVM_HOME",
@@ -53,8 +58,10 @@ FREE_TEXT = {
     "OPENAI_API_KEY",
     "PVM_API_TOKEN",
     "PVM_API_TOKENS_FILE",
+    "PVM_LLM_MODEL",
+    "PVM_LLM_API_KEY",
 }
-SECRETS = {"PVM_QDRANT_API_KEY", "OPENAI_API_KEY", "PVM_API_TOKEN"}
+SECRETS = {"PVM_QDRANT_API_KEY", "OPENAI_API_KEY", "PVM_API_TOKEN", "PVM_LLM_API_KEY"}
 
 # -- valid values of every field, for the round trip ------------------------------------------------------------
 
@@ -103,6 +110,13 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "optimize_every_s": st.integers(0, 10**7),
     "extra_job_functions": st.lists(_dotted, max_size=3).map(tuple),
     "redis_start_wait_s": st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    "llm_model": st.none() | _text,
+    "llm_base_url": st.none() | _url("http", "https"),
+    "llm_api_key": st.none() | _text,
+    "llm_timeout_s": _seconds,
+    "llm_max_retries": st.integers(0, 100),
+    "llm_max_tokens": st.integers(1, 10**6),
+    "llm_temperature": st.floats(min_value=0, max_value=2, allow_nan=False),
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from contracts import keys
-from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, MetricsRecorder, read_histogram
+from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, MetricsRecorder, read_histogram
 
 Recording = Callable[[MetricsRecorder, "redis.client.Pipeline | None"], None]
 
@@ -17,6 +17,9 @@ RECORDINGS: dict[str, Recording] = {
     "failure": lambda m, pipe: m.failure("index", 500, pipeline=pipe),
     "freshness": lambda m, pipe: m.freshness("indexed", [0.004, 0.3, -1.0, 7200.0], pipeline=pipe),
     "provider_call": lambda m, pipe: m.provider_call("openai", "embedding", "ok", 0.2, tokens=90, pipeline=pipe),
+    "provider_call_chat": lambda m, pipe: m.provider_call(
+        "openai", "chat:facts", "repaired", 1.5, tokens=700, completion_tokens=120, pipeline=pipe
+    ),
 }
 
 
@@ -76,3 +79,17 @@ def test_recording_alone_is_best_effort_and_a_callers_pipeline_is_the_callers(
     RECORDINGS[name](recorder, pipe)
     with pytest.raises(redis.exceptions.ResponseError):
         pipe.execute()  # the caller's pipeline: the caller decides
+
+
+def test_provider_calls_count_tokens_both_ways_and_calls_that_never_went_out_have_no_latency(
+    redis_client: redis.Redis,
+) -> None:
+    recorder = MetricsRecorder(redis_client)
+    recorder.provider_call("openai", "chat:facts", "ok", 0.8, tokens=700, completion_tokens=120)
+    recorder.provider_call("openai", "chat:facts", "unavailable", None)  # refused by the breaker: no request
+    name = "openai|chat:facts"
+    assert redis_client.smembers(keys.metrics_providers()) == {name.encode()}
+    counters = redis_client.hgetall(keys.metrics_provider(name))
+    assert counters == {b"calls:ok": b"1", b"calls:unavailable": b"1", b"tokens": b"700", b"completion_tokens": b"120"}
+    latency = read_histogram(redis_client.hgetall(keys.metrics_provider_latency(name)), PROVIDER_BUCKETS)
+    assert latency.count == 1 and latency.sum == pytest.approx(0.8)
