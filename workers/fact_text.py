@@ -154,11 +154,11 @@ EVALUATIVE_WORDS = frozenset(
         "slow", "quick", "tough", "hard", "easy", "fan", "pleasure", "must", "priority", "risk", "shame", "mistake",
     }
 )  # fmt: skip
-# Verbs whose "cannot" is about ability, not a rule ("I cannot reproduce it").
+# Verbs whose "cannot" is about ability, not a rule ("I cannot reproduce it"); "log in", "sign on" too.
 ABILITY_VERBS = frozenset(
     {
         "reproduce", "find", "see", "tell", "figure", "understand", "reach", "connect", "get", "say", "remember",
-        "wait", "believe", "imagine", "load", "open", "start", "log", "access", "login", "sign", "seem", "work",
+        "wait", "believe", "imagine", "load", "open", "start", "access", "login", "seem", "work",
         "keep", "help", "hear", "read", "stand", "afford", "decide", "explain", "attend",
     }
 )  # fmt: skip
@@ -201,6 +201,7 @@ _CHANGE_LEADS = ("going forward", "from now on", "henceforth", "as of now", "eff
 MAX_VALUE_WORDS = 8  # an attribute's value longer than this is a sentence, not a value
 MAX_SUBJECT_WORDS = 5
 MAX_PHRASE_WORDS = 16  # a constraint's, goal's or procedure's action
+MAX_CONDITION_WORDS = 10  # a procedure's condition
 
 
 # -- normalization ------------------------------------------------------------------------
@@ -492,7 +493,7 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
     attribute, rule = "must_not", "constraint_must_not"
     if match and match.group("m").lower().startswith("can"):
         rule = "constraint_cannot"
-        if match.group("v").split(" ", 1)[0].lower() in ABILITY_VERBS:
+        if _ABILITY.match(match.group("v")):
             return None
     if match is None:
         match = _MUST.match(s)
@@ -508,6 +509,9 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
     ):
         return None  # "must have failed", "must be careful": a guess, not a rule
     return Reading(FactType.CONSTRAINT, subject, attribute, value, rule)
+
+
+_ABILITY = re.compile(rf"^(?:(?:{'|'.join(sorted(ABILITY_VERBS))})\b|(?:log|sign)\s+(?:in|on|into)\b)", re.I)
 
 
 def _is_participle(word: str) -> bool:
@@ -545,7 +549,7 @@ def _procedure(s: str, ctx: _Context) -> Reading | None:
         if needed:
             condition = condition[needed.end() :]
             rule = "procedure_purpose"
-        if len(condition.split()) < 2 and kind:
+        if len(condition.split()) > MAX_CONDITION_WORDS or (len(condition.split()) < 2 and kind):
             return None
         if not _starts_with_verb(action) or not _phrase_ok(action, ctx.minute):
             return None
@@ -824,7 +828,7 @@ def _entity(s: str, ctx: _Context) -> Reading | None:
 
 
 # In this order: the first rule that reads a sentence has it.
-TEXT_RULES = (_constraint, _procedure, _preference, _goal, _decision, _attribute, _entity)
+TEXT_RULES = (_constraint, _decision, _procedure, _preference, _goal, _attribute, _entity)
 
 
 def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> Reading | None:

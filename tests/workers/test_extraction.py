@@ -71,6 +71,7 @@ def reads(note: str, event_type: str = "message", **fields: Any) -> tuple[str, s
             ("constraint", "payments api", "must_not", "log card numbers"),
         ),
         ("the mobile app cannot call the admin API", ("constraint", "mobile app", "must_not", "call the admin API")),
+        ("the search api cannot log card numbers", ("constraint", "search api", "must_not", "log card numbers")),
         ("backups must be encrypted at rest", ("constraint", "backups", "must", "be encrypted at rest")),
         (
             "Lesson learned: we must not run migrations during business hours",
@@ -91,6 +92,7 @@ def test_constraints_are_read(note: str, expected: tuple[str, str, str, str]) ->
         "we must be careful with the cache",
         "I cannot reproduce the flaky test on my machine",
         "we cannot find the root cause",
+        "the tester cannot log in to staging",
         "never mind, found it",
         "don't worry about the lint warnings",
         "the reviewer must finish the review today",
@@ -288,6 +290,11 @@ def test_decisions_and_the_hint_that_they_replace_a_value(note: str, supersedes:
     c = one(note)
     assert (c.type, c.slot, c.value) == ("decision", ("billing service", "database"), "CockroachDB")
     assert c.supersedes_hint is supersedes
+
+
+def test_a_decision_with_before_in_its_value_is_no_procedure() -> None:
+    note = "use weekdays before 3pm instead of Tuesday mornings for the search indexer deploy window"
+    assert reads(note) == ("decision", "search indexer", "deploy_window", "weekdays before 3pm")
 
 
 def test_a_resolved_conflict_states_a_decision_that_may_supersede() -> None:
