@@ -253,7 +253,11 @@ class RuleExtractor:
             value = str(value).lower()
         elif isinstance(value, (int, float)):
             value = str(value)
-        if type_ not in _FACT_TYPES or not all(_text(x) for x in (subject, attribute, value)):
+        if (
+            not isinstance(type_, str)
+            or type_ not in _FACT_TYPES
+            or not all(_text(x) for x in (subject, attribute, value))
+        ):
             return None
         assert isinstance(subject, str) and isinstance(attribute, str) and isinstance(value, str)
         subject = normalize_subject(subject)

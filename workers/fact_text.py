@@ -202,6 +202,9 @@ MAX_VALUE_WORDS = 8  # an attribute's value longer than this is a sentence, not 
 MAX_SUBJECT_WORDS = 5
 MAX_PHRASE_WORDS = 16  # a constraint's, goal's or procedure's action
 MAX_CONDITION_WORDS = 10  # a procedure's condition
+# A sentence longer than this is not read: no statement the rules read is near it, and a hostile note of one
+# 64 KB "sentence" would cost the backtracking patterns seconds.
+MAX_SENTENCE_CHARS = 500
 
 
 # -- normalization ------------------------------------------------------------------------
@@ -833,6 +836,8 @@ TEXT_RULES = (_constraint, _decision, _procedure, _preference, _goal, _attribute
 
 def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> Reading | None:
     """What `sentence` (one sentence of `minute`, said at `at`) states, or None when it states nothing a rule reads."""
+    if len(sentence) > MAX_SENTENCE_CHARS:
+        return None
     s = _words(_expand(sentence)).rstrip(" .!")
     if minute.agent_id and s.lower().startswith(minute.agent_id.lower() + ":"):
         s = s[len(minute.agent_id) + 1 :].strip()

@@ -605,3 +605,24 @@ def test_an_empty_or_unreadable_minute_states_nothing() -> None:
     assert extract(None) == []
     assert extract("   ") == []
     assert RuleExtractor().extract([Minute(project_id="p", event_type="custom.event", data={"x": [1, 2]})]) == []
+
+
+def test_an_overlong_sentence_is_not_read_and_the_next_one_is() -> None:
+    """A fact is said in a few words; a sentence of hundreds of characters is no statement, and the regexes must
+    not spend quadratic time on a hostile 64 KB note."""
+    rambling = "the auth service's session TTL is 8 hours, " + "x" * 600
+    assert extract(rambling) == []
+    hostile = "switch the db " + "from a " * 8000
+    assert extract(hostile + ". Never deploy on Fridays.") == [one("never deploy on Fridays", timestamp=T0)]
+
+
+def test_a_convention_object_of_any_shape_never_fails_the_minute() -> None:
+    odd = [
+        {"type": {"nested": 1}, "subject": "s", "attribute": "db", "value": "x"},
+        {"type": ["fact"], "subject": "s", "attribute": "db", "value": "x"},
+        {"subject": {"a": 1}, "attribute": "db", "value": "x"},
+        {"subject": "s", "attribute": "db", "value": ["x"]},
+        {"subject": "s", "attribute": "db", "value": "x", "tier": ["task"], "valid_from": {"d": 1}},
+    ]
+    found = RuleExtractor().extract([minute("message", data={"facts": odd})])
+    assert [(c.slot, c.value, c.tier) for c in found] == [(("s", "database"), "x", "project")]
