@@ -62,7 +62,7 @@ from typing import Any
 
 from bench.sessions import AGENTS, CHATTER, ENTITIES
 from contracts import Minute
-from workers.extraction import Candidate, value_key
+from workers.extraction import Candidate, single_valued, value_key
 
 SPLITS = ("default", "heldout")
 FACT_TYPES = ("fact", "decision", "entity", "preference", "constraint", "goal", "procedure")
@@ -715,7 +715,10 @@ class _Planter:
         return plan
 
     def _attribute_thread(self, subject: str, attribute: Attribute, task_id: str | None) -> None:
-        values = self.rng.sample(attribute.values, min(self._values_over_time(), len(attribute.values)))
+        # An attribute that holds a collection (owner) gains values rather than changing: one here.
+        changes = single_valued("fact", attribute.name)
+        count = self._values_over_time() if changes else 1
+        values = self.rng.sample(attribute.values, min(count, len(attribute.values)))
         thread: list[_Plan] = []
         for i, forms in enumerate(values):
             previous = thread[-1] if thread else None
@@ -735,7 +738,7 @@ class _Planter:
                     subject,
                     attribute.name,
                     forms[0],
-                    True,
+                    changes,
                     {"s_bare": subject, "surfaces_a": attribute.surfaces, "old": values[i - 1][0] if i else None},
                     surfaces=forms,
                     statements=self._statements(),
@@ -822,6 +825,7 @@ class _Planter:
             self.threads.append([plan])
 
     def _goal_thread(self, subject: str) -> None:
+        """One or two goals of a component; a later goal adds to the earlier one (goals hold many values)."""
         count = self.rng.choices((1, 2), weights=(6, 4))[0]
         thread: list[_Plan] = []
         for goal in self.rng.sample(GOALS, count):
@@ -835,10 +839,9 @@ class _Planter:
                     subject,
                     "goal",
                     goal,
-                    True,
+                    False,
                     {"s_bare": subject},
                     statements=self._statements(),
-                    replaces=thread[-1].key if thread else None,
                     value_date="{d}" if "{d}" in goal else None,
                 )
             )
@@ -1192,6 +1195,7 @@ def fact_session(split: str = "default", seed: int = 11, projects: int = 6) -> F
             )
         )
     facts.sort(key=lambda f: f.key)
+    assert all(f.single_valued == single_valued(f.type, f.attribute) for f in facts), "gold and extractor disagree"
     return FactSession(minutes, facts, split, seed, _lookalikes(facts))
 
 

@@ -34,9 +34,15 @@ from contracts.minute import parse_timestamp
 from workers.assessment import stated_text, task_kind
 from workers.fact_text import (
     ATTRIBUTES,
+    LEARNED_SUBJECT,
+    MAX_FACT_TEXT,
+    MAX_FACT_VALUE,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     FactType,
     Tier,
     clean_value,
+    default_single_valued,
     normalize_attribute,
     normalize_subject,
     parse_slot,
@@ -89,8 +95,8 @@ KNOWLEDGE_BONUS = 0.05  # a statement in a knowledge minute
 DECISION_EVENT_BONUS = 0.05  # a plain statement made a decision by its minute or a "decision:" label
 MAX_RULE_CONFIDENCE = 0.95
 
-# Attributes that hold several values at once: a new value adds, it never supersedes.
-MULTI_VALUED = frozenset({"must", "must_not", "alias", "failure_cause"})
+# Beyond the contract's defaults (`single_valued`): a kind of task fails for several reasons at once.
+MULTI_VALUED = frozenset({"failure_cause"})
 # data keys whose text is read besides the memory note.
 TEXT_KEYS = ("resolution", "decision", "lesson")
 # data keys of the structured convention: "fact"/"facts" (type inside, default by event) or a type name.
@@ -100,6 +106,15 @@ MAX_CAUSE_WORDS = 16  # a failure's data.error longer than this is a log line, n
 _DECISION_EVENTS = frozenset({"decision", "conflict_resolved"})
 _DATE_INTRO = re.compile(r"^(?:starting|from|as\s+of|since|effective|beginning)\s+", re.I)
 _FACT_TYPES = frozenset(t.value for t in FactType)
+
+
+def single_valued(type: FactType | str, attribute: str) -> bool:
+    """Whether a newer value of this type in a slot with this attribute replaces the older one.
+
+    The Fact contract's default (constraints and goals hold many values, and
+    so do collection-like attributes such as owner or alias), and `MULTI_VALUED`.
+    """
+    return attribute not in MULTI_VALUED and default_single_valued(type, attribute)
 
 
 # -- the candidate ------------------------------------------------------------------------
@@ -226,21 +241,21 @@ class RuleExtractor:
                 supersedes = reading.supersedes or (
                     type_ is FactType.DECISION and minute.event_type == "conflict_resolved"
                 )
-                out.append(
-                    self._candidate(
-                        minute,
-                        at,
-                        type_=type_,
-                        subject=reading.subject,
-                        attribute=reading.attribute,
-                        value=reading.value,
-                        text=_sentence_text(sentence),
-                        confidence=confidence,
-                        valid_from=day_start(reading.valid_from) if reading.valid_from else None,
-                        supersedes=supersedes,
-                        rule=reading.rule,
-                    )
+                candidate = self._candidate(
+                    minute,
+                    at,
+                    type_=type_,
+                    subject=reading.subject,
+                    attribute=reading.attribute,
+                    value=reading.value,
+                    text=_sentence_text(sentence),
+                    confidence=confidence,
+                    valid_from=day_start(reading.valid_from) if reading.valid_from else None,
+                    supersedes=supersedes,
+                    rule=reading.rule,
                 )
+                if candidate is not None:
+                    out.append(candidate)
         return out
 
     def _from_data(self, minute: Minute, at: datetime, item: Mapping[str, Any]) -> Candidate | None:
@@ -286,7 +301,7 @@ class RuleExtractor:
             valid_from=_stated_valid_from(item.get("valid_from"), at),
             supersedes=item.get("supersedes") is True,
             rule="data",
-            single_valued=single if isinstance(single, bool) else None,
+            single=single if isinstance(single, bool) else None,
             tier=tier if tier in (Tier.TASK, Tier.PROJECT) else None,
         )
 
@@ -327,10 +342,14 @@ class RuleExtractor:
         valid_from: str | None,
         supersedes: bool,
         rule: str,
-        single_valued: bool | None = None,
+        single: bool | None = None,
         tier: str | None = None,
-    ) -> Candidate:
+    ) -> Candidate | None:
+        """The candidate, or None where the Fact contract would refuse it (learn()'s subject, an oversized value)."""
         task_id = stated_text(minute.data.get("task_id"))
+        value = clean_value(value)
+        if subject == LEARNED_SUBJECT or not value or len(value) > MAX_FACT_VALUE:
+            return None  # learn() owns that subject; a value over the limit would be refused as a fact
         if tier is None:
             tier = Tier.TASK if minute.scope == "task" or subject == "task" else Tier.PROJECT
         if not task_id:
@@ -339,21 +358,21 @@ class RuleExtractor:
         tags = [f"kind:{kind}"] if kind else []
         stated_tags = minute.data.get("tags")
         if isinstance(stated_tags, list):
-            tags += [t for t in stated_tags if isinstance(t, str) and t]
+            tags += [t for t in stated_tags if isinstance(t, str) and t and len(t) <= MAX_TAG_LENGTH]
         return Candidate(
             type=type_.value,
             subject=subject,
             attribute=attribute,
-            value=clean_value(value),
-            text=text,
+            value=value,
+            text=text[:MAX_FACT_TEXT],
             confidence=round(min(MAX_RULE_CONFIDENCE, max(0.0, confidence)), 3),
             valid_from=valid_from or _utc_iso(at),
             tier=Tier(tier).value,
             project_id=minute.project_id,
             task_id=task_id if tier == Tier.TASK else None,
-            tags=tuple(dict.fromkeys(tags)),
+            tags=tuple(dict.fromkeys(tags))[:MAX_TAGS],
             source_minute_ids=(minute.id,),
-            single_valued=(attribute not in MULTI_VALUED) if single_valued is None else single_valued,
+            single_valued=single_valued(type_, attribute) if single is None else single,
             supersedes_hint=supersedes,
             rule=rule,
         )

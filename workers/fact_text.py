@@ -24,8 +24,11 @@ from contracts import Minute
 from workers.relative_dates import INTRODUCED, RELATIVE, day_of, ground_in_text
 
 # -- the Fact contract's names ------------------------------------------------------------
-# contracts/facts.py owns FactType and Tier (same values); until this branch meets it these stand in.
-# Switching is this block: `from contracts.facts import FactType, Tier`.
+# contracts/facts.py and contracts/fact_changes.py own these (same names, same values); until this branch meets
+# them they stand in. Switching is this block:
+#   from contracts.facts import (MAX_FACT_TEXT, MAX_FACT_VALUE, MAX_TAG_LENGTH, MAX_TAGS, FactType, Tier,
+#                                default_single_valued)
+#   from contracts.fact_changes import LEARNED_SUBJECT
 
 
 class FactType(StrEnum):
@@ -41,6 +44,27 @@ class FactType(StrEnum):
 class Tier(StrEnum):
     TASK = "task"
     PROJECT = "project"
+
+
+MAX_FACT_TEXT = 2048
+MAX_FACT_VALUE = 1024
+MAX_TAGS = 16
+MAX_TAG_LENGTH = 64
+LEARNED_SUBJECT = "learned"  # the subject of learn()'s keys: no extracted fact may take it
+_SINGLE_VALUED_BY_TYPE = {t: t not in (FactType.CONSTRAINT, FactType.GOAL) for t in FactType}
+_MULTI_VALUED_ATTRIBUTES = frozenset(
+    {
+        "alias", "aliases", "dependencies", "dependency", "depends on", "depends_on", "example", "examples",
+        "label", "labels", "member", "members", "note", "notes", "owner", "owners", "tag", "tags",
+    }
+)  # fmt: skip
+
+
+def default_single_valued(type: FactType | str, attribute: str) -> bool:
+    """Whether a newer value in the slot replaces an older one: by type, unless the attribute names a collection."""
+    if " ".join(attribute.casefold().split()) in _MULTI_VALUED_ATTRIBUTES:
+        return False
+    return _SINGLE_VALUED_BY_TYPE[FactType(type)]
 
 
 # -- the tables ---------------------------------------------------------------------------
@@ -131,6 +155,13 @@ PRONOUNS = frozenset(
         "i", "me", "my", "you", "your", "he", "him", "his", "she", "her", "it", "its", "we", "us", "our", "they",
         "them", "their", "this", "that", "these", "those", "there", "here", "someone", "anyone", "something",
         "anything", "nothing", "nobody", "what", "which", "who", "whom", "how", "why", "when", "where",
+    }
+)  # fmt: skip
+# Words a component's name ends with: in "reporting job queue" the head "job" belongs to the subject.
+SUBJECT_HEADS = frozenset(
+    {
+        "service", "services", "job", "jobs", "worker", "workers", "api", "app", "page", "pipeline", "console",
+        "gateway", "cluster", "indexer", "frontend", "backend", "server", "daemon", "bot", "agent", "module",
     }
 )  # fmt: skip
 DETERMINERS = ("the", "a", "an", "our", "their", "its", "this", "that", "these", "those", "my", "your", "his", "her")
@@ -428,6 +459,9 @@ def parse_slot(phrase: str, vocabulary: Mapping[str, str] | None = None) -> tupl
     for size in (4, 3, 2, 1):
         if len(words) > size:
             attribute = table.get(" ".join(words[-size:]))
+            shorter = table.get(" ".join(words[-size + 1 :])) if size > 1 else None
+            if attribute and shorter and words[-size] in SUBJECT_HEADS:
+                continue  # "reporting job queue": the job's queue, not the reporting's job queue
             if attribute:
                 return normalize_subject(" ".join(words[:-size])), attribute
     return None

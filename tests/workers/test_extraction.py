@@ -596,6 +596,8 @@ def test_normalization() -> None:
     assert parse_slot("the number of replicas of the search api") == ("search api", "replicas")
     assert parse_slot("search api number of replicas") == ("search api", "replicas")
     assert parse_slot("billing service") is None
+    assert parse_slot("reporting job queue") == ("reporting job", "queue")  # a component's head stays with it
+    assert parse_slot("auth service session TTL") == ("auth service", "session_ttl")
     assert value_key("Eight hours") == value_key("8h") == value_key("8 hours.") == "8 hours"
     assert value_key("the main database") == "main database"
     assert value_key("Postgres for now") == "postgres"
@@ -626,3 +628,26 @@ def test_a_convention_object_of_any_shape_never_fails_the_minute() -> None:
     ]
     found = RuleExtractor().extract([minute("message", data={"facts": odd})])
     assert [(c.slot, c.value, c.tier) for c in found] == [(("s", "database"), "x", "project")]
+
+
+def test_single_valued_follows_the_fact_contracts_defaults() -> None:
+    """contracts/facts.py decides by type and by collection-like attribute; a kind's failure causes add up."""
+    assert not one("our goal for the search API is to halve the error rate").single_valued  # a project has many
+    assert not one("the payments api's owner is team-payments").single_valued  # an owners list
+    assert one("the payments api's database is Postgres").single_valued
+    assert one("we prefer gRPC for internal APIs").single_valued
+    failed = one("x", "task_failed", data={"task_id": "deploy-12", "error": "out of disk space"})
+    assert not failed.single_valued
+
+
+def test_what_the_fact_contract_would_refuse_is_not_a_candidate() -> None:
+    """The reserved subject of learn(), and values or tags over the contract's limits."""
+    learned = {"fact": {"subject": "learned", "attribute": "deploy window", "value": "Tuesday"}}
+    assert extract("x", data=learned) == []
+    huge = {"fact": {"subject": "search api", "attribute": "owner", "value": "t" * 2000}}
+    assert extract("x", data=huge) == []
+    tags = [f"tag{i}" for i in range(30)] + ["x" * 100]
+    c = one("never deploy on Fridays", data={"tags": tags, "task_kind": "ops"})
+    assert len(c.tags) == 16 and all(len(t) <= 64 for t in c.tags) and c.tags[0] == "kind:ops"
+    long_text = {"fact": {"subject": "s", "attribute": "db", "value": "x", "text": "y" * 5000}}
+    assert len(one("x", data=long_text).text) <= 2048
