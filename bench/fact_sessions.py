@@ -619,7 +619,6 @@ class _Statement:
     """One minute that states a planted fact (or, with plan None, states nothing)."""
 
     plan: _Plan | None
-    index: int = 0  # which statement of the plan
 
 
 def _a_or_an(text: str) -> str:
@@ -1201,7 +1200,7 @@ def fact_session(split: str = "default", seed: int = 11, projects: int = 6) -> F
 
 def _weave(threads: Sequence[Sequence[_Plan]], rng: random.Random) -> Iterable[_Statement]:
     """The statements of all threads, interleaved at random with filler; each thread's order holds."""
-    queues = [[_Statement(plan, i) for plan in thread for i in range(plan.statements)] for thread in threads]
+    queues = [[_Statement(plan) for plan in thread for _ in range(plan.statements)] for thread in threads]
     queues = [q for q in queues if q]
     while queues:
         if rng.random() < FILLER_SHARE:
