@@ -110,6 +110,7 @@ MULTI_VALUED_ATTRIBUTES = frozenset(
         "depends_on",
         "example",
         "examples",
+        "failure_cause",  # a kind of task fails for several reasons at once
         "label",
         "labels",
         "member",

@@ -30,19 +30,21 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from contracts import Minute
-from contracts.minute import parse_timestamp
-from workers.assessment import stated_text, task_kind
-from workers.fact_text import (
-    ATTRIBUTES,
-    LEARNED_SUBJECT,
+from contracts.fact_changes import LEARNED_SUBJECT
+from contracts.facts import (
     MAX_FACT_TEXT,
     MAX_FACT_VALUE,
     MAX_TAG_LENGTH,
     MAX_TAGS,
     FactType,
     Tier,
-    clean_value,
     default_single_valued,
+)
+from contracts.minute import parse_timestamp
+from workers.assessment import stated_text, task_kind
+from workers.fact_text import (
+    ATTRIBUTES,
+    clean_value,
     normalize_attribute,
     normalize_subject,
     parse_slot,
@@ -95,8 +97,6 @@ KNOWLEDGE_BONUS = 0.05  # a statement in a knowledge minute
 DECISION_EVENT_BONUS = 0.05  # a plain statement made a decision by its minute or a "decision:" label
 MAX_RULE_CONFIDENCE = 0.95
 
-# Beyond the contract's defaults (`single_valued`): a kind of task fails for several reasons at once.
-MULTI_VALUED = frozenset({"failure_cause"})
 # data keys whose text is read besides the memory note.
 TEXT_KEYS = ("resolution", "decision", "lesson")
 # data keys of the structured convention: "fact"/"facts" (type inside, default by event) or a type name.
@@ -112,9 +112,9 @@ def single_valued(type: FactType | str, attribute: str) -> bool:
     """Whether a newer value of this type in a slot with this attribute replaces the older one.
 
     The Fact contract's default (constraints and goals hold many values, and
-    so do collection-like attributes such as owner or alias), and `MULTI_VALUED`.
+    so do collection-like attributes such as owner, alias or failure_cause).
     """
-    return attribute not in MULTI_VALUED and default_single_valued(type, attribute)
+    return bool(default_single_valued(type, attribute))
 
 
 # -- the candidate ------------------------------------------------------------------------

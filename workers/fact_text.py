@@ -17,55 +17,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
-from enum import StrEnum
 from typing import NamedTuple
 
 from contracts import Minute
+from contracts.facts import FactType
 from workers.relative_dates import INTRODUCED, RELATIVE, day_of, ground_in_text
-
-# -- the Fact contract's names ------------------------------------------------------------
-# contracts/facts.py and contracts/fact_changes.py own these (same names, same values); until this branch meets
-# them they stand in. Switching is this block:
-#   from contracts.facts import (MAX_FACT_TEXT, MAX_FACT_VALUE, MAX_TAG_LENGTH, MAX_TAGS, FactType, Tier,
-#                                default_single_valued)
-#   from contracts.fact_changes import LEARNED_SUBJECT
-
-
-class FactType(StrEnum):
-    FACT = "fact"
-    DECISION = "decision"
-    PREFERENCE = "preference"
-    ENTITY = "entity"
-    PROCEDURE = "procedure"
-    CONSTRAINT = "constraint"
-    GOAL = "goal"
-
-
-class Tier(StrEnum):
-    TASK = "task"
-    PROJECT = "project"
-
-
-MAX_FACT_TEXT = 2048
-MAX_FACT_VALUE = 1024
-MAX_TAGS = 16
-MAX_TAG_LENGTH = 64
-LEARNED_SUBJECT = "learned"  # the subject of learn()'s keys: no extracted fact may take it
-_SINGLE_VALUED_BY_TYPE = {t: t not in (FactType.CONSTRAINT, FactType.GOAL) for t in FactType}
-_MULTI_VALUED_ATTRIBUTES = frozenset(
-    {
-        "alias", "aliases", "dependencies", "dependency", "depends on", "depends_on", "example", "examples",
-        "label", "labels", "member", "members", "note", "notes", "owner", "owners", "tag", "tags",
-    }
-)  # fmt: skip
-
-
-def default_single_valued(type: FactType | str, attribute: str) -> bool:
-    """Whether a newer value in the slot replaces an older one: by type, unless the attribute names a collection."""
-    if " ".join(attribute.casefold().split()) in _MULTI_VALUED_ATTRIBUTES:
-        return False
-    return _SINGLE_VALUED_BY_TYPE[FactType(type)]
-
 
 # -- the tables ---------------------------------------------------------------------------
 
