@@ -309,3 +309,15 @@ def facts_head(project_id: str) -> str:
 def facts_done(project_id: str) -> str:
     """Bitmap over a project's log sequence: bit n is set once minute n is applied to the facts (see `facts_head`)."""
     return f"{PREFIX}:{{p:{project_id}}}:facts:done"
+
+
+# -- fact extraction metrics (area: llm-extractor) ----------------------------------------------------------------
+
+
+def metrics_extraction() -> str:
+    """Hash of fact-extraction counters: ``<extractor>:chunks:<outcome>`` and ``<extractor>:items:<outcome>``.
+
+    The LLM extractor's chunks (``answered``, or the rule fallback after ``rejected`` / ``unavailable`` /
+    ``error``) and its answer's items (``kept``, or dropped: ``unknown_ref``, ``refused``); docs/extraction.md.
+    """
+    return f"{PREFIX}:metrics:extraction"

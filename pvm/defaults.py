@@ -176,3 +176,11 @@ LLM_MALFORMED_RETRIES = 2  # retries of HTTP answers that are not a chat complet
 # (1 + PVM_LLM_MAX_RETRIES) timeouts per chunk during an outage.
 LLM_BREAKER_THRESHOLD = 3
 LLM_BREAKER_COOLDOWN_S = 30.0
+
+# LLM fact extractor, workers.extraction_llm (area: llm-extractor). Off unless PVM_LLM_MODEL is set.
+LLM_EXTRACT_CHUNK_MINUTES = 10  # minutes per call, of one project (issue 10: <= 10): more per call, fewer calls
+LLM_EXTRACT_MAX_KNOWN = 40  # known facts shown per call (those the chunk's text names first), each with a small ref
+LLM_EXTRACT_MAX_FIELD_CHARS = 2_000  # characters of one text field of a minute in the prompt (the rest is cut)
+# A model's own confidence is not calibrated: capped at the rule path's strongest text reading (a decision or a
+# "must not", 0.85), so an LLM statement never outranks the data convention (0.95) or a person.
+LLM_EXTRACT_MAX_CONFIDENCE = 0.85

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import redis
@@ -139,6 +139,17 @@ class MetricsRecorder:
         pipe = self._pipe(pipeline)
         pipe.sadd(keys.metrics_freshness_stages(), stage)
         self._observe(pipe, keys.metrics_freshness(stage), FRESHNESS_BUCKETS, [max(0.0, v) for v in lags_s])
+        if pipeline is None:
+            self._send(pipe)
+
+    def extraction(
+        self, extractor: str, counts: Mapping[str, int], pipeline: redis.client.Pipeline | None = None
+    ) -> None:
+        """What a fact extractor did with a batch: ``chunks:<outcome>`` / ``items:<outcome>`` -> a count."""
+        pipe = self._pipe(pipeline)
+        for name, count in counts.items():
+            if count:
+                pipe.hincrby(keys.metrics_extraction(), f"{extractor}:{name}", count)
         if pipeline is None:
             self._send(pipe)
 

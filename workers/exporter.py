@@ -454,6 +454,25 @@ class PvmCollector:
             latency.add_metric([provider, kind], h.buckets, h.sum)
         yield from (calls, tokens, completion_tokens, latency)
 
+        chunks = CounterMetricFamily(
+            "pvm_fact_extraction_chunks",
+            "Chunks of minutes a fact extractor read, by outcome (answered, or a rule fallback's reason).",
+            labels=["extractor", "outcome"],
+        )
+        items = CounterMetricFamily(
+            "pvm_fact_extraction_items",
+            "Items of extractor answers, kept or dropped (unknown_ref, refused).",
+            labels=["extractor", "outcome"],
+        )
+        raw = {_s(k): float(v) for k, v in self.connection.hgetall(keys.metrics_extraction()).items()}
+        for name, value in sorted(raw.items()):
+            extractor, _, rest = name.partition(":")
+            what, _, outcome = rest.partition(":")
+            family = chunks if what == "chunks" else items if what == "items" else None
+            if family is not None and outcome:
+                family.add_metric([extractor, outcome], value)
+        yield from (chunks, items)
+
 
 def serve(
     connection: redis.Redis, settings: Settings, port: int = defaults.EXPORTER_PORT, addr: str = defaults.BIND_ADDR

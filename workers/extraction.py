@@ -148,7 +148,9 @@ class Candidate:
     source_minute_ids: tuple[str, ...] = ()
     single_valued: bool = True
     supersedes_hint: bool = False
-    rule: str = ""  # which rule read it (a RULE_CONFIDENCE key)
+    rule: str = ""  # which rule read it (a RULE_CONFIDENCE key), or "llm"
+    # The known fact (same tier key and slot) the statement replaces, when an extractor was shown it and named it.
+    supersedes_fact_id: str | None = None
 
     @property
     def slot(self) -> tuple[str, str]:
@@ -222,6 +224,15 @@ class RuleExtractor:
         for c in found:
             unique.setdefault((c.type, c.subject, c.attribute, value_key(c.value)), c)
         return list(unique.values())
+
+    def from_object(self, minute: Minute, item: Mapping[str, Any]) -> Candidate | None:
+        """A candidate from one fact object shaped like the data convention, as `minute` states it; None if unfit.
+
+        The convention's rules in one place: the LLM extractor reads its
+        answer's items with it (normalized slot, cleaned value, grounded dates,
+        the contract's limits).
+        """
+        return self._from_data(minute, parse_timestamp(minute.timestamp), item)
 
     def _from_text(self, minute: Minute, at: datetime) -> list[Candidate]:
         out: list[Candidate] = []
