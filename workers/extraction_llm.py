@@ -34,6 +34,8 @@ calling a model. The same answer gives the same candidates.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -236,23 +238,25 @@ class LLMExtractor:
         self.max_confidence = max_confidence
         self.schema = facts_schema(chunk_minutes)
         self._stats = ExtractionStats()
+        self._lock = threading.Lock()  # a pool's threads may share one extractor (and its client's breaker)
 
     @property
     def stats(self) -> ExtractionStats:
-        return self._stats
+        with self._lock:
+            return self._stats
 
     def extract(self, minutes: Sequence[Minute], known: Known | None = None) -> list[Candidate]:
         """The candidates `minutes` state, in minute order; `known`: existing facts by slot, shown as F1..Fk."""
         position = {m.id: i for i, m in enumerate(minutes)}
-        counts = _Counts(minutes=len(minutes))
+        counts: Counter[str] = Counter(minutes=len(minutes))
         found: list[Candidate] = []
         direct = [m for m in minutes if not is_fact_change(m) and structured_facts(m)]
         if direct:
-            counts.by_rules += len(direct)
+            counts["by_rules"] += len(direct)
             found += self.fallback.extract(direct, known)
         facts = _known_facts(known)
         for chunk in self.chunks(minutes, facts):
-            counts.sent += len(chunk.minutes)
+            counts["sent"] += len(chunk.minutes)
             found += self._chunk(chunk, known, counts)
         found.sort(key=lambda c: position.get(c.source_minute_ids[0], len(position)))  # stable: answer order kept
         self._add(counts)
@@ -287,13 +291,12 @@ class LLMExtractor:
 
     # -- one chunk --
 
-    def _chunk(self, chunk: Chunk, known: Known | None, counts: _Counts) -> list[Candidate]:
-        counts.chunks += 1
+    def _chunk(self, chunk: Chunk, known: Known | None, counts: Counter[str]) -> list[Candidate]:
+        counts["chunks"] += 1
         try:
             result = self.llm.complete_json(self.messages(chunk), self.schema, name=CALL_NAME)
         except (LLMAnswerRejected, LLMUnavailable, LLMError) as error:
-            outcome = _outcome(error)
-            setattr(counts, outcome, getattr(counts, outcome) + 1)
+            counts[_outcome(error)] += 1
             level = logging.ERROR if isinstance(error, LLMConfigError) else logging.WARNING
             log.log(
                 level,
@@ -303,12 +306,12 @@ class LLMExtractor:
                 error,
             )
             return self.fallback.extract(chunk.minutes, known)
-        counts.answered += 1
+        counts["answered"] += 1
         return self.read_answer(chunk, result.data, counts)
 
-    def read_answer(self, chunk: Chunk, data: Mapping[str, Any], counts: _Counts | None = None) -> list[Candidate]:
+    def read_answer(self, chunk: Chunk, data: Mapping[str, Any], counts: Counter[str] | None = None) -> list[Candidate]:
         """The candidates of a valid answer for `chunk`: refs mapped back, items read and checked (pure)."""
-        counts = counts if counts is not None else _Counts()
+        counts = counts if counts is not None else Counter()
         out: list[Candidate] = []
         seen: set[tuple[str, str, str, str, tuple[str, ...]]] = set()
         for item in data.get("facts", ()):
@@ -326,10 +329,10 @@ class LLMExtractor:
                 else:
                     seen.add(key)
                     out.append(candidate)
-            setattr(counts, outcome, getattr(counts, outcome) + 1)
+            counts[outcome] += 1
         return out
 
-    def _item(self, chunk: Chunk, item: Mapping[str, Any], counts: _Counts) -> tuple[Candidate | None, str]:
+    def _item(self, chunk: Chunk, item: Mapping[str, Any], counts: Counter[str]) -> tuple[Candidate | None, str]:
         """One answer item as a candidate, and what became of it: kept, unknown_ref or refused."""
         refs = list(dict.fromkeys(item["minute_refs"]))
         if not all(1 <= r <= len(chunk.minutes) for r in refs):
@@ -375,7 +378,7 @@ class LLMExtractor:
             or not candidate.single_valued
             or not replaced.single_valued
         ):
-            counts.supersedes_ignored += 1  # slot by slot, key by key: never by what the model thinks
+            counts["supersedes_ignored"] += 1  # slot by slot, key by key: never by what the model thinks
             return candidate, "kept"
         return replace(candidate, supersedes_hint=True, supersedes_fact_id=replaced.id), "kept"
 
@@ -392,37 +395,18 @@ class LLMExtractor:
         ]
         text = normalize_text(" ".join(t for m in minutes for _, t in _fields(m)))
         named = [f for f in mine if f.slot.subject in text or f.slot.attribute.replace("_", " ") in text]
-        rest = [f for f in mine if f not in named]
+        shown = {f.id for f in named}
+        rest = [f for f in mine if f.id not in shown]
         return (named + rest)[: self.max_known]
 
-    def _add(self, counts: _Counts) -> None:
-        s = self._stats
-        self._stats = replace(
-            s, **{f: getattr(s, f) + getattr(counts, f) for f in ExtractionStats.__dataclass_fields__}
-        )
+    def _add(self, counts: Counter[str]) -> None:
+        with self._lock:
+            s = self._stats
+            self._stats = replace(s, **{f: getattr(s, f) + counts[f] for f in ExtractionStats.__dataclass_fields__})
         if self.metrics is not None:
-            recorded = {f"chunks:{o}": getattr(counts, o) for o in CHUNK_OUTCOMES}
-            recorded |= {f"items:{o}": getattr(counts, o) for o in ITEM_OUTCOMES}
+            recorded = {f"chunks:{o}": counts[o] for o in CHUNK_OUTCOMES}
+            recorded |= {f"items:{o}": counts[o] for o in ITEM_OUTCOMES}
             self.metrics.extraction(EXTRACTOR, recorded)
-
-
-@dataclass
-class _Counts:
-    """One `extract` call's share of `ExtractionStats`."""
-
-    minutes: int = 0
-    sent: int = 0
-    by_rules: int = 0
-    chunks: int = 0
-    answered: int = 0
-    rejected: int = 0
-    unavailable: int = 0
-    error: int = 0
-    kept: int = 0
-    unknown_ref: int = 0
-    refused: int = 0
-    duplicate: int = 0
-    supersedes_ignored: int = 0
 
 
 def llm_extractor_from_settings(settings: Settings, metrics: MetricsRecorder | None = None) -> Extractor | None:
