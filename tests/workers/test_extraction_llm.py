@@ -18,6 +18,7 @@ from contracts import keys
 from contracts.fact_changes import asserted_minute
 from contracts.facts import Fact, TierKey
 from pvm.config import Settings
+from pvm.connection import hash_reply
 from pvm.llm import LLMClient
 from pvm.metrics import MetricsRecorder
 from tests.openai_server import (
@@ -65,6 +66,10 @@ def prompt(server: OpenAIServer, n: int = 0) -> str:
 
 def minute_lines(text: str) -> list[str]:
     return re.findall(r"^M(\d+) ", text, re.M)
+
+
+def counters(client: redis.Redis, key: str) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in hash_reply(client.hgetall(key)).items()}
 
 
 def known_fact(value: str = "Postgres", project: str = "p1", **fields: Any) -> Fact:
@@ -386,11 +391,11 @@ def test_calls_tokens_and_fallbacks_are_recorded_in_metrics(
 
     extractor.extract(minutes)
 
-    provider = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.metrics_provider("openai|chat:facts")).items()}
+    provider = counters(redis_client, keys.metrics_provider("openai|chat:facts"))
     assert provider["calls:ok"] == 1 and provider["calls:rejected"] == 1
     assert provider["tokens"] > 0 and provider["completion_tokens"] > 0
     assert (provider["tokens"], provider["completion_tokens"]) == (llm.stats.prompt_tokens, llm.stats.completion_tokens)
-    counted = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.metrics_extraction()).items()}
+    counted = counters(redis_client, keys.metrics_extraction())
     assert counted == {
         "llm:chunks:answered": 1,
         "llm:chunks:rejected": 1,
