@@ -354,7 +354,7 @@ class LLMExtractor:
             "confidence": item["confidence"],
             "valid_from": item.get("valid_from"),
         }
-        first = self._reader.from_object(sources[0], stated)  # grounded against the first stating minute's time
+        first = self._reader.from_object(sources[0], stated)  # grounded against the earliest stating minute's time
         if first is None:
             return None, "refused"
         candidate = replace(
