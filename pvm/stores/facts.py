@@ -109,11 +109,12 @@ class FactStoreBusy(RuntimeError):
 
 def order_key(minute: Minute) -> str:
     """The order of a change minute among all others: its time (Unix ms), then its id. Compared as text."""
-    ms = _ms(minute.timestamp)
+    ms = time_ms(minute.timestamp)
     return f"{ms + _ORDER_OFFSET_MS:015d}|{minute.id}"
 
 
-def _ms(timestamp: str) -> int:
+def time_ms(timestamp: str) -> int:
+    """A minute timestamp in Unix ms, as order keys read it."""
     return int(parse_timestamp(timestamp).timestamp() * 1000)
 
 
@@ -180,6 +181,11 @@ class StoredFact:
         record = msgpack.unpackb(raw, raw=False)
         return cls(Fact.from_dict(record["fact"]), record["v"], record["created"], record["promoted_at"])
 
+    @property
+    def last_ms(self) -> int:
+        """The time (Unix ms) of the newest change applied to it: the largest of its order keys."""
+        return max(int(key.partition("|")[0]) for key in (self.created, *self.versions.values())) - _ORDER_OFFSET_MS
+
     def status_at(self, when: datetime) -> FactStatus:
         """Its status as PVM held it at `when`: retracted stays retracted; otherwise promoted once promoted.
 
@@ -204,6 +210,18 @@ class StoredFact:
         if self.status_at(when) in statuses:
             return True
         return fact.status in statuses and fact.status in (FactStatus.SUPERSEDED, FactStatus.RETRACTED)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot's history as the facts pool decides against it, and the time of the newest change applied to it.
+
+    `last_ms` (Unix ms) lets the pool give its next changes to the slot later times, so their order keys
+    follow the order it decided them in, whatever the times of the minutes they came from.
+    """
+
+    facts: list[Fact]
+    last_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,8 +491,8 @@ class _Projection:
                 continue
             fact = new.fact
             pipe.hset(by_id, fid, new.pack())
-            pipe.zadd(keys.facts_in_tier(fact.tier_key), {fid: _ms(fact.recorded_at)})
-            pipe.zadd(keys.facts_in_slot(fact.tier_key, fact.slot), {fid: _ms(fact.valid_from)})
+            pipe.zadd(keys.facts_in_tier(fact.tier_key), {fid: time_ms(fact.recorded_at)})
+            pipe.zadd(keys.facts_in_slot(fact.tier_key, fact.slot), {fid: time_ms(fact.valid_from)})
             pipe.sadd(keys.facts_of_type(fact.tier_key, fact.type), fid)
             if fact.type is FactType.PROCEDURE:
                 pipe.zadd(keys.procedural_rules(fact.tier_key), {fid: fact.importance})
@@ -641,15 +659,16 @@ class FactStore:
         facts = [s.fact for s in self._read(tier_key, "z", [keys.facts_in_slot(tier_key, slot)])]
         return sorted(facts, key=lambda f: (_instant(f.valid_from), f.id))
 
-    def slot_views(self, slots: Sequence[tuple[TierKey, Slot]]) -> list[list[Fact]]:
-        """`in_slot` of several slots in one round trip, in order."""
+    def slot_views(self, slots: Sequence[tuple[TierKey, Slot]]) -> list[SlotView]:
+        """Several slots' histories (as `in_slot`) and when each last changed, in one round trip, in order."""
         pipe = self.connection.pipeline(transaction=False)
         for tier, slot in slots:
             pipe.eval(_RECORDS, 2, keys.facts_by_id(tier), keys.facts_in_slot(tier, slot), "z")
         views = []
         for (tier, slot), raws in zip(slots, pipe.execute() if slots else [], strict=True):
-            facts = [f for f in (StoredFact.unpack(r).fact for r in raws) if f.tier_key == tier and f.slot == slot]
-            views.append(sorted(facts, key=lambda f: (_instant(f.valid_from), f.id)))
+            held = [s for s in (StoredFact.unpack(r) for r in raws) if s.fact.tier_key == tier and s.fact.slot == slot]
+            facts = sorted((s.fact for s in held), key=lambda f: (_instant(f.valid_from), f.id))
+            views.append(SlotView(facts, max((s.last_ms for s in held), default=0)))
         return views
 
     def in_tier(self, tier_key: TierKey) -> list[Fact]:
@@ -778,6 +797,8 @@ __all__ = [
     "FactStoreBusy",
     "Outcome",
     "ProceduralRule",
+    "SlotView",
     "StoredFact",
     "order_key",
+    "time_ms",
 ]

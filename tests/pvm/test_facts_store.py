@@ -78,6 +78,8 @@ def state(connection: redis.Redis, *tags: str) -> dict[str, Any]:
     for tag in tags:
         for raw_name in connection.scan_iter(match=f"pvm:{{{tag}}}:facts:*"):
             name = raw_name.decode()
+            if name.endswith((":facts:head", ":facts:done")) or ":facts:lock:" in name:
+                continue  # how far and when the pool got, and who decides now: no knowledge
             kind = connection.type(name).decode()
             if kind == "hash" and name.endswith(":byid"):
                 records = {}
