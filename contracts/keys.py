@@ -334,8 +334,13 @@ def facts_cleared(project_id: str) -> str:
     return f"{PREFIX}:{{p:{project_id}}}:facts:cleared"
 
 
+# The facts pool's counters: the fields of `metrics_fact_changes`, and the `change` label of pvm_facts_changes_total.
+FACT_CHANGE_COUNTERS = ("extracted", "asserted", "confirmed", "promoted", "superseded", "contradicted", "refused")
+
+
 def metrics_fact_changes() -> str:
-    """Hash of the facts pool's counters: candidates ``extracted`` and change minutes written by kind
-    (``asserted``, ``confirmed``, ``promoted``, ``superseded``, ``contradicted``), and change minutes ``refused``.
+    """Hash of the facts pool's counters (`FACT_CHANGE_COUNTERS`): candidates ``extracted``; change minutes it
+    wrote by kind (``asserted``, ``confirmed``, ``promoted`` — at assertion or on confirmation —, ``superseded``,
+    ``contradicted``); and change minutes from the log it ``refused``.
     """
     return f"{PREFIX}:metrics:facts:changes"

@@ -77,9 +77,6 @@ from workers.heads import FRESH, advance_script, runs
 
 log = logging.getLogger(__name__)
 
-# Counters of `keys.metrics_fact_changes`, the `change` label of pvm_facts_changes_total.
-CHANGE_COUNTERS = ("extracted", "asserted", "confirmed", "promoted", "superseded", "contradicted", "refused")
-
 # -- pure core --------------------------------------------------------------------------------------------------
 
 

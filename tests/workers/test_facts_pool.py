@@ -466,3 +466,15 @@ def test_no_fact_crosses_a_tier_key_or_a_project(
             if named[m.id] == m.project_id
         }
     )
+
+
+def test_pvm_worker_facts_serves_the_facts_queue(
+    redis_client: redis.Redis, pool_env: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workers.cli import main
+
+    job = pool_queue("facts", redis_client).enqueue(keys.FACTS_JOB, records([said(1, "30 minutes")]))
+    assert job.origin == keys.FACTS_QUEUE == "pvm-facts"
+    assert main(["worker", "facts", "--burst"]) == 0
+    assert job.get_status(refresh=True) == "finished", job.latest_result()
+    assert [f.value for f in FactStore(redis_client).current([P1])] == ["30 minutes"]
