@@ -478,3 +478,47 @@ def test_pvm_worker_facts_serves_the_facts_queue(
     assert main(["worker", "facts", "--burst"]) == 0
     assert job.get_status(refresh=True) == "finished", job.latest_result()
     assert [f.value for f in FactStore(redis_client).current([P1])] == ["30 minutes"]
+
+
+def test_pvm_replay_rebuilds_every_projects_facts_from_the_log_without_extracting(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contracts.fact_changes import tier_promoted_minute
+    from contracts.facts import GLOBAL_KEY
+    from pvm.stores.log import LogWriter
+    from workers.replay import replay
+
+    batch = [
+        said(1, "30 minutes", 0),
+        said(2, "8 hours", 5),
+        said(3, "Friday", 6, attribute="deadline", task="T-1"),
+        said(4, "kafka", 7, project="p2", attribute="queue"),
+    ]
+    facts_batch(ctx, redis_client, records(batch))
+    store = FactStore(redis_client)
+    (ttl,) = [f for f in store.current([P1]) if f.slot == TTL]
+    promotion = tier_promoted_minute(ttl, minute_id="up00001", timestamp=at(9))  # p1's log, global tier
+    store.apply(promotion)
+    written = {p: stream_minutes(redis_client, settings, p) for p in ("p1", "p2")}
+    written["p1"].append(promotion)
+    # What the log holds once the change minutes came back through it: the minutes, then the changes.
+    LogWriter(settings.log_dir).append_many(
+        {
+            p: [(m.id, f"{i + 1}-0", encode_minute(m)) for i, m in enumerate([*mine, *written[p]])]
+            for p, mine in (("p1", batch[:3]), ("p2", batch[3:]))
+        }
+    )
+    live = state(redis_client, "p:p1", "p:p2", "g")
+    assert any(name.startswith("pvm:{g}:") for name in live)
+    store.reset_project("p1")
+    store.reset_global()
+    store.apply(asserted_minute(ttl.with_(value="stale", status="promoted"), minute_id="x00001", timestamp=at(0)))
+
+    def no_extraction(*_: object, **__: object) -> list[Candidate]:
+        raise AssertionError("replay must not extract")
+
+    monkeypatch.setattr(RuleExtractor, "extract", no_extraction)
+    assert replay(redis_client, settings, None, wait=False) == 0
+    assert state(redis_client, "p:p1", "p:p2", "g") == live
+    assert redis_client.hget(keys.facts_head("p1"), "seq") == str(3 + len(written["p1"])).encode()
+    assert [f.value for f in store.current([GLOBAL_KEY])] == ["8 hours"]
