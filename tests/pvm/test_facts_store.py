@@ -320,3 +320,36 @@ def test_many_changes_of_one_project_in_one_call(store: FactStore) -> None:
     assert outcomes == [Outcome.APPLIED] * 200
     slot = Slot(f"service {rng.randrange(7)}", "owner")
     assert len(store.in_slot(P1, slot)) == len([f for f in facts if f.slot == slot])
+
+
+def test_each_read_is_one_round_trip(store: FactStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    for m in SESSION:
+        store.apply(m)
+    store.apply(learned_minute("deploy window", "Tuesday", P1, minute_id=cid(), timestamp=at(0)))
+    trips: list[str] = []
+    command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
+
+    def counted_command(self: redis.Redis, *args: Any, **kwargs: Any) -> Any:
+        trips.append(str(args[0]))
+        return command(self, *args, **kwargs)
+
+    def counted_execute(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
+        trips.append("pipeline")
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
+    reads = {
+        "get": lambda: store.get(P1, fact("1 hour", 10).id),
+        "in_slot": lambda: store.in_slot(P1, TTL),
+        "in_tier": lambda: store.in_tier(P1),
+        "by_type": lambda: store.by_type(P1, FactType.FACT),
+        "current": lambda: store.current([P1, TASK, GLOBAL_KEY], types=["fact", "decision"], as_of=at(15)),
+        "recall": lambda: store.recall(P1, "deploy window"),
+        "procedural_rules": lambda: store.procedural_rules([P1, TASK, GLOBAL_KEY]),
+        "slot_views": lambda: store.slot_views([(P1, TTL), (TASK, TTL)]),
+    }
+    for name, read in reads.items():
+        trips.clear()
+        assert read() is not None
+        assert len(trips) == 1, (name, trips)
