@@ -7,6 +7,7 @@ process are strictly increasing and ids from different processes sort by time.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -58,3 +59,18 @@ def id_timestamp_ms(minute_id: str) -> int | None:
             return None
         value = value * 32 + idx
     return value
+
+
+def derived_minute_id(ms: int, *parts: str) -> str:
+    """The id of a minute PVM derives from others: the same inputs give the same id, every time, in any process.
+
+    ULID layout like `new_minute_id`: 48 bits of `ms` (clamped to 0 .. 2**48-1), then
+    80 bits of SHA-256 over the netstrings of `parts` (``<UTF-8 length>:<part>,``, so
+    no two lists of parts share a name). A knowledge change the facts pool derives
+    from a source minute takes that minute's time and names the minute ids, the
+    change and the fact in `parts`: a retried job or a second run derives the same
+    id, and the log, idempotent by id, keeps the minute once.
+    """
+    name = "".join(f"{len(p.encode('utf-8'))}:{p}," for p in parts).encode("utf-8")
+    rnd = int.from_bytes(hashlib.sha256(name).digest()[:10], "big")
+    return _encode(min(max(ms, 0), (1 << 48) - 1), 10) + _encode(rnd, 16)

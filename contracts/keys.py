@@ -22,9 +22,11 @@ MINUTE_FIELD = b"m"
 
 # RQ queues, one per pool. Later pools add theirs here.
 LOG_QUEUE = "pvm-log"
+FACTS_QUEUE = "pvm-facts"
 QUEUES = {
     "log": LOG_QUEUE,
     "index": "pvm-index",
+    "facts": FACTS_QUEUE,
 }
 
 
@@ -195,14 +197,16 @@ LOG_JOB = "workers.log_pool.run"  # one dispatcher batch into the durable log
 INDEX_JOB = "workers.index_pool.run"  # one batch of durable minutes into the vector index
 INDEX_RESET_JOB = "workers.index_pool.reset_project"  # forget a project's derived memory before a replay
 INDEX_OPTIMIZE_JOB = "workers.index_pool.optimize"  # optimize the embedded engine's shards
+FACTS_JOB = "workers.facts_pool.run"  # one fanned-out batch of durable minutes into the facts store
 
 # The job each pool runs on a batch the log pool fans out to it, by pool name (the keys of `QUEUES`).
 POOL_JOBS = {
     "log": LOG_JOB,
     "index": INDEX_JOB,
+    "facts": FACTS_JOB,
 }
 
-JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB})
+JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB, FACTS_JOB})
 """Dotted names of every function a PVM worker may run, and nothing else.
 
 A worker checks a job's function name against this set before it imports or
@@ -223,10 +227,8 @@ def index_done(project_id: str) -> str:
 
 # -- facts pool: the current view of long-term memory ----------------------------------------------------------
 #
-# The facts pool's helper wires these: adding "facts" to QUEUES / POOL_JOBS and FACTS_JOB to JOB_FUNCTIONS makes
-# the log pool fan out to it and the runner, exporter and allowlist expect its workers, so that lands with the pool.
-FACTS_QUEUE = "pvm-facts"
-FACTS_JOB = "workers.facts_pool.run"  # one fanned-out batch of durable minutes into the facts store
+# The queue (`FACTS_QUEUE`, in `QUEUES`) and the job (`FACTS_JOB`, in `POOL_JOBS` and `JOB_FUNCTIONS`) are named
+# above with the other pools'.
 
 # Every key below is a projection of the log (knowledge-change minutes, contracts/fact_changes.py): replay rebuilds
 # them. Task and project tiers of a project carry the project's tag ``{p:<project>}`` (with its other caches, so one
@@ -321,3 +323,35 @@ def metrics_extraction() -> str:
     ``error``) and its answer's items (``kept``, or dropped: ``unknown_ref``, ``refused``); docs/extraction.md.
     """
     return f"{PREFIX}:metrics:extraction"
+
+# -- facts pool: the store's bookkeeping and counters (area: facts pool) ---------------------------------------
+
+
+def facts_parked(tier_key: TierKey) -> str:
+    """Hash fact id -> msgpack list of change minutes that name a fact the store does not hold yet.
+
+    A change can reach the store before the minute that asserts its fact (two log workers, two facts workers):
+    it waits here and is applied when the fact arrives, so the order minutes are applied in never changes the
+    result. One per project (task and project tiers) and one for the global tier, like `facts_by_id`.
+    """
+    return f"{PREFIX}:{_facts_tag(tier_key)}:facts:parked"
+
+
+def facts_cleared(project_id: str) -> str:
+    """Hash task tier key -> the order key of the newest ``task_memory_cleared`` applied to it.
+
+    A fact of that task asserted before the clearing leaves the current view, even when its minute arrives after.
+    """
+    return f"{PREFIX}:{{p:{project_id}}}:facts:cleared"
+
+
+# The facts pool's counters: the fields of `metrics_fact_changes`, and the `change` label of pvm_facts_changes_total.
+FACT_CHANGE_COUNTERS = ("extracted", "asserted", "confirmed", "promoted", "superseded", "contradicted", "refused")
+
+
+def metrics_fact_changes() -> str:
+    """Hash of the facts pool's counters (`FACT_CHANGE_COUNTERS`): candidates ``extracted``; change minutes it
+    wrote by kind (``asserted``, ``confirmed``, ``promoted`` — at assertion or on confirmation —, ``superseded``,
+    ``contradicted``); and change minutes from the log it ``refused``.
+    """
+    return f"{PREFIX}:metrics:facts:changes"

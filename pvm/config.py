@@ -545,6 +545,13 @@ class Settings:
         defaults.LLM_TEMPERATURE,
         "sampling temperature of LLM calls (0: the same answer every time)",
     )
+    fact_promote_at: float = setting(
+        "PVM_FACT_PROMOTE_AT",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.FACT_PROMOTE_AT,
+        "confidence at which the facts pool promotes an extracted fact to current knowledge (below: pending); "
+        f"{defaults.FACT_PROMOTE_AT} measured precision 0.95 on the held-out labeled set (bench/fact_sessions.py)",
+    )
     redis_start_wait_s: float = setting(
         "PVM_REDIS_START_WAIT",
         Number(minimum=0),

@@ -17,7 +17,7 @@ EMIT_SOCKET_TIMEOUT_S = 2.0
 SPOOL_DIR = "var/spool"
 
 # Pools the log pool feeds with every durable batch.
-DOWNSTREAM = ("index",)
+DOWNSTREAM = ("index", "facts")
 # Their jobs may call providers that retry with backoff (embeddings: up to 6 tries of 30 s).
 DOWNSTREAM_JOB_TIMEOUT_S = 600
 
@@ -184,3 +184,13 @@ LLM_EXTRACT_MAX_FIELD_CHARS = 2_000  # characters of one text field of a minute 
 # A model's own confidence is not calibrated: capped at the rule path's strongest text reading (a decision or a
 # "must not", 0.85), so an LLM statement never outranks the data convention (0.95) or a person.
 LLM_EXTRACT_MAX_CONFIDENCE = 0.85
+
+# Facts pool and store, workers/facts_pool.py and pvm/stores/facts.py (area: facts pool)
+# A candidate fact at or above this confidence is promoted (current knowledge) when asserted or confirmed; below it
+# waits as pending. Measured on the held-out split of bench/fact_sessions.py (seed 11, rule path): precision 0.95 at
+# 0.8 (recall 0.37), 0.81 at 0.7, 1.00 at 0.9 (recall 0.26). docs/extraction.md has the table.
+FACT_PROMOTE_AT = 0.8  # PVM_FACT_PROMOTE_AT
+FACTS_SLOT_LEASE_MS = 10_000  # a facts worker's lease on a slot while it decides and writes its changes
+FACTS_LEASE_WAIT_S = 30.0  # a batch waits this long for slots another worker holds, then fails (and is retried)
+FACTS_LEASE_POLL_S = 0.005  # first wait before asking again for a busy slot, doubled up to 0.2 s
+FACTS_COMMIT_RETRIES = 100  # optimistic tries to apply changes to one project's facts while others write to them

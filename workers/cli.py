@@ -445,6 +445,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         for stage, f in snap.freshness.items()
     ]
     print(_table(rows, ["stage", "p50", "p99", "minutes"]) if rows else "  nothing recorded yet")
+    print("\nFACTS (what the facts pool did)")
+    print("  " + ", ".join(f"{change} {count:,}" for change, count in snap.fact_changes.items()))
     print(f"\nSCHEDULES (leader: {snap.scheduler_leader or 'none'})")
     rows = [
         {

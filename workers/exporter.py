@@ -5,7 +5,8 @@ the oldest pending entry per shard and group; RQ queue states (dequeued
 included: jobs a worker took and has not started) and live workers per pool;
 the reaper's requeues per queue and reason; dead letters (held now, and ever
 added); the job-level counters and histograms the pools record in Redis
-(`pvm.metrics`); and the scheduler's schedules and lease. `snapshot()` is
+(`pvm.metrics`), the facts pool's change counters among them; and the
+scheduler's schedules and lease. `snapshot()` is
 shared with `pvm status`.
 """
 
@@ -111,6 +112,7 @@ class Snapshot:
     freshness: dict[str, dict[str, float | None]]  # stage -> p50_s, p99_s, count
     schedules: list[ScheduleState] = field(default_factory=list)
     scheduler_leader: str | None = None  # the lease holder's name; None: no scheduler acts
+    fact_changes: dict[str, int] = field(default_factory=dict)  # keys.FACT_CHANGE_COUNTERS, each from 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -295,6 +297,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         h = read_histogram(hash_reply(connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
         freshness[stage] = {"p50_s": _quantile(h, 0.5), "p99_s": _quantile(h, 0.99), "count": h.count}
     leader = bulk_reply(connection.get(keys.scheduler_leader()))
+    counted = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_fact_changes())).items()}
     return Snapshot(
         now,
         streams,
@@ -303,6 +306,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         freshness,
         schedules=_schedules(connection, now),
         scheduler_leader=None if leader is None else _s(leader),
+        fact_changes={name: counted.get(name, 0) for name in keys.FACT_CHANGE_COUNTERS},
     )
 
 
@@ -399,6 +403,17 @@ class PvmCollector:
             h = read_histogram(hash_reply(self.connection.hgetall(keys.metrics_stage_duration(stage))), BATCH_BUCKETS)
             durations.add_metric([stage], h.buckets, h.sum)
         yield from (minutes, batches, failures, durations)
+
+        # Every change is served from 0 before the facts pool's first batch, so increase() sees the first one.
+        changes = CounterMetricFamily(
+            "pvm_facts_changes",
+            "The facts pool's work: candidates extracted, change minutes written by kind (asserted, confirmed, "
+            "promoted, superseded, contradicted), change minutes from the log refused.",
+            labels=["change"],
+        )
+        for change, count in snap.fact_changes.items():
+            changes.add_metric([change], count)
+        yield changes
 
         fresh = HistogramMetricFamily(
             "pvm_freshness_seconds", "Time from emit until a minute reached a stage.", labels=["stage"]

@@ -1,11 +1,18 @@
 """`pvm replay`: rebuild every derived store of a project from the durable log alone.
 
-The log is the commit point; Redis caches, the vector index and agent memory
-are derived from it. Replay clears a project's derived state and feeds the log
+The log is the commit point; Redis caches, the vector index, agent memory and
+the facts are derived from it. Replay clears a project's derived state and feeds the log
 back through the same code paths the pipeline uses: the cache update of the
 log pool, then index jobs on the index queue (so with the embedded engine the
 process that owns the engine does the indexing). Idempotence makes a replay
 that is interrupted and run again safe.
+
+The facts are rebuilt here, in this process, before any job is queued: the
+store changes only by applying knowledge-change minutes, so replay applies the
+project's change minutes from the log (`replay_facts`), with no extractor and
+no model, and every fact comes back as it was. A replay of every project
+forgets the global tier first; a replay of one project applies its changes to
+the global tier again (idempotent) and leaves the other projects' alone.
 
 Waiting, replay says "rebuilt" only once each project's reset job has finished
 and its index head has reached the newest seq the replay sent (the head's
@@ -27,13 +34,16 @@ import redis
 from rq import Queue, Retry
 from rq.job import Job
 
-from contracts import keys
+from contracts import ContractError, FactChange, Minute, fact_change, keys
+from contracts.fact_changes import FACT_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply
 from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.facts import FactStore, Outcome
 from pvm.stores.log import LogReader
 from workers.failed_jobs import job_error
+from workers.heads import advance_script
 from workers.queues import live_workers, pool_queue
 
 NO_INDEX_WORKER = "no index worker is running: start `pvm worker index` or `pvm serve`"
@@ -81,6 +91,63 @@ def _clear_caches(connection: redis.Redis, project_id: str) -> None:
     doomed = [keys.recent_window(project_id), keys.minute_by_id(project_id), keys.minute_by_id_order(project_id)]
     doomed += list(connection.scan_iter(match=keys.agent_recent_window(project_id, "*"), count=1000))
     connection.delete(*doomed)
+
+
+@dataclass
+class FactsReplay:
+    """What rebuilding one project's facts applied."""
+
+    changes: int = 0  # knowledge-change minutes in the log
+    applied: int = 0  # ... that changed the store (the rest: already applied, or dropped by a clearing)
+    refused: int = 0  # ... that `fact_change` or the store refused, as the facts pool did
+
+
+_FACTS_HEAD = advance_script("applied_at")
+
+
+def replay_facts(connection: redis.Redis, settings: Settings, project_id: str) -> FactsReplay:
+    """Forget a project's facts, then apply its knowledge-change minutes from the log, in log order.
+
+    No extractor or model runs: the facts pool wrote every decision as a change minute. The facts head
+    ends at the log's last seq (every minute of the log is accounted for).
+    """
+    store = FactStore(connection)
+    store.reset_project(project_id)
+    log = LogReader(settings.log_dir)
+    done = FactsReplay()
+    progress = Progress(f"replay {project_id}: facts", log.count(project_id))
+    batch: list[tuple[Minute, FactChange]] = []
+    seen = last_seq = 0
+
+    def flush() -> None:
+        nonlocal batch
+        if batch:
+            outcomes = store.apply_changes(batch)
+            done.applied += sum(o is Outcome.APPLIED for o in outcomes)
+            done.refused += sum(o is Outcome.REFUSED for o in outcomes)
+            batch = []
+
+    for record in log.history(project_id):
+        seen, last_seq = seen + 1, record.seq
+        if record.fields.get("event_type") not in FACT_EVENT_TYPES:
+            continue
+        done.changes += 1
+        minute = record.minute
+        try:
+            batch.append((minute, fact_change(minute)))
+        except ContractError:
+            done.refused += 1  # the facts pool refused it too: the log keeps it, the store never had it
+        if len(batch) >= defaults.REPLAY_BATCH:
+            flush()
+            progress.show(seen)
+    flush()
+    if last_seq:
+        connection.eval(
+            _FACTS_HEAD, 2, keys.facts_head(project_id), keys.facts_done(project_id), repr(time.time()), 1, last_seq
+        )
+    progress.show(seen, f"{done.changes:,} knowledge changes", force=True)
+    progress.done()
+    return done
 
 
 def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
@@ -239,6 +306,10 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
     if wait and not live_workers(connection, keys.QUEUES["index"]):
         print(f"pvm replay: {NO_INDEX_WORKER} (or pass --no-wait to queue the rebuild for later)", file=sys.stderr)
         return 1
+    if project_id is None:
+        FactStore(connection).reset_global()  # every project's changes to it are applied again below
+    for p in projects:
+        replay_facts(connection, settings, p)
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
     total = sum(p.minutes for p in enqueued)
     if wait:

@@ -126,3 +126,17 @@ def test_id_timestamp_ms_other_shapes() -> None:
     assert id_timestamp_ms("0" * 26) == 0
     value = new_minute_id()
     assert id_timestamp_ms(value.lower()) == id_timestamp_ms(value)
+
+
+def test_a_derived_id_is_the_same_for_the_same_inputs_and_sorts_by_its_time() -> None:
+    from contracts.ids import derived_minute_id
+
+    first = derived_minute_id(1_795_687_200_000, "fact_asserted", "f1", "m1")
+    assert first == derived_minute_id(1_795_687_200_000, "fact_asserted", "f1", "m1")
+    assert CROCKFORD.fullmatch(first) and ID_PATTERN.fullmatch(first)
+    assert id_timestamp_ms(first) == 1_795_687_200_000
+    # Parts are netstrings: moving a boundary is another name.
+    assert derived_minute_id(1_795_687_200_000, "ab", "c") != derived_minute_id(1_795_687_200_000, "a", "bc")
+    assert first != derived_minute_id(1_795_687_200_000, "fact_asserted", "f1", "m2")
+    assert derived_minute_id(1_795_687_200_001, "x") > derived_minute_id(1_795_687_200_000, "x")
+    assert id_timestamp_ms(derived_minute_id(-5, "x")) == 0

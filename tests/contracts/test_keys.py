@@ -127,12 +127,18 @@ def fact_keys(key: TierKey, slot: Slot = SLOT) -> list[str]:
     ]
 
 
-def test_facts_queue_and_job_are_named_but_not_wired_yet() -> None:
-    assert keys.FACTS_QUEUE == "pvm-facts"
-    assert keys.FACTS_JOB == "workers.facts_pool.run"
-    # Wiring them makes the dispatcher, runner, exporter and allowlist expect a pool: the pool's helper does it.
-    assert keys.FACTS_QUEUE not in keys.QUEUES.values() and "facts" not in keys.POOL_JOBS
-    assert keys.FACTS_JOB not in keys.JOB_FUNCTIONS
+def test_the_facts_pool_is_wired_into_the_queues_the_fan_out_and_the_allowlist() -> None:
+    assert keys.FACTS_QUEUE == keys.QUEUES["facts"] == "pvm-facts"
+    assert keys.FACTS_JOB == keys.POOL_JOBS["facts"] == "workers.facts_pool.run"
+    assert keys.FACTS_JOB in keys.JOB_FUNCTIONS
+
+
+def test_the_facts_stores_bookkeeping_shares_its_records_tag() -> None:
+    task, project = TierKey.for_task("alpha", "T-1"), TierKey.for_project("alpha")
+    assert keys.facts_parked(task) == keys.facts_parked(project) == "pvm:{p:alpha}:facts:parked"
+    assert keys.facts_parked(GLOBAL_KEY) == "pvm:{g}:facts:parked"
+    assert keys.facts_cleared("alpha") == "pvm:{p:alpha}:facts:cleared"
+    assert keys.metrics_fact_changes() == "pvm:metrics:facts:changes"
 
 
 @pytest.mark.parametrize(

@@ -73,12 +73,13 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_schedule_interval_seconds": ("gauge", frozenset({"schedule"})),
     "pvm_scheduler_leader": ("gauge", frozenset({"scheduler"})),
     "pvm_exporter_scrape_errors_total": ("counter", frozenset()),
+    "pvm_facts_changes_total": ("counter", frozenset({"change"})),
 }
 # Every label the exporter puts on a series.
 METRIC_LABELS = frozenset(
     {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule"),
-        *("scheduler", "reason"),
+        *("scheduler", "reason", "change"),
     }
 )
 # Series Prometheus adds itself for every target.

@@ -48,6 +48,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_LLM_MAX_RETRIES": ["-1", "x"],
     "PVM_LLM_MAX_TOKENS": ["0", "lots"],
     "PVM_LLM_TEMPERATURE": ["-0.1", "2.5", "nan", "hot"],
+    "PVM_FACT_PROMOTE_AT": ["-0.1", "1.5", "nan", "high"],
 }
 FREE_TEXT = {
     "PVM_HOME",
@@ -117,6 +118,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "llm_max_retries": st.integers(0, 100),
     "llm_max_tokens": st.integers(1, 10**6),
     "llm_temperature": st.floats(min_value=0, max_value=2, allow_nan=False),
+    "fact_promote_at": st.floats(min_value=0, max_value=1, allow_nan=False),
 }
 
 

@@ -112,8 +112,35 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
     assert labels <= {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"),
-        *("schedule", "scheduler", "reason"),
+        *("schedule", "scheduler", "reason", "change"),
     }
+
+
+def test_the_facts_pools_change_counters_are_served_every_one_from_zero(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    def served() -> dict[str, float]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            m = scrape(port)
+        finally:
+            server.shutdown()
+        return {labels["change"]: value for labels, value in m["pvm_facts_changes_total"]}
+
+    assert served() == dict.fromkeys(keys.FACT_CHANGE_COUNTERS, 0.0)
+    redis_client.hset(keys.metrics_fact_changes(), mapping={"asserted": 7, "superseded": 2, "refused": 1})
+    assert served() == {**dict.fromkeys(keys.FACT_CHANGE_COUNTERS, 0.0), "asserted": 7, "superseded": 2, "refused": 1}
+    assert keys.FACT_CHANGE_COUNTERS == (
+        "extracted",
+        "asserted",
+        "confirmed",
+        "promoted",
+        "superseded",
+        "contradicted",
+        "refused",
+    )
+    assert snapshot(redis_client, settings).fact_changes["asserted"] == 7
 
 
 def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
@@ -273,6 +300,8 @@ def test_dequeued_jobs_and_the_reapers_requeues_are_served(redis_client: redis.R
         ("pvm-log", "stranded"): 1.0,
         ("pvm-index", "dead_worker"): 1.0,
         ("pvm-index", "stranded"): 0.0,
+        ("pvm-facts", "dead_worker"): 0.0,
+        ("pvm-facts", "stranded"): 0.0,
     }
     log_state = next(q for q in snapshot(redis_client, settings).queues if q.pool == "log")
     assert (log_state.dequeued, log_state.requeued) == (0, {"dead_worker": 0, "stranded": 1})
@@ -306,6 +335,7 @@ def test_status_and_dead_letter_commands(
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert "POOLS" in out and "pvm-log" in out and "1 dead letters" in out
+    assert "pvm-facts" in out and "FACTS (what the facts pool did)" in out and "asserted 0" in out
     assert main(["dead", "list", "--json"]) == 0
     import json
 

@@ -81,3 +81,10 @@ def test_a_worker_group_slows_a_crash_loop_down_too(settings: Settings) -> None:
         assert group.restart_dead(now=t + 1.6) == [0]
     finally:
         group.stop(timeout=5)
+
+
+def test_pvm_up_runs_the_log_and_facts_pools_and_the_index_pool_with_a_qdrant_server(settings: Settings) -> None:
+    # With the embedded engine the index pool runs inside `pvm serve` (one process owns its files).
+    assert Stack(settings, api_port=None).processes == {"log": 1, "facts": 1}
+    served = Stack(settings.with_(qdrant_url="http://qdrant:6333"), {"facts": 3}, api_port=None)
+    assert served.processes == {"log": 1, "facts": 3, "index": 1}

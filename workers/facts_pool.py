@@ -1,0 +1,566 @@
+"""The facts pool: turns durable minutes into long-term memory, typed facts kept current slot by slot.
+
+Fed by the log pool's fan-out (queue ``pvm-facts``) with records ``[minute_id, log_seq, minute_bytes,
+entry_ms]`` (``entry_ms``, the stream entry time, is what freshness is measured from; three-element
+records are accepted too). For an ordinary minute the extractor (`extractor_from_settings`) reads
+candidate facts, and the pure core (`decide`) weighs each against the current view of its slot in its
+tier key: a new value is asserted (promoted at once when its confidence reaches PVM_FACT_PROMOTE_AT,
+pending below); the same value again is confirmed (sources merged, confidence raised, promoted when it
+crosses the threshold); a newer value of a single-valued slot supersedes the old one; a different value
+neither newer nor older contradicts it, and both are flagged. Different slots never touch each other.
+
+Every decision is written as a knowledge-change minute (`contracts.fact_changes`): the pool XADDs them
+to the shard streams, so they flow through the log like any minute, and applies them to the store
+(`pvm.stores.facts`) at once. The store changes only by applying change minutes, so `pvm replay`
+rebuilds it from the log without calling an extractor or a model; for the same reason the pool never
+extracts from a change minute: it validates one (`fact_change`) and applies it, or refuses it (logged,
+counted, never applied; the log keeps it). Change minute ids derive from the source minute, the change
+and the fact (`contracts.ids.derived_minute_id`), so a retried job writes the same minutes again and
+the log keeps them once. One slot's decisions are serialized by a lease on the slot (ARCHITECTURE
+invariant 8); different slots are decided in parallel, by one worker or several.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+import redis
+from rq import get_current_job
+
+from contracts import ContractError, InvalidMinute, Minute, check_project_id, decode_durable_minute, encode_minute, keys
+from contracts.errors import InvalidFact
+from contracts.fact_changes import (
+    FactAsserted,
+    FactChange,
+    FactConfirmed,
+    FactContradicted,
+    FactPromoted,
+    FactSuperseded,
+    PromotionReason,
+    asserted_minute,
+    confirmed_minute,
+    contradicted_minute,
+    fact_change,
+    is_fact_change,
+    promoted_minute,
+    superseded_minute,
+)
+from contracts.facts import (
+    MAX_RELATIONSHIPS,
+    Fact,
+    FactStatus,
+    RelationKind,
+    Relationship,
+    Slot,
+    Tier,
+    TierKey,
+    check_time,
+    is_valid_task_id,
+)
+from contracts.ids import derived_minute_id
+from pvm import defaults
+from pvm.config import Settings
+from pvm.metrics import MetricsRecorder
+from pvm.stores.facts import FactStore, Outcome, time_ms
+from workers.extraction import Candidate, Extractor, RuleExtractor
+from workers.extraction_llm import llm_extractor_from_settings
+from workers.heads import FRESH, advance_script, runs
+
+log = logging.getLogger(__name__)
+
+# -- pure core --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sourced:
+    """A candidate fact with the minute that states it: the minute's project, time and id name what it leads to."""
+
+    candidate: Candidate
+    minute: Minute
+
+
+@dataclass
+class Decision:
+    """The change minutes one slot's candidates lead to, in the order they apply, with what each kind counted."""
+
+    minutes: list[Minute] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def tier_key_of(candidate: Candidate, minute: Minute) -> TierKey | None:
+    """The tier key a candidate's fact lives in: its minute's project, its task if it names a valid one.
+
+    None when the candidate names another project than the minute that states it (an extractor's bug):
+    one project's minutes never make another project's facts.
+    """
+    if candidate.project_id != minute.project_id:
+        return None
+    if candidate.tier == Tier.TASK and is_valid_task_id(candidate.task_id):
+        return TierKey.for_task(minute.project_id, str(candidate.task_id))
+    return TierKey.for_project(minute.project_id)
+
+
+def confirmed_confidence(held: float, stated: float) -> float:
+    """A fact's confidence once stated again: independent evidence (noisy-or), never lower than before."""
+    return max(held, round(1.0 - (1.0 - held) * (1.0 - stated), 4))
+
+
+def decide(
+    view: Sequence[Fact], sourced: Sequence[Sourced], tier_key: TierKey, promote_at: float, after_ms: int = 0
+) -> Decision:
+    """The change minutes that bring one slot of `tier_key` from `view` (its history) up to `sourced`.
+
+    Candidates are taken in the order of their minutes (time, then id), each against the view as the
+    changes before it left it:
+
+    - its value is in the slot already: ``fact_confirmed`` (its sources, confidence by
+      `confirmed_confidence`), and ``fact_promoted`` when a pending fact reaches `promote_at`; nothing when
+      every source is one the fact already has (a retried batch), or the fact was retracted;
+    - a new value: ``fact_asserted`` (promoted at `promote_at`, else pending), fitted into the slot's
+      timeline when both are single-valued (`_new_value`): a value holding when it starts is superseded
+      there (``fact_superseded``; the new fact carries ``supersedes``), the earliest value starting
+      after it supersedes it, a value from the same instant contradicts it (``fact_contradicted``).
+
+    Each change minute is timed at its source minute, or just after the slot's previous change
+    (`after_ms`, then each one written before it) when that is later: the store orders a fact's changes
+    by time, so they must follow the order they were decided in, whatever the source minutes' clocks.
+    Pure: ids derive from that time, the source minute, the change and the facts, so the same inputs
+    always give the same minutes.
+    """
+    facts = {f.id: f for f in view}
+    clock = _Clock(after_ms)
+    decision = Decision()
+    for item in sorted(sourced, key=lambda s: (time_ms(s.minute.timestamp), s.minute.id)):
+        fresh = _fact(item, tier_key, promote_at)
+        if fresh is None:
+            continue
+        known = facts.get(fresh.id)
+        if known is not None:
+            made = _restated(known, fresh, item.minute, clock, promote_at)
+        else:
+            made = _new_value(fresh, facts, item.minute, clock)
+        for minute, change, kind in made:
+            decision.minutes.append(minute)
+            decision.counts[kind] += 1
+            if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
+                decision.counts["promoted"] += 1  # promoted as it was asserted: at or above the threshold
+            _apply_here(facts, change)
+    return decision
+
+
+class _Clock:
+    """Times of one slot's change minutes: never before their source minute, each after the one before."""
+
+    def __init__(self, after_ms: int) -> None:
+        self.last = after_ms
+
+    def stamp(self, source: Minute, kind: str, *parts: str) -> dict[str, str]:
+        """The `minute_id` and `timestamp` of the next change minute (builders' keyword arguments)."""
+        ms = time_ms(source.timestamp)
+        if ms > self.last:
+            timestamp = source.timestamp
+        else:
+            ms = self.last + 1
+            timestamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self.last = ms
+        return {"minute_id": derived_minute_id(ms, source.id, kind, *parts), "timestamp": timestamp}
+
+
+def _instant(timestamp: str) -> datetime:
+    return check_time(timestamp, "timestamp")
+
+
+def _fact(item: Sourced, tier_key: TierKey, promote_at: float) -> Fact | None:
+    c = item.candidate
+    try:
+        return Fact.new(
+            type=c.type,
+            text=c.text,
+            subject=c.subject,
+            attribute=c.attribute,
+            value=c.value,
+            tier_key=tier_key,
+            confidence=c.confidence,
+            source_minute_ids=tuple(dict.fromkeys(c.source_minute_ids or (item.minute.id,))),
+            status=FactStatus.PROMOTED if c.confidence >= promote_at else FactStatus.PENDING,
+            valid_from=c.valid_from,
+            recorded_at=item.minute.timestamp,
+            tags=tuple(dict.fromkeys(c.tags)),
+            single_valued=c.single_valued,
+        )
+    except InvalidFact as exc:
+        log.warning("facts pool: a candidate of minute %s is not a fact (%s); skipped", item.minute.id, exc)
+        return None
+
+
+_Made = tuple[Minute, FactChange, str]
+
+
+def _made(minute: Minute, kind: str) -> _Made:
+    return minute, fact_change(minute), kind
+
+
+def _restated(known: Fact, fresh: Fact, source: Minute, clock: _Clock, promote_at: float) -> list[_Made]:
+    new_sources = [m for m in fresh.source_minute_ids if m not in known.source_minute_ids]
+    if not new_sources or known.status is FactStatus.RETRACTED:
+        return []
+    confidence = confirmed_confidence(known.confidence, fresh.confidence)
+    confirmed = confirmed_minute(known, new_sources, confidence, **clock.stamp(source, "fact_confirmed", known.id))
+    made = [_made(confirmed, "confirmed")]
+    if known.status is FactStatus.PENDING and confidence >= promote_at:
+        promoted = promoted_minute(known, PromotionReason.THRESHOLD, **clock.stamp(source, "fact_promoted", known.id))
+        made.append(_made(promoted, "promoted"))
+    return made
+
+
+def _new_value(fresh: Fact, facts: dict[str, Fact], source: Minute, clock: _Clock) -> list[_Made]:
+    """A value new to the slot: assert it, and fit it into the slot's timeline when both are single-valued.
+
+    Against the other values of the slot (retracted ones aside): each one that holds when the new value
+    starts and started before it is superseded there; the new value is superseded by the earliest one
+    that starts after it (a late minute fills its place in the history); one that starts at the same
+    instant contradicts it.
+    """
+    starts = _instant(fresh.valid_from)
+    timeline = sorted(
+        (f for f in facts.values() if f.status is not FactStatus.RETRACTED and f.single_valued and fresh.single_valued),
+        key=lambda f: (_instant(f.valid_from), f.id),
+    )
+    older = [f for f in timeline if _instant(f.valid_from) < starts and f.holds_at(starts)]
+    same = [f for f in timeline if _instant(f.valid_from) == starts]
+    later = [f for f in timeline if _instant(f.valid_from) > starts]
+    supersedes = tuple(Relationship(RelationKind.SUPERSEDES, f.id) for f in older[-MAX_RELATIONSHIPS:])
+    asserted = fresh.with_(relationships=supersedes)
+    made = [_made(asserted_minute(asserted, **clock.stamp(source, "fact_asserted", fresh.id)), "asserted")]
+    for old in older:
+        minute = superseded_minute(old, asserted, **clock.stamp(source, "fact_superseded", old.id, fresh.id))
+        made.append(_made(minute, "superseded"))
+    if later:
+        minute = superseded_minute(asserted, later[0], **clock.stamp(source, "fact_superseded", fresh.id, later[0].id))
+        made.append(_made(minute, "superseded"))
+    for other in same:
+        minute = contradicted_minute(asserted, other, **clock.stamp(source, "fact_contradicted", fresh.id, other.id))
+        made.append(_made(minute, "contradicted"))
+    return made
+
+
+def _apply_here(facts: dict[str, Fact], change: FactChange) -> None:
+    """What a change does to the slot's view while the rest of the batch is decided (the contract's `apply_to`)."""
+    if isinstance(change, FactAsserted):
+        facts[change.fact.id] = change.fact
+    elif isinstance(change, FactContradicted):
+        for fid in (change.fact_id, change.contradicted_by):
+            facts[fid] = change.apply_to(facts[fid])
+    elif isinstance(change, (FactConfirmed, FactPromoted, FactSuperseded)):
+        facts[change.fact_id] = change.apply_to(facts[change.fact_id])
+
+
+# -- decoding ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedMinute:
+    """A minute as the log made it durable: its sequence in the project's log and its stream entry time (or None)."""
+
+    seq: int
+    minute: Minute
+    entry_ms: int | None = None
+
+
+def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
+    """Decode ``[minute_id, seq, minute_bytes, entry_ms]`` records; the minutes (each once) and the ids that would not.
+
+    A record that does not decode is skipped, its neighbours kept: it stays in the log, and its seq
+    stays a gap below the facts head until a replay with a reader that decodes it.
+    """
+    good: list[LoggedMinute] = []
+    bad: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for record in records:
+        minute_id, seq, raw = record[0], record[1], record[2]
+        entry_ms = record[3] if len(record) > 3 and type(record[3]) is int else None
+        try:
+            minute = decode_durable_minute(raw)
+            check_project_id(minute.project_id)
+            if not isinstance(minute.data, dict):
+                raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
+        except ContractError as exc:
+            log.warning("facts pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
+            bad.append(str(minute_id))
+            continue
+        if (minute.project_id, minute.id) not in seen:
+            seen.add((minute.project_id, minute.id))
+            good.append(LoggedMinute(int(seq), minute, entry_ms))
+    return good, bad
+
+
+# -- the extractor ----------------------------------------------------------------------------------------------
+
+
+def extractor_from_settings(settings: Settings, metrics: MetricsRecorder | None = None) -> Extractor:
+    """The extractor the pool runs: the rules (offline, deterministic), or the LLM's when PVM_LLM_MODEL is set.
+
+    The LLM extractor (workers/extraction_llm.py) falls back to the rules itself, chunk by chunk, when the
+    model is unavailable or its answer is rejected.
+    """
+    return llm_extractor_from_settings(settings, metrics) or RuleExtractor()
+
+
+# -- RQ entry point ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FactsContext:
+    """What a batch is worked with: settings, the store, the extractor, metrics, and this process's lease token."""
+
+    settings: Settings
+    store: FactStore
+    extractor: Extractor
+    metrics: MetricsRecorder
+    owner: str
+
+    @classmethod
+    def build(cls, connection: redis.Redis, settings: Settings, extractor: Extractor | None = None) -> FactsContext:
+        metrics = MetricsRecorder(connection)
+        return cls(
+            settings=settings,
+            store=FactStore(connection),
+            extractor=extractor_from_settings(settings, metrics) if extractor is None else extractor,
+            metrics=metrics,
+            owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+        )
+
+
+@lru_cache(maxsize=4)
+def _context(connection: redis.Redis) -> FactsContext:
+    return FactsContext.build(connection, Settings.from_env())
+
+
+class SlotsBusy(RuntimeError):
+    """Other workers held some of a batch's slots for longer than the batch waits; the job is retried."""
+
+
+_ADVANCE_HEAD = advance_script("applied_at")
+
+
+def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """Work one batch of ``[minute_id, log_seq, minute_bytes, entry_ms]`` records into the facts; the body of `run`.
+
+    Change minutes are validated and applied; ordinary minutes are extracted and decided slot by slot
+    under leases, the resulting change minutes written to the streams and applied. Then the facts heads
+    move, and the metrics and the counters are recorded.
+    """
+    started = time.time()
+    logged, undecodable = decode(records)
+    counts: Counter[str] = Counter()
+    try:
+        changes = [r.minute for r in logged if is_fact_change(r.minute)]
+        ordinary = [r.minute for r in logged if not is_fact_change(r.minute)]
+        applied = _apply_from_log(ctx, changes, counts)
+        written = _extract_and_decide(ctx, connection, ordinary, counts)
+    except Exception:
+        ctx.metrics.failure("facts", len(records))  # best-effort: never raises in place of the batch's error
+        raise
+    applied_at = time.time()
+    fresh = _advance_heads(ctx, connection, logged, len(records), applied_at - started, counts)
+    ctx.metrics.freshness("facts", [applied_at - r.entry_ms / 1000.0 for r in fresh if r.entry_ms is not None])
+    return {
+        "minutes": len(logged),
+        "changes_applied": applied,
+        "changes_written": written,
+        "counts": dict(sorted(counts.items())),
+        "undecodable": undecodable,
+        "seconds": round(applied_at - started, 6),
+    }
+
+
+def _apply_from_log(ctx: FactsContext, minutes: Sequence[Minute], counts: Counter[str]) -> int:
+    """Validate and apply the change minutes the log carries; refuse (log, count, never apply) invalid ones."""
+    valid: list[tuple[Minute, FactChange]] = []
+    for minute in minutes:
+        try:
+            valid.append((minute, fact_change(minute)))
+        except ContractError as exc:
+            counts["refused"] += 1
+            log.warning(
+                "facts pool: refused change minute %s of project %s: %s (the log keeps it; nothing applied)",
+                minute.id,
+                minute.project_id,
+                exc,
+            )
+    outcomes = ctx.store.apply_changes(valid) if valid else []
+    for (minute, _), outcome in zip(valid, outcomes, strict=True):
+        if outcome is Outcome.REFUSED:
+            counts["refused"] += 1
+            log.warning(
+                "facts pool: refused change minute %s of project %s: it does not fit the fact it names",
+                minute.id,
+                minute.project_id,
+            )
+    return sum(outcome is Outcome.APPLIED for outcome in outcomes)
+
+
+def _extract_and_decide(
+    ctx: FactsContext, connection: redis.Redis, minutes: Sequence[Minute], counts: Counter[str]
+) -> int:
+    """Extract candidates from ordinary minutes, then decide, write and apply each slot's changes under its lease."""
+    if not minutes:
+        return 0
+    by_id = {m.id: m for m in minutes}
+    candidates = ctx.extractor.extract(minutes)
+    counts["extracted"] += len(candidates)
+    by_slot: dict[tuple[TierKey, Slot], list[Sourced]] = {}
+    for candidate in candidates:
+        minute = next((by_id[m] for m in candidate.source_minute_ids if m in by_id), None)
+        if minute is None:
+            log.warning(
+                "facts pool: a candidate names no minute of its batch (%s); skipped", candidate.source_minute_ids
+            )
+            continue
+        tier_key = tier_key_of(candidate, minute)
+        if tier_key is None:
+            log.warning(
+                "facts pool: a candidate of minute %s names project %r, not the minute's %r; skipped",
+                minute.id,
+                candidate.project_id,
+                minute.project_id,
+            )
+            continue
+        try:
+            slot = Slot(candidate.subject, candidate.attribute)
+        except InvalidFact as exc:
+            log.warning("facts pool: a candidate of minute %s has no slot (%s); skipped", minute.id, exc)
+            continue
+        by_slot.setdefault((tier_key, slot), []).append(Sourced(candidate, minute))
+    return _decide_under_leases(ctx, connection, by_slot, counts)
+
+
+def _decide_under_leases(
+    ctx: FactsContext,
+    connection: redis.Redis,
+    by_slot: dict[tuple[TierKey, Slot], list[Sourced]],
+    counts: Counter[str],
+) -> int:
+    """Decide every slot's candidates while holding its lease; slots another worker holds are waited for.
+
+    Per round: take the leases that are free (one round trip), read those slots (one), decide, XADD the
+    change minutes (one), apply them (a transaction per project), give the leases back (one). A slot
+    stays busy at most as long as another worker's round on it; after `FACTS_LEASE_WAIT_S` the batch
+    fails with `SlotsBusy` and is retried (every step is idempotent).
+    """
+    pending = dict(by_slot)
+    written = 0
+    wait = defaults.FACTS_LEASE_POLL_S
+    deadline = time.monotonic() + defaults.FACTS_LEASE_WAIT_S
+    while pending:
+        slots = list(pending)
+        taken = ctx.store.lease_slots(ctx.owner, slots, defaults.FACTS_SLOT_LEASE_MS)
+        mine = [slot for slot, ok in zip(slots, taken, strict=True) if ok]
+        if mine:
+            try:
+                minutes = _decide_slots(ctx, mine, pending, counts)
+                _write(connection, ctx.settings.shards, minutes)
+                ctx.store.apply_changes([(m, fact_change(m)) for m in minutes])
+                written += len(minutes)
+            finally:
+                ctx.store.release_slots(ctx.owner, mine)
+            for slot in mine:
+                del pending[slot]
+            wait = defaults.FACTS_LEASE_POLL_S
+            continue
+        if time.monotonic() >= deadline:
+            raise SlotsBusy(
+                f"{len(pending)} slot(s) stayed leased by other facts workers for {defaults.FACTS_LEASE_WAIT_S} s; "
+                "the job is retried (a worker that died holding a lease loses it after "
+                f"{defaults.FACTS_SLOT_LEASE_MS} ms)"
+            )
+        time.sleep(wait)
+        wait = min(wait * 2, 0.2)
+    return written
+
+
+def _decide_slots(
+    ctx: FactsContext,
+    slots: Sequence[tuple[TierKey, Slot]],
+    pending: dict[tuple[TierKey, Slot], list[Sourced]],
+    counts: Counter[str],
+) -> list[Minute]:
+    minutes: list[Minute] = []
+    for (tier_key, slot), view in zip(slots, ctx.store.slot_views(slots), strict=True):
+        decision = decide(
+            view.facts, pending[(tier_key, slot)], tier_key, ctx.settings.fact_promote_at, after_ms=view.last_ms
+        )
+        minutes.extend(decision.minutes)
+        counts.update(decision.counts)
+    return minutes
+
+
+def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute]) -> None:
+    """XADD change minutes to their projects' shard streams, as `emit` would, in one round trip."""
+    pipe = connection.pipeline(transaction=False)
+    n = 0
+    for minute in minutes:
+        pipe.xadd(keys.stream(keys.shard_of(minute.project_id, shards)), {keys.MINUTE_FIELD: encode_minute(minute)})
+        n += 1
+    if n:
+        pipe.execute()
+
+
+def _advance_heads(
+    ctx: FactsContext,
+    connection: redis.Redis,
+    records: Sequence[LoggedMinute],
+    batch_minutes: int,
+    batch_seconds: float,
+    counts: Counter[str],
+) -> list[LoggedMinute]:
+    """Mark the records applied, raise each project's facts head as far as it is contiguous, count the batch.
+
+    Returns the records applied for the first time (a retried or replayed minute is not fresh again).
+    Heads, batch metrics and the change counters share one round trip; a metrics error is only logged,
+    a head's error fails the batch (it is retried).
+    """
+    by_project: dict[str, list[LoggedMinute]] = {}
+    for r in records:
+        by_project.setdefault(r.minute.project_id, []).append(r)
+    pipe = connection.pipeline(transaction=False)
+    stamp = repr(time.time())
+    for project_id, of_project in by_project.items():
+        seqs = runs([r.seq for r in of_project])
+        pipe.eval(_ADVANCE_HEAD, 2, keys.facts_head(project_id), keys.facts_done(project_id), stamp, *seqs)
+    ctx.metrics.batch("facts", batch_minutes, batch_seconds, pipeline=pipe)
+    for name, n in counts.items():
+        if n:
+            pipe.hincrby(keys.metrics_fact_changes(), name, n)
+    replies = pipe.execute(raise_on_error=False)
+    heads, metrics = replies[: len(by_project)], replies[len(by_project) :]
+    for reply in heads:
+        if isinstance(reply, Exception):
+            raise reply
+    for reply in metrics:
+        if isinstance(reply, Exception):
+            log.warning("facts pool: metrics not recorded: %s", reply)
+            break
+    fresh: list[LoggedMinute] = []
+    for of_project, (_, _, flags) in zip(by_project.values(), heads, strict=True):
+        if isinstance(flags, str):
+            flags = flags.encode()
+        fresh.extend(r for r, flag in zip(of_project, flags, strict=True) if flag == FRESH)
+    return fresh
+
+
+def run(records: list[list[Any]]) -> dict[str, Any]:
+    """RQ job: work one fanned-out batch of durable minutes into the facts (see the module docstring)."""
+    job = get_current_job()
+    assert job is not None, f"{keys.FACTS_JOB} runs inside an RQ worker"
+    return facts_batch(_context(job.connection), job.connection, records)
