@@ -309,3 +309,17 @@ def facts_head(project_id: str) -> str:
 def facts_done(project_id: str) -> str:
     """Bitmap over a project's log sequence: bit n is set once minute n is applied to the facts (see `facts_head`)."""
     return f"{PREFIX}:{{p:{project_id}}}:facts:done"
+
+
+# -- fact points: the index pool's fact step (area: fact-index) ---------------------------------------------------
+
+
+def fact_points_lock(project_id: str | None) -> str:
+    """Lease of the one index worker folding a tenant's fact points (invariant 8): a project's, or global's (None).
+
+    A fact point is read, folded with a batch's knowledge changes and written back; two index workers (a Qdrant
+    server allows several) must not interleave on one tenant. Held only while a batch carries knowledge changes.
+    """
+    if project_id is None:
+        return f"{PREFIX}:{{g}}:index:facts:lock"
+    return f"{PREFIX}:{{p:{project_id}}}:index:facts:lock"

@@ -176,3 +176,9 @@ LLM_MALFORMED_RETRIES = 2  # retries of HTTP answers that are not a chat complet
 # (1 + PVM_LLM_MAX_RETRIES) timeouts per chunk during an outage.
 LLM_BREAKER_THRESHOLD = 3
 LLM_BREAKER_COOLDOWN_S = 30.0
+
+# Fact points in the vector store, the index pool's fact step (area: fact-index; workers/fact_points.py).
+FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldest fold into one state
+FACT_POINT_MAX_PENDING = 256  # changes kept on a point whose fact's assertion is not indexed yet (oldest dropped)
+FACT_POINTS_LOCK_S = 60.0  # lease of the worker folding a tenant's fact points (a crashed holder frees it after)
+FACT_POINTS_LOCK_WAIT_S = 30.0  # a batch waits this long for that lease, then fails and is retried
