@@ -921,3 +921,35 @@ def test_fact_points_carry_a_dense_vector_kept_while_their_text_stays(
         assert point.dense is not None and point.payload["status"] == "promoted"
     finally:
         edge.close()
+
+
+def test_facts_the_pool_indexes_are_found_by_search_as_they_were_then(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    from contracts.memory import FactHit
+    from pvm.search import HybridSearch
+
+    old, new = a_fact(), a_fact(value="15 minutes", valid_from=DAY2)
+    changes = [
+        fc.asserted_minute(old, timestamp=DAY1),
+        fc.promoted_minute(old, timestamp=DAY1),
+        fc.asserted_minute(new, timestamp=DAY2),
+        fc.superseded_minute(old, new, timestamp=DAY2),
+        fc.promoted_minute(new, timestamp=DAY2),
+    ]
+    queue = pool_queue("index", redis_client)
+    queue.enqueue(keys.INDEX_JOB, records(changes[:2]))
+    queue.enqueue(keys.INDEX_JOB, records(changes[2:], first_seq=3))
+    work(redis_client, "index")
+    search = HybridSearch(fact_engine)
+
+    def value(as_of: str | None) -> list[str]:
+        hits = search.search("alpha", "auth session ttl", kinds=("fact",), as_of=as_of)
+        return [h.fact["value"] for h in hits if isinstance(h, FactHit)]
+
+    assert value(None) == ["15 minutes"]
+    assert value("2026-09-01T18:00:00Z") == ["30 minutes"]
+    assert value("2026-09-02T18:00:00Z") == ["15 minutes"]
+    # The change minutes are minutes too: a minute search finds them, never the fact points.
+    minutes = search.search("alpha", "auth sessions", k=10)
+    assert {h.kind for h in minutes} == {"minute"} and len(minutes) == 5
