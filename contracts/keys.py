@@ -355,3 +355,16 @@ def metrics_fact_changes() -> str:
     ``contradicted``); and change minutes from the log it ``refused``.
     """
     return f"{PREFIX}:metrics:facts:changes"
+
+# -- fact points: the index pool's fact step (area: fact-index) ---------------------------------------------------
+
+
+def fact_points_lock(project_id: str | None) -> str:
+    """Lease of the one index worker folding a tenant's fact points (invariant 8): a project's, or global's (None).
+
+    A fact point is read, folded with a batch's knowledge changes and written back; two index workers (a Qdrant
+    server allows several) must not interleave on one tenant. Held only while a batch carries knowledge changes.
+    """
+    if project_id is None:
+        return f"{PREFIX}:{{g}}:index:facts:lock"
+    return f"{PREFIX}:{{p:{project_id}}}:index:facts:lock"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Category(StrEnum):
@@ -93,6 +93,7 @@ class RankWeights:
 class SearchHit:
     """One minute found by a search, with its final score and the parts it was made of."""
 
+    kind: ClassVar[str] = "minute"  # what a search found; a fact is a `FactHit`
     minute_id: str
     score: float
     minute: dict[str, Any]  # the minute as Minute.to_dict()
@@ -121,6 +122,32 @@ class SearchHit:
             "category": self.category,
             "insights": [i.to_dict() for i in self.insights],
             "scores": self.scores.to_dict() if self.scores else None,
+            "parts": dict(self.parts),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FactHit:
+    """One fact found by a search: the fact as `contracts.Fact.to_dict()`, its final score and the parts of it."""
+
+    kind: ClassVar[str] = "fact"
+    fact_id: str
+    score: float
+    fact: dict[str, Any]  # every field of the fact: type, text, value, status, valid_from / valid_until, tier_key, ...
+    parts: dict[str, float] = field(default_factory=dict)  # semantic, keyword, recency, importance
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> FactHit:
+        return cls(
+            fact_id=raw["fact_id"], score=float(raw["score"]), fact=raw["fact"], parts=dict(raw.get("parts") or {})
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "fact_id": self.fact_id,
+            "score": self.score,
+            "fact": self.fact,
             "parts": dict(self.parts),
         }
 

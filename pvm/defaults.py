@@ -194,3 +194,9 @@ FACTS_SLOT_LEASE_MS = 10_000  # a facts worker's lease on a slot while it decide
 FACTS_LEASE_WAIT_S = 30.0  # a batch waits this long for slots another worker holds, then fails (and is retried)
 FACTS_LEASE_POLL_S = 0.005  # first wait before asking again for a busy slot, doubled up to 0.2 s
 FACTS_COMMIT_RETRIES = 100  # optimistic tries to apply changes to one project's facts while others write to them
+
+# Fact points in the vector store, the index pool's fact step (area: fact-index; workers/fact_points.py).
+FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldest fold into one state
+FACT_POINT_MAX_PENDING = 256  # changes kept on a point whose fact's assertion is not indexed yet (oldest dropped)
+FACT_POINTS_LOCK_S = 60.0  # lease of the worker folding a tenant's fact points (a crashed holder frees it after)
+FACT_POINTS_LOCK_WAIT_S = 30.0  # a batch waits this long for that lease, then fails and is retried

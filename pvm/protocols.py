@@ -18,9 +18,24 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+# Kinds of points. A minute point carries no ``kind`` in its payload (every minute point written so far, and
+# every one written now: the minute path stays as it was); every other point names its kind.
+MINUTE = "minute"
+FACT = "fact"  # a fact (`contracts.Fact`), folded from its knowledge-change minutes (workers/fact_points.py)
+FACT_PENDING = "fact_pending"  # changes to a fact whose assertion is not indexed yet: found by no search
+TIER_CLEARED = "tier_cleared"  # the task_memory_cleared minutes of one task key: found by no search
+POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED)
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryPoint:
-    """One minute as the vector store holds it."""
+    """One minute, or one fact (or its bookkeeping), as the vector store holds it.
+
+    `minute_id` is the point's key: for a minute, its id (the point id is
+    derived from it and the project); for every other kind a UUID string, which
+    is the point id as it is (a fact's id). `project_id` is the tenant: a
+    project, or `pvm.vectors.GLOBAL_TENANT` for global-tier facts.
+    """
 
     minute_id: str
     project_id: str
@@ -29,6 +44,32 @@ class MemoryPoint:
         str, Any
     ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
     dense: list[float] | None = None
+    kind: str = MINUTE
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPoint:
+    """A point read back whole: its key (`MemoryPoint.minute_id`), payload and dense vector (None when not read)."""
+
+    key: str
+    payload: dict[str, Any]
+    dense: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FactFilters:
+    """Narrowing of a query to fact points (`kind` fact); every tuple is "any of these", an empty one "any".
+
+    `as_of_ms` (Unix ms) keeps the facts that held then and that PVM knew by
+    then: ``valid_from <= t < valid_until``, ``recorded_at <= t``, and not
+    cleared by then. Without it, facts cleared from the current view are left
+    out and validity is not read. The statuses are the facts' statuses now.
+    """
+
+    types: tuple[str, ...] = ()
+    tiers: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ("promoted",)
+    as_of_ms: int | None = None
 
 
 # What ranking reads of a candidate. A query with with_payload=False returns payloads holding only these
@@ -63,15 +104,27 @@ class VectorEngine(Protocol):
         limit: int,
         *,
         with_payload: bool = True,
+        facts: FactFilters | None = None,
     ) -> list[Candidate]:
-        """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only."""
+        """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only.
+
+        Minutes, or with `facts` given, fact points within those filters instead.
+        """
         ...
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes with their whole payloads, in the order asked."""
         ...
 
-    def count(self, project_id: str) -> int: ...
+    def get_points(
+        self, project_id: str, keys: Sequence[str], *, tier_keys: Sequence[str] = (), with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        """Points of any kind but minutes by key (UUID strings), and every point of these tier keys; unknown skipped."""
+        ...
+
+    def count(self, project_id: str, kind: str = MINUTE) -> int:
+        """Points of one kind stored for the project (its minutes by default)."""
+        ...
 
     def delete_project(self, project_id: str) -> None: ...
 

@@ -1,4 +1,4 @@
-"""Hybrid search over a project's minutes: lexical and dense legs, re-ranked with recency and importance.
+"""Hybrid search over a project's minutes and facts: lexical and dense legs, re-ranked with recency and importance.
 
 The engine (`pvm.vectors`) returns candidates from the lexical leg and, when an
 embedder is configured, the dense leg, with each leg's score and Qdrant's fused
@@ -47,22 +47,33 @@ failure `DenseLegBreaker` skips the dense leg for `DENSE_COOLDOWN_S` before one
 search tries again, so an outage costs one timeout per cool-down, not one per
 search. Such an answer is lexical-only and says so: `SearchResult.degraded`
 reads "dense leg skipped: <reason>".
+
+Facts. Every fact is its own point beside the minutes (`workers.fact_points`);
+``kinds=("fact",)`` searches them, ``("minute", "fact")`` both, ranked
+together by the same score (a fact's recency is from when PVM recorded it,
+its importance is the fact's). Facts are narrowed by type, tier and status
+(promoted by default), and ``as_of`` travels in time: the facts that held
+then and that PVM knew by then, and the minutes written by then. The task and
+project tiers are the project's own; the global tier is read only when
+``tiers`` names it, from a tenant of its own (`pvm.vectors.GLOBAL_TENANT`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal
 
+from contracts.facts import FactStatus, FactType, Tier, check_time
 from contracts.ids import id_timestamp_ms
-from contracts.memory import Insight, RankWeights, Scores, SearchFilters, SearchHit
+from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
 from pvm import defaults
-from pvm.protocols import Candidate, Embedder, VectorEngine
+from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, VectorEngine
 from pvm.providers import CircuitBreaker
-from pvm.vectors import require_project
+from pvm.vectors import GLOBAL_TENANT, require_project
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +89,38 @@ DEFAULT_FUSION: FusionMode = "max"
 DENSE_COOLDOWN_S = defaults.SEARCH_DENSE_COOLDOWN_S
 DEGRADED_PREFIX = "dense leg skipped: "
 
+# What a search can return, and the facts it returns unless told otherwise.
+KINDS: tuple[str, ...] = (MINUTE, FACT)
+FACT_TYPES: tuple[str, ...] = tuple(t.value for t in FactType)
+TIERS: tuple[str, ...] = tuple(t.value for t in Tier)
+STATUSES: tuple[str, ...] = tuple(s.value for s in FactStatus)
+DEFAULT_KINDS: tuple[str, ...] = (MINUTE,)
+DEFAULT_TIERS: tuple[str, ...] = (Tier.TASK.value, Tier.PROJECT.value)  # the global tier only when asked for
+DEFAULT_STATUSES: tuple[str, ...] = (FactStatus.PROMOTED.value,)  # current knowledge
+# With as_of, a fact superseded since then was current then.
+DEFAULT_STATUSES_AS_OF: tuple[str, ...] = (FactStatus.PROMOTED.value, FactStatus.SUPERSEDED.value)
+
+Hit = SearchHit | FactHit
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """A search's hits, best first, and why the answer is lexical-only when it should not be (else None)."""
+    """A search's minutes and facts, best first, and why the answer is lexical-only when it should not be (else None).
+
+    `hits` holds the minutes, `facts` the facts, `ranked` both in one order.
+    """
 
     hits: list[SearchHit]
     degraded: str | None = None  # "dense leg skipped: <reason>"
+    facts: list[FactHit] = field(default_factory=list)
+
+    @property
+    def ranked(self) -> list[Hit]:
+        """Minutes and facts together, best first (on an equal score, minutes first)."""
+        if not self.facts:
+            return list(self.hits)
+        both: list[Hit] = [*self.hits, *self.facts]
+        return sorted(both, key=lambda h: -h.score)
 
 
 class DenseLegBreaker(CircuitBreaker):
@@ -142,9 +178,26 @@ class HybridSearch:
         filters: SearchFilters | None = None,
         k: int = defaults.SEARCH_K,
         now_ms: int | None = None,
-    ) -> list[SearchHit]:
-        """The best `k` minutes of the project for `query` within `filters`, best first (`search_result`'s hits)."""
-        return self.search_result(project_id, query, filters, k, now_ms).hits
+        *,
+        kinds: Collection[str] = DEFAULT_KINDS,
+        fact_types: Collection[str] = (),
+        tiers: Collection[str] = DEFAULT_TIERS,
+        statuses: Collection[str] | None = None,
+        as_of: str | datetime | int | None = None,
+    ) -> list[Hit]:
+        """The best `k` minutes (and/or facts) of the project for `query`, best first (`search_result`'s `ranked`)."""
+        return self.search_result(
+            project_id,
+            query,
+            filters,
+            k,
+            now_ms,
+            kinds=kinds,
+            fact_types=fact_types,
+            tiers=tiers,
+            statuses=statuses,
+            as_of=as_of,
+        ).ranked
 
     def search_result(
         self,
@@ -153,8 +206,25 @@ class HybridSearch:
         filters: SearchFilters | None = None,
         k: int = defaults.SEARCH_K,
         now_ms: int | None = None,
+        *,
+        kinds: Collection[str] = DEFAULT_KINDS,
+        fact_types: Collection[str] = (),
+        tiers: Collection[str] = DEFAULT_TIERS,
+        statuses: Collection[str] | None = None,
+        as_of: str | datetime | int | None = None,
     ) -> SearchResult:
-        """The best `k` minutes of the project for `query` within `filters`, best first, and whether it degraded.
+        """The best `k` minutes and/or facts of the project for `query` within `filters`, and whether it degraded.
+
+        `kinds`: ``("minute",)`` (default), ``("fact",)`` or both, ranked
+        together. Facts are narrowed by `fact_types` (any by default), `tiers`
+        (task and project by default: the global tier only when named) and
+        `statuses` (promoted by default; with `as_of`, promoted or superseded).
+        Of `filters`, facts take `task_id` and `min_composite` (their
+        importance); the rest describe minutes. `as_of` (ISO 8601 with an
+        offset, an aware datetime, or Unix ms) keeps the facts valid then
+        (``valid_from <= t < valid_until``) that PVM had recorded and not
+        cleared by then, and the minutes written by then; recency is measured
+        from it unless `now_ms` is given.
 
         An empty query finds nothing. If the query cannot be embedded (or the
         breaker says the provider is failing), the search goes on with the
@@ -167,13 +237,29 @@ class HybridSearch:
         project_id = require_project(project_id)
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive whole number, got {k!r}")
+        wanted = _among("kinds", kinds, KINDS, empty_ok=False)
+        as_of_ms = _instant_ms(as_of)
+        facts = None
+        if FACT in wanted:
+            facts = FactFilters(
+                types=_among("fact_types", fact_types, FACT_TYPES),
+                tiers=_among("tiers", tiers, TIERS, empty_ok=False),
+                statuses=_among("statuses", statuses, STATUSES, empty_ok=False)
+                if statuses is not None
+                else (DEFAULT_STATUSES if as_of_ms is None else DEFAULT_STATUSES_AS_OF),
+                as_of_ms=as_of_ms,
+            )
         if not query or not query.strip():
             return SearchResult([])
         dense, degraded = self._embed(query)
         limit = max(defaults.SEARCH_MIN_CANDIDATES, defaults.SEARCH_CANDIDATES_PER_HIT * k)
         filters = filters or SearchFilters()
+        now = now_ms if now_ms is not None else as_of_ms if as_of_ms is not None else int(time.time() * 1000)
+        if facts is not None or as_of_ms is not None:
+            return self._search_kinds(
+                project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded
+            )
         candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
-        now = int(time.time() * 1000) if now_ms is None else now_ms
         best = self._ranked(candidates, now, limit)[:k]
         if not best:
             return SearchResult([], degraded)
@@ -182,6 +268,68 @@ class HybridSearch:
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
         return SearchResult(hits, degraded)
+
+    def _search_kinds(
+        self,
+        project_id: str,
+        query: str,
+        dense: list[float] | None,
+        filters: SearchFilters,
+        k: int,
+        limit: int,
+        now: int,
+        kinds: tuple[str, ...],
+        facts: FactFilters | None,
+        as_of_ms: int | None,
+        degraded: str | None,
+    ) -> SearchResult:
+        """`search_result` for facts, or for minutes as of a time: one query per kind and tenant, ranked together.
+
+        Every query names its tenant in a `must` condition: the project, or for
+        global facts (only when `facts.tiers` names the global tier) the global
+        tenant, which no project can be.
+        """
+        queries: list[tuple[str, str, SearchFilters, FactFilters | None]] = []
+        if MINUTE in kinds:
+            queries.append((MINUTE, project_id, _until(filters, as_of_ms), None))
+        if facts is not None:
+            own = tuple(t for t in facts.tiers if t != Tier.GLOBAL.value)
+            if own:
+                queries.append((FACT, project_id, filters, replace(facts, tiers=own)))
+            if Tier.GLOBAL.value in facts.tiers:
+                queries.append((FACT, GLOBAL_TENANT, filters, replace(facts, tiers=(Tier.GLOBAL.value,))))
+        candidates: list[Candidate] = []
+        source: dict[int, tuple[str, str]] = {}  # id(candidate) -> (kind, tenant)
+        for kind, tenant, of_query, fact_filters in queries:
+            if fact_filters is None:
+                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False)
+            else:
+                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False, facts=fact_filters)
+            for c in found:
+                source[id(c)] = (kind, tenant)
+            candidates += found
+        best = self._ranked(candidates, now, limit)[:k]
+        wanted: dict[tuple[str, str], list[str]] = {}
+        for _, c, _ in best:
+            wanted.setdefault(source[id(c)], []).append(c.minute_id)
+        stored: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for (kind, tenant), keys in wanted.items():
+            if kind == MINUTE:
+                stored.update(((kind, tenant, c.minute_id), c.payload) for c in self.engine.retrieve(tenant, keys))
+            else:
+                stored.update(((kind, tenant, p.key), p.payload) for p in self.engine.get_points(tenant, keys))
+        hits: list[SearchHit] = []
+        fact_hits: list[FactHit] = []
+        for score, c, parts in best:
+            kind, tenant = source[id(c)]
+            payload = stored.get((kind, tenant, c.minute_id))
+            if payload is None:
+                continue
+            if kind == MINUTE:
+                hits.append(_hit(c.minute_id, payload, score, parts))
+            elif payload.get("kind") == FACT and isinstance(payload.get("fact"), dict):
+                fact_hits.append(FactHit(c.minute_id, score, payload["fact"], parts))
+        return SearchResult(hits, degraded, fact_hits)
 
     def rank(
         self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, k: int | None = None
@@ -274,6 +422,45 @@ class HybridSearch:
         if self.dense_breaker.succeeded():
             log.warning("query embeddings work again: searches use the dense leg")
         return list(vector), None
+
+
+def _among(name: str, values: Collection[str], allowed: tuple[str, ...], *, empty_ok: bool = True) -> tuple[str, ...]:
+    """`values` as a tuple once each, if every one is in `allowed`; else a ValueError naming the argument."""
+    if isinstance(values, str):
+        raise ValueError(f"{name} must be a collection of names such as {allowed[:2]!r}, not the string {values!r}")
+    out = tuple(dict.fromkeys(str(v) for v in values))
+    unknown = [v for v in out if v not in allowed]
+    if unknown:
+        raise ValueError(f"{name}: {', '.join(map(repr, unknown))} not one of {', '.join(allowed)}")
+    if not out and not empty_ok:
+        raise ValueError(f"{name} must name at least one of {', '.join(allowed)}")
+    return out
+
+
+def _instant_ms(as_of: str | datetime | int | None) -> int | None:
+    """`as_of` as Unix ms: an ISO 8601 timestamp with an offset, an aware datetime, or whole Unix ms."""
+    if as_of is None:
+        return None
+    if isinstance(as_of, bool):
+        raise ValueError(f"as_of must be a timestamp, an aware datetime or Unix ms, got {as_of!r}")
+    if isinstance(as_of, int):
+        return as_of
+    if isinstance(as_of, datetime):
+        if as_of.tzinfo is None:
+            raise ValueError(f"as_of {as_of.isoformat()} has no UTC offset; pass an aware datetime")
+        return int(as_of.timestamp() * 1000)
+    try:
+        return int(check_time(as_of, "as_of").timestamp() * 1000)
+    except ValueError as exc:
+        raise ValueError(f"as_of: {exc}") from None
+
+
+def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
+    """`filters` that also leave out minutes written after `as_of_ms`."""
+    if as_of_ms is None:
+        return filters
+    until = as_of_ms + 1 if filters.until_ms is None else min(filters.until_ms, as_of_ms + 1)
+    return replace(filters, until_ms=until)
 
 
 def _max_normalized(values: list[float]) -> list[float]:

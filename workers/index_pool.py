@@ -8,6 +8,12 @@ vector points and agent-memory deltas, judging each minute by the rules of
 memory in Redis, the vector engine, and the project's index head (how far the
 index has caught up with the log). Every step is idempotent by minute id, so a retried or replayed
 batch changes nothing.
+
+Knowledge-change minutes (``fact_*``) are minutes of the log like any other:
+indexed as minutes, counted by the head. Each one is also applied to the
+point of the fact it changes (`workers.fact_points`, the fact step), so search
+can return facts beside minutes; one that does not parse is indexed as a
+plain minute only.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import logging
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -29,9 +35,11 @@ from contracts.memory import Category
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
-from pvm.protocols import Embedder, MemoryPoint, VectorEngine
+from pvm.protocols import FACT, Embedder, MemoryPoint, VectorEngine
 from pvm.stores.agent_memory import AgentDelta, AgentMemoryStore
 from pvm.stores.log import LogReader
+from pvm.vectors import GLOBAL_TENANT
+from workers import fact_points
 from workers.assessment import (
     categorize,
     event_words,
@@ -465,6 +473,19 @@ def _rebuild_broken_shards(ctx: IndexContext, connection: redis.Redis) -> list[s
         return []
     projects: list[str] = broken_projects()
     for project_id in projects:
+        if project_id == GLOBAL_TENANT:
+            # Global facts come from every project's log: all of them are fed again (their minute points and heads
+            # are whole, so the heads stay; re-indexing is idempotent).
+            queued = sum(
+                _queue_from_log(connection, ctx.settings, p) for p in LogReader(ctx.settings.log_dir).projects()
+            )
+            log.error(
+                "index pool: the vector shard of the global facts was lost and replaced; %d minutes of every "
+                "project's log queued for indexing again",
+                queued,
+            )
+            ctx.engine.mark_reindexed(project_id)  # type: ignore[attr-defined]
+            continue
         connection.delete(keys.index_head(project_id), keys.index_done(project_id))
         queued = _queue_from_log(connection, ctx.settings, project_id)
         log.error(
@@ -615,8 +636,70 @@ def _cyclic_gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+@dataclass
+class FactStep:
+    """What the fact step did with a batch: knowledge changes applied, fact points written, what failed."""
+
+    changes: int = 0
+    points: int = 0
+    unparsed: list[str] = field(default_factory=list)  # minute ids indexed as plain minutes only
+    skipped: list[str] = field(default_factory=list)  # changes that parse but do not apply to their fact
+    failed: dict[str, Exception] = field(default_factory=dict)  # project -> why its changes were not written
+
+
+def _index_facts(ctx: IndexContext, connection: redis.Redis, records: Sequence[LoggedMinute]) -> FactStep:
+    """Apply the batch's knowledge changes to their facts' points (`workers.fact_points`), tenant by tenant.
+
+    Each tenant's points are read, folded with the changes and written back
+    under a lease (`keys.fact_points_lock`): two index workers never
+    interleave on one tenant. A tenant whose points cannot be written fails
+    the projects whose minutes carried its changes (their heads wait, the job
+    is retried); the others go on. A batch without knowledge changes costs
+    one pass over its event types.
+    """
+    step = FactStep()
+    changes, step.unparsed = fact_points.parse((r.minute, r.seq, r.at_ms) for r in records)
+    step.changes = len(changes)
+    by_tenant: dict[str, list[fact_points.ParsedChange]] = {}
+    for change in changes:
+        by_tenant.setdefault(change.tenant, []).append(change)
+    for tenant, of_tenant in by_tenant.items():
+        try:
+            lease = connection.lock(
+                keys.fact_points_lock(None if tenant == GLOBAL_TENANT else tenant),
+                timeout=defaults.FACT_POINTS_LOCK_S,
+                blocking_timeout=defaults.FACT_POINTS_LOCK_WAIT_S,
+            )
+            with lease:
+                point_keys, cleared = fact_points.needed(of_tenant)
+                stored = ctx.engine.get_points(tenant, point_keys, tier_keys=cleared, with_vectors=True)
+                planned = fact_points.plan(tenant, of_tenant, {p.key: p for p in stored})
+                if planned.points:
+                    ctx.engine.upsert(_embedded(ctx, planned.points))
+            step.points += planned.facts
+            step.skipped += planned.skipped
+        except Exception as exc:
+            log.error("index pool: the fact points of %s were not written: %s", tenant, exc)
+            for change in of_tenant:
+                step.failed.setdefault(change.event.project_id, exc)
+    return step
+
+
+def _embedded(ctx: IndexContext, points: Sequence[MemoryPoint]) -> list[MemoryPoint]:
+    """`points` with a dense vector for every fact point that has none, when embeddings are on."""
+    embedder = ctx.embedder
+    todo = [i for i, p in enumerate(points) if p.kind == FACT and p.dense is None]
+    if embedder.dimensions is None or not todo:
+        return list(points)
+    vectors = embedder.embed([points[i].text for i in todo])
+    out = list(points)
+    for i, vector in zip(todo, vectors, strict=True):
+        out[i] = replace(out[i], dense=list(vector))
+    return out
+
+
 # Steps of `index_batch`, as named in its `timings`.
-STEPS = ("decode", "build_points", "agent_memory", "upsert", "head_metrics")
+STEPS = ("decode", "build_points", "agent_memory", "upsert", "facts", "head_metrics")
 
 
 def index_batch(
@@ -651,6 +734,10 @@ def index_batch(
             marks.append(clock())
             try:
                 failed = _upsert(ctx, points)
+                marks.append(clock())
+                facts = _index_facts(ctx, connection, [r for r in logged if r.minute.project_id not in failed])
+                for project_id, error in facts.failed.items():
+                    failed.setdefault(project_id, error)
             finally:  # also after a failed upsert: a shard set aside must not wait for a batch that succeeds
                 if points:
                     _rebuild_broken_shards(ctx, connection)  # before the heads: this batch's points are in the new one
@@ -675,13 +762,19 @@ def index_batch(
     if timings is not None:
         for step, begun, ended in zip(STEPS, marks[:-1], marks[1:], strict=True):
             timings[step] = timings.get(step, 0.0) + ended - begun
-    return {
+    result = {
         "indexed": indexed,
         "agent_minutes_counted": counted,
         "undecodable": undecodable,
         "projects": sorted(projects),
         "seconds": round(indexed_at - started, 6),
     }
+    if facts.changes or facts.unparsed:
+        result["fact_changes"] = facts.changes
+        result["fact_points"] = facts.points
+        result["unparsed_fact_changes"] = facts.unparsed
+        result["skipped_fact_changes"] = facts.skipped
+    return result
 
 
 # job.meta field: projects of the job's batch indexed by an earlier attempt (a retry leaves them out).

@@ -9,6 +9,14 @@ Two engines implement `pvm.protocols.VectorEngine`:
 They index the same lexical sparse vectors (`pvm.vectors.lexical`), store the
 same payload and turn `SearchFilters` into the same conditions (`conditions`),
 so a query answers alike on both.
+
+Points come in kinds (`pvm.protocols.POINT_KINDS`). Minutes carry no ``kind``
+field; a fact point carries ``kind`` = ``fact`` and sits beside the minutes of
+its project, under its fact id. Global-tier facts belong to no project: they
+live in the tenant `GLOBAL_TENANT`, a name no project can have, and only a
+query that names that tenant reads them (`pvm.search` does when asked for the
+global tier). A minute query matches points without a kind, so no fact (or
+any later kind) ever answers a search for minutes.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any, Literal
 
 from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
-from pvm.protocols import Candidate, MemoryPoint
+from pvm.protocols import FACT, MINUTE, POINT_KINDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 
 # Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
 # on the same point, so re-indexing it is an overwrite, never a duplicate.
@@ -37,9 +45,20 @@ Fusion = Literal["rrf", "dbsf"]
 FUSIONS: tuple[str, ...] = ("rrf", "dbsf")
 RRF_K = 60
 
+# The tenant of global-tier facts: one deployment-wide set of points that no project owns. A project id starts
+# with a letter or digit (`PROJECT_ID_RULE`), so no project can be named this.
+GLOBAL_TENANT = "_global"
+
+# Payload fields of fact points (workers/fact_points.py writes them). Times are Unix ms; an open end (a fact
+# still valid, a fact not cleared) is `OPEN_MS`, so that every bound is a plain range condition.
+KIND = "kind"
+OPEN_MS = 2**53 - 1  # exact as a double, beyond any timestamp
+FACT_KEYWORD_FIELDS = (KIND, "fact_type", "tier", "tier_key", "status")
+FACT_INTEGER_FIELDS = ("valid_from_ms", "valid_until_ms", "recorded_at_ms", "cleared_ms")
+
 # Payload fields the engines index, and how.
-KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id")
-INTEGER_FIELDS = ("timestamp_ms",)
+KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id", *FACT_KEYWORD_FIELDS)
+INTEGER_FIELDS = ("timestamp_ms", *FACT_INTEGER_FIELDS)
 FLOAT_FIELDS = ("scores.composite",)
 
 
@@ -80,6 +99,29 @@ def point_id(project_id: str, minute_id: str) -> uuid.UUID:
     return uuid.UUID(int=(int.from_bytes(digest[:16], "big") & _UUID5_CLEAR) | _UUID5_SET)
 
 
+def fact_point_id(key: str) -> uuid.UUID:
+    """The Qdrant point id of a point that is not a minute: its key, a UUID string (a fact's id), as it is.
+
+    Fact ids are uuid5 in `contracts.facts.FACT_NAMESPACE`; minute point ids
+    are uuid5 in a namespace per project (`point_id`). Two names in different
+    namespaces give one UUID only if SHA-1 collides on 122 bits, the same
+    argument that keeps two projects' minute points apart (decision 0003).
+    """
+    return uuid.UUID(key)
+
+
+def stored_point_id(point: MemoryPoint) -> uuid.UUID:
+    """The point id a point is stored under: `point_id` for a minute, its key as a UUID for any other kind."""
+    if point.kind == MINUTE:
+        return point_id(point.project_id, point.minute_id)
+    return uuid.UUID(point.minute_id)
+
+
+def is_tenant(name: object) -> bool:
+    """Whether `name` names a tenant of the store: a project, or `GLOBAL_TENANT`."""
+    return name == GLOBAL_TENANT or is_valid_project_id(name)
+
+
 def require_project(project_id: object) -> str:
     """Return `project_id` if it names a project; a missing one is an error, never "all projects"."""
     if not isinstance(project_id, str) or not project_id:
@@ -100,14 +142,38 @@ def check_fusion(fusion: str) -> Fusion:
 
 
 def check_point(point: MemoryPoint) -> None:
-    """Refuse a point that names no valid project or minute, or whose payload claims another project."""
+    """Refuse a point that names no valid tenant or key, or whose payload claims another project or kind.
+
+    A minute belongs to a project; a point of another kind to a project or to
+    `GLOBAL_TENANT`, under a UUID key, and its payload states its kind.
+    """
     project_id = require_project(point.project_id)
-    if not is_valid_project_id(project_id):
-        raise ValueError(
-            f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold {PROJECT_ID_RULE}"
-        )
-    if not isinstance(point.minute_id, str) or not point.minute_id:
-        raise ValueError(f"minute_id is required (got {point.minute_id!r})")
+    if point.kind == MINUTE:
+        if not is_valid_project_id(project_id):
+            raise ValueError(
+                f"project_id {project_id[:40]!r} of minute {point.minute_id!r} may only hold {PROJECT_ID_RULE}"
+            )
+        if not isinstance(point.minute_id, str) or not point.minute_id:
+            raise ValueError(f"minute_id is required (got {point.minute_id!r})")
+        if point.payload.get(KIND) not in (None, MINUTE):
+            raise ValueError(f"minute {point.minute_id!r} has a payload of kind {point.payload.get(KIND)!r}")
+    else:
+        if point.kind not in POINT_KINDS:
+            raise ValueError(f"kind {point.kind!r} is not one of {', '.join(POINT_KINDS)}")
+        if not is_tenant(project_id):
+            raise ValueError(
+                f"project_id {project_id[:40]!r} of {point.kind} {point.minute_id!r} may only hold "
+                f"{PROJECT_ID_RULE}, or be {GLOBAL_TENANT!r} for the global tier"
+            )
+        try:
+            uuid.UUID(point.minute_id)
+        except (TypeError, ValueError, AttributeError):
+            raise ValueError(f"a {point.kind} point's key must be a UUID string, got {point.minute_id!r}") from None
+        if point.payload.get(KIND) != point.kind:
+            raise ValueError(
+                f"{point.kind} {point.minute_id!r} has a payload of kind {point.payload.get(KIND)!r}; "
+                f"its payload states its kind"
+            )
     claimed = point.payload.get("project_id")
     if claimed is not None and claimed != project_id:
         raise ValueError(
@@ -158,12 +224,28 @@ class Range:
     lt: float | None = None
 
 
-Condition = Match | MatchAny | Range
+@dataclass(frozen=True, slots=True)
+class Empty:
+    """Payload field absent (or null, or an empty list)."""
+
+    key: str
 
 
-def conditions(project_id: str, filters: SearchFilters) -> list[Condition]:
-    """The `must` conditions of a query: always the project first, then each filter that is set."""
+Condition = Match | MatchAny | Range | Empty
+
+
+def conditions(project_id: str, filters: SearchFilters, facts: FactFilters | None = None) -> list[Condition]:
+    """The `must` conditions of a query: always the tenant first, then the kind, then each filter that is set.
+
+    Without `facts`, minutes (points without a kind) within `filters`. With
+    `facts`, fact points within them: of `filters` only `task_id` and
+    `min_composite` (the fact's importance) apply to facts, the rest describe
+    minutes.
+    """
     out: list[Condition] = [Match("project_id", require_project(project_id))]
+    if facts is not None:
+        return out + _fact_conditions(filters, facts)
+    out.append(Empty(KIND))
     for key, values in (
         ("category", filters.categories),
         ("event_type", filters.event_types),
@@ -179,6 +261,28 @@ def conditions(project_id: str, filters: SearchFilters) -> list[Condition]:
         out.append(Range("timestamp_ms", gte=filters.since_ms, lt=filters.until_ms))
     if filters.min_composite is not None:
         out.append(Range("scores.composite", gte=float(filters.min_composite)))
+    return out
+
+
+def _fact_conditions(filters: SearchFilters, facts: FactFilters) -> list[Condition]:
+    out: list[Condition] = [Match(KIND, FACT)]
+    for key, values in (("status", facts.statuses), ("fact_type", facts.types), ("tier", facts.tiers)):
+        if values:
+            out.append(MatchAny(key, tuple(str(v) for v in values)))
+    if filters.task_id is not None:
+        out.append(Match("task_id", filters.task_id))
+    if filters.min_composite is not None:
+        out.append(Range("scores.composite", gte=float(filters.min_composite)))
+    if facts.as_of_ms is None:
+        out.append(Range("cleared_ms", gte=OPEN_MS))
+    else:
+        after = facts.as_of_ms + 1  # every bound is in whole ms: "> t" is ">= t + 1"
+        out += [
+            Range("valid_from_ms", lt=after),
+            Range("valid_until_ms", gte=after),
+            Range("recorded_at_ms", lt=after),
+            Range("cleared_ms", gte=after),
+        ]
     return out
 
 
@@ -259,6 +363,22 @@ def _one_leg(project_id: str, leg: str, hits: list[Hit]) -> list[Candidate]:
                 extra={f"{leg}_rank": float(rank)},
             )
         )
+    return out
+
+
+def stored_points(
+    project_id: str, records: Iterable[tuple[dict[str, Any] | None, list[float] | None]]
+) -> list[StoredPoint]:
+    """`StoredPoint`s of read-back (payload, dense) pairs, each once; a payload naming another tenant is dropped."""
+    out: list[StoredPoint] = []
+    seen: set[str] = set()
+    for payload, dense in records:
+        if payload is None or payload.get("project_id") != project_id:
+            continue
+        key = str(payload.get("minute_id", ""))
+        if key and key not in seen:
+            seen.add(key)
+            out.append(StoredPoint(key, payload, dense))
     return out
 
 

@@ -7,6 +7,10 @@ statistics are exactly its points. It also makes `delete_project` a directory
 removal. Every query still carries a `must` filter on ``project_id``: tenancy
 fails closed even if a point were ever written to the wrong shard.
 
+Global-tier facts belong to no project: they live in the shard of the tenant
+``_global`` (`pvm.vectors.GLOBAL_TENANT`, a name no project can have), which
+`delete_project` of a project never touches.
+
 One process at a time. The WAL of each shard is file-locked, and the engine
 holds ``<path>/.lock`` for its whole life, so a second `EdgeEngine` on the same
 path (in this process or another) fails at once with `ShardLockedError`. In
@@ -83,15 +87,18 @@ from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.extras import ServerExtraMissing
 from pvm.fsync import fsync_dir
-from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
+from pvm.protocols import MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
+    GLOBAL_TENANT,
     INTEGER_FIELDS,
     KEYWORD_FIELDS,
+    KIND,
     LEXICAL,
     RRF_K,
     Condition,
+    Empty,
     Fusion,
     Hit,
     Match,
@@ -105,10 +112,14 @@ from pvm.vectors import (
     check_limit,
     check_point,
     conditions,
+    fact_point_id,
+    is_tenant,
     merge_legs,
     ordered_records,
     point_id,
     require_project,
+    stored_point_id,
+    stored_points,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -122,6 +133,7 @@ log = logging.getLogger(__name__)
 MAX_OPEN_SHARDS = 128
 SEARCH_THREADS = 1  # per shard; one segment is searched by one thread anyway
 UPSERT_CHUNK = 1024
+SCROLL_PAGE = 256  # points per page when reading a tier key's points back
 LOCK_FILE = ".lock"
 SHARD_CONFIG_FILE = "edge_config.json"  # where qdrant-edge keeps a shard's configuration, vectors included
 TEMP_PREFIX = ".tmp-"  # <path>/.tmp-<project>-<hex>: a shard being created, renamed to <project> when whole
@@ -197,7 +209,7 @@ class EdgeEngine:
             batch = by_project.get(point.project_id)
             if batch is None:
                 batch = by_project[point.project_id] = []
-            batch.append(qe.Point(point_id(point.project_id, point.minute_id), vectors, _pack(point, packer)))
+            batch.append(qe.Point(stored_point_id(point), vectors, _pack(point, packer)))
         for project_id, batch in by_project.items():
             with self._shard(project_id, create=True) as shard:
                 assert shard is not None
@@ -213,6 +225,7 @@ class EdgeEngine:
         limit: int,
         *,
         with_payload: bool = True,
+        facts: FactFilters | None = None,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 
@@ -223,11 +236,12 @@ class EdgeEngine:
         carries its per-leg scores (`keyword`, `semantic`, ranks in `extra`)
         and Qdrant's fused score (`fused`, RRF k=60 or DBSF per the engine).
         With ``with_payload=False`` each payload holds only `RANKING_FIELDS`.
+        Minutes, or with `facts`, fact points within those filters (`conditions`).
         """
         project_id = require_project(project_id)
         check_limit(limit)
         dense_vector = check_dense(dense, self.dense_dimensions, "the query") if self.dense_dimensions else None
-        must = _edge_filter(conditions(project_id, filters))
+        must = _edge_filter(conditions(project_id, filters, facts))
         sparse = self._lexical.query(text or "")
         lexical_query = qe.Query.Nearest(sparse, using=LEXICAL) if sparse.indices else None
         dense_query = qe.Query.Nearest(dense_vector, using=DENSE) if dense_vector is not None else None
@@ -287,19 +301,58 @@ class EdgeEngine:
             )
         return ordered_records(project_id, ids, (_unpack(r.payload) for r in records))
 
-    def count(self, project_id: str) -> int:
-        """Points stored for the project."""
+    def get_points(
+        self, project_id: str, keys: Sequence[str], *, tier_keys: Sequence[str] = (), with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        """Points that are not minutes, by key (UUID strings), and every point of these tier keys; unknown skipped."""
+        project_id = require_project(project_id)
+        ids: set[int | uuid.UUID | str] = {fact_point_id(k) for k in keys}
+        if not ids and not tier_keys:
+            return []
+        tenant = qe.FieldCondition("project_id", match=qe.MatchValue(project_id))
+        selectors: list[Any] = []
+        if ids:
+            selectors.append(qe.HasIdCondition(ids))
+        if tier_keys:
+            selectors.append(qe.FieldCondition("tier_key", match=qe.MatchAny(list(tier_keys))))
+        vector: Any = [DENSE] if with_vectors and self.dense_dimensions is not None else False
+        found: list[tuple[dict[str, Any] | None, list[float] | None]] = []
+        with self._shard(project_id, create=False) as shard:
+            if shard is None:
+                return []
+            for selector in selectors:
+                offset = None
+                while True:
+                    records, offset = shard.scroll(
+                        qe.ScrollRequest(
+                            offset=offset,
+                            limit=SCROLL_PAGE,
+                            filter=qe.Filter(must=[tenant, selector]),
+                            with_payload=True,
+                            with_vector=vector,
+                        )
+                    )
+                    found += [(_unpack(r.payload), _dense_of(r.vector)) for r in records]
+                    if offset is None:
+                        break
+        return stored_points(project_id, found)
+
+    def count(self, project_id: str, kind: str = MINUTE) -> int:
+        """Points of one kind stored for the project (its minutes by default)."""
         project_id = require_project(project_id)
         with self._shard(project_id, create=False) as shard:
             if shard is None:
                 return 0
-            flt = qe.Filter(must=[qe.FieldCondition("project_id", match=qe.MatchValue(project_id))])
+            of_kind: Any = (
+                qe.IsEmptyCondition(KIND) if kind == MINUTE else qe.FieldCondition(KIND, match=qe.MatchValue(kind))
+            )
+            flt = qe.Filter(must=[qe.FieldCondition("project_id", match=qe.MatchValue(project_id)), of_kind])
             return shard.count(qe.CountRequest(exact=True, filter=flt))
 
     def delete_project(self, project_id: str) -> None:
         """Remove every point of the project (its shard directory), waiting for queries in flight on it."""
         project_id = require_project(project_id)
-        if not is_valid_project_id(project_id):
+        if not is_tenant(project_id):
             return
         with self._cond:
             entry = self._open.get(project_id)
@@ -335,7 +388,7 @@ class EdgeEngine:
 
         Returns, per project, whether anything was optimized.
         """
-        projects = [require_project(project_id)] if project_id is not None else self.projects()
+        projects = [require_project(project_id)] if project_id is not None else self.tenants()
         done: dict[str, bool] = {}
         for project in projects:
             with self._shard(project, create=False) as shard:
@@ -346,6 +399,10 @@ class EdgeEngine:
     def projects(self) -> list[str]:
         """Projects that have a shard on disk."""
         return sorted(p.name for p in self.path.iterdir() if p.is_dir() and is_valid_project_id(p.name))
+
+    def tenants(self) -> list[str]:
+        """Projects that have a shard on disk, and `GLOBAL_TENANT` when global facts have one."""
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and is_tenant(p.name))
 
     def broken_projects(self) -> list[str]:
         """Projects whose shard did not load and was replaced by an empty one: rebuild each from the log.
@@ -425,9 +482,11 @@ class EdgeEngine:
                 excess -= 1
 
     def _load(self, project_id: str, create: bool) -> qe.EdgeShard | None:
-        if not is_valid_project_id(project_id):
+        if not is_tenant(project_id):
             if create:
-                raise ValueError(f"project_id {project_id[:40]!r} may only hold {PROJECT_ID_RULE}")
+                raise ValueError(
+                    f"project_id {project_id[:40]!r} may only hold {PROJECT_ID_RULE} (or be {GLOBAL_TENANT!r})"
+                )
             return None
         directory = self.path / project_id
         if not directory.is_dir():
@@ -509,7 +568,7 @@ class EdgeEngine:
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             broken = _BROKEN_NAME.fullmatch(entry.name)
-            if broken is not None and is_valid_project_id(broken.group(2)):
+            if broken is not None and is_tenant(broken.group(2)):
                 self._broken.setdefault(broken.group(2), []).append(entry)
         if self._broken:
             pending = ", ".join(sorted(self._broken))
@@ -543,7 +602,7 @@ def stored_dense_dimensions(path: Path) -> int | None:
     """
     sizes: set[int] = set()
     try:
-        directories = [d for d in Path(path).iterdir() if d.is_dir() and is_valid_project_id(d.name)]
+        directories = [d for d in Path(path).iterdir() if d.is_dir() and is_tenant(d.name)]
     except OSError:
         return None
     for directory in directories:
@@ -577,7 +636,14 @@ def _edge_filter(conds: list[Condition]) -> qe.Filter:
             must.append(qe.FieldCondition(key, match=qe.MatchAny(list(c.values))))
         elif isinstance(c, Range):
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=c.gte, lt=c.lt)))
+        elif isinstance(c, Empty):
+            must.append(qe.IsEmptyCondition(key))
     return qe.Filter(must=must)
+
+
+def _dense_of(vectors: Any) -> list[float] | None:
+    dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+    return [float(x) for x in dense] if dense is not None else None
 
 
 def _hits(points: list[qe.ScoredPoint], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:

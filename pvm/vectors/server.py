@@ -17,7 +17,8 @@ to create collections. With the corpus filter the shared collection answers
 exactly like the embedded engine (the shared test suite compares scores).
 
 Every query, count, scroll and delete also carries a ``must`` filter on
-``project_id``: tenancy fails closed. Replicas of `pvm serve` are stateless;
+``project_id``: tenancy fails closed. Global-tier facts carry the tenant
+``_global`` (`pvm.vectors.GLOBAL_TENANT`) there, a name no project can have. Replicas of `pvm serve` are stateless;
 the collection and its indexes are created on first use (idempotently).
 
 Tests run this module against ``QdrantClient(":memory:")``, which speaks the
@@ -32,15 +33,17 @@ from typing import Any
 
 from contracts.memory import SearchFilters
 from pvm.extras import ServerExtraMissing
-from pvm.protocols import RANKING_FIELDS, Candidate, MemoryPoint
+from pvm.protocols import MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
     INTEGER_FIELDS,
     KEYWORD_FIELDS,
+    KIND,
     LEXICAL,
     RRF_K,
     Condition,
+    Empty,
     Fusion,
     Hit,
     Match,
@@ -51,11 +54,14 @@ from pvm.vectors import (
     check_fusion,
     check_limit,
     conditions,
+    fact_point_id,
     merge_legs,
     ordered_records,
     point_id,
     require_project,
     stored_payload,
+    stored_point_id,
+    stored_points,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -68,6 +74,7 @@ COLLECTION = "minutes"
 _RANKING_SELECTOR = models.PayloadSelectorInclude(include=list(RANKING_FIELDS))
 MIN_SERVER_VERSION = (1, 19)  # per-tenant IDF statistics (`SearchParams.idf` corpus)
 UPSERT_CHUNK = 256
+SCROLL_PAGE = 256  # points per page when reading a tier key's points back
 
 
 class ServerEngine:
@@ -130,9 +137,7 @@ class ServerEngine:
             dense = check_dense(point.dense, self.dense_dimensions, f"minute {point.minute_id!r}")
             if dense is not None:
                 vector[DENSE] = dense
-            structs.append(
-                models.PointStruct(id=str(point_id(point.project_id, point.minute_id)), vector=vector, payload=payload)
-            )
+            structs.append(models.PointStruct(id=str(stored_point_id(point)), vector=vector, payload=payload))
         if not structs:
             return
         self._ensure()
@@ -148,6 +153,7 @@ class ServerEngine:
         limit: int,
         *,
         with_payload: bool = True,
+        facts: FactFilters | None = None,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 
@@ -158,11 +164,12 @@ class ServerEngine:
         each candidate carries its per-leg scores (`keyword`, `semantic`, ranks
         in `extra`) and Qdrant's fused score (`fused`). With
         ``with_payload=False`` each payload holds only `RANKING_FIELDS`.
+        Minutes, or with `facts`, fact points within those filters (`conditions`).
         """
         project_id = require_project(project_id)
         check_limit(limit)
         dense_vector = check_dense(dense, self.dense_dimensions, "the query") if self.dense_dimensions else None
-        must = _server_filter(conditions(project_id, filters))
+        must = _server_filter(conditions(project_id, filters, facts))
         idf = _tenant_idf(project_id)
         sparse = self._lexical.query(text or "")
         lexical_vector = (
@@ -227,11 +234,48 @@ class ServerEngine:
         )
         return ordered_records(project_id, ids, (r.payload or {} for r in records))
 
-    def count(self, project_id: str) -> int:
-        """Points stored for the project."""
+    def get_points(
+        self, project_id: str, keys: Sequence[str], *, tier_keys: Sequence[str] = (), with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        """Points that are not minutes, by key (UUID strings), and every point of these tier keys; unknown skipped."""
+        project_id = require_project(project_id)
+        ids = [str(fact_point_id(k)) for k in dict.fromkeys(keys)]
+        selectors: list[Any] = []
+        if ids:
+            selectors.append(models.HasIdCondition(has_id=list(ids)))
+        if tier_keys:
+            selectors.append(models.FieldCondition(key="tier_key", match=models.MatchAny(any=list(tier_keys))))
+        if not selectors:
+            return []
+        self._ensure()
+        vectors: Any = [DENSE] if with_vectors and self.dense_dimensions is not None else False
+        found: list[tuple[dict[str, Any] | None, list[float] | None]] = []
+        for selector in selectors:
+            offset = None
+            while True:
+                records, offset = self.client.scroll(
+                    self.collection,
+                    scroll_filter=models.Filter(must=[_project_condition(project_id), selector]),
+                    limit=SCROLL_PAGE,
+                    offset=offset,
+                    with_payload=True,
+                    with_vectors=vectors,
+                )
+                found += [(r.payload, _dense_of(r.vector)) for r in records]
+                if offset is None:
+                    break
+        return stored_points(project_id, found)
+
+    def count(self, project_id: str, kind: str = MINUTE) -> int:
+        """Points of one kind stored for the project (its minutes by default)."""
         project_id = require_project(project_id)
         self._ensure()
-        flt = models.Filter(must=[_project_condition(project_id)])
+        of_kind: Any = (
+            models.IsEmptyCondition(is_empty=models.PayloadField(key=KIND))
+            if kind == MINUTE
+            else models.FieldCondition(key=KIND, match=models.MatchValue(value=kind))
+        )
+        flt = models.Filter(must=[_project_condition(project_id), of_kind])
         return self.client.count(self.collection, count_filter=flt, exact=True).count
 
     def delete_project(self, project_id: str) -> None:
@@ -359,7 +403,14 @@ def _server_filter(conds: list[Condition]) -> models.Filter:
             must.append(models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values))))
         elif isinstance(c, Range):
             must.append(models.FieldCondition(key=c.key, range=models.Range(gte=c.gte, lt=c.lt)))
+        elif isinstance(c, Empty):
+            must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key)))
     return models.Filter(must=must)
+
+
+def _dense_of(vector: Any) -> list[float] | None:
+    dense = vector.get(DENSE) if isinstance(vector, dict) else None
+    return [float(x) for x in dense] if isinstance(dense, list) else None
 
 
 def _hits(points: list[models.ScoredPoint]) -> list[Hit]:

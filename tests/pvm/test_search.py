@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
-from contracts.memory import Insight, RankWeights, Scores, SearchFilters
+from contracts import Minute
+from contracts import fact_changes as fc
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, TierKey
+from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
 from pvm.embedders import OpenAIEmbedder
 from pvm.protocols import Candidate, MemoryPoint
-from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch
+from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch, SearchResult
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
 from tests.openai_server import Fault, OpenAIServer, Status, delay, embed_text, status
+from workers import fact_points
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
 
@@ -440,3 +448,281 @@ def test_the_breaker_lets_one_search_try_after_the_cooldown() -> None:
     assert breaker.succeeded() is False
     with pytest.raises(ValueError, match="dense_cooldown_s"):
         DenseLegBreaker(-1)
+
+
+# -- facts beside the minutes: kinds, fact filters, as_of, tenancy (issue 10, item 5) -----------------------------
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+SOURCE = "01J0000000000000000000SRC1"
+
+
+def fact(
+    project: str = "alpha",
+    value: str = "30 minutes",
+    *,
+    attribute: str = "session_ttl",
+    type: str = "decision",
+    task: str | None = None,
+    at_ms: int = NOW - 3 * DAY,
+    text: str | None = None,
+) -> Fact:
+    tier_key = TierKey.for_task(project, task) if task else TierKey.for_project(project)
+    return Fact.new(
+        type=type,
+        text=text or f"auth sessions last {value}",
+        subject="service:auth",
+        attribute=attribute,
+        value=value,
+        tier_key=tier_key,
+        confidence=0.9,
+        source_minute_ids=(SOURCE,),
+        valid_from=iso(at_ms),
+        recorded_at=iso(at_ms),
+    )
+
+
+def index_changes(engine: Any, minutes: Sequence[Minute], first_seq: int = 1) -> None:
+    """What the index pool's fact step does with a batch of knowledge changes (workers/fact_points.py)."""
+    changes, unparsed = fact_points.parse(
+        (m, first_seq + i, fact_points.instant_ms(m.timestamp)) for i, m in enumerate(minutes)
+    )
+    assert unparsed == []
+    by_tenant: dict[str, list[fact_points.ParsedChange]] = {}
+    for c in changes:
+        by_tenant.setdefault(c.tenant, []).append(c)
+    for tenant, of_tenant in by_tenant.items():
+        keys, cleared = fact_points.needed(of_tenant)
+        stored = {p.key: p for p in engine.get_points(tenant, keys, tier_keys=cleared, with_vectors=True)}
+        planned = fact_points.plan(tenant, of_tenant, stored)
+        if planned.points:
+            engine.upsert(planned.points)
+
+
+def promoted(f: Fact, at_ms: int | None = None) -> list[Minute]:
+    at = iso(at_ms) if at_ms is not None else f.recorded_at
+    return [fc.asserted_minute(f, timestamp=at), fc.promoted_minute(f, timestamp=at)]
+
+
+@pytest.fixture(params=["edge", "server"])
+def both_engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    engine: Any = EdgeEngine(tmp_path / "facts") if request.param == "edge" else ServerEngine(QdrantClient(":memory:"))
+    yield engine
+    engine.close()
+
+
+def fact_ids(hits: Sequence[Any]) -> list[str]:
+    return [h.fact_id for h in hits if isinstance(h, FactHit)]
+
+
+def test_a_search_returns_minutes_facts_or_both_and_says_which(both_engines: Any) -> None:
+    ttl = fact()
+    index_changes(both_engines, promoted(ttl))
+    both_engines.upsert([memory_point("alpha", "m1", "auth sessions expire too soon", age_ms=DAY)])
+    search = HybridSearch(both_engines)
+    [minute] = search.search("alpha", "auth sessions", now_ms=NOW)  # minutes by default, as before
+    assert isinstance(minute, SearchHit) and minute.kind == "minute" and minute.minute_id == "m1"
+    [found] = search.search("alpha", "auth sessions", now_ms=NOW, kinds=("fact",))
+    assert isinstance(found, FactHit) and found.kind == "fact" and found.fact_id == ttl.id
+    # Facts come back Fact-shaped: the contract reads them.
+    assert Fact.from_dict(found.fact) == ttl.with_(status=FactStatus.PROMOTED)
+    assert set(found.parts) == {"keyword", "recency", "importance"} and 0 < found.score <= 1
+    result = search.search_result("alpha", "auth sessions", k=5, now_ms=NOW, kinds=("minute", "fact"))
+    assert [h.minute_id for h in result.hits] == ["m1"] and fact_ids(result.facts) == [ttl.id]
+    assert {h.kind for h in result.ranked} == {"minute", "fact"}
+    assert [h.score for h in result.ranked] == sorted((h.score for h in result.ranked), reverse=True)
+    assert FactHit.from_dict(found.to_dict()) == found and found.to_dict()["kind"] == "fact"
+
+
+def test_facts_are_narrowed_by_type_tier_and_status(both_engines: Any) -> None:
+    decision = fact()
+    constraint = fact(value="never on friday", attribute="deploy", type="constraint")
+    in_task = fact(value="10 minutes", task="T-1")
+    pending = fact(value="5 minutes", attribute="retry", type="preference")
+    retracted = fact(value="1 minute", attribute="timeout")
+    index_changes(
+        both_engines,
+        [
+            *promoted(decision),
+            *promoted(constraint),
+            *promoted(in_task),
+            fc.asserted_minute(pending),
+            *promoted(retracted),
+            fc.retracted_minute(retracted, "wrong"),
+        ],
+    )
+    search = HybridSearch(both_engines)
+
+    def found(**kwargs: Any) -> set[str]:
+        return set(fact_ids(search.search("alpha", "auth sessions deploy retry timeout", k=20, now_ms=NOW, **kwargs)))
+
+    assert found(kinds=("fact",)) == {decision.id, constraint.id, in_task.id}
+    assert found(kinds=("fact",), fact_types=("constraint",)) == {constraint.id}
+    assert found(kinds=("fact",), tiers=("task",)) == {in_task.id}
+    assert found(kinds=("fact",), statuses=("pending",)) == {pending.id}
+    assert found(kinds=("fact",), statuses=("retracted",)) == {retracted.id}
+    assert found(kinds=("fact",), statuses=("promoted", "pending"), fact_types=("preference",)) == {pending.id}
+    assert found(kinds=("fact",), filters=SearchFilters(task_id="T-1")) == {in_task.id}
+    assert found() == set()  # minutes only by default
+
+
+def test_as_of_returns_what_was_valid_then(both_engines: Any) -> None:
+    monday, wednesday = NOW - 4 * DAY, NOW - 2 * DAY
+    old = fact(at_ms=monday)
+    new = fact(value="15 minutes", at_ms=wednesday)
+    index_changes(
+        both_engines,
+        [
+            *promoted(old),
+            fc.asserted_minute(new, timestamp=iso(wednesday)),
+            fc.superseded_minute(old, new, timestamp=iso(wednesday)),
+            fc.promoted_minute(new, timestamp=iso(wednesday)),
+        ],
+    )
+    both_engines.upsert(
+        [
+            memory_point("alpha", "before", "auth sessions discussed", age_ms=3 * DAY),
+            memory_point("alpha", "after", "auth sessions shortened", age_ms=DAY),
+        ]
+    )
+    search = HybridSearch(both_engines)
+
+    def values(as_of: Any, **kwargs: Any) -> list[str]:
+        hits = search.search("alpha", "auth sessions", k=10, kinds=("fact",), as_of=as_of, **kwargs)
+        return [h.fact["value"] for h in hits if isinstance(h, FactHit)]
+
+    assert values(None) == ["15 minutes"]  # current knowledge
+    assert values(iso(monday + DAY)) == ["30 minutes"]  # before the supersession: the old value
+    assert values(monday + DAY) == ["30 minutes"]  # Unix ms
+    assert values(datetime.fromtimestamp((wednesday + DAY) / 1000, UTC)) == ["15 minutes"]
+    assert values(iso(wednesday)) == ["15 minutes"]  # valid_until is exclusive, valid_from inclusive
+    assert values(iso(wednesday - 1)) == ["30 minutes"]
+    assert values(iso(monday - 1)) == []  # before anything was known
+    assert values(iso(monday + DAY), statuses=("promoted",)) == []  # statuses are today's
+    # Minutes written after as_of are left out too.
+    as_of_tuesday = search.search_result(
+        "alpha", "auth sessions", k=10, kinds=("minute", "fact"), as_of=iso(monday + DAY)
+    )
+    assert [h.minute_id for h in as_of_tuesday.hits] == ["before"]
+    assert [h.fact["value"] for h in as_of_tuesday.facts] == ["30 minutes"]
+    minutes_then = search.search("alpha", "auth sessions", k=10, as_of=monday + DAY)
+    assert [h.minute_id for h in minutes_then if isinstance(h, SearchHit)] == ["before"]
+
+
+def test_a_fact_recorded_after_as_of_is_not_returned_for_it(both_engines: Any) -> None:
+    # Backdated: known on wednesday to hold since monday. On tuesday PVM did not know it.
+    backdated = fact(at_ms=NOW - 4 * DAY).with_(recorded_at=iso(NOW - 2 * DAY))
+    index_changes(both_engines, promoted(backdated, NOW - 2 * DAY))
+    search = HybridSearch(both_engines)
+    assert search.search("alpha", "auth sessions", kinds=("fact",), as_of=NOW - 3 * DAY) == []
+    assert fact_ids(search.search("alpha", "auth sessions", kinds=("fact",), as_of=NOW - DAY)) == [backdated.id]
+
+
+def test_cleared_task_memory_leaves_the_current_view_and_stays_in_the_past(both_engines: Any) -> None:
+    in_task = fact(task="T-1")
+    cleared_at = NOW - DAY
+    index_changes(
+        both_engines,
+        [
+            *promoted(in_task),
+            fc.task_memory_cleared_minute(TierKey.for_task("alpha", "T-1"), "done", timestamp=iso(cleared_at)),
+        ],
+    )
+    search = HybridSearch(both_engines)
+    assert search.search("alpha", "auth sessions", kinds=("fact",)) == []
+    assert fact_ids(search.search("alpha", "auth sessions", kinds=("fact",), as_of=cleared_at - 1)) == [in_task.id]
+    assert search.search("alpha", "auth sessions", kinds=("fact",), as_of=cleared_at) == []
+
+
+def test_global_facts_only_when_asked_for(both_engines: Any) -> None:
+    mine = fact()
+    index_changes(
+        both_engines, [*promoted(mine), fc.learned_minute("session ttl", "1 hour", GLOBAL_KEY, project_id="beta")]
+    )
+    search = HybridSearch(both_engines)
+    default = search.search("alpha", "session ttl auth", k=10, kinds=("fact",))
+    assert fact_ids(default) == [mine.id]
+    asked = search.search("alpha", "session ttl auth", k=10, kinds=("fact",), tiers=("task", "project", "global"))
+    assert {h.fact["tier_key"] for h in asked if isinstance(h, FactHit)} == {"project:alpha", "global"}
+    only_global = search.search("gamma", "session ttl", k=10, kinds=("fact",), tiers=("global",))
+    assert [h.fact["value"] for h in only_global if isinstance(h, FactHit)] == ["1 hour"]
+    assert search.search("gamma", "session ttl", k=10, kinds=("fact",)) == []
+
+
+def test_search_arguments_are_checked_naming_the_argument(engine: EdgeEngine) -> None:
+    search = HybridSearch(engine)
+    for kwargs, name in (
+        ({"kinds": ("chunk",)}, "kinds"),
+        ({"kinds": ()}, "kinds"),
+        ({"kinds": "fact"}, "kinds"),
+        ({"kinds": ("fact",), "tiers": ("galaxy",)}, "tiers"),
+        ({"kinds": ("fact",), "tiers": ()}, "tiers"),
+        ({"kinds": ("fact",), "fact_types": ("rumour",)}, "fact_types"),
+        ({"kinds": ("fact",), "statuses": ("maybe",)}, "statuses"),
+        ({"as_of": "yesterday"}, "as_of"),
+        ({"as_of": datetime(2026, 1, 1)}, "as_of"),  # naive: no offset
+        ({"as_of": True}, "as_of"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            search.search("alpha", "auth", **kwargs)
+    with pytest.raises(ValueError, match="project_id"):
+        search.search("", "auth", kinds=("fact",))
+    assert search.search("alpha", "auth", kinds=("fact",), as_of=datetime.now(UTC) - timedelta(days=1)) == []
+    assert SearchResult([]).ranked == []
+
+
+TENANCY_PROJECTS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    projects=st.lists(TENANCY_PROJECTS, min_size=1, max_size=4, unique=True),
+    placements=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from(["task", "project", "global"]), st.integers(0, 2)),
+        min_size=1,
+        max_size=10,
+    ),
+    stranger=TENANCY_PROJECTS,
+)
+def test_fact_search_never_returns_another_projects_facts_and_global_ones_only_when_asked(
+    backend: str, projects: list[str], placements: list[tuple[int, str, int]], stranger: str
+) -> None:
+    """Random facts in random projects and tiers: a project's fact search sees its own facts, and global ones
+    only when its tiers name the global tier; never another project's."""
+    words = ["deploy window", "retry budget", "session ttl"]
+    with tempfile.TemporaryDirectory() as tmp:
+        engine: Any = EdgeEngine(Path(tmp)) if backend == "edge" else ServerEngine(QdrantClient(":memory:"))
+        try:
+            minutes: list[Minute] = []
+            for i, (p, tier, w) in enumerate(placements):
+                project = projects[p % len(projects)]
+                if tier == "global":
+                    minutes.append(fc.learned_minute(f"{words[w]} {i}", f"v{i}", GLOBAL_KEY, project_id=project))
+                else:
+                    f = fact(project, f"v{i}", attribute=f"{words[w]} {i}", task="T-1" if tier == "task" else None)
+                    minutes += promoted(f)
+            index_changes(engine, minutes)
+            query = " ".join(words)
+            for project in [*projects, stranger]:
+                own = search_facts(engine, project, query, ("task", "project"))
+                assert all(h.fact["tier_key"].split(":")[1] == project for h in own)
+                with_global = search_facts(engine, project, query, ("task", "project", "global"))
+                assert all(
+                    h.fact["tier_key"] in ("global", f"project:{project}", f"task:{project}:T-1") for h in with_global
+                )
+                assert {h.fact_id for h in own} <= {h.fact_id for h in with_global}
+                expected_global = sum(t == "global" for _, t, _ in placements)
+                assert sum(h.fact["tier_key"] == "global" for h in with_global) == expected_global
+                assert sum(h.fact["tier_key"] != "global" for h in with_global) == len(own)
+        finally:
+            engine.close()
+
+
+def search_facts(engine: Any, project: str, query: str, tiers: tuple[str, ...]) -> list[FactHit]:
+    hits = HybridSearch(engine).search(project, query, k=50, kinds=("fact",), tiers=tiers, now_ms=NOW)
+    assert all(isinstance(h, FactHit) for h in hits)
+    return [h for h in hits if isinstance(h, FactHit)]

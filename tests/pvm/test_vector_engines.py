@@ -796,3 +796,198 @@ def test_edge_sweeps_shards_left_half_created_in_their_temporary_directory(tmp_p
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
     assert engine.projects() == [] and engine.broken_projects() == []
     engine.close()
+
+
+# -- fact points beside the minutes (issue 10, item 5) ------------------------------------------------------------
+
+OPEN = 2**53 - 1
+
+
+def fact_point(
+    tenant: str,
+    n: int,
+    text: str,
+    *,
+    kind: str = "fact",
+    fact_type: str = "decision",
+    tier: str = "project",
+    task_id: str | None = None,
+    status: str = "promoted",
+    valid_from_ms: int = T0,
+    valid_until_ms: int = OPEN,
+    recorded_at_ms: int = T0,
+    cleared_ms: int = OPEN,
+    importance: float = 0.7,
+    dense: list[float] | None = None,
+) -> MemoryPoint:
+    """A point with the indexed fields a fact point carries (workers/fact_points.py writes the real ones)."""
+    key = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"fact-{tenant}-{n}"))
+    tier_key = "global" if tier == "global" else f"task:{tenant}:{task_id}" if tier == "task" else f"project:{tenant}"
+    payload = {
+        "kind": kind,
+        "project_id": tenant,
+        "fact_type": fact_type,
+        "tier": tier,
+        "tier_key": tier_key,
+        "task_id": task_id,
+        "status": status,
+        "valid_from_ms": valid_from_ms,
+        "valid_until_ms": valid_until_ms,
+        "recorded_at_ms": recorded_at_ms,
+        "cleared_ms": cleared_ms,
+        "timestamp_ms": recorded_at_ms,
+        "scores": {"composite": importance},
+        "fact": {"id": key, "text": text},
+    }
+    return MemoryPoint(key, tenant, text, payload, dense=dense, kind=kind)
+
+
+def keys_of(candidates: list[Any]) -> set[str]:
+    return {c.minute_id for c in candidates}
+
+
+def test_fact_points_sit_beside_minutes_and_each_query_sees_one_kind(engine: Any) -> None:
+    from pvm.protocols import FactFilters
+
+    facts = [fact_point("alpha", i, f"gateway deploy decision {i}") for i in range(3)]
+    engine.upsert([memory_point("alpha", f"m{i}", f"gateway deploy step {i}") for i in range(4)] + facts)
+    minutes = engine.query("alpha", "gateway deploy", None, SearchFilters(), 20)
+    assert keys_of(minutes) == {f"m{i}" for i in range(4)}
+    found = engine.query("alpha", "gateway deploy", None, SearchFilters(), 20, facts=FactFilters())
+    assert keys_of(found) == {f.minute_id for f in facts}
+    assert all(c.payload["kind"] == "fact" and c.payload["fact"]["text"] for c in found)
+    # Ranking reads the same fields of a fact as of a minute.
+    slim = engine.query("alpha", "gateway deploy", None, SearchFilters(), 20, with_payload=False, facts=FactFilters())
+    assert {c.minute_id: c.payload["timestamp_ms"] for c in slim} == {f.minute_id: T0 for f in facts}
+    assert {c.payload["scores"]["composite"] for c in slim} == {0.7}
+    assert engine.count("alpha") == 4 and engine.count("alpha", "fact") == 3
+    # Minutes are read by minute id only; a fact id is no minute of the project.
+    assert engine.retrieve("alpha", [f.minute_id for f in facts]) == []
+
+
+def test_fact_points_are_stored_under_the_fact_id(make_engine: EngineFactory, backend: str) -> None:
+    from pvm.vectors import stored_point_id
+
+    engine = make_engine()
+    point = fact_point("alpha", 1, "session ttl is 30 minutes")
+    assert stored_point_id(point) == uuid.UUID(point.minute_id)
+    engine.upsert([point, point])
+    assert engine.count("alpha", "fact") == 1
+    if backend == "server":
+        [record] = engine.client.retrieve(engine.collection, [point.minute_id])
+        assert record.payload["kind"] == "fact"
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        ({}, {0, 1, 3, 5}),
+        ({"statuses": ("promoted", "pending")}, {0, 1, 2, 3, 5}),
+        ({"statuses": ("superseded", "retracted")}, {4, 6}),
+        ({"types": ("constraint",)}, {1}),
+        ({"tiers": ("task",)}, {3}),
+        ({"tiers": ("task", "project"), "types": ("decision", "goal")}, {0, 3, 5}),
+        # as_of: valid then, recorded by then, not cleared by then; the statuses are today's.
+        ({"as_of_ms": T0 + 500, "statuses": ("promoted", "superseded")}, {0, 1, 4}),
+        ({"as_of_ms": T0 + 1500, "statuses": ("promoted", "superseded")}, {0, 1, 5, 7}),
+        ({"as_of_ms": T0 + 2500, "statuses": ("promoted", "superseded")}, {0, 1, 3, 5}),
+        ({"as_of_ms": T0 - 1}, set()),
+    ],
+)
+def test_each_fact_filter(engine: Any, facts: dict[str, Any], expected: set[int]) -> None:
+    from pvm.protocols import FactFilters
+
+    points = [
+        fact_point("alpha", 0, "retry policy", fact_type="decision"),
+        fact_point("alpha", 1, "retry policy", fact_type="constraint"),
+        fact_point("alpha", 2, "retry policy", status="pending"),
+        fact_point("alpha", 3, "retry policy", tier="task", task_id="T-1", recorded_at_ms=T0 + 2000),
+        fact_point("alpha", 4, "retry policy", status="superseded", valid_until_ms=T0 + 1000),
+        fact_point("alpha", 5, "retry policy", fact_type="goal", valid_from_ms=T0 + 1000),
+        fact_point("alpha", 6, "retry policy", status="retracted"),
+        fact_point("alpha", 7, "retry policy", cleared_ms=T0 + 2000, valid_from_ms=T0 + 1000),
+    ]
+    engine.upsert([*points, fact_point("beta", 0, "retry policy")])
+    found = engine.query("alpha", "retry policy", None, SearchFilters(), 20, facts=FactFilters(**facts))
+    assert keys_of(found) == {points[i].minute_id for i in expected}
+
+
+def test_fact_queries_take_the_task_and_importance_filters(engine: Any) -> None:
+    from pvm.protocols import FactFilters
+
+    points = [
+        fact_point("alpha", 0, "retry policy", tier="task", task_id="T-1", importance=0.9),
+        fact_point("alpha", 1, "retry policy", tier="task", task_id="T-2", importance=0.3),
+    ]
+    engine.upsert(points)
+    by_task = engine.query("alpha", "retry", None, SearchFilters(task_id="T-1"), 5, facts=FactFilters())
+    assert keys_of(by_task) == {points[0].minute_id}
+    important = engine.query("alpha", "retry", None, SearchFilters(min_composite=0.5), 5, facts=FactFilters())
+    assert keys_of(important) == {points[0].minute_id}
+    # Minute-only filters describe minutes: they do not hide facts.
+    by_agent = engine.query("alpha", "retry", None, SearchFilters(agents=("nobody",)), 5, facts=FactFilters())
+    assert len(by_agent) == 2
+
+
+def test_global_facts_live_in_their_own_tenant_read_only_by_naming_it(engine: Any) -> None:
+    from pvm.protocols import FactFilters
+    from pvm.vectors import GLOBAL_TENANT
+
+    shared = fact_point(GLOBAL_TENANT, 0, "never deploy on friday", tier="global")
+    mine = fact_point("alpha", 1, "never deploy on friday")
+    engine.upsert([shared, mine, memory_point("alpha", "m1", "deploy on friday")])
+    assert keys_of(engine.query("alpha", "deploy friday", None, SearchFilters(), 10, facts=FactFilters())) == {
+        mine.minute_id
+    }
+    found = engine.query(GLOBAL_TENANT, "deploy friday", None, SearchFilters(), 10, facts=FactFilters())
+    assert keys_of(found) == {shared.minute_id}
+    assert engine.query(GLOBAL_TENANT, "deploy friday", None, SearchFilters(), 10) == []  # no minutes there
+    assert engine.count(GLOBAL_TENANT, "fact") == 1 and engine.count("alpha", "fact") == 1
+    assert [p.key for p in engine.get_points("alpha", [shared.minute_id, mine.minute_id])] == [mine.minute_id]
+    # A minute belongs to a project, never to the global tenant.
+    with pytest.raises(ValueError, match="project_id"):
+        engine.upsert([memory_point(GLOBAL_TENANT, "m2", "deploy")])
+    engine.delete_project("alpha")
+    assert engine.count(GLOBAL_TENANT, "fact") == 1
+
+
+def test_points_that_are_not_minutes_state_their_kind_and_a_uuid_key(engine: Any) -> None:
+    good = fact_point("alpha", 0, "retry policy")
+    with pytest.raises(ValueError, match="UUID"):
+        engine.upsert([replace(good, minute_id="not-a-uuid")])
+    with pytest.raises(ValueError, match="kind"):
+        engine.upsert([replace(good, kind="fact_pending")])
+    with pytest.raises(ValueError, match="kind"):
+        engine.upsert([replace(memory_point("alpha", "m1", "x"), payload={**good.payload, "kind": "fact"})])
+    with pytest.raises(ValueError, match="project_id"):
+        engine.upsert([replace(good, project_id="global")])  # a real project may be called that; a fact of it is not
+    assert engine.count("alpha", "fact") == 0 and engine.count("alpha") == 0
+
+
+def test_get_points_reads_by_key_and_by_tier_key_with_vectors(make_engine: EngineFactory) -> None:
+    engine = make_engine(dense_dimensions=4)
+    a = fact_point("alpha", 0, "retry policy", tier="task", task_id="T-1", dense=[1.0, 0, 0, 0])
+    b = fact_point("alpha", 1, "retry policy", tier="task", task_id="T-1")
+    c = fact_point("alpha", 2, "retry policy")
+    pending_key = str(uuid.uuid4())
+    pending_payload = {"kind": "fact_pending", "project_id": "alpha"}
+    pending = MemoryPoint(pending_key, "alpha", "", pending_payload, kind="fact_pending")
+    engine.upsert([a, b, c, pending, fact_point("beta", 0, "retry policy", tier="task", task_id="T-1")])
+    by_key = engine.get_points("alpha", [c.minute_id, pending_key, str(uuid.uuid4())])
+    assert {p.key: p.payload["kind"] for p in by_key} == {c.minute_id: "fact", pending_key: "fact_pending"}
+    assert all(p.dense is None for p in by_key)
+    by_tier = engine.get_points("alpha", [a.minute_id], tier_keys=["task:alpha:T-1"], with_vectors=True)
+    assert {p.key: p.dense for p in by_tier} == {a.minute_id: [1.0, 0, 0, 0], b.minute_id: None}
+    assert engine.get_points("alpha", []) == [] and engine.get_points("gamma", [a.minute_id]) == []
+    [read] = [p for p in by_tier if p.key == a.minute_id]
+    assert read.payload == {**a.payload, "minute_id": a.minute_id}
+    # Pending points and markers are found by no search.
+    assert engine.count("alpha") == 0 and engine.count("alpha", "fact_pending") == 1
+
+
+def test_many_points_of_a_tier_key_are_read_back_page_by_page(engine: Any) -> None:
+    points = [fact_point("alpha", i, "retry policy", tier="task", task_id="T-9") for i in range(300)]
+    engine.upsert(points)
+    assert {p.key for p in engine.get_points("alpha", [], tier_keys=["task:alpha:T-9"])} == {
+        p.minute_id for p in points
+    }

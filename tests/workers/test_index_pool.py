@@ -17,6 +17,8 @@ import redis
 from rq import Retry
 
 from contracts import Minute, decode_minute, encode_minute, keys
+from contracts import fact_changes as fc
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, TierKey
 from contracts.memory import SearchFilters
 from pvm import defaults, engines
 from pvm.config import Settings
@@ -25,8 +27,9 @@ from pvm.protocols import Candidate, MemoryPoint
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
+from pvm.vectors import GLOBAL_TENANT, OPEN_MS
 from tests.workers.minutes import T0, T0_S, VECTORS, golden, minute
-from workers import index_pool
+from workers import fact_points, index_pool
 from workers.assessment import insights, timestamp_ms
 from workers.index_pool import LoggedMinute, agent_updates, build_points, lexical_text
 from workers.queues import pool_queue
@@ -634,3 +637,319 @@ def test_long_runs_of_seqs_mark_every_bit(redis_client: redis.Redis, engine: Rec
     assert hash_of(redis_client, keys.metrics_freshness("indexed"))["count"] == "100"
     index_pool.index_batch(ctx, redis_client, batch[100:])
     assert hash_of(redis_client, keys.index_head("p1"))["seq"] == "150"
+
+
+# -- fact points: knowledge changes folded into each fact's own point (issue 10, item 5) --------------------------
+
+DAY1, DAY2, DAY3 = "2026-09-01T10:00:00Z", "2026-09-02T10:00:00Z", "2026-09-03T10:00:00Z"
+SOURCE = "01J0000000000000000000SRC1"
+
+
+def a_fact(project: str = "alpha", value: str = "30 minutes", *, task: str | None = None, **fields: Any) -> Fact:
+    tier_key = TierKey.for_task(project, task) if task else TierKey.for_project(project)
+    fields.setdefault("valid_from", DAY1)
+    fields.setdefault("recorded_at", fields["valid_from"])
+    return Fact.new(
+        type=fields.pop("type", "decision"),
+        text=f"auth sessions last {value}",
+        subject="service:auth",
+        attribute="session_ttl",
+        value=value,
+        tier_key=tier_key,
+        confidence=0.8,
+        source_minute_ids=(SOURCE,),
+        **fields,
+    )
+
+
+@pytest.fixture(params=["edge", "server"])
+def fact_engine(request: pytest.FixtureRequest, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The pool's real engine: the embedded one from the settings, or the server engine on qdrant-client local mode."""
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    if request.param == "server":
+        from qdrant_client import QdrantClient
+
+        from pvm.vectors.server import ServerEngine
+
+        server = ServerEngine(QdrantClient(":memory:"))
+        monkeypatch.setattr(engines, "make_engine", lambda _settings, _dims: server)
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+    yield engines.shared_engine(Settings.from_env())
+    index_pool._context.cache_clear()
+    index_pool.close_engine()
+
+
+def index(connection: redis.Redis, minutes: Sequence[Minute], first_seq: int = 1) -> dict[str, Any]:
+    ctx = index_pool.IndexContext.build(connection, Settings.from_env())
+    return index_pool.index_batch(ctx, connection, records(minutes, first_seq))
+
+
+def stored_fact(engine: Any, fact_id: str, tenant: str = "alpha") -> dict[str, Any]:
+    [point] = engine.get_points(tenant, [fact_id])
+    return dict(point.payload)
+
+
+def test_knowledge_changes_make_and_update_fact_points(redis_client: redis.Redis, fact_engine: Any) -> None:
+    old = a_fact()
+    new = a_fact(value="15 minutes", valid_from=DAY2)
+    batch = [
+        fc.asserted_minute(old, timestamp=DAY1),
+        fc.promoted_minute(old, timestamp=DAY1),
+        fc.asserted_minute(new, timestamp=DAY2),
+        fc.superseded_minute(old, new, timestamp=DAY2),
+        fc.promoted_minute(new, timestamp=DAY2),
+        minute("message", 1, project_id="alpha", memory_note="sessions feel short"),
+    ]
+    result = index(redis_client, batch)
+    # Knowledge changes are minutes of the log: indexed as minutes, counted by the head.
+    assert result["indexed"] == 6 and result["fact_changes"] == 5 and result["unparsed_fact_changes"] == []
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"6"
+    assert fact_engine.count("alpha") == 6 and fact_engine.count("alpha", "fact") == 2
+
+    # Each fact's point holds what the contract's apply_to makes of its changes, in log order.
+    superseded = fc.FactSuperseded(old.id, old.tier_key, new.id, DAY2).apply_to(old.with_(status=FactStatus.PROMOTED))
+    payload = stored_fact(fact_engine, old.id)
+    assert payload["fact"] == superseded.to_dict()
+    assert (payload["kind"], payload["status"], payload["fact_type"], payload["tier"]) == (
+        "fact",
+        "superseded",
+        "decision",
+        "project",
+    )
+    assert (payload["tier_key"], payload["task_id"], payload["project_id"]) == ("project:alpha", None, "alpha")
+    assert (payload["subject"], payload["attribute"], payload["value"]) == ("service:auth", "session_ttl", "30 minutes")
+    assert payload["valid_from_ms"] == fact_points.instant_ms(DAY1)
+    assert payload["valid_until_ms"] == fact_points.instant_ms(DAY2)
+    assert payload["recorded_at_ms"] == payload["timestamp_ms"] == fact_points.instant_ms(DAY1)
+    assert payload["cleared_ms"] == OPEN_MS
+    assert (payload["confidence"], payload["importance"], payload["scores"]) == (0.8, 0.7, {"composite": 0.7})
+    assert payload["text"] == old.text
+    current = stored_fact(fact_engine, new.id)
+    assert current["fact"] == new.with_(status=FactStatus.PROMOTED).to_dict()
+    assert current["valid_until_ms"] == OPEN_MS
+
+    # A retraction later reaches the point; the history stays in its events.
+    index(redis_client, [fc.retracted_minute(new, "mistyped", timestamp=DAY3)], first_seq=7)
+    assert stored_fact(fact_engine, new.id)["status"] == "retracted"
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"7"
+
+
+def test_every_kind_of_change_reaches_the_point(redis_client: redis.Redis, fact_engine: Any) -> None:
+    fact = a_fact(task="T-1")
+    other = a_fact(value="45 minutes", task="T-1")
+    batch = [
+        fc.asserted_minute(fact, timestamp=DAY1),
+        fc.asserted_minute(other, timestamp=DAY1),
+        fc.confirmed_minute(fact, ["01J0000000000000000000SRC2"], 0.95, timestamp=DAY2),
+        fc.contradicted_minute(fact, other, timestamp=DAY2),
+        fc.edited_minute(fact, importance=0.9, tags=["auth"], timestamp=DAY2),
+        fc.promoted_minute(fact, "by_hand", timestamp=DAY2),
+    ]
+    index(redis_client, batch)
+    expected = fact
+    for m in batch[2:]:
+        change = fc.fact_change(m)
+        expected = change.apply_to(expected)  # type: ignore[union-attr]
+    payload = stored_fact(fact_engine, fact.id)
+    assert payload["fact"] == expected.to_dict()
+    assert (payload["confidence"], payload["importance"], payload["status"]) == (0.95, 0.9, "promoted")
+    assert (payload["tier"], payload["task_id"], payload["tier_key"]) == ("task", "T-1", "task:alpha:T-1")
+    assert stored_fact(fact_engine, other.id)["fact"]["relationships"] == [
+        {"kind": "contradicts", "fact_id": fact.id, "strength": 1.0}
+    ]
+
+
+def test_global_facts_are_points_of_the_global_tenant(redis_client: redis.Redis, fact_engine: Any) -> None:
+    project_fact = a_fact().with_(status=FactStatus.PROMOTED)
+    promoted = fc.tier_promoted_minute(project_fact, timestamp=DAY2)
+    learned = fc.learned_minute("deploy window", "friday never", GLOBAL_KEY, project_id="beta", timestamp=DAY2)
+    index(redis_client, [fc.asserted_minute(a_fact(), timestamp=DAY1), promoted])
+    index(redis_client, [learned])
+    copy = fc.fact_change(promoted).fact  # type: ignore[union-attr]
+    payload = stored_fact(fact_engine, copy.id, GLOBAL_TENANT)
+    assert (payload["tier"], payload["tier_key"], payload["project_id"]) == ("global", "global", GLOBAL_TENANT)
+    assert payload["fact"]["promoted_from"] == project_fact.id
+    assert fact_engine.count(GLOBAL_TENANT, "fact") == 2
+    assert fact_engine.count("alpha", "fact") == 1 and fact_engine.count("beta", "fact") == 0
+    assert fact_engine.get_points("alpha", [copy.id]) == []
+
+
+def snapshot(engine: Any, tenant: str, ids: Sequence[str]) -> dict[str, Any]:
+    return {p.key: p.payload for p in engine.get_points(tenant, ids)}
+
+
+def test_reindexing_the_same_change_minutes_gives_the_same_points(
+    redis_client: redis.Redis, fact_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new = a_fact(task="T-1"), a_fact(value="15 minutes", task="T-1", valid_from=DAY2)
+    batch = [
+        fc.asserted_minute(old, timestamp=DAY1),
+        fc.promoted_minute(old, timestamp=DAY1),
+        fc.confirmed_minute(old, ["01J0000000000000000000SRC2"], 0.9, timestamp=DAY1),
+        fc.asserted_minute(new, timestamp=DAY2),
+        fc.superseded_minute(old, new, timestamp=DAY2),
+        fc.task_memory_cleared_minute(TierKey.for_task("alpha", "T-1"), timestamp=DAY3),
+    ]
+    ids = [old.id, new.id, fact_points.clears_key("task:alpha:T-1")]
+    index(redis_client, batch)
+    first = snapshot(fact_engine, "alpha", ids)
+    assert len(first) == 3
+    writes: list[int] = []
+    upsert = fact_engine.upsert
+    monkeypatch.setattr(fact_engine, "upsert", lambda points: (writes.append(len(points)), upsert(points)))
+    result = index(redis_client, batch)  # a retry, a redelivery, a replay
+    assert snapshot(fact_engine, "alpha", ids) == first
+    assert writes == [len(batch)] and result["fact_points"] == 0  # the minutes again; no fact point changed
+    # The same minutes in other batches, in another order: the same points.
+    fact_engine.delete_project("alpha")  # what a replay does first
+    index(redis_client, batch[3:], first_seq=4)
+    index(redis_client, batch[:3])
+    assert snapshot(fact_engine, "alpha", ids) == first
+
+
+def test_changes_indexed_before_their_assertion_wait_for_it(redis_client: redis.Redis, fact_engine: Any) -> None:
+    fact = a_fact()
+    asserted, promoted = fc.asserted_minute(fact, timestamp=DAY1), fc.promoted_minute(fact, timestamp=DAY1)
+    index(redis_client, [promoted], first_seq=2)  # the later seq's batch arrives first
+    assert stored_fact(fact_engine, fact.id)["kind"] == "fact_pending"
+    assert fact_engine.count("alpha", "fact") == 0
+    index(redis_client, [asserted], first_seq=1)
+    payload = stored_fact(fact_engine, fact.id)
+    assert (payload["kind"], payload["status"]) == ("fact", "promoted")
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"2"
+
+
+def test_clearing_a_task_clears_the_facts_it_held_then(redis_client: redis.Redis, fact_engine: Any) -> None:
+    key = TierKey.for_task("alpha", "T-1")
+    before, late, after = a_fact(task="T-1"), a_fact(value="1 hour", task="T-1"), a_fact(value="2 hours", task="T-1")
+    other_task = a_fact(task="T-2")
+    index(redis_client, [fc.asserted_minute(before), fc.asserted_minute(other_task)], first_seq=1)
+    index(redis_client, [fc.task_memory_cleared_minute(key, "done", timestamp=DAY3)], first_seq=4)
+    index(redis_client, [fc.asserted_minute(after)], first_seq=5)
+    index(redis_client, [fc.asserted_minute(late)], first_seq=3)  # logged before the clear, indexed after it
+    cleared_at = fact_points.instant_ms(DAY3)
+    assert stored_fact(fact_engine, before.id)["cleared_ms"] == cleared_at
+    assert stored_fact(fact_engine, late.id)["cleared_ms"] == cleared_at
+    assert stored_fact(fact_engine, after.id)["cleared_ms"] == OPEN_MS
+    assert stored_fact(fact_engine, other_task.id)["cleared_ms"] == OPEN_MS
+
+
+def test_a_change_that_does_not_parse_is_indexed_as_a_minute_and_fails_nothing(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    fact = a_fact()
+    broken = minute("fact_promoted", 9, project_id="alpha", data={"fact_id": "not-an-id"}, scope="project")
+    foreign = fc.asserted_minute(a_fact("beta"))  # a change to beta's facts in alpha's log
+    foreign = Minute.from_dict({**foreign.to_dict(), "project_id": "alpha"})
+    result = index(redis_client, [fc.asserted_minute(fact), broken, foreign, fc.promoted_minute(fact)])
+    assert result["unparsed_fact_changes"] == [broken.id, foreign.id]
+    assert result["indexed"] == 4 and result["fact_changes"] == 2
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"4"
+    assert fact_engine.count("alpha") == 4 and fact_engine.count("alpha", "fact") == 1
+    assert fact_engine.count("beta", "fact") == 0
+    assert stored_fact(fact_engine, fact.id)["status"] == "promoted"
+
+
+def test_a_change_that_does_not_apply_is_skipped_and_the_rest_apply(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    fact = a_fact(valid_from=DAY2)
+    # Valid from day 2, "superseded" on day 1: apply_to refuses a validity that ends before it starts.
+    early = fc.change_minute(fc.FactSuperseded(fact.id, fact.tier_key, a_fact(value="x").id, DAY1))
+    result = index(redis_client, [fc.asserted_minute(fact), early, fc.promoted_minute(fact)])
+    assert result["skipped_fact_changes"] == [early.id]
+    payload = stored_fact(fact_engine, fact.id)
+    assert (payload["status"], payload["valid_until_ms"]) == ("promoted", OPEN_MS)
+
+
+def test_a_tenant_whose_fact_points_fail_fails_only_its_projects(
+    redis_client: redis.Redis, fact_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    get_points = fact_engine.get_points
+
+    def failing(tenant: str, *args: Any, **kwargs: Any) -> Any:
+        if tenant == "beta":
+            raise ConnectionError("beta's points are unreachable")
+        return get_points(tenant, *args, **kwargs)
+
+    monkeypatch.setattr(fact_engine, "get_points", failing)
+    ctx = index_pool.IndexContext.build(redis_client, Settings.from_env())
+    batch = records([fc.asserted_minute(a_fact("alpha"))]) + records([fc.asserted_minute(a_fact("beta"))])
+    with pytest.raises(index_pool.PartialIndexError) as failed:
+        index_pool.index_batch(ctx, redis_client, batch)
+    assert failed.value.indexed == ["alpha"] and set(failed.value.failed) == {"beta"}
+    assert redis_client.hget(keys.index_head("alpha"), "seq") == b"1"
+    assert not redis_client.exists(keys.index_head("beta"))
+    monkeypatch.setattr(fact_engine, "get_points", get_points)
+    index_pool.index_batch(ctx, redis_client, batch, skip_projects={"alpha"})  # the retry
+    assert fact_engine.count("beta", "fact") == 1 and redis_client.hget(keys.index_head("beta"), "seq") == b"1"
+
+
+def test_fact_points_carry_a_dense_vector_kept_while_their_text_stays(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pvm.vectors.edge import EdgeEngine
+
+    calls: list[list[str]] = []
+
+    class Embedder:
+        dimensions = 4
+        stats = type("Stats", (), {"input_tokens": 0})()
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            calls.append(list(texts))
+            return [[1.0, float(len(t) % 7), 0.0, 0.5] for t in texts]
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    edge = EdgeEngine(settings.home / "var" / "dense", dense_dimensions=4)
+    monkeypatch.setattr(engines, "shared", lambda _settings: (edge, Embedder()))
+    try:
+        fact = a_fact()
+        index(redis_client, [fc.asserted_minute(fact)])
+        index(redis_client, [fc.promoted_minute(fact)], first_seq=2)
+        index(redis_client, [fc.edited_minute(fact, text="auth sessions are 30 minutes long")], first_seq=3)
+        fact_calls = [c for c in calls if any("auth sessions" in t for t in c)]
+        # The assertion and the edit of the text embed the fact; the promotion reuses its vector.
+        assert [t for c in fact_calls for t in c if t.startswith("auth")] == [
+            fact_points.lexical_text(fact.to_dict()),
+            fact_points.lexical_text(fact.with_(text="auth sessions are 30 minutes long").to_dict()),
+        ]
+        [point] = edge.get_points("alpha", [fact.id], with_vectors=True)
+        assert point.dense is not None and point.payload["status"] == "promoted"
+    finally:
+        edge.close()
+
+
+def test_facts_the_pool_indexes_are_found_by_search_as_they_were_then(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    from contracts.memory import FactHit
+    from pvm.search import HybridSearch
+
+    old, new = a_fact(), a_fact(value="15 minutes", valid_from=DAY2)
+    changes = [
+        fc.asserted_minute(old, timestamp=DAY1),
+        fc.promoted_minute(old, timestamp=DAY1),
+        fc.asserted_minute(new, timestamp=DAY2),
+        fc.superseded_minute(old, new, timestamp=DAY2),
+        fc.promoted_minute(new, timestamp=DAY2),
+    ]
+    queue = pool_queue("index", redis_client)
+    queue.enqueue(keys.INDEX_JOB, records(changes[:2]))
+    queue.enqueue(keys.INDEX_JOB, records(changes[2:], first_seq=3))
+    work(redis_client, "index")
+    search = HybridSearch(fact_engine)
+
+    def value(as_of: str | None) -> list[str]:
+        hits = search.search("alpha", "auth session ttl", kinds=("fact",), as_of=as_of)
+        return [h.fact["value"] for h in hits if isinstance(h, FactHit)]
+
+    assert value(None) == ["15 minutes"]
+    assert value("2026-09-01T18:00:00Z") == ["30 minutes"]
+    assert value("2026-09-02T18:00:00Z") == ["15 minutes"]
+    # The change minutes are minutes too: a minute search finds them, never the fact points.
+    minutes = search.search("alpha", "auth sessions", k=10)
+    assert {h.kind for h in minutes} == {"minute"} and len(minutes) == 5
