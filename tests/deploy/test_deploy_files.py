@@ -74,12 +74,14 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_scheduler_leader": ("gauge", frozenset({"scheduler"})),
     "pvm_exporter_scrape_errors_total": ("counter", frozenset()),
     "pvm_facts_changes_total": ("counter", frozenset({"change"})),
+    "pvm_fact_extraction_chunks_total": ("counter", frozenset({"extractor", "outcome"})),
+    "pvm_fact_extraction_items_total": ("counter", frozenset({"extractor", "outcome"})),
 }
 # Every label the exporter puts on a series.
 METRIC_LABELS = frozenset(
     {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule"),
-        *("scheduler", "reason", "change"),
+        *("scheduler", "reason", "change", "extractor"),
     }
 )
 # Series Prometheus adds itself for every target.
@@ -737,6 +739,7 @@ def _exporter_families(redis_client: redis.Redis, settings: Settings) -> list[Me
     recorder.batch("log", 10, 0.01, failures=1)
     recorder.freshness("durable", [0.1])
     recorder.provider_call("openai", "embedding", "ok", 0.1, tokens=5)
+    recorder.extraction("llm", {"chunks:answered": 1, "items:kept": 3})
     # What a leading `pvm scheduler` keeps: a schedule that ran, and its lease.
     redis_client.hset(keys.schedules(), mapping={"optimize:every": "3600.0", "optimize:last": "1700000000.0"})
     redis_client.set(keys.scheduler_leader(), "deploy-test-scheduler", px=60_000)
