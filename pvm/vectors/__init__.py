@@ -56,10 +56,13 @@ OPEN_MS = 2**53 - 1  # exact as a double, beyond any timestamp
 FACT_KEYWORD_FIELDS = (KIND, "fact_type", "tier", "tier_key", "status")
 FACT_INTEGER_FIELDS = ("valid_from_ms", "valid_until_ms", "recorded_at_ms", "cleared_ms")
 
-# Payload fields the engines index, and how.
-KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id", *FACT_KEYWORD_FIELDS)
-INTEGER_FIELDS = ("timestamp_ms", *FACT_INTEGER_FIELDS)
+# Payload fields the engines index, and how. Of the fact fields only `kind` is indexed: the other fact
+# indexes made every minute upsert ~8% slower on qdrant-edge (10.8k vs 11.8k/s) while a project holds few
+# facts; they stay filterable as plain payload (`FACT_PAYLOAD_FIELDS`), checked point by point after `kind`.
+KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id", KIND)
+INTEGER_FIELDS = ("timestamp_ms",)
 FLOAT_FIELDS = ("scores.composite",)
+FACT_PAYLOAD_FIELDS = tuple(f for f in (*FACT_KEYWORD_FIELDS, *FACT_INTEGER_FIELDS) if f != KIND)
 
 
 class VectorStoreError(RuntimeError):

@@ -90,6 +90,7 @@ from pvm.fsync import fsync_dir
 from pvm.protocols import MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 from pvm.vectors import (
     DENSE,
+    FACT_PAYLOAD_FIELDS,
     FLOAT_FIELDS,
     GLOBAL_TENANT,
     INTEGER_FIELDS,
@@ -141,7 +142,7 @@ BROKEN_PREFIX = ".broken-"  # <path>/.broken-<unix ms>-<project>: a shard that d
 REINDEXED_PREFIX = ".broken-reindexed-"  # ... renamed so once its project's rebuild from the log is queued
 _BROKEN_NAME = re.compile(r"\.broken-([0-9]+)-(.+)")
 # Payload fields stored as themselves (filtered on); the rest travels packed in one string (PACKED_FIELD).
-DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS)
+DIRECT_FIELDS = ("project_id", *KEYWORD_FIELDS, *INTEGER_FIELDS, *FACT_PAYLOAD_FIELDS)
 PACKED_FIELD = "_msgpack"  # <length of the minute id>:<minute id><base64 of msgpack>
 JSON_PACKED_FIELD = "_packed"  # what shards written before _msgpack hold: JSON
 # scores.composite, stored flat: a nested object costs qdrant-edge a conversion of its own. The whole
