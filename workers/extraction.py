@@ -67,6 +67,7 @@ __all__ = [
     "normalize_attribute",
     "normalize_subject",
     "parse_slot",
+    "reads_known",
     "structured_facts",
     "value_key",
 ]
@@ -163,9 +164,19 @@ Known = Mapping[tuple[str, str], Sequence[Any]]
 
 
 class Extractor(Protocol):
-    """Anything that turns minutes into candidate facts: the rules, an LLM, a test double."""
+    """Anything that turns minutes into candidate facts: the rules, an LLM, a test double.
+
+    An extractor that weighs statements against existing facts sets a class attribute ``reads_known = True``;
+    the facts pool then reads the current facts of a batch's tier keys and passes them as `known`
+    (`reads_known`). The rules do not, and their batches skip that read.
+    """
 
     def extract(self, minutes: Sequence[Minute], known: Known | None = None) -> list[Candidate]: ...
+
+
+def reads_known(extractor: object) -> bool:
+    """Whether `extractor` wants the existing facts of its minutes' slots (``reads_known = True`` on it)."""
+    return getattr(extractor, "reads_known", False) is True
 
 
 # -- the structured convention ------------------------------------------------------------

@@ -211,6 +211,8 @@ class Chunk:
 class LLMExtractor:
     """Candidate facts read by a chat model (`ChatModel`), chunk by chunk; the rules where it fails (an `Extractor`)."""
 
+    reads_known = True  # the facts pool passes the current facts of a batch's tier keys (shown as F1..Fk)
+
     def __init__(
         self,
         llm: ChatModel,

@@ -72,7 +72,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
-from workers.extraction import Candidate, Extractor, RuleExtractor
+from workers.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known
 from workers.extraction_llm import llm_extractor_from_settings
 from workers.heads import FRESH, advance_script, runs
 
@@ -417,7 +417,7 @@ def _extract_and_decide(
     if not minutes:
         return 0
     by_id = {m.id: m for m in minutes}
-    candidates = ctx.extractor.extract(minutes)
+    candidates = ctx.extractor.extract(minutes, known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None)
     counts["extracted"] += len(candidates)
     by_slot: dict[tuple[TierKey, Slot], list[Sourced]] = {}
     for candidate in candidates:
@@ -443,6 +443,24 @@ def _extract_and_decide(
             continue
         by_slot.setdefault((tier_key, slot), []).append(Sourced(candidate, minute))
     return _decide_under_leases(ctx, connection, by_slot, counts)
+
+
+def known_facts(store: FactStore, minutes: Sequence[Minute]) -> Known:
+    """The facts an extractor weighs `minutes` against: pending or promoted now, by slot, in their tier keys only.
+
+    The tier keys are each minute's project and, when it names a valid one, its task: one round trip, and
+    never another project's facts (the global tier is only ever written by promotion, so it is not read).
+    """
+    tiers: dict[TierKey, None] = {}
+    for m in minutes:
+        tiers.setdefault(TierKey.for_project(m.project_id))
+        task_id = m.data.get("task_id")
+        if is_valid_task_id(task_id):
+            tiers.setdefault(TierKey.for_task(m.project_id, str(task_id)))
+    known: dict[tuple[str, str], list[Fact]] = {}
+    for fact in store.current(list(tiers), statuses=(FactStatus.PENDING, FactStatus.PROMOTED)):
+        known.setdefault((fact.slot.subject, fact.slot.attribute), []).append(fact)
+    return known
 
 
 def _decide_under_leases(

@@ -21,6 +21,7 @@ from pvm.config import Settings
 from pvm.connection import hash_reply
 from pvm.llm import LLMClient
 from pvm.metrics import MetricsRecorder
+from pvm.stores.facts import FactStore
 from tests.openai_server import (
     OpenAIServer,
     openai_server_fixture,  # noqa: F401  (the `openai_server` fixture)
@@ -438,3 +439,30 @@ def test_the_schema_asks_for_what_the_reader_reads() -> None:
 def test_a_chunk_holds_1_to_10_minutes(openai_server: OpenAIServer, chunk_minutes: int) -> None:
     with pytest.raises(ValueError, match="chunk_minutes"):
         LLMExtractor(make_llm(openai_server), chunk_minutes=chunk_minutes)
+
+
+def test_the_facts_pool_shows_the_model_the_facts_its_store_holds(
+    openai_server: OpenAIServer, redis_client: redis.Redis, settings: Settings
+) -> None:
+    from tests.workers.test_facts_pool import records
+    from workers.facts_pool import FactsContext, facts_batch
+
+    ctx = FactsContext.build(redis_client, settings, extractor=LLMExtractor(make_llm(openai_server)))
+    first = minute(
+        "knowledge", 0, data={"fact": {"subject": "billing service", "attribute": "database", "value": "Postgres"}}
+    )  # the data convention: read by the rules
+    facts_batch(ctx, redis_client, records([first]))
+    assert openai_server.chat_requests() == []
+    openai_server.queue_chat_reply(
+        {
+            "facts": [
+                item([1], type="decision", value="CockroachDB", text="Billing moves to CockroachDB.", supersedes_ref=1)
+            ]
+        }
+    )
+    moved = minute("decision", 1, timestamp=NEXT_DAY, memory_note="Billing moves from Postgres to CockroachDB.")
+    facts_batch(ctx, redis_client, records([moved], first_seq=2))
+    assert re.findall(r"^F(\d+) .*= (\S+)", prompt(openai_server), re.M) == [("1", "Postgres")]
+    later = "2026-11-28T00:00:00.000000Z"  # the minutes' clock, not the wall's
+    current = FactStore(redis_client).current([TierKey.for_project(moved.project_id)], as_of=later)
+    assert [f.value for f in current if f.attribute == "database"] == ["CockroachDB"]

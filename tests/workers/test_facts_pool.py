@@ -522,3 +522,58 @@ def test_pvm_replay_rebuilds_every_projects_facts_from_the_log_without_extractin
     assert state(redis_client, "p:p1", "p:p2", "g") == live
     assert redis_client.hget(keys.facts_head("p1"), "seq") == str(3 + len(written["p1"])).encode()
     assert [f.value for f in store.current([GLOBAL_KEY])] == ["8 hours"]
+
+
+class ReadingKnown(CountingExtractor):
+    """The rules, recording the known facts the pool passes (as an LLM extractor wants them)."""
+
+    reads_known = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: list[Known | None] = []
+
+    def extract(self, minutes: Sequence[Minute], known: Known | None = None) -> list[Candidate]:
+        self.known.append(known)
+        return super().extract(minutes, known)
+
+
+def test_an_extractor_that_reads_known_facts_gets_those_of_its_minutes_tier_keys_only(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    reading = ReadingKnown()
+    ctx = FactsContext.build(redis_client, settings, extractor=reading)
+    facts_batch(
+        ctx,
+        redis_client,
+        records(
+            [
+                said(1, "30 minutes", 0),
+                said(2, "Postgres", 1, attribute="database", task="T-1"),
+                said(3, "MySQL", 2, attribute="database", task="T-2"),
+                said(4, "1 hour", 3, project="p2"),
+                said(5, "low", 4, attribute="priority", confidence=0.3),  # pending: known too
+            ]
+        ),
+    )
+    assert reading.known == [{}]  # nothing was known before the first batch
+    facts_batch(ctx, redis_client, records([said(6, "8 hours", 10, task="T-1")], first_seq=6))
+    known = reading.known[-1]
+    assert known is not None
+    shown = {(f.tier_key, f.slot.attribute, f.value, f.status) for facts in known.values() for f in facts}
+    assert shown == {
+        (P1, "session_ttl", "30 minutes", FactStatus.PROMOTED),
+        (P1, "priority", "low", FactStatus.PENDING),
+        (TierKey.for_task("p1", "T-1"), "database", "Postgres", FactStatus.PROMOTED),
+    }  # not T-2's database, not p2's session ttl
+    assert all(slot == (f.slot.subject, f.slot.attribute) for slot, facts in known.items() for f in facts)
+
+
+def test_the_rules_get_no_known_facts_and_their_batches_skip_the_read(
+    ctx: FactsContext, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts_batch(ctx, redis_client, records([said(1, "30 minutes", 0)]))
+    reads: list[object] = []
+    monkeypatch.setattr(facts_pool, "known_facts", lambda *a: reads.append(a) or {})
+    facts_batch(ctx, redis_client, records([said(2, "8 hours", 5)], first_seq=2))
+    assert reads == []
