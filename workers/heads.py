@@ -3,8 +3,8 @@
 A head (`keys.index_head`, `keys.facts_head`) is a hash beside a bitmap over the project's log sequence
 (`keys.index_done`, `keys.facts_done`): bit n is set once minute n is done, and the head's ``seq`` rises
 only while the next bit is set, so every seq at or below it is done, whatever order workers finish in.
-``max_seq`` and ``gaps`` say what lies above it. The script is the index pool's (decision 0005); the facts
-pool keeps its head with the same one.
+``max_seq`` and ``gaps`` say what lies above it (decision 0005). The index pool and the facts
+pool both keep their heads with this one script.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ from workers.assessment import (
     timestamp_ms,
     words,
 )
+from workers.heads import FRESH, advance_script, runs
 from workers.queues import pool_queue
 
 log = logging.getLogger(__name__)
@@ -267,85 +268,7 @@ def _deltas(records: Sequence[LoggedMinute]) -> list[AgentDelta]:
 
 # -- RQ entry point -------------------------------------------------------------
 
-# Bits one BITFIELD sets over a run of seqs: u32 fields, 1,000 per call (Lua's unpack() takes ~8,000 values).
-HEAD_FIELDS_PER_CALL = 1_000
-
-_ADVANCE_HEAD = """
--- KEYS[1]: index head (hash), KEYS[2]: index done (bitmap over the project's log seq)
--- ARGV[1]: indexed_at; ARGV[2..]: the log seqs this batch indexed, as runs of consecutive seqs: first, last, ...
--- Sets their bits, then raises the head's seq while the next seq's bit is set (a contiguous watermark).
--- Returns {seq before, seq after, per seq of the runs in order: '1' if its bit was clear (indexed for the
--- first time), else '0'}. A batch is nearly always one run, so each costs a BITCOUNT and a few u32 SETs.
-local before = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-local fresh = {}
-local top = 0
-for i = 2, #ARGV, 2 do
-  local first, last = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  local n = last - first + 1
-  if last > top then top = last end
-  local already = redis.call('BITCOUNT', KEYS[2], first, last, 'BIT')
-  if already == 0 then
-    fresh[#fresh + 1] = string.rep('1', n)
-  elseif already == n then
-    fresh[#fresh + 1] = string.rep('0', n)
-  else  -- part of the run was indexed before (a retry, a replay): bit by bit
-    for seq = first, last do
-      fresh[#fresh + 1] = redis.call('GETBIT', KEYS[2], seq) == 0 and '1' or '0'
-    end
-  end
-  if already < n then
-    local ops = {}
-    local seq = first
-    while seq <= last do
-      local width = math.min(32, last - seq + 1)
-      local k = #ops
-      ops[k + 1], ops[k + 2], ops[k + 3], ops[k + 4] = 'SET', 'u' .. width, seq, 2 ^ width - 1
-      seq = seq + width
-      if k + 4 >= 4 * fields_per_call or seq > last then
-        redis.call('BITFIELD', KEYS[2], unpack(ops))
-        ops = {}
-      end
-    end
-  end
-end
--- Bit 0 is never set (seqs start at 1). A head written before this bitmap existed is taken as it is:
--- the scan starts above it. No clear bit up to the bitmap's end: every bit from the head up is set.
-local head
-local clear = redis.call('BITPOS', KEYS[2], 0, before + 1, -1, 'BIT')
-if clear == -1 then
-  head = math.max(before, redis.call('STRLEN', KEYS[2]) * 8 - 1)
-else
-  head = math.max(before, clear - 1)
-end
-local max_seq = math.max(tonumber(redis.call('HGET', KEYS[1], 'max_seq') or '0'), top, head)
-local gaps = 0
-if max_seq > head then
-  gaps = max_seq - head - redis.call('BITCOUNT', KEYS[2], head + 1, max_seq, 'BIT')
-end
-local fields = {
-  'seq', string.format('%d', head), 'max_seq', string.format('%d', max_seq), 'gaps', string.format('%d', gaps)
-}
-if head > before then
-  fields[7], fields[8] = 'indexed_at', ARGV[1]
-end
-redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('HDEL', KEYS[1], 'id')  -- a high-water head named its newest minute; a watermark names none
-return {before, head, table.concat(fresh)}
-"""
-_ADVANCE_HEAD = f"local fields_per_call = {HEAD_FIELDS_PER_CALL}\n{_ADVANCE_HEAD}"
-
-
-def _runs(seqs: Sequence[int]) -> list[int]:
-    """Seqs in their order as runs of consecutive ones, flat: first, last, first, last, ..."""
-    out: list[int] = []
-    first = prev = seqs[0]
-    for seq in seqs[1:]:
-        if seq != prev + 1:
-            out += (first, prev)
-            first = seq
-        prev = seq
-    out += (first, prev)
-    return out
+_ADVANCE_HEAD = advance_script("indexed_at")  # the contiguous head (workers/heads.py), as the facts pool keeps
 
 
 def close_engine() -> None:
@@ -581,8 +504,8 @@ def _advance_heads(
     pipe = connection.pipeline(transaction=False)
     stamp = repr(indexed_at)
     for project_id, of_project in by_project.items():
-        runs = _runs([r.seq for r in of_project])
-        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *runs)
+        seqs = runs([r.seq for r in of_project])
+        pipe.eval(_ADVANCE_HEAD, 2, keys.index_head(project_id), keys.index_done(project_id), stamp, *seqs)
     ctx.metrics.batch("index", batch_minutes, batch_seconds, pipeline=pipe)
     replies = pipe.execute(raise_on_error=False)
     heads, metrics = replies[: len(by_project)], replies[len(by_project) :]
@@ -594,11 +517,8 @@ def _advance_heads(
     for of_project, (_, _, flags) in zip(by_project.values(), heads, strict=True):
         if isinstance(flags, str):  # a connection that decodes replies
             flags = flags.encode()
-        fresh.extend(r for r, flag in zip(of_project, flags, strict=True) if flag == _FRESH)
+        fresh.extend(r for r, flag in zip(of_project, flags, strict=True) if flag == FRESH)
     return list(by_project), fresh
-
-
-_FRESH = ord("1")  # a record's flag in the head script's reply: indexed for the first time
 
 
 def _log_metrics_errors(replies: Iterable[Any]) -> None:
