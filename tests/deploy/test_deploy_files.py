@@ -376,6 +376,7 @@ def test_every_required_alert_exists_with_a_severity_and_a_summary() -> None:
         "PVMQueueWithoutWorkers",
         "PVMJobsStranded",
         "PVMIndexStale",
+        "PVMFactsStale",
         "PVMExporterDown",
         "PVMScheduleLate",
         "PVMSchedulerDown",
@@ -435,6 +436,7 @@ def _case(
 SHARD0 = {"shard": "0", "group": keys.DISPATCH_GROUP}
 LOG_QUEUE = {"queue": keys.QUEUES["log"], "pool": "log"}
 INDEX_QUEUE = {"queue": keys.QUEUES["index"], "pool": "index"}
+FACTS_QUEUE = {"queue": keys.QUEUES["facts"], "pool": "facts"}
 
 
 def _every(interval_s: int, minutes: int) -> str:
@@ -624,6 +626,30 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
                 _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **LOG_QUEUE),
             ],
             ("30m", "PVMIndexStale", []),
+        ),
+        # Facts: minutes indexed in time but their facts applied 300-900 s after emit; then a facts queue that waits.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("indexed", {"1.0": "0+10x40", "300.0": "0+10x40", "+Inf": "0+10x40"}),
+                *_freshness("facts", {"1.0": "0x40", "300.0": "0x40", "900.0": "0+10x40", "+Inf": "0+10x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0x40", **FACTS_QUEUE),
+            ],
+            ("5m", "PVMFactsStale", []),
+            ("25m", "PVMFactsStale", [warn(stage="facts")]),
+            ("25m", "PVMIndexStale", []),
+        ),
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("facts", {"1.0": "100x40", "300.0": "100x40", "+Inf": "100x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **FACTS_QUEUE),
+                _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **INDEX_QUEUE),
+            ],
+            ("10m", "PVMFactsStale", []),
+            ("20m", "PVMFactsStale", [warn(**FACTS_QUEUE)]),
         ),
         # The exporter: a failing target, a missing target, Redis errors.
         _case(
