@@ -26,13 +26,15 @@ from redis.exceptions import NoScriptError
 
 from contracts import decode_durable_fields, keys
 from contracts.errors import InvalidFact
-from contracts.facts import GLOBAL_KEY, FactType, TierKey
+from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
 from pvm import context_facts, defaults
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
+from pvm.knowledge import check_key
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
+from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
 
 if TYPE_CHECKING:
@@ -180,6 +182,7 @@ class ContextReader:
         self._context_read = connection.register_script(_CONTEXT_READ)
         self._current_read = connection.register_script(CURRENT_READ)
         self._facts = FactMemo(line_cost)
+        self.fact_store = FactStore(connection)
 
     # -- single reads --------------------------------------------------------------
 
@@ -229,6 +232,22 @@ class ContextReader:
         result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k)
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
+
+    # -- learned keys ------------------------------------------------------------------
+
+    def recall(
+        self, project_id: str, key: str, *, task_id: str | None = None, include_global: bool = False
+    ) -> Fact | None:
+        """The current value of a learned key (`Emitter.learn`) as its fact (`.value`), or None; one round trip.
+
+        The task's tier first (when `task_id` names one), then the project's,
+        then the global tier, read only with `include_global` (the caller is
+        granted it). Raises ValueError naming ``key`` or ``task_id`` when it
+        cannot name one.
+        """
+        require_project(project_id)
+        check_key(key)
+        return self.fact_store.recall_first(_tier_keys(project_id, task_id, include_global), key)
 
     # -- the context -------------------------------------------------------------------
 
