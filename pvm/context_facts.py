@@ -247,8 +247,10 @@ def choose_facts(
     by `split` (task, project, global weights) among the tiers that still have
     facts: each takes its facts most relevant to the task first (then most
     important, then newest) while they fit its share; what a tier leaves goes
-    to the others, by weight, until nothing more fits. Within a tier a fact
-    that does not fit stops the tier (its less relevant facts never jump it).
+    to the others, by weight, until nothing more fits. A tier of weight 0
+    takes only what the others leave once they have every fact. Within a tier
+    a fact that does not fit stops the tier (its less relevant facts never
+    jump it).
     """
     weights = dict(zip(TIERS, split, strict=True))
     first: list[tuple[Tier, KnownFact]] = []
@@ -286,13 +288,15 @@ def choose_facts(
         remaining = left - sum(spent.values())
         if not hungry or remaining <= 0:
             break
-        total = sum(weights[t] for t in hungry)
+        # A tier of weight 0 takes only what the weighted tiers leave once they have every fact.
+        eligible = [t for t in hungry if weights[t] > 0] or hungry
+        total = sum(weights[t] for t in eligible)
         moved = False
-        for tier in hungry:
-            share = remaining * weights[tier] / total if total else remaining / len(hungry)
+        for tier in eligible:
+            share = remaining * weights[tier] / total if total else remaining / len(eligible)
             moved |= take(tier, spent[tier] + share)
         if not moved:  # no tier's next fact fits its share of what is left: the first one it fits, whole
-            for tier in sorted(hungry, key=lambda t: -weights[t]):
+            for tier in sorted(eligible, key=lambda t: -weights[t]):
                 if take(tier, spent[tier] + left - sum(spent.values())):
                     moved = True
                     break

@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from contracts import Minute, encode_minute
 from contracts.fact_changes import asserted_minute, tier_promoted_minute
@@ -254,6 +257,19 @@ def test_the_split_is_configurable(redis_client: redis.Redis, settings: Settings
     assert pkg.budget.tiers["task"] == 0 and abs(
         pkg.budget.tiers["global"] - 3 * pkg.budget.tiers["project"]
     ) <= 3 * fact_cost(pkg)
+    # A tier of weight 0 gets what the others leave once they have every fact.
+    put(store, known("the one p2 fact", tier=TierKey.for_project("p2")))
+    put(
+        store,
+        *(
+            known(f"p2 task fact {i:03d} about the deploy pipeline", tier=TierKey.for_task("p2", "T-7"))
+            for i in range(40)
+        ),
+    )
+    p2 = reader.build_context("p2", "a1", task="deploy pipeline", budget_tokens=2000, task_id="T-7")
+    assert 0 < p2.budget.tiers["project"] < p2.budget.tiers["task"] and p2.budget.tier_cut == {
+        "task": 40 - len(p2.facts) + 1
+    }
     with pytest.raises(ValueError, match="PVM_FACT_TIER_SPLIT"):
         ContextReader(redis_client, LogReader(settings.log_dir), fact_tier_split=(1, 1))
     with pytest.raises(ValueError, match="PVM_FACT_TIER_SPLIT"):
@@ -376,3 +392,61 @@ def test_a_context_with_facts_is_still_two_round_trips(
     pkg = reader.build_context("p1", "a1", task="deploying to production", task_id="T-7", include_global=True)
     assert pkg.facts and pkg.rules
     assert trips == ["pipeline", "pipeline"]
+
+
+_projects = st.sampled_from(["p1", "p2", "p3"])
+_tier_names = st.sampled_from(["project", "task:T-1", "task:T-2", "global"])
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(
+    layout=st.lists(st.tuples(_projects, _tier_names, st.booleans()), min_size=1, max_size=15),
+    asked=_projects,
+    task_id=st.sampled_from([None, "T-1", "T-2"]),
+    include_global=st.booleans(),
+)
+def test_a_context_reads_exactly_the_tiers_it_names(
+    reader: ContextReader,
+    redis_client: redis.Redis,
+    layout: list[tuple[str, str, bool]],
+    asked: str,
+    task_id: str | None,
+    include_global: bool,
+) -> None:
+    redis_client.flushdb()
+    store = FactStore(redis_client)
+    for i, (project, tier_name, procedure) in enumerate(layout):
+        if tier_name == "global":
+            tier = GLOBAL_KEY
+        elif tier_name == "project":
+            tier = TierKey.for_project(project)
+        else:
+            tier = TierKey.for_task(project, tier_name.split(":")[1])
+        if procedure:
+            put(store, rule(f"deploying service {i}", f"check {i}", 0.5, tier=tier, tags=["deploy"]))
+        else:
+            put(store, known(f"fact {i} of {tier} about deploys", tier=tier))
+    wanted = {f"project:{asked}"} | ({f"task:{asked}:{task_id}"} if task_id else set())
+    wanted |= {"global"} if include_global else set()
+    pkg = reader.build_context(
+        asked,
+        "a1",
+        task="deploys",
+        tags=["deploy"],
+        budget_tokens=100_000,
+        task_id=task_id,
+        include_global=include_global,
+    )
+    expected_facts, expected_rules = set(), set()
+    for i, (project, tier_name, procedure) in enumerate(layout):
+        key = (
+            "global"
+            if tier_name == "global"
+            else f"{tier_name.split(':')[0]}:{project}"
+            + (f":{tier_name.split(':')[1]}" if tier_name.startswith("task") else "")
+        )
+        if key in wanted:
+            (expected_rules if procedure else expected_facts).add(i)
+    assert {f["tier_key"] for f in (*pkg.facts, *pkg.rules)} <= wanted
+    assert {int(f["text"].split()[1]) for f in pkg.facts} == expected_facts
+    assert {int(r["subject"].split()[-1]) for r in pkg.rules} == expected_rules
