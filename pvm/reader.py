@@ -281,6 +281,8 @@ class ContextReader:
             raise ValueError("agent_id is required: the context is built for one agent")
         if budget_tokens < 1:
             raise ValueError(f"budget_tokens must be at least 1, got {budget_tokens}")
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise ValueError(f"tags must be a list of strings, such as ['deploy', 'payments']; got {tags!r}")
         tier_keys = _tier_keys(project_id, task_id, include_global)
         read_at = time.time()
         context_keys = [

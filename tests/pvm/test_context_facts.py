@@ -303,6 +303,8 @@ def test_facts_of_another_project_or_task_never_appear(reader: ContextReader, st
     assert texts(reader.build_context("p4", "a1", task="deploys", task_id="T-7", include_global=True)) == []
     with pytest.raises(ValueError, match="task_id"):
         reader.build_context("p1", "a1", task_id=" ")
+    with pytest.raises(ValueError, match="tags must be a list of strings"):
+        reader.build_context("p1", "a1", tags="deploy")
 
 
 # -- rules --------------------------------------------------------------------------------------------------------
