@@ -209,8 +209,9 @@ CONTEXT_RULE_SHARE = 0.1
 # How the facts section's tokens split across tiers: task, project, global (PVM_FACT_TIER_SPLIT). A tier a context
 # does not read (no task named, no global grant) or that needs less gives its share to the others.
 FACT_TIER_SPLIT = (40.0, 40.0, 20.0)
-# A rule (a procedure fact) applies when the task text holds at least this share of the words of its condition.
-RULE_MATCH_AT = 0.5
+# A rule (a procedure fact) applies when the task text holds at least this share of the words of its condition:
+# more than half, so a two-word condition needs both ("deploying to staging" does not apply to a production deploy).
+RULE_MATCH_AT = 0.6
 # Parsed fact records a reader keeps, by their stored bytes (a changed record is new bytes): reading a fact again
 # costs a dict lookup instead of its validation (~50 us). Past this many the memo starts over.
 CONTEXT_FACT_MEMO = 4_096

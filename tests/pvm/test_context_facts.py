@@ -342,7 +342,15 @@ def test_a_rule_appears_when_its_condition_matches_the_task_or_a_tag(reader: Con
     schema = reader.build_context("p1", "a1", task="touching the schema of users", task_id="T-7")
     assert [r["value"] for r in schema.rules] == ["write a migration"]
     assert reader.build_context("p1", "a1", task="touching the schema of users").rules == ()  # the task's own rule
-    assert rule_matches(words("deploying to production"), frozenset(), words("deploy it"), frozenset())
+    assert rule_matches(words("deploying to production"), frozenset(), words("deploy it to production"), frozenset())
+    assert not rule_matches(words("deploying to staging"), frozenset(), words("deploy to production"), frozenset())
+    assert rule_matches(
+        words("a payment fails on checkout"), frozenset(), words("checkout payment failed"), frozenset()
+    )
+    assert rule_matches(
+        words("a payment fails on checkout"), frozenset(), words("payment failed at checkout"), frozenset()
+    )
+    assert not rule_matches(words("a payment fails on checkout"), frozenset(), words("checkout page"), frozenset())
     assert not rule_matches(words("deploying to production"), frozenset(), words("fix it"), words("frontend"))
 
 
