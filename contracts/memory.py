@@ -176,19 +176,28 @@ class AgentMemory:
 
 @dataclass(frozen=True, slots=True)
 class BudgetReport:
-    """How the token budget was spent: tokens per section and what was cut to fit."""
+    """How the token budget was spent: tokens per section and what was cut to fit, and the facts' tiers likewise."""
 
     budget_tokens: int
     used_tokens: int
     sections: dict[str, int]  # section -> tokens
     cut: dict[str, int]  # section -> items left out
+    tiers: dict[str, int] = field(default_factory=dict)  # facts section: tier (task, project, global) -> tokens
+    tier_cut: dict[str, int] = field(default_factory=dict)  # facts section: tier -> facts left out
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> BudgetReport:
-        return cls(int(raw["budget_tokens"]), int(raw["used_tokens"]), dict(raw["sections"]), dict(raw["cut"]))
+        return cls(
+            int(raw["budget_tokens"]),
+            int(raw["used_tokens"]),
+            dict(raw["sections"]),
+            dict(raw["cut"]),
+            dict(raw.get("tiers") or {}),
+            dict(raw.get("tier_cut") or {}),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +214,12 @@ class ContextPackage:
     budget: BudgetReport
     freshness: dict[str, Any]  # per stage: how far behind the newest minute it is
     full_log_available: bool
+    # What we know: current, promoted facts (Fact.to_dict()) of the task, project and granted global tiers, in
+    # that order, each tier's most important to the task first (constraints and goals, then by relevance).
+    facts: tuple[dict[str, Any], ...] = ()
+    # Procedure facts (Fact.to_dict()) whose condition (subject) matches the task: do the action (value); highest
+    # priority (importance) first.
+    rules: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,6 +233,8 @@ class ContextPackage:
             "budget": self.budget.to_dict(),
             "freshness": self.freshness,
             "full_log_available": self.full_log_available,
+            "facts": list(self.facts),
+            "rules": list(self.rules),
         }
 
     @classmethod
@@ -233,6 +250,8 @@ class ContextPackage:
             budget=BudgetReport.from_dict(raw["budget"]),
             freshness=raw["freshness"],
             full_log_available=bool(raw["full_log_available"]),
+            facts=tuple(raw.get("facts") or ()),
+            rules=tuple(raw.get("rules") or ()),
         )
 
     def render(self) -> str:
@@ -242,6 +261,17 @@ class ContextPackage:
             out.append(f"Task: {self.task}")
         out.append("\n## Your track record")
         out.extend(agent_lines(self.agent_memory))
+        if self.facts:
+            out.append("\n## What we know")
+            tier = None
+            for fact in self.facts:
+                if fact.get("tier_key") != tier:
+                    tier = fact.get("tier_key")
+                    out.append(tier_heading(str(tier)))
+                out.append(fact_line(fact))
+        if self.rules:
+            out.append("\n## Rules that apply")
+            out.extend(rule_line(r) for r in self.rules)
         if self.relevant_experience:
             out.append("\n## Relevant past experience")
             out.extend(hit_line(h) for h in self.relevant_experience)
@@ -254,7 +284,10 @@ class ContextPackage:
         notes = index_notes(index) if isinstance(index, dict) else []
         if notes:
             out.append("\n" + "\n".join(notes))
-        cut = ", ".join(f"{n} {s}" for s, n in self.budget.cut.items())
+        cut = ", ".join(f"{n} {s}" for s, n in self.budget.cut.items() if s != "facts")
+        if self.budget.tier_cut:
+            facts = ", ".join(f"{n} {tier}" for tier, n in self.budget.tier_cut.items())
+            cut = ", ".join(part for part in (cut, f"facts ({facts})") if part)
         if cut:
             out.append(f"(budget {self.budget.budget_tokens} tokens: left out {cut})")
         return "\n".join(out)
@@ -291,6 +324,27 @@ def index_notes(index: dict[str, Any]) -> list[str]:
     elif index.get("degraded"):
         notes.append("(note: relevant past experience matched by keywords only: the embedding provider is unavailable)")
     return notes
+
+
+def tier_heading(tier_key: str) -> str:
+    """The line above a tier's facts: which task, the project, or every project."""
+    tier, _, rest = tier_key.partition(":")
+    if tier == "task":
+        return f"### This task ({rest.partition(':')[2]})"
+    if tier == "project":
+        return "### This project"
+    return "### Every project"
+
+
+def fact_line(fact: dict[str, Any]) -> str:
+    """One fact (`Fact.to_dict()`) as one prompt line: its type, its sentence, and since when it holds."""
+    since = str(fact.get("valid_from") or "")[:10]
+    return f"- {fact.get('type', 'fact')}: {fact.get('text', '')}" + (f" (since {since})" if since else "")
+
+
+def rule_line(rule: dict[str, Any]) -> str:
+    """One procedure fact (`Fact.to_dict()`) as a rule: when its subject holds, do its value."""
+    return f"- when {rule.get('subject', '')}: {rule.get('value', '')} (priority {float(rule.get('importance', 0)):g})"
 
 
 def hit_line(hit: SearchHit) -> str:

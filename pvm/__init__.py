@@ -1,14 +1,18 @@
 """PVM: the memory layer for fleets of AI agents.
 
 Agents write with `Emitter` (to Redis) and read with `ContextReader` (from
-Redis) or, over HTTP, with `PVMClient` (the reader API of `pvm serve`). This
+Redis) or, over HTTP, with `PVMClient` (the reader API of `pvm serve`). Their
+key-value memory: `Emitter.learn(project, key, value, tier=...)`,
+`ContextReader.recall(project, key)` (a `Fact`, or None) and
+`Emitter.promote(fact)` (one tier up). This
 package needs only redis, msgpack and httpx (`pip install pvm`); the pools, the
 API server and the vector engines come with `pip install 'pvm[server]'`.
 """
 
 from __future__ import annotations
 
-from contracts import InvalidMinute, Minute, new_minute_id
+from contracts import InvalidFact, InvalidMinute, Minute, new_minute_id
+from contracts.facts import Fact, Tier
 from pvm.client import PVMAPIError, PVMClient, PVMRequestError, PVMServerError
 from pvm.config import Settings
 from pvm.emitter import Emitter, EmitterStats
@@ -18,6 +22,8 @@ __all__ = [
     "ContextReader",
     "Emitter",
     "EmitterStats",
+    "Fact",
+    "InvalidFact",
     "InvalidMinute",
     "Minute",
     "PVMAPIError",
@@ -25,5 +31,6 @@ __all__ = [
     "PVMRequestError",
     "PVMServerError",
     "Settings",
+    "Tier",
     "new_minute_id",
 ]

@@ -248,6 +248,33 @@ class Weights(Kind[tuple[float, float, float, float]]):
         return f"four comma-separated numbers ({self.legs}), each >= 0 and not all 0"
 
 
+class TierSplit(Kind[tuple[float, float, float]]):
+    """How the facts of a context share its facts budget: `task,project,global` weights."""
+
+    type_name = "3 numbers"
+    tiers = "task,project,global"
+
+    def parse(self, raw: str) -> tuple[float, float, float]:
+        try:
+            parts = [float(p) for p in raw.split(",")]
+        except ValueError:
+            raise _Refused("holds something that is not a number") from None
+        if len(parts) != 3:
+            raise _Refused(f"has {len(parts)} numbers, not 3")
+        if not all(math.isfinite(p) and p >= 0 for p in parts) or not sum(parts):
+            raise _Refused("is out of range")
+        return parts[0], parts[1], parts[2]
+
+    def format(self, value: tuple[float, float, float]) -> str:
+        return ",".join(str(int(w)) if float(w).is_integer() and abs(w) < 1e15 else repr(float(w)) for w in value)
+
+    def range(self) -> str:
+        return f"`{self.tiers}`, each >= 0, not all 0 (shares of the whole)"
+
+    def expected(self) -> str:
+        return f"three comma-separated numbers ({self.tiers}), each >= 0 and not all 0, such as 40,40,20"
+
+
 # -- declarations ------------------------------------------------------------------------------------------------
 
 
@@ -551,6 +578,13 @@ class Settings:
         defaults.FACT_PROMOTE_AT,
         "confidence at which the facts pool promotes an extracted fact to current knowledge (below: pending); "
         f"{defaults.FACT_PROMOTE_AT} measured precision 0.95 on the held-out labeled set (bench/fact_sessions.py)",
+    )
+    fact_tier_split: tuple[float, float, float] = setting(
+        "PVM_FACT_TIER_SPLIT",
+        TierSplit(),
+        defaults.FACT_TIER_SPLIT,
+        "how a context's facts section splits its tokens across the task, project and global tiers (weights); "
+        "a tier not read, or needing less, leaves its share to the others",
     )
     redis_start_wait_s: float = setting(
         "PVM_REDIS_START_WAIT",

@@ -200,3 +200,18 @@ FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldes
 FACT_POINT_MAX_PENDING = 256  # changes kept on a point whose fact's assertion is not indexed yet (oldest dropped)
 FACT_POINTS_LOCK_S = 60.0  # lease of the worker folding a tenant's fact points (a crashed holder frees it after)
 FACT_POINTS_LOCK_WAIT_S = 30.0  # a batch waits this long for that lease, then fails and is retried
+
+# Facts and rules in an agent's context, pvm/reader.py and pvm/context_facts.py (area: facts reader).
+# The facts section ("What we know") may use this share of a context's budget and the rules section this one;
+# what they leave unused goes on to the experience and minutes sections, which keep at least the rest.
+CONTEXT_FACT_SHARE = 0.3
+CONTEXT_RULE_SHARE = 0.1
+# How the facts section's tokens split across tiers: task, project, global (PVM_FACT_TIER_SPLIT). A tier a context
+# does not read (no task named, no global grant) or that needs less gives its share to the others.
+FACT_TIER_SPLIT = (40.0, 40.0, 20.0)
+# A rule (a procedure fact) applies when the task text holds at least this share of the words of its condition:
+# more than half, so a two-word condition needs both ("deploying to staging" does not apply to a production deploy).
+RULE_MATCH_AT = 0.6
+# Parsed fact records a reader keeps, by their stored bytes (a changed record is new bytes): reading a fact again
+# costs a dict lookup instead of its validation (~50 us). Past this many the memo starts over.
+CONTEXT_FACT_MEMO = 4_096

@@ -36,9 +36,11 @@ from typing import Any
 import redis
 
 from contracts import Minute, encode_minute, keys, new_minute_id
+from contracts.facts import Fact, FactType, Tier
 from contracts.minute import utc_now_iso
 from pvm import defaults
 from pvm.config import Settings
+from pvm.knowledge import learn_minute, promote_minute
 from pvm.spool import SpoolFile
 
 log = logging.getLogger(__name__)
@@ -241,6 +243,38 @@ class Emitter:
         entry_id = self.connection.xadd(self.streams[shard], {keys.MINUTE_FIELD: raw})
         self._outbox.count_sent_directly()
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    # -- knowledge: learn / promote (pvm.knowledge) --------------------------
+
+    def learn(
+        self,
+        project_id: str,
+        key: str,
+        value: str | int | float | bool,
+        tier: Tier | str = Tier.PROJECT,
+        *,
+        task_id: str | None = None,
+        type: FactType | str = FactType.FACT,
+        text: str | None = None,
+        agent_id: str | None = None,
+    ) -> str:
+        """Remember `value` under `key` in a tier (``task`` with `task_id`, ``project``, ``global``); the minute id.
+
+        Emits a ``fact_learned`` minute like `emit` (fire-and-forget); once the
+        facts pool applies it, `ContextReader.recall` returns it and the key's
+        previous value in that tier is superseded (kept in history). Raises
+        `InvalidFact` / `InvalidMinute` (ValueErrors) naming the argument to fix.
+        """
+        return self.emit(
+            learn_minute(project_id, key, value, tier, task_id=task_id, type=type, text=text, agent_id=agent_id)
+        )
+
+    def promote(self, fact: Fact | Mapping[str, Any], *, agent_id: str | None = None) -> str:
+        """Copy a current fact one tier up (task -> project -> global); the ``fact_tier_promoted`` minute's id.
+
+        `fact` is a `Fact` (from `ContextReader.recall`) or a fact of a context (`ContextPackage.facts`).
+        """
+        return self.emit(promote_minute(fact, agent_id=agent_id))
 
     def stats(self) -> EmitterStats:
         return self._outbox.stats()

@@ -2,9 +2,12 @@
 
 `ContextReader.build_context()` puts together, for one agent in one project:
 the project's newest minutes (Redis), the minutes those reference (Redis, then
-the log), the agent's track record (Redis), and similar past experience (hybrid
-search, when a task is given), then trims all of it to a token budget and says
-how fresh each part is. Every call names a project; nothing crosses projects.
+the log), the agent's track record (Redis), what we know (the current facts of
+the task, the project and, when granted, the global tier) and the rules that
+apply to the task (Redis, `pvm.context_facts`), and similar past experience
+(hybrid search, when a task is given), then trims all of it to a token budget
+and says how fresh each part is. Every call names a project; nothing crosses
+projects, and the global tier is read only when the caller is granted it.
 """
 
 from __future__ import annotations
@@ -14,16 +17,24 @@ import math
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from contracts import decode_durable_fields, keys
+from contracts.errors import InvalidFact
+from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
-from pvm import defaults
+from contracts.minute import is_valid_project_id, utc_now_iso
+from pvm import context_facts, defaults
+from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
+from pvm.knowledge import check_key
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
+from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
 
 if TYPE_CHECKING:
@@ -98,19 +109,27 @@ def require_project(project_id: object) -> str:
     return project_id
 
 
+def line_cost(line: str) -> int:
+    """What one item's prompt line costs in the budget: its tokens and one for the line break."""
+    return estimate_tokens(line) + 1
+
+
 @dataclass
 class _Section:
     name: str
     items: list[Any]
     lines: list[str]
+    limit: int | None = None  # the most tokens this section may use (None: whatever is left)
+    dropped: int = 0  # items already left out before fitting (the facts' tier split), reported as cut
 
 
 def fit_budget(sections: Sequence[_Section], budget_tokens: int) -> tuple[dict[str, list[Any]], BudgetReport]:
     """Keep items in section priority order until the budget is spent; report tokens used and items cut.
 
     Sections come most important first; within a section items come most
-    important first. A section whose next item does not fit stops taking items,
-    and the space left goes to the next section.
+    important first. A section whose next item does not fit (in what is left,
+    or in its own limit) stops taking items, and the space left goes to the
+    next section.
     """
     kept: dict[str, list[Any]] = {}
     tokens: dict[str, int] = {}
@@ -119,14 +138,17 @@ def fit_budget(sections: Sequence[_Section], budget_tokens: int) -> tuple[dict[s
     for section in sections:
         kept[section.name] = []
         tokens[section.name] = 0
+        cut[section.name] = section.dropped
+        room = left if section.limit is None else min(left, section.limit)
         for i, (item, line) in enumerate(zip(section.items, section.lines, strict=True)):
-            cost = estimate_tokens(line) + 1
-            if cost > left:
-                cut[section.name] = len(section.items) - i
+            cost = line_cost(line)
+            if cost > room:
+                cut[section.name] += len(section.items) - i
                 break
             kept[section.name].append(item)
             tokens[section.name] += cost
             left -= cost
+            room -= cost
     return kept, BudgetReport(budget_tokens, budget_tokens - left, tokens, {k: v for k, v in cut.items() if v})
 
 
@@ -140,7 +162,9 @@ class ContextReader:
         searcher: Searcher | None = None,
         recent_n: int = defaults.CONTEXT_RECENT,
         experience_k: int = defaults.CONTEXT_EXPERIENCE_K,
+        fact_tier_split: Sequence[float] = defaults.FACT_TIER_SPLIT,
     ) -> None:
+        """`fact_tier_split`: the task, project and global weights of the facts section (`PVM_FACT_TIER_SPLIT`)."""
         self.connection = connection
         self.cache = MinuteCache(connection)
         self.log = log
@@ -148,7 +172,17 @@ class ContextReader:
         self.searcher = searcher
         self.recent_n = recent_n
         self.experience_k = experience_k
+        split = tuple(float(w) for w in fact_tier_split)
+        if len(split) != 3 or not all(math.isfinite(w) and w >= 0 for w in split) or not sum(split):
+            raise ValueError(
+                f"fact_tier_split must be three weights (task, project, global), each >= 0 and not all 0, "
+                f"such as {defaults.FACT_TIER_SPLIT}; got {fact_tier_split!r} (PVM_FACT_TIER_SPLIT)"
+            )
+        self.fact_tier_split = split
         self._context_read = connection.register_script(_CONTEXT_READ)
+        self._current_read = connection.register_script(CURRENT_READ)
+        self._facts = FactMemo(line_cost)
+        self.fact_store = FactStore(connection)
 
     # -- single reads --------------------------------------------------------------
 
@@ -199,6 +233,22 @@ class ContextReader:
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
 
+    # -- learned keys ------------------------------------------------------------------
+
+    def recall(
+        self, project_id: str, key: str, *, task_id: str | None = None, include_global: bool = False
+    ) -> Fact | None:
+        """The current value of a learned key (`Emitter.learn`) as its fact (`.value`), or None; one round trip.
+
+        The task's tier first (when `task_id` names one), then the project's,
+        then the global tier, read only with `include_global` (the caller is
+        granted it). Raises ValueError naming ``key`` or ``task_id`` when it
+        cannot name one.
+        """
+        require_project(project_id)
+        check_key(key)
+        return self.fact_store.recall_first(_tier_keys(project_id, task_id, include_global), key)
+
     # -- the context -------------------------------------------------------------------
 
     def build_context(
@@ -207,35 +257,55 @@ class ContextReader:
         agent_id: str,
         task: str | None = None,
         budget_tokens: int = defaults.CONTEXT_BUDGET_TOKENS,
+        *,
+        task_id: str | None = None,
+        tags: Sequence[str] = (),
+        include_global: bool = False,
     ) -> ContextPackage:
         """Assemble an agent's context under a token budget.
 
-        Two Redis round trips besides the search: one script reads the recent
-        window, its cached minutes, both heads and the agent's memory; one
-        pipeline reads the referenced minutes and counts access to the
-        experience that fits the budget (which the referenced minutes, last in
-        priority, cannot change).
+        `task` is the task's text; `task_id` names the task whose facts (the
+        task tier) join the project's; `tags` are the task's tags, which rules
+        match too. The global tier is read only with `include_global` (the
+        caller is granted it: the API passes its token's grant), so tenancy
+        fails closed.
+
+        Two Redis round trips besides the search: one pipeline reads the recent
+        window, its cached minutes, both heads, the agent's memory and the
+        current facts of every tier read; one pipeline reads the referenced
+        minutes and counts access to the experience and facts that fit the
+        budget (which the referenced minutes, last in priority, cannot change).
         """
         require_project(project_id)
         if not isinstance(agent_id, str) or not agent_id:
             raise ValueError("agent_id is required: the context is built for one agent")
         if budget_tokens < 1:
             raise ValueError(f"budget_tokens must be at least 1, got {budget_tokens}")
+        if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+            raise ValueError(f"tags must be a list of strings, such as ['deploy', 'payments']; got {tags!r}")
+        tier_keys = _tier_keys(project_id, task_id, include_global)
         read_at = time.time()
-        bodies, log_head, index_head, memory_hash, capabilities = self._context_read(
-            keys=[
-                keys.recent_window(project_id),
-                keys.minute_by_id(project_id),
-                keys.log_head(project_id),
-                keys.index_head(project_id),
-                keys.agent_memory(project_id, agent_id),
-                keys.agent_capabilities(project_id, agent_id),
-            ],
-            args=[max(0, self.recent_n)],
-        )
+        context_keys = [
+            keys.recent_window(project_id),
+            keys.minute_by_id(project_id),
+            keys.log_head(project_id),
+            keys.index_head(project_id),
+            keys.agent_memory(project_id, agent_id),
+            keys.agent_capabilities(project_id, agent_id),
+        ]
+        calls = [(self._context_read, context_keys, [max(0, self.recent_n)])]
+        calls += [(self._current_read, k, [PROMOTED_MARKER]) for k in context_facts.read_keys(tier_keys)]
+        (bodies, log_head, index_head, memory_hash, capabilities), *fact_replies = self._run_scripts(calls)
         recent = self._recent(project_id, self.recent_n, bodies)
         freshness = _freshness(_decoded(_hash(log_head)), _decoded(_hash(index_head)), read_at)
         memory = AgentMemoryStore.parse(agent_id, _hash(memory_hash), capabilities)
+        current = [
+            k for k in (self._facts.known(raw) for reply in fact_replies for raw in reply) if k.holds_at(read_at)
+        ]
+        grouped = context_facts.by_tier(current, tier_keys)
+        task_words = context_facts.words(task or "", *tags)
+        procedures = [k for facts in grouped.values() for k in facts if k.fact.type is FactType.PROCEDURE]
+        rules = context_facts.choose_rules(procedures, task_words, context_facts.words(*tags))
         recent_ids = {m["id"] for m in recent}
         wanted: list[str] = []
         for m in reversed(recent):  # references of the newest minutes first
@@ -256,15 +326,33 @@ class ContextReader:
                 experience, degraded = diverse(found.hits, self.experience_k), found.degraded
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
+            _Section(
+                "rules", rules, [k.line for k in rules], limit=math.floor(budget_tokens * defaults.CONTEXT_RULE_SHARE)
+            ),
+        ]
+        room = min(
+            math.floor(budget_tokens * defaults.CONTEXT_FACT_SHARE),
+            budget_tokens - fit_budget(sections, budget_tokens)[1].used_tokens,
+        )
+        facts_by_tier = {
+            tier: [k for k in facts if k.fact.type is not FactType.PROCEDURE] for tier, facts in grouped.items()
+        }
+        chosen = context_facts.choose_facts(facts_by_tier, task_words, room, self.fact_tier_split)
+        sections += [
+            _Section(
+                "facts", chosen.facts, [k.line for k in chosen.facts], limit=room, dropped=sum(chosen.cut.values())
+            ),
             _Section("relevant_experience", experience, [hit_line(h) for h in experience]),
         ]
-        counted = [h.minute_id for h in fit_budget(sections, budget_tokens)[0]["relevant_experience"]]
+        head = fit_budget(sections, budget_tokens)[0]
+        counted = [h.minute_id for h in head["relevant_experience"]]
         pipe = self.connection.pipeline(transaction=False)
         if wanted:
             pipe.hmget(keys.minute_by_id(project_id), wanted)
         for minute_id in counted:
             pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
-        replies = pipe.execute() if wanted or counted else []
+        read = _count_fact_reads(pipe, [*head["rules"], *head["facts"]], utc_now_iso())
+        replies = pipe.execute() if wanted or counted or read else []
         cached = {i: b for i, b in zip(wanted, replies[0], strict=True) if b is not None} if wanted else {}
         referenced = self._by_ids(project_id, wanted, cached) if wanted else []
         newest_first = list(reversed(recent))
@@ -273,6 +361,7 @@ class ContextReader:
             _Section("referenced", referenced, [minute_line(m) for m in referenced]),
         ]
         kept, report = fit_budget(sections, budget_tokens)
+        report = replace(report, tiers=chosen.tokens, tier_cut=chosen.cut)
         if search_error:
             freshness["index"]["error"] = search_error
         if degraded:
@@ -288,7 +377,31 @@ class ContextReader:
             budget=report,
             freshness=freshness,
             full_log_available=self.log.has_project(project_id),
+            facts=tuple(k.record for k in kept["facts"]),
+            rules=tuple(k.record for k in kept["rules"]),
         )
+
+    def _run_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run registered scripts in one pipeline (one round trip) and return their replies, in order.
+
+        A script Redis no longer holds (a restart, SCRIPT FLUSH) is loaded and the pipeline sent again; any
+        other error is raised. (A `Script` called inside a pipeline would cost a SCRIPT EXISTS round trip.)
+        """
+        replies: list[Any] = []
+        for attempt in range(2):
+            pipe = self.connection.pipeline(transaction=False)
+            for script, names, args in calls:
+                pipe.evalsha(script.sha, len(names), *names, *args)
+            replies = pipe.execute(raise_on_error=False)
+            lost = {id(s): s for (s, _, _), r in zip(calls, replies, strict=True) if isinstance(r, NoScriptError)}
+            if not lost or attempt:
+                break
+            for script in lost.values():
+                self.connection.script_load(script.script)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def freshness(self, project_id: str) -> dict[str, Any]:
         """How far each stage is behind the newest durable minute of the project (read-your-writes, visible)."""
@@ -338,6 +451,41 @@ def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float)
             "gaps": gaps,
         },
     }
+
+
+def _tier_keys(project_id: str, task_id: str | None, include_global: bool) -> list[TierKey]:
+    """The tier keys a context reads: its task's (when named), its project's, and global only when granted."""
+    if not is_valid_project_id(project_id):
+        return []  # no fact can live in a project the contract refuses: nothing to read
+    tiers = [TierKey.for_project(project_id)]
+    if task_id is not None:
+        try:
+            tiers.insert(0, TierKey.for_task(project_id, task_id))
+        except InvalidFact as exc:
+            raise ValueError(f"task_id: {exc.problem}") from None
+    if include_global:
+        tiers.append(GLOBAL_KEY)
+    return tiers
+
+
+# Counts a read of each fact id (ARGV[2..]) in the read statistics hash KEYS[1], and its time (ARGV[1]).
+_FACT_READS = """
+for i = 2, #ARGV do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], 1)
+  redis.call('HSET', KEYS[1], ARGV[i] .. ':at', ARGV[1])
+end
+return #ARGV - 1
+"""
+
+
+def _count_fact_reads(pipe: redis.client.Pipeline, kept: Sequence[KnownFact], at: str) -> int:
+    """Queue on `pipe` the read statistics of the facts a context keeps (`keys.fact_reads`); how many."""
+    by_hash: dict[str, list[str]] = {}
+    for known in kept:
+        by_hash.setdefault(keys.fact_reads(known.fact.tier_key), []).append(known.fact.id)
+    for name, ids in by_hash.items():
+        pipe.eval(_FACT_READS, 1, name, at, *ids)
+    return len(kept)
 
 
 def _hash(flat: Sequence[bytes]) -> dict[bytes, bytes]:

@@ -299,6 +299,25 @@ class FactStore:
         )
         return None if raw is None else StoredFact.unpack(raw).fact
 
+    def recall_first(self, tier_keys: Sequence[TierKey], key: str, as_of: str | datetime | None = None) -> Fact | None:
+        """The value of a learned key that holds at `as_of` (default: now) in the first of `tier_keys` with one.
+
+        One round trip. `ContextReader.recall` asks the task tier, then the project, then (when granted) global.
+        """
+        name = learned_slot(key).attribute
+        when = _now() if as_of is None else instant(as_of)
+        pipe = self.connection.pipeline(transaction=False)
+        for tier in tier_keys:
+            pipe.eval(_RECALL, 2, keys.learned_keys(tier), keys.facts_by_id(tier), name)
+        for tier, reply in zip(tier_keys, pipe.execute() if tier_keys else [], strict=True):
+            raw = bulk_reply(reply)
+            if raw is None:
+                continue
+            stored = StoredFact.unpack(raw)
+            if stored.fact.tier_key == tier and stored.known_at(when, PROMOTED_ONLY):
+                return stored.fact
+        return None
+
     def learned(self, tier_key: TierKey) -> dict[str, Fact]:
         """Every learned key of `tier_key` with its current value's fact (two round trips)."""
         names = {

@@ -49,6 +49,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_LLM_MAX_TOKENS": ["0", "lots"],
     "PVM_LLM_TEMPERATURE": ["-0.1", "2.5", "nan", "hot"],
     "PVM_FACT_PROMOTE_AT": ["-0.1", "1.5", "nan", "high"],
+    "PVM_FACT_TIER_SPLIT": ["40,40", "0,0,0", "-1,1,1", "a,b,c", "inf,1,1", "40,40,10,10"],
 }
 FREE_TEXT = {
     "PVM_HOME",
@@ -119,6 +120,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "llm_max_tokens": st.integers(1, 10**6),
     "llm_temperature": st.floats(min_value=0, max_value=2, allow_nan=False),
     "fact_promote_at": st.floats(min_value=0, max_value=1, allow_nan=False),
+    "fact_tier_split": st.tuples(_weight, _weight, _weight).filter(lambda w: sum(w) > 0),
 }
 
 
@@ -207,6 +209,8 @@ def test_refusals_say_what_would_do() -> None:
     assert "not a pool the log feeds" in refusal("PVM_DOWNSTREAM", "nosuchpool")
     assert "index" in refusal("PVM_DOWNSTREAM", "nosuchpool")  # the pools it may name
     assert "semantic,keyword,recency,importance" in refusal("PVM_SEARCH_WEIGHTS", "1,2,3")
+    assert "task,project,global" in refusal("PVM_FACT_TIER_SPLIT", "40,40")
+    assert "40,40,20" in refusal("PVM_FACT_TIER_SPLIT", "0,0,0")  # an example, and the default
     assert defaults.REDIS_URL_EXAMPLE in refusal("PVM_REDIS_URL", "localhost:6379")
 
 
