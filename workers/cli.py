@@ -571,7 +571,9 @@ def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
 
     token = new_token()
     try:
-        entry = token_entry(args.name, token, [ALL_PROJECTS] if args.all else args.project)
+        entry = token_entry(
+            args.name, token, [ALL_PROJECTS] if args.all else args.project, global_tier=args.global_tier
+        )
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
     if args.file:
@@ -586,6 +588,8 @@ def cmd_token_new(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
     )
     projects = "every project" if args.all else ", ".join(entry["projects"])
+    if args.global_tier:
+        projects += " and the global tier"
     if args.file:
         print(f"added {args.name!r} ({projects}) to {args.file}; a running pvm serve picks it up within a second")
     else:
@@ -836,6 +840,12 @@ def build_parser() -> argparse.ArgumentParser:
     reach = token_new.add_mutually_exclusive_group(required=True)
     reach.add_argument("--project", action="append", help="a project the token may read and write (repeatable)")
     reach.add_argument("--all", action="store_true", help="every project")
+    token_new.add_argument(
+        "--global",
+        dest="global_tier",
+        action="store_true",
+        help="also the global tier of facts (read it, promote and learn into it); never implied by --all",
+    )
     token_new.add_argument("--file", type=Path, help="add the entry to this tokens file (PVM_API_TOKENS_FILE)")
     token_new.add_argument("--json", action="store_true", help='print {"token", "entry", "file"} as JSON on stdout')
     token_new.set_defaults(func=cmd_token_new)
