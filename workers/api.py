@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
+from contracts.fact_changes import FACT_EVENT_TYPES
 from contracts.json_value import MAX_JSON_DEPTH, json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
@@ -204,6 +205,15 @@ def _json_body(body: bytes) -> Any:
         raise BadRequest(
             f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"
         ) from None
+
+
+def knowledge_change_refused(event_type: str) -> str:
+    """Why POST /v1/minutes refuses a knowledge-change minute, and where such a change is made instead."""
+    return (
+        f"{event_type!r} is a knowledge change, which only PVM writes (a forged one would reach the log): "
+        "change facts through /v1/projects/{project_id}/facts (POST to assert; .../facts/{fact_id}/promote, "
+        ".../facts/{fact_id}/retract) and /v1/projects/{project_id}/learn"
+    )
 
 
 def bearer_credential(authorization: str | None) -> bytes | None:
@@ -442,6 +452,8 @@ def create_app(
                         f"is the schema version: {version!r} is not one this server reads "
                         f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
                     )
+                if raw.get("event_type") in FACT_EVENT_TYPES:
+                    raise InvalidMinute("event_type", knowledge_change_refused(str(raw["event_type"])))
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}
                 minute = Minute.from_dict(raw)

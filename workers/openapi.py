@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from contracts import memory
+from contracts.fact_changes import FACT_EVENT_TYPES
 from pvm import defaults
 
 JSON = "application/json"
@@ -96,6 +97,15 @@ def minute_schemas() -> dict[str, Any]:
         "the log keeps each id once."
     )
     new["required"] = [name for name in minute["required"] if name not in ("v", "id", "timestamp")]
+    # Knowledge changes are minutes PVM writes itself (the facts routes): POST /v1/minutes refuses them (422).
+    event_type = new["properties"]["event_type"]
+    new["properties"]["event_type"] = {
+        **event_type,
+        "description": event_type["description"]
+        + " POST /v1/minutes refuses the knowledge changes (422 naming event_type): change facts through "
+        "the facts routes.",
+        "not": {"enum": sorted(FACT_EVENT_TYPES)},
+    }
 
     stored = copy.deepcopy(minute)
     stored["title"] = "A minute as the reads answer with it"
