@@ -200,3 +200,10 @@ FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldes
 FACT_POINT_MAX_PENDING = 256  # changes kept on a point whose fact's assertion is not indexed yet (oldest dropped)
 FACT_POINTS_LOCK_S = 60.0  # lease of the worker folding a tenant's fact points (a crashed holder frees it after)
 FACT_POINTS_LOCK_WAIT_S = 30.0  # a batch waits this long for that lease, then fails and is retried
+
+# The facts routes of the reader API, workers/fact_routes.py (area: facts-api).
+API_FACTS_LIMIT = 50  # facts per page of GET /v1/projects/{p}/facts unless `limit` says otherwise
+API_FACTS_MAX = 1_000  # the largest `limit`
+API_FACTS_MAX_OFFSET = 100_000  # the largest `offset`
+API_FACTS_SEARCH_MAX = 1_000  # with `q`, facts ranked at most (offset + limit past it: no further page)
+API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts worker decides, then answers 503
