@@ -84,7 +84,7 @@ STATUSES = tuple(s.value for s in FactStatus)
 DEFAULT_STATUSES = (FactStatus.PROMOTED.value,)
 # Pending and promoted facts are listed as of a time (they must hold then); superseded and retracted ones by what
 # became of them (`current` reads them that way too).
-_LIVE = (FactStatus.PENDING.value, FactStatus.PROMOTED.value)
+LIVE_STATUSES = (FactStatus.PENDING.value, FactStatus.PROMOTED.value)
 LIST_LIMIT = defaults.API_FACTS_LIMIT
 LIST_MAX = defaults.API_FACTS_MAX
 OFFSET_MAX = defaults.API_FACTS_MAX_OFFSET
@@ -173,9 +173,9 @@ class FactRoutes:
     ) -> list[Fact]:
         if as_of is not None:
             return self.store.current(tier_keys, types, statuses, as_of)
-        live = [s for s in statuses if s in _LIVE]
+        live = [s for s in statuses if s in LIVE_STATUSES]
         facts = self.store.current(tier_keys, types, live) if live else []
-        ended = {FactStatus(s) for s in statuses if s not in _LIVE}
+        ended = {FactStatus(s) for s in statuses if s not in LIVE_STATUSES}
         if ended:
             # Superseded and retracted facts no longer hold now: listed by their status, newest first.
             for tier_key in tier_keys:
@@ -281,7 +281,7 @@ class FactRoutes:
         tier_key = _tier_key(project_id, tier, task)
         minute_id, now = _minute_id(given), utc_now_iso()  # `now`: recorded_at; the minute's own time may be later
         status = given.get("status", FactStatus.PROMOTED.value)
-        if status not in _LIVE:
+        if status not in LIVE_STATUSES:
             raise InvalidField("status", f"{status!r}: a fact is asserted pending or promoted")
         with _fields_named():
             fact = Fact.new(

@@ -128,6 +128,14 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/search",
         "/v1/projects/{project_id}/recent",
         "/v1/projects/{project_id}/minutes",
+        "/v1/projects/{project_id}/facts",
+        "/v1/projects/{project_id}/facts/{fact_id}",
+        "/v1/projects/{project_id}/facts/{fact_id}/history",
+        "/v1/projects/{project_id}/facts/{fact_id}/promote",
+        "/v1/projects/{project_id}/facts/{fact_id}/retract",
+        "/v1/projects/{project_id}/learn",
+        "/v1/projects/{project_id}/recall",
+        "/v1/projects/{project_id}/recall/{key}",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 
