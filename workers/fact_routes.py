@@ -59,7 +59,7 @@ from contracts.facts import (
     check_time,
     normalize_text,
 )
-from contracts.memory import SearchFilters
+from contracts.memory import FactHit, SearchFilters
 from contracts.minute import utc_now_iso
 from pvm import defaults
 from pvm.search import HybridSearch
@@ -194,23 +194,38 @@ class FactRoutes:
         as_of: str | None,
         wanted: int,
     ) -> tuple[list[Fact], str | None, bool]:
-        """Hybrid search over the fact points: the facts best first, why it is lexical-only (or None), and more?"""
+        """Hybrid search over the fact points: the facts best first, why it is lexical-only (or None), and more?
+
+        A task's facts carry its task id, which the other tiers' lack: the task tier is searched on its own
+        (filtered by the task) and the other tiers together, and the hits merged by score.
+        """
         if not isinstance(self.searcher, HybridSearch):
             raise Unavailable("this server has no vector store configured; searching facts (q) is unavailable")
         k = min(wanted, SEARCH_MAX)
-        result = self.searcher.search_result(
-            project_id,
-            query,
-            SearchFilters(task_id=task if Tier.TASK.value in tiers else None),
-            k,
-            kinds=("fact",),
-            fact_types=types or (),
-            tiers=tiers,
-            statuses=statuses,
-            as_of=as_of,
-        )
-        facts = [Fact.from_dict(hit.fact) for hit in result.facts]
-        return facts, result.degraded, len(result.facts) >= k and k < SEARCH_MAX
+        others = tuple(t for t in tiers if t != Tier.TASK.value)
+        legs: list[tuple[tuple[str, ...], str | None]] = [(others, None)] if others else []
+        if Tier.TASK.value in tiers:
+            legs.append(((Tier.TASK.value,), task))
+        hits: list[FactHit] = []
+        degraded = None
+        more = False
+        for leg_tiers, leg_task in legs:
+            result = self.searcher.search_result(
+                project_id,
+                query,
+                SearchFilters(task_id=leg_task),
+                k,
+                kinds=("fact",),
+                fact_types=types or (),
+                tiers=leg_tiers,
+                statuses=statuses,
+                as_of=as_of,
+            )
+            hits += result.facts
+            degraded = degraded or result.degraded
+            more = more or (len(result.facts) >= k and k < SEARCH_MAX)
+        hits.sort(key=lambda h: (-h.score, h.fact_id))
+        return [Fact.from_dict(hit.fact) for hit in hits[:k]], degraded, more or len(hits) > k
 
     def show(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``GET /v1/projects/{p}/facts/{id}``: one fact, any status."""

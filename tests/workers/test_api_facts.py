@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,16 +38,15 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@dataclass
-class Stack:
-    """The API over the embedded Valkey, and a facts pool that applies what it wrote."""
+class FactsFeed:
+    """Hands the minutes the API appended to the streams to the facts pool (`facts_batch`, in process)."""
 
-    client: TestClient
-    connection: redis.Redis
-    settings: Settings
-    ctx: FactsContext
-    read: dict[str, bytes] = field(default_factory=dict)  # stream -> last entry id handed to the pool
-    seq: dict[str, int] = field(default_factory=dict)  # project -> last log seq
+    def __init__(self, connection: redis.Redis, settings: Settings) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.ctx = FactsContext.build(connection, settings)
+        self.read: dict[str, bytes] = {}  # stream -> last entry id handed on
+        self.seq: dict[str, int] = {}  # project -> last log seq
 
     def written(self) -> list[Minute]:
         """The minutes appended to the streams since the last call."""
@@ -61,17 +60,45 @@ class Stack:
         return out
 
     def settle(self, index: bool = False) -> list[Minute]:
-        """Hand the new minutes to the facts pool (and, with `index`, to the log and the index pool)."""
+        """Hand the new minutes to the facts pool, as the log pool's fan-out would; returns them.
+
+        With `index`, they are also logged and indexed (the index pool makes their fact points).
+        """
         minutes = self.written()
+        if index and minutes:
+            log_minutes(self.connection, self.settings, minutes)
         records: list[list[object]] = []
         for m in minutes:
             self.seq[m.project_id] = self.seq.get(m.project_id, 0) + 1
             records.append([m.id, self.seq[m.project_id], encode_minute(m), None])
         if records:
             facts_batch(self.ctx, self.connection, records)
-        if index and minutes:
-            log_minutes(self.connection, self.settings, minutes)
         return minutes
+
+
+@dataclass
+class Stack:
+    """The API over the embedded Valkey, and the facts pool behind it."""
+
+    client: TestClient
+    feed: FactsFeed
+
+    def written(self) -> list[Minute]:
+        return self.feed.written()
+
+    def settle(self, index: bool = False) -> list[Minute]:
+        return self.feed.settle(index)
+
+
+def write_tokens(path: Path) -> TokenFile:
+    """A tokens file with ALL, CURATOR and APOLLO_ONLY."""
+    entries = [
+        {"name": "all", "sha256": token_sha256(ALL), "projects": ["*"]},
+        {"name": "curator", "sha256": token_sha256(CURATOR), "projects": ["apollo"], "global": True},
+        {"name": "apollo", "sha256": token_sha256(APOLLO_ONLY), "projects": ["apollo"]},
+    ]
+    path.write_text(json.dumps({"tokens": entries}))
+    return TokenFile(path, check_every_s=0)
 
 
 @pytest.fixture
@@ -79,17 +106,10 @@ def stack(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[Stack]:
     use_settings(settings, monkeypatch)
-    path = tmp_path / "tokens.json"
-    entries = [
-        {"name": "all", "sha256": token_sha256(ALL), "projects": ["*"]},
-        {"name": "curator", "sha256": token_sha256(CURATOR), "projects": ["apollo"], "global": True},
-        {"name": "apollo", "sha256": token_sha256(APOLLO_ONLY), "projects": ["apollo"]},
-    ]
-    path.write_text(json.dumps({"tokens": entries}))
     reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
-    app = create_app(reader, redis_client, settings.shards, tokens=TokenFile(path, check_every_s=0))
+    app = create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
     with TestClient(app) as client:
-        yield Stack(client, redis_client, settings, FactsContext.build(redis_client, settings))
+        yield Stack(client, FactsFeed(redis_client, settings))
     engines.close_shared()
 
 
@@ -113,7 +133,7 @@ def test_a_fact_asserted_by_hand_is_a_minute_the_pool_applies(stack: Stack) -> N
     [minute] = stack.written()
     assert minute.event_type == "fact_asserted" and minute.project_id == "apollo" and minute.agent_id == "ops"
     assert listed(stack) == []  # the API never writes the store: nothing shows before the pool applies it
-    stack.read.clear()
+    stack.feed.read.clear()
     stack.settle()
     [fact] = listed(stack)
     assert fact["id"] == fid and fact["value"] == "30 minutes" and fact["status"] == "promoted"
@@ -175,6 +195,18 @@ def test_a_newer_value_supersedes_in_its_slot_and_as_of_returns_what_held_then(s
         headers=bearer(CURATOR),
     )
     assert again.status_code == 409 and old in again.json()["error"]
+
+
+def test_q_searches_the_fact_points_of_the_tiers_asked(stack: Stack) -> None:
+    db = assert_fact(stack, subject="stack", attribute="database", value="Postgres", text="We use Postgres for data")
+    assert_fact(stack, subject="stack", attribute="cache", value="Valkey", text="Valkey caches sessions")
+    task = assert_fact(stack, subject="stack", attribute="queue", value="RQ", text="RQ runs Postgres jobs", task_id="T")
+    stack.settle(index=True)
+    found = stack.client.get(f"{P}/facts", params={"q": "postgres"}, headers=bearer(CURATOR)).json()
+    assert [f["id"] for f in found["facts"]] == [db] and found["degraded"] is None
+    both = listed(stack, q="postgres", task="T")
+    assert {f["id"] for f in both} == {db, task}
+    assert listed(stack, q="postgres", type="decision") == []
 
 
 # -- promote and retract round trips ---------------------------------------------------------------------------
