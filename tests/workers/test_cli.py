@@ -586,7 +586,19 @@ def test_dead_refuses_ids_that_are_not_stream_ids(capsys: pytest.CaptureFixture[
 
 # -- one line, never a traceback ---------------------------------------------------------------------------------
 
-NO_REDIS_COMMANDS = {"log tail", "token new", "context", "search"}  # the log files, a token, the reader API
+NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
+    "log tail",
+    "token new",
+    "context",
+    "search",
+    "facts list",
+    "facts show",
+    "facts history",
+    "facts promote",
+    "facts retract",
+    "learn",
+    "recall",
+}
 
 
 def _leaf_commands(parser: object, prefix: str = "") -> dict[str, object]:
