@@ -355,3 +355,35 @@ def test_bad_reads_and_changes_name_what_to_fix(stack: Stack) -> None:
     stack.settle()
     r = stack.client.post(f"{P}/facts/{fid}/promote", json={"to_tier": "task"}, headers=bearer(CURATOR))
     assert r.status_code == 422 and r.json()["field"] == "to_tier"
+
+
+# -- retries and promotion into a held slot -------------------------------------------------------------------
+
+
+def test_a_retried_assertion_with_its_minute_id_is_written_once(stack: Stack) -> None:
+    body = {"subject": "stack", "attribute": "database", "value": "Postgres", "minute_id": "01M8RETRY0000000000000000A"}
+    first = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
+    assert first.status_code == 202
+    again = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))  # before the pool applied it
+    assert again.status_code == 202 and again.json()["fact_id"] == first.json()["fact_id"]
+    written = stack.settle()
+    assert [m.id for m in written] == [body["minute_id"]] * 2  # the log keeps the id once
+    late = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))  # after: nothing more is written
+    assert late.status_code == 202 and late.json()["stream_id"] is None and stack.written() == []
+
+
+def test_a_copy_promoted_into_a_slot_supersedes_the_value_held_there(stack: Stack) -> None:
+    project_value = assert_fact(stack, subject="ci", attribute="runner", value="ubuntu-22")
+    stack.settle()
+    task_value = assert_fact(stack, subject="ci", attribute="runner", value="ubuntu-24", task_id="T-9")
+    stack.settle()
+    r = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
+    assert r.status_code == 202 and [m["event_type"] for m in r.json()["also"]] == ["fact_superseded"]
+    stack.settle()
+    [current] = listed(stack, tier="project")
+    assert current["id"] == r.json()["fact_id"] and current["value"] == "ubuntu-24"
+    history = stack.client.get(f"{P}/facts/{project_value}/history", headers=bearer(CURATOR)).json()["facts"]
+    assert [(f["value"], f["status"]) for f in history] == [("ubuntu-22", "superseded"), ("ubuntu-24", "promoted")]
+    # promoting it again finds the copy: answered, nothing written
+    again = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
+    assert again.status_code == 202 and again.json()["fact_id"] == current["id"] and stack.written() == []
