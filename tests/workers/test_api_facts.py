@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from contracts import decode_minute, encode_minute, keys
@@ -119,8 +122,8 @@ def assert_fact(stack: Stack, token: str = CURATOR, project: str = "apollo", **b
     return str(r.json()["fact_id"])
 
 
-def listed(stack: Stack, token: str = CURATOR, **params: Any) -> list[dict[str, Any]]:
-    r = stack.client.get(f"{P}/facts", params=params, headers=bearer(token))
+def listed(stack: Stack, token: str = CURATOR, project: str = "apollo", **params: Any) -> list[dict[str, Any]]:
+    r = stack.client.get(f"/v1/projects/{project}/facts", params=params, headers=bearer(token))
     assert r.status_code == 200, r.text
     return list(r.json()["facts"])
 
@@ -387,3 +390,55 @@ def test_a_copy_promoted_into_a_slot_supersedes_the_value_held_there(stack: Stac
     # promoting it again finds the copy: answered, nothing written
     again = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
     assert again.status_code == 202 and again.json()["fact_id"] == current["id"] and stack.written() == []
+
+
+# -- tenancy, as a property ------------------------------------------------------------------------------------
+
+PROJECTS = ("apollo", "borealis")
+CHANGE = st.tuples(
+    st.sampled_from(PROJECTS),
+    st.sampled_from(["assert", "learn", "learn-global"]),
+    st.sampled_from([None, "T-1", "T-2"]),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from(["x", "y"]),
+)
+
+
+@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(CHANGE, min_size=1, max_size=6))
+def test_no_read_crosses_a_project_or_a_tier_key(
+    stack: Stack, changes: list[tuple[str, str, str | None, str, str]]
+) -> None:
+    made: dict[str, str] = {}  # fact id -> the project whose minute made it
+    for project, kind, task, attribute, value in changes:
+        path = f"/v1/projects/{project}"
+        if kind == "assert":
+            body: dict[str, Any] = {"subject": "s", "attribute": attribute, "value": value, "task_id": task}
+            r = stack.client.post(f"{path}/facts", json=body, headers=bearer(ALL))
+            assert r.status_code in (202, 409), r.text
+        else:
+            body = {"key": attribute, "value": value, "task_id": task}
+            token = ALL
+            if kind == "learn-global":
+                body = {"key": attribute, "value": value, "tier": "global"}
+                token = CURATOR if project == "apollo" else ALL
+            r = stack.client.post(f"{path}/learn", json=body, headers=bearer(token))
+            assert r.status_code == (202 if token == CURATOR or kind == "learn" else 403), r.text
+        if r.status_code == 202:
+            made[r.json()["fact_id"]] = project
+    stack.settle()
+    for project in PROJECTS:
+        own = {f"project:{project}", f"task:{project}:T-1"}
+        for status in ("promoted", "superseded"):
+            seen = listed(stack, ALL, project=project, task="T-1", status=status)
+            assert {f["tier_key"] for f in seen} <= own
+        shared = stack.client.get(f"/v1/projects/{project}/facts", params={"tier": "global"}, headers=bearer(ALL))
+        assert shared.status_code == 403
+    for fid, maker in made.items():
+        other = next(p for p in PROJECTS if p != maker)
+        fact = stack.client.get(f"/v1/projects/{maker}/facts/{fid}", headers=bearer(ALL))
+        answer = stack.client.get(f"/v1/projects/{other}/facts/{fid}", headers=bearer(ALL))
+        if fact.status_code == 200:  # applied (a global fact is not there for ALL: 404 in both)
+            assert fact.json()["tier_key"] != "global" and answer.status_code == 404
+    for fact in listed(stack, CURATOR, tier="global"):
+        assert fact["tier_key"] == "global"
