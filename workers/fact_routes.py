@@ -259,7 +259,7 @@ class FactRoutes:
                 fact = self.store.recall(tier_key, key)
             except InvalidFact as exc:
                 raise BadRequest(f"query parameter key: {exc.problem}") from None
-            if fact is not None:
+            if fact is not None and fact.status is not FactStatus.RETRACTED:  # a retracted value is forgotten
                 return {"key": key, "fact": fact.to_dict(), "searched": [str(t) for t in searched]}
         return {"key": key, "fact": None, "searched": [str(t) for t in searched]}
 

@@ -275,6 +275,12 @@ def test_learn_and_recall_task_first_then_project_then_global(stack: Stack) -> N
     assert stack.client.get(f"{P}/recall/deploy window", headers=bearer(CURATOR)).json()["fact"]["value"] == (
         "Wed 09:00"
     )
+    # a retracted value is not recalled: the task's retracted, the project's answers
+    in_task = stack.client.get(f"{P}/recall/deploy window", params={"task": "T-1"}, headers=bearer(CURATOR)).json()
+    stack.client.post(f"{P}/facts/{in_task['fact']['id']}/retract", headers=bearer(CURATOR))
+    stack.settle()
+    got = stack.client.get(f"{P}/recall/deploy window", params={"task": "T-1"}, headers=bearer(CURATOR)).json()
+    assert got["fact"]["value"] == "Wed 09:00" and got["fact"]["tier_key"] == "project:apollo"
 
 
 # -- tenancy ----------------------------------------------------------------------------------------------------
