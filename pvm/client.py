@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -61,7 +62,8 @@ class PVMAPIError(Exception):
         self.status = status  # the HTTP status; None when no answer came (unreachable, timed out)
         self.message = message  # the server's own error text (or the transport's)
         self.request_id = request_id  # find the server's log line with it
-        self.errors = list(errors)  # per-minute problems of a refused batch: {"index", "field", "problem"}
+        # per-minute problems of a refused batch: {"index", "field", "problem"}; a facts change's: {"field", "problem"}
+        self.errors = list(errors)
 
 
 class PVMRequestError(PVMAPIError):
@@ -210,6 +212,110 @@ class PVMClient:
             answer["stream_ids"] += part["stream_ids"]
         return answer
 
+    # -- facts: long-term memory (docs/http-api.md, "Facts") ---------------------------------------------------
+
+    def facts(
+        self,
+        project_id: str,
+        *,
+        tiers: Sequence[str] = (),
+        task: str | None = None,
+        types: Sequence[str] = (),
+        statuses: Sequence[str] = (),
+        subject: str | None = None,
+        attribute: str | None = None,
+        q: str | None = None,
+        as_of: str | datetime | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> dict[str, Any]:
+        """A page of the project's facts: `{"facts": [...], "next_offset": int | None, "degraded": ...}`.
+
+        Current (promoted) facts of the task's tier (with `task`) and the project's by default; `tiers` may
+        name ``global`` (the token must grant it), `statuses` pending, superseded or retracted ones; `as_of`
+        (ISO 8601 with an offset, or an aware datetime) gives what held then; `q` searches them, best first.
+        """
+        params = {
+            "tier": list(tiers),
+            "task": task,
+            "type": list(types),
+            "status": list(statuses),
+            "subject": subject,
+            "attribute": attribute,
+            "q": q,
+            "as_of": _instant(as_of),
+            "limit": limit,
+            "offset": offset,
+        }
+        return self._json("GET", self._project(project_id, "facts"), params)
+
+    def fact(self, project_id: str, fact_id: str) -> dict[str, Any]:
+        """One fact, any status (`contracts.Fact.from_dict()` types it); `PVMRequestError` 404 when not there."""
+        return self._json("GET", self._fact(project_id, fact_id))
+
+    def fact_history(self, project_id: str, fact_id: str) -> list[dict[str, Any]]:
+        """Every value the fact's slot has held, superseded and retracted ones too, oldest `valid_from` first."""
+        return list(self._json("GET", self._fact(project_id, fact_id, "history"))["facts"])
+
+    def assert_fact(
+        self, project_id: str, subject: str, attribute: str, value: str | int | float | bool, **fields: Any
+    ) -> dict[str, Any]:
+        """Assert a fact by hand: `{"fact_id", "minute_id", "stream_id", "also"?}` (202: the facts pool applies it).
+
+        `fields`: type, text, tier ("task" or "project"), task_id, confidence, importance, status,
+        valid_from, valid_until, tags, single_valued, agent_id. An older value of the slot is superseded.
+        """
+        body = {"subject": subject, "attribute": attribute, "value": value, **fields}
+        return self._change(self._project(project_id, "facts"), body)
+
+    def promote(
+        self, project_id: str, fact_id: str, to_tier: str | None = None, *, agent_id: str | None = None
+    ) -> dict[str, Any]:
+        """Promote a pending fact, or with `to_tier` ("project", "global") copy it one tier up (a new fact id)."""
+        return self._change(self._fact(project_id, fact_id, "promote"), {"to_tier": to_tier, "agent_id": agent_id})
+
+    def retract(
+        self, project_id: str, fact_id: str, reason: str | None = None, *, agent_id: str | None = None
+    ) -> dict[str, Any]:
+        """Retract a fact: it leaves the current view and stays in its slot's history."""
+        return self._change(self._fact(project_id, fact_id, "retract"), {"reason": reason, "agent_id": agent_id})
+
+    def learn(
+        self,
+        project_id: str,
+        key: str,
+        value: str | int | float | bool,
+        *,
+        tier: str | None = None,
+        task_id: str | None = None,
+        type: str | None = None,
+        text: str | None = None,
+        agent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`learn(key, value)`: a certain, promoted fact in the slot ``learned`` / `key` (task, project or global)."""
+        body = {"key": key, "value": value, "tier": tier, "task_id": task_id, "type": type, "text": text}
+        return self._change(self._project(project_id, "learn"), {**body, "agent_id": agent_id})
+
+    def recall(
+        self, project_id: str, key: str, *, task: str | None = None, tiers: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """`{"key", "fact": the learned value's fact or None, "searched": [tier keys]}`: task, project, then global.
+
+        The global tier is looked in when the token grants it, or only the `tiers` named.
+        """
+        params = {"key": key, "task": task, "tier": list(tiers)}
+        return self._json("GET", self._project(project_id, "recall"), params)
+
+    def _change(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a change with a minute id chosen here: every retry writes the same minute (the log keeps it once)."""
+        sent = {k: v for k, v in body.items() if v is not None}
+        sent.setdefault("minute_id", new_minute_id())
+        return self._json("POST", path, body=sent)
+
+    def _fact(self, project_id: str, fact_id: str, action: str | None = None) -> str:
+        path = self._project(project_id, "facts/" + quote(fact_id, safe=""))
+        return path if action is None else f"{path}/{action}"
+
     @staticmethod
     def _project(project_id: str, route: str) -> str:
         """A project's route, the id checked first: `InvalidMinute` names it before anything is sent."""
@@ -293,6 +399,8 @@ class PVMClient:
         request_id = str(body.get("request_id") or response.headers.get(REQUEST_ID_HEADER) or sent_id)
         errors = body.get("errors")
         errors = [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+        if not errors and isinstance(body.get("field"), str):  # a facts route's 422 names one body field
+            errors = [{"field": body["field"], "problem": message}]
         if status == 401:
             refused = "refused the token" if self._token else "requires a token"
             summary = f"the reader API {refused}: set PVM_API_TOKEN to the server's token (API at {self.base_url})"
@@ -305,6 +413,15 @@ class PVMClient:
                 summary += f" (request id {request_id})"
         kind = PVMRequestError if status < 500 else PVMServerError
         return kind(summary, status=status, message=message, request_id=request_id, errors=errors)
+
+
+def _instant(when: str | datetime | None) -> str | None:
+    """`as_of` as the API takes it: ISO 8601 with an offset (an aware datetime is written so)."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise ValueError(f"as_of={when.isoformat()} has no UTC offset; pass an aware datetime")
+        return when.isoformat()
+    return when
 
 
 def _wire_minute(index: int, minute: Minute | Mapping[str, Any]) -> dict[str, Any]:

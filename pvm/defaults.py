@@ -215,3 +215,10 @@ RULE_MATCH_AT = 0.6
 # Parsed fact records a reader keeps, by their stored bytes (a changed record is new bytes): reading a fact again
 # costs a dict lookup instead of its validation (~50 us). Past this many the memo starts over.
 CONTEXT_FACT_MEMO = 4_096
+
+# The facts routes of the reader API, workers/fact_routes.py (area: facts-api).
+API_FACTS_LIMIT = 50  # facts per page of GET /v1/projects/{p}/facts unless `limit` says otherwise
+API_FACTS_MAX = 1_000  # the largest `limit`
+API_FACTS_MAX_OFFSET = 100_000  # the largest `offset`
+API_FACTS_SEARCH_MAX = 1_000  # with `q`, facts ranked at most (offset + limit past it: no further page)
+API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts worker decides, then answers 503

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -38,15 +38,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
-from contracts.json_value import MAX_JSON_DEPTH, json_safe
+from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.json_value import json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from pvm import defaults
 from pvm.config import Settings
 from pvm.reader import ContextReader
+from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
 from pvm.vectors import VectorStoreError
+from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, json_body, list_param
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
+from workers.fact_routes import FactRoutes
 from workers.openapi import openapi_document
 
 log = logging.getLogger(__name__)
@@ -57,12 +61,6 @@ MAX_BODY_BYTES = defaults.API_MAX_BODY_BYTES
 HEALTH_PATH = "/healthz"
 # The ASGI scope key under which BearerAuth leaves the scope of the token a request carried.
 TOKEN_SCOPE_KEY = "pvm.token_scope"
-
-
-class BadRequest(ValueError):
-    """A request a client can fix: the message says how. The only exception a handler's 4xx comes from."""
-
-    status = 400
 
 
 class PayloadTooLarge(BadRequest):
@@ -93,10 +91,6 @@ async def read_body(request: Request) -> bytes:
             raise PayloadTooLarge(None)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-class Unavailable(RuntimeError):
-    """Something the request needs is down or not configured: 503, and the client may retry."""
 
 
 # Errors of the stores behind the API that mean an outage, not a bug: 503. Anything
@@ -151,26 +145,6 @@ return ids
 """
 
 
-def _int(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name}={raw!r} is not a whole number") from None
-    if not low <= value <= high:
-        raise BadRequest(f"query parameter {name}={value} must be between {low} and {high}")
-    return value
-
-
-def _list(request: Request, name: str) -> tuple[str, ...]:
-    values: list[str] = []
-    for raw in request.query_params.getlist(name):
-        values.extend(v for v in raw.split(",") if v)
-    return tuple(values)
-
-
 def filters_from_query(request: Request) -> SearchFilters:
     """SearchFilters from query parameters (repeatable or comma-separated lists)."""
     min_composite = request.query_params.get("min_composite")
@@ -181,29 +155,24 @@ def filters_from_query(request: Request) -> SearchFilters:
     if composite is not None and not 0 <= composite <= 1:
         raise BadRequest(f"min_composite={min_composite!r} must be a number from 0 to 1")
     return SearchFilters(
-        categories=_list(request, "category"),
-        event_types=_list(request, "event_type"),
-        agents=_list(request, "agent"),
+        categories=list_param(request, "category"),
+        event_types=list_param(request, "event_type"),
+        agents=list_param(request, "agent"),
         task_id=request.query_params.get("task_id") or None,
         thread_id=request.query_params.get("thread_id") or None,
-        since_ms=_int(request, "since_ms", 0, 0, 2**53) or None,
-        until_ms=_int(request, "until_ms", 0, 0, 2**53) or None,
+        since_ms=int_param(request, "since_ms", 0, 0, 2**53) or None,
+        until_ms=int_param(request, "until_ms", 0, 0, 2**53) or None,
         min_composite=composite,
     )
 
 
-def _json_body(body: bytes) -> Any:
-    """The request body as JSON; NaN and Infinity parse to floats, which the minute contract refuses by path (422)."""
-    try:
-        return json.loads(body or b"null")
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not JSON: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"request body is not JSON in UTF-8: {exc.reason} at byte {exc.start}") from None
-    except RecursionError:
-        raise BadRequest(
-            f"request body nests too deeply to parse; a minute's data may nest at most {MAX_JSON_DEPTH} levels"
-        ) from None
+def knowledge_change_refused(event_type: str) -> str:
+    """Why POST /v1/minutes refuses a knowledge-change minute, and where such a change is made instead."""
+    return (
+        f"{event_type!r} is a knowledge change, which only PVM writes (a forged one would reach the log): "
+        "change facts through /v1/projects/{project_id}/facts (POST to assert; .../facts/{fact_id}/promote, "
+        ".../facts/{fact_id}/retract) and /v1/projects/{project_id}/learn"
+    )
 
 
 def bearer_credential(authorization: str | None) -> bytes | None:
@@ -323,7 +292,7 @@ def create_app(
                 body = await read_body(request) if request.method == "POST" else b""
                 return await run_in_threadpool(respond, fn, request, body)
             except BadRequest as exc:
-                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+                return JSONResponse(exc.body(), status_code=exc.status)
             except OUTAGES as exc:
                 return unavailable(request, exc)
             except Exception:
@@ -367,7 +336,7 @@ def create_app(
             request.path_params["project_id"],
             agent_id,
             task=request.query_params.get("task") or None,
-            budget_tokens=_int(request, "budget_tokens", defaults.CONTEXT_BUDGET_TOKENS, 1, 1_000_000),
+            budget_tokens=int_param(request, "budget_tokens", defaults.CONTEXT_BUDGET_TOKENS, 1, 1_000_000),
         )
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
@@ -383,17 +352,17 @@ def create_app(
             request.path_params["project_id"],
             query,
             filters_from_query(request),
-            _int(request, "k", defaults.SEARCH_K, 1, 100),
+            int_param(request, "k", defaults.SEARCH_K, 1, 100),
         )
         # degraded: None, or why the answer is lexical-only (the query could not be embedded).
         return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}
 
     def recent(request: Request, body: bytes) -> Any:
-        minutes = reader.get_recent(request.path_params["project_id"], _int(request, "n", 50, 1, 1_000))
+        minutes = reader.get_recent(request.path_params["project_id"], int_param(request, "n", 50, 1, 1_000))
         return {"minutes": minutes}
 
     def by_ids(request: Request, body: bytes) -> Any:
-        ids = _list(request, "ids")
+        ids = list_param(request, "ids")
         if not ids:
             raise BadRequest("query parameter ids (comma-separated minute ids) is required")
         if len(ids) > MAX_BATCH:
@@ -401,7 +370,7 @@ def create_app(
         return {"minutes": reader.get_by_ids(request.path_params["project_id"], ids)}
 
     def ingest(request: Request, body: bytes) -> Any:
-        payload = _json_body(body)
+        payload = json_body(body)
         raw_minutes = payload.get("minutes") if isinstance(payload, dict) else payload
         if not isinstance(raw_minutes, list) or not raw_minutes:
             raise BadRequest('body must be {"minutes": [minute, ...]} (or a JSON array of minutes)')
@@ -442,6 +411,8 @@ def create_app(
                         f"is the schema version: {version!r} is not one this server reads "
                         f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
                     )
+                if raw.get("event_type") in FACT_EVENT_TYPES:
+                    raise InvalidMinute("event_type", knowledge_change_refused(str(raw["event_type"])))
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}
                 minute = Minute.from_dict(raw)
@@ -492,6 +463,24 @@ def create_app(
             args.extend((position[keys.stream(shard)], data))
         return list(append_script(keys=streams, args=args))
 
+    def write(minutes: Sequence[Minute]) -> list[str]:
+        """Knowledge-change minutes the facts routes built, to their streams by the same script as a POST'ed batch."""
+        encoded = [(keys.shard_of(m.project_id, shards), encode_minute(m), m.id) for m in minutes]
+        return [e.decode() if isinstance(e, bytes) else str(e) for e in append_batch(encoded)]
+
+    facts = FactRoutes(FactStore(connection), reader.searcher, write)
+
+    def scoped(handler: Callable[[Request, bytes, TokenScope], Any]) -> Callable[[Request], Any]:
+        """A facts route: its handler also gets the token's scope, which says whether it reaches the global tier."""
+
+        def with_scope(request: Request, body: bytes) -> Any:
+            scope = granted(request)
+            if scope is None:  # the route wrapper has refused such a request already; never reached
+                raise Forbidden(forbidden(request.path_params.get("project_id", "")))
+            return handler(request, body, scope)
+
+        return route(with_scope)
+
     document = openapi_document(token_required=guarded, scoped=tokens is not None)
 
     def openapi(request: Request, body: bytes) -> Any:
@@ -506,6 +495,15 @@ def create_app(
             Route("/v1/projects/{project_id}/search", route(search)),
             Route("/v1/projects/{project_id}/recent", route(recent)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
+            Route("/v1/projects/{project_id}/facts", scoped(facts.list_facts), methods=["GET"]),
+            Route("/v1/projects/{project_id}/facts", scoped(facts.assert_fact), methods=["POST"]),
+            Route("/v1/projects/{project_id}/facts/{fact_id}", scoped(facts.show)),
+            Route("/v1/projects/{project_id}/facts/{fact_id}/history", scoped(facts.history)),
+            Route("/v1/projects/{project_id}/facts/{fact_id}/promote", scoped(facts.promote), methods=["POST"]),
+            Route("/v1/projects/{project_id}/facts/{fact_id}/retract", scoped(facts.retract), methods=["POST"]),
+            Route("/v1/projects/{project_id}/learn", scoped(facts.learn), methods=["POST"]),
+            Route("/v1/projects/{project_id}/recall", scoped(facts.recall)),
+            Route("/v1/projects/{project_id}/recall/{key}", scoped(facts.recall)),
         ],
         middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )

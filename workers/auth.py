@@ -3,11 +3,17 @@
 The file holds only the SHA-256 of each token, never a token:
 
     {"tokens": [{"name": "team-a", "sha256": "<hex>", "projects": ["apollo", "borealis"]},
-                {"name": "ops", "sha256": "<hex>", "projects": ["*"]}]}
+                {"name": "ops", "sha256": "<hex>", "projects": ["*"], "global": true}]}
 
 A presented token is hashed and looked up by its hash, so neither the lookup
 nor its timing says anything about a token the server knows. `"*"` grants
-every project. The server re-reads the file when it changes, so a token is
+every project. `"global": true` grants the global tier of facts, which every
+project of the deployment shares (ARCHITECTURE invariant 5: read only where
+asked for, written only by explicit promotion or learning): reading it, and
+promoting or learning into it, through any project the token reaches. It is a
+grant of its own, never implied by `"*"`, so a file written before the global
+tier existed grants it to nobody. The single PVM_API_TOKEN (and an API with no
+token at all) reaches every project and the global tier. The server re-reads the file when it changes, so a token is
 revoked by deleting its entry; a file that stops being valid keeps the last
 good set in force (and says so in the log).
 """
@@ -43,11 +49,12 @@ class TokenFileError(ConfigError):
 
 @dataclass(frozen=True)
 class TokenScope:
-    """What one token may read and write: its name (for people and logs) and its projects."""
+    """What one token may read and write: its name (for people and logs), its projects, and the global tier or not."""
 
     name: str
     projects: frozenset[str]
     sha256: str = ""
+    global_tier: bool = False
 
     @property
     def all_projects(self) -> bool:
@@ -57,9 +64,14 @@ class TokenScope:
         """Whether this token may read and write `project_id`."""
         return self.all_projects or project_id in self.projects
 
+    @property
+    def allows_global(self) -> bool:
+        """Whether this token may read the global tier of facts and write to it (promote, learn, retract)."""
+        return self.global_tier
 
-# The single PVM_API_TOKEN, and an API that asks for no token at all, reach every project.
-EVERY_PROJECT = TokenScope("PVM_API_TOKEN", frozenset({ALL_PROJECTS}))
+
+# The single PVM_API_TOKEN, and an API that asks for no token at all, reach every project and the global tier.
+EVERY_PROJECT = TokenScope("PVM_API_TOKEN", frozenset({ALL_PROJECTS}), global_tier=True)
 
 
 def token_sha256(token: str | bytes) -> str:
@@ -94,6 +106,14 @@ def _check_projects(projects: object) -> frozenset[str]:
     return frozenset(projects)
 
 
+def _check_global(grant: object) -> bool:
+    if not isinstance(grant, bool):
+        raise ValueError(
+            f"global must be true or false (JSON booleans), got {json.dumps(grant)}: true grants the global tier"
+        )
+    return grant
+
+
 def _check_sha256(digest: object) -> str:
     if not isinstance(digest, str) or len(digest) != 64 or not set(digest.lower()) <= _HEX_DIGITS:
         raise ValueError("sha256 must be 64 hex digits: the SHA-256 of the token (`pvm token new` prints it)")
@@ -117,6 +137,7 @@ def parse_tokens(document: Any) -> dict[str, TokenScope]:
                 raise ValueError('holds a plaintext "token": store only its sha256, and delete the token from the file')
             digest = _check_sha256(entry.get("sha256"))
             projects = _check_projects(entry.get("projects"))
+            global_tier = _check_global(entry.get("global", False))
             if name in names:
                 raise ValueError("has the same name as an earlier entry: names must be unique")
             if digest in scopes:
@@ -124,7 +145,7 @@ def parse_tokens(document: Any) -> dict[str, TokenScope]:
         except ValueError as exc:
             raise ValueError(f"{label} {exc}") from None
         names.add(name)
-        scopes[digest] = TokenScope(name, projects, digest)
+        scopes[digest] = TokenScope(name, projects, digest, global_tier)
     return scopes
 
 
@@ -211,13 +232,19 @@ class TokenFile:
         log.info("PVM_API_TOKENS_FILE %s reloaded: %d tokens", self.path, len(scopes))
 
 
-def token_entry(name: str, token: str, projects: Iterable[str]) -> dict[str, Any]:
-    """The tokens-file entry of a token (its hash, never the token); ValueError for a bad name or project."""
+def token_entry(name: str, token: str, projects: Iterable[str], *, global_tier: bool = False) -> dict[str, Any]:
+    """The tokens-file entry of a token (its hash, never the token); ValueError for a bad name or project.
+
+    `global_tier` adds ``"global": true``; the key is left out otherwise, as in files written before it existed.
+    """
     try:
-        entry = {"name": _check_name(name), "sha256": token_sha256(token), "projects": sorted(set(projects))}
+        entry: dict[str, Any] = {"name": _check_name(name), "sha256": token_sha256(token)}
+        entry["projects"] = sorted(set(projects))
         _check_projects(entry["projects"])
     except ValueError as exc:
         raise ValueError(f"token {name!r}: {exc}") from None
+    if global_tier:
+        entry["global"] = True
     return entry
 
 

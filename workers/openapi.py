@@ -19,12 +19,14 @@ import argparse
 import copy
 import dataclasses
 import json
+import re
 import types
 import typing
 from importlib import resources
 from typing import Any
 
 from contracts import memory
+from contracts.fact_changes import FACT_EVENT_TYPES
 from pvm import defaults
 
 JSON = "application/json"
@@ -96,6 +98,15 @@ def minute_schemas() -> dict[str, Any]:
         "the log keeps each id once."
     )
     new["required"] = [name for name in minute["required"] if name not in ("v", "id", "timestamp")]
+    # Knowledge changes are minutes PVM writes itself (the facts routes): POST /v1/minutes refuses them (422).
+    event_type = new["properties"]["event_type"]
+    new["properties"]["event_type"] = {
+        **event_type,
+        "description": event_type["description"]
+        + " POST /v1/minutes refuses the knowledge changes (422 naming event_type): change facts through "
+        "the facts routes.",
+        "not": {"enum": sorted(FACT_EVENT_TYPES)},
+    }
 
     stored = copy.deepcopy(minute)
     stored["title"] = "A minute as the reads answer with it"
@@ -111,6 +122,47 @@ def minute_schemas() -> dict[str, Any]:
         "StoredMinute": stored,
         "ProjectId": project_id,
     }
+
+
+# The fact contract's `$defs` (those that are not knowledge-change payloads) -> component names.
+FACT_DEFS = {
+    "fact_id": "FactId",
+    "minute_id": "MinuteId",
+    "timestamp": "FactTime",
+    "tier_key": "TierKey",
+    "relationship": "Relationship",
+    "reason": "Reason",
+}
+
+
+def contract_fact_schema() -> dict[str, Any]:
+    """contracts/schema/fact.schema.json as it ships."""
+    text = resources.files("contracts").joinpath("schema", "fact.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def fact_schemas(minute_id: dict[str, Any]) -> dict[str, Any]:
+    """`Fact` (the contract's JSON Schema of `Fact.to_dict()`) and its `$defs`, as components.
+
+    The `$defs` that describe knowledge-change payloads are left out: the API takes no change minutes, it
+    writes them. `minute_id` is the minute contract's definition, which the fact contract must share.
+    """
+    contract = contract_fact_schema()
+    defs = {name: d for name, d in contract.pop("$defs").items() if name not in FACT_EVENT_TYPES}
+    unknown = set(defs) - set(FACT_DEFS)
+    if unknown:
+        raise ValueError(f"fact.schema.json has $defs {sorted(unknown)}: name their components in FACT_DEFS")
+    if defs["minute_id"] != minute_id:
+        raise ValueError("fact.schema.json and minute.schema.json define minute_id differently")
+    del contract["$id"], contract["$schema"]
+    moves = {f"#/$defs/{name}": COMPONENTS + FACT_DEFS[name] for name in defs}
+    schemas = {"Fact": _moved_refs(contract, moves)}
+    schemas.update({FACT_DEFS[name]: _moved_refs(d, moves) for name, d in defs.items() if name != "minute_id"})
+    left = [r for r in re.findall(r'"\$ref": "([^"]*)"', json.dumps(schemas)) if not r.startswith(COMPONENTS)]
+    if left:
+        raise ValueError(f"fact.schema.json's Fact refers to {sorted(set(left))}: move them into FACT_DEFS")
+    return schemas
 
 
 # Fields whose Python type says less than the API gives: minute dicts are StoredMinutes.
@@ -219,6 +271,54 @@ ENVELOPES: dict[str, dict[str, Any]] = {
         {"error": _STRING, "errors": _array(_MINUTE_ERROR, minItems=1)},
         description="Nothing of the batch was accepted; each error names its minute and field.",
     ),
+    "FactList": _object(
+        {
+            "facts": _array(
+                ref("Fact"),
+                description="a page: by tier (task, project, global), newest valid_from first; with q, best first",
+            ),
+            "next_offset": {"type": ["integer", "null"], "description": "the offset of the next page, or null"},
+            "degraded": {
+                "type": ["string", "null"],
+                "description": "with q: null, or why the search is lexical-only",
+            },
+        }
+    ),
+    "FactHistory": _object(
+        {"facts": _array(ref("Fact"), description="every value the fact's slot has held, oldest valid_from first")}
+    ),
+    "FactChangeAccepted": _object(
+        {
+            "fact_id": ref("FactId"),
+            "minute_id": ref("MinuteId"),
+            "stream_id": {
+                "type": ["string", "null"],
+                "pattern": r"^[0-9]+-[0-9]+$",
+                "description": "the stream entry of the change minute; null when a retry found it applied already",
+            },
+            "also": _array(
+                _object({"event_type": _STRING, "minute_id": ref("MinuteId")}),
+                description="the changes written with it that fit it into its slot (fact_superseded, "
+                "fact_contradicted), in order",
+            ),
+        },
+        required=("fact_id", "minute_id", "stream_id"),
+        description="The knowledge-change minute is on the streams; the facts pool applies it once the log "
+        "has made it durable, so reads show it a moment later.",
+    ),
+    "Recalled": _object(
+        {
+            "key": _STRING,
+            "fact": {"anyOf": [ref("Fact"), {"type": "null"}], "description": "the learned value, or null"},
+            "searched": _array(ref("TierKey"), description="the tier keys looked in, in order"),
+        }
+    ),
+    "FieldError": _object(
+        {
+            "error": {"type": "string", "description": "what is wrong with the field and how to fix it"},
+            "field": {"type": "string", "description": "the body field"},
+        }
+    ),
     "BatchUnwritten": _object(
         {
             "error": _STRING,
@@ -232,7 +332,13 @@ ENVELOPES: dict[str, dict[str, Any]] = {
 
 def components_schemas() -> dict[str, Any]:
     """Every schema the document names: the contract's minute forms, the memory records, the envelopes."""
-    return {**minute_schemas(), **{cls.__name__: record_schema(cls) for cls in RECORDS}, **ENVELOPES}
+    minutes = minute_schemas()
+    return {
+        **minutes,
+        **fact_schemas(minutes["MinuteId"]),
+        **{cls.__name__: record_schema(cls) for cls in RECORDS},
+        **ENVELOPES,
+    }
 
 
 # -- parameters and answers ---------------------------------------------------------------------------
@@ -353,8 +459,16 @@ def _read(summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any]) ->
     )
 
 
-def operations() -> dict[str, Operation]:
-    """Every route of workers/api.py: path -> its one operation."""
+def operations() -> dict[str, dict[str, Operation]]:
+    """Every route of workers/api.py: path -> method -> its operation."""
+    routes: dict[str, dict[str, Operation]] = {path: {op.method: op} for path, op in _minute_operations().items()}
+    for path, op in fact_operations():
+        routes.setdefault(path, {})[op.method] = op
+    return routes
+
+
+def _minute_operations() -> dict[str, Operation]:
+    """The routes of minutes, context and search: path -> its one operation."""
     minutes = {"minutes": _array(ref("NewMinute"), minItems=1, maxItems=defaults.API_MAX_BATCH)}
     return {
         "/healthz": Operation(
@@ -469,6 +583,262 @@ def operations() -> dict[str, Operation]:
     }
 
 
+# -- the facts routes (workers/fact_routes.py) -------------------------------------------------------------------
+
+
+def _enum_list(values: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "array", "items": {"enum": list(values)}}
+
+
+FACT_PATH = {
+    "name": "fact_id",
+    "in": "path",
+    "required": True,
+    "schema": ref("FactId"),
+    "description": "a fact of the project (task or project tier), or of the global tier with a token that grants it",
+    "example": "26715822-4642-5d0d-8e8d-756d5f3d703a",
+}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"}
+_VALUE = {
+    "oneOf": [{**_TEXT, "maxLength": 1024}, {"type": "number"}, {"type": "boolean"}],
+    "description": "text, a number or a boolean",
+}
+_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S", "description": "a task id"}
+_AGENT_AND_ID = {
+    "agent_id": {"type": "string", "minLength": 1, "description": "who makes the change (the minute's agent_id)"},
+    "minute_id": {
+        "allOf": [ref("MinuteId")],
+        "description": "the change minute's id: set it to make a retry idempotent (default: a new id)",
+    },
+}
+FACT_GLOBAL_FORBIDDEN = _error(
+    "the token may not reach the project named in the path, or the global tier (which needs a token that "
+    "grants it: pvm token new --global)"
+)
+_FIELD_ERROR = _error("a body field is wrong: the answer names it (field) and the fix", "FieldError")
+_NOT_FOUND = _error("no such fact in the project (or, with a token that grants it, the global tier)")
+
+
+def _body(schema: dict[str, Any], description: str, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _change(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any], **answers: Any) -> Operation:
+    responses = {
+        "202": _answer("accepted: the change minute is on the streams", "FactChangeAccepted"),
+        "422": _FIELD_ERROR,
+        **_ERRORS,
+        **answers,
+    }
+    return Operation(
+        "post",
+        {
+            "summary": summary,
+            "parameters": [PROJECT, *parameters, REQUEST_ID],
+            "requestBody": body,
+            "responses": responses,
+        },
+        forbidden=FACT_GLOBAL_FORBIDDEN,
+    )
+
+
+def fact_operations() -> list[tuple[str, Operation]]:
+    """The facts routes: reads of the facts store (or of the fact points, with q), and changes as minutes."""
+    from workers import fact_routes as fr  # the fields each route takes are defined there, once
+
+    base = "/v1/projects/{project_id}"
+    tier = query(
+        "tier",
+        _enum_list(fr.TIERS),
+        "tiers (repeat or comma-separate); default: the task's (with "
+        "task) and the project's. global needs a token that grants it",
+    )
+    task = query("task", _TASK, "a task id: its tier is read (with tier=task, required)")
+    assert_fields = {
+        "subject": {**_TEXT, "maxLength": 128, "description": "what the fact is about (service:auth)"},
+        "attribute": {**_TEXT, "maxLength": 128, "description": "which property of it (session_ttl)"},
+        "value": _VALUE,
+        "type": {"enum": list(fr.FACT_TYPES), "default": "fact"},
+        "text": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2048,
+            "description": "the fact as a sentence (default: subject attribute: value)",
+        },
+        "tier": {
+            "enum": ["task", "project"],
+            "description": "default: task with task_id, else project. The global "
+            "tier is written only by promotion or learn",
+        },
+        "task_id": _TASK,
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 1.0},
+        "importance": {"type": "number", "minimum": 0, "maximum": 1, "description": "default: by type"},
+        "status": {"enum": list(fr.LIVE_STATUSES), "default": "promoted"},
+        "valid_from": {"allOf": [ref("FactTime")], "description": "when it starts to hold (default: now)"},
+        "valid_until": {"allOf": [ref("FactTime")], "description": "when it stops holding (default: open)"},
+        "tags": _array({"type": "string"}, description="tags"),
+        "single_valued": {
+            "type": "boolean",
+            "description": "one value at a time in the slot (default: by type "
+            "and attribute): a newer value supersedes the older",
+        },
+        **_AGENT_AND_ID,
+    }
+    assert set(assert_fields) == {*fr.ASSERT_FIELDS, *fr.ASSERT_OPTIONAL}
+    learn_fields = {
+        "key": {**_TEXT, "maxLength": 128, "description": "the key (the slot learned / key)"},
+        "value": _VALUE,
+        "tier": {
+            "enum": list(fr.TIERS),
+            "description": "default: task with task_id, else project; global needs a token that grants it",
+        },
+        "task_id": _TASK,
+        "type": {"enum": list(fr.FACT_TYPES), "default": "fact"},
+        "text": {"type": "string", "minLength": 1, "maxLength": 2048, "description": "default: key = value"},
+        **_AGENT_AND_ID,
+    }
+    assert set(learn_fields) == {*fr.LEARN_FIELDS, *fr.LEARN_OPTIONAL}
+    promote_fields = {
+        "to_tier": {
+            "enum": ["project", "global"],
+            "description": "copy the fact one tier up (task -> project -> "
+            "global) with a new id; left out: promote a pending fact in place",
+        },
+        **_AGENT_AND_ID,
+    }
+    assert set(promote_fields) == set(fr.PROMOTE_OPTIONAL)
+    retract_fields = {
+        "reason": {"type": "string", "minLength": 1, "maxLength": 2048, "pattern": r"\S", "description": "why"},
+        **_AGENT_AND_ID,
+    }
+    assert set(retract_fields) == set(fr.RETRACT_OPTIONAL)
+    not_found = {"404": _NOT_FOUND}
+    conflict = _error("the fact is not in a state this change applies to (already promoted, retracted)")
+    recall_parameters = [
+        query("tier", _enum_list(fr.TIERS), "look only in these tiers (global needs the grant)"),
+        query("task", _TASK, "a task id: its tier is looked in first"),
+    ]
+    recall = Operation(
+        "get",
+        {
+            "summary": "recall(key): a learned key's value, task tier first, then project, then global (granted)",
+            "parameters": [
+                PROJECT,
+                query("key", {**_TEXT, "maxLength": 128}, "the learned key", "deploy window"),
+                *recall_parameters,
+                REQUEST_ID,
+            ],
+            "responses": {"200": _answer("the value (fact null when no tier holds the key)", "Recalled"), **_ERRORS},
+        },
+        forbidden=FACT_GLOBAL_FORBIDDEN,
+    )
+    recall_by_path = copy.deepcopy(recall.body)
+    recall_by_path["summary"] = "recall(key), the key in the path (a key with / needs recall?key=)"
+    recall_by_path["parameters"] = [
+        PROJECT,
+        {
+            "name": "key",
+            "in": "path",
+            "required": True,
+            "schema": {**_TEXT, "maxLength": 128, "pattern": "^[^/]*\\S[^/]*$"},
+            "description": "the learned key",
+            "example": "oncall",
+        },
+        *recall_parameters,
+        REQUEST_ID,
+    ]
+    return [
+        (
+            f"{base}/facts",
+            Operation(
+                "get",
+                {
+                    "summary": "The project's facts: current, filtered; as_of: what held then; q: search",
+                    "parameters": [
+                        PROJECT,
+                        tier,
+                        task,
+                        query("type", _enum_list(fr.FACT_TYPES), "fact types (repeat or comma-separate)"),
+                        query("status", _enum_list(fr.STATUSES), "statuses (default: promoted)"),
+                        query("subject", _STRING, "one subject (compared normalized)"),
+                        query("attribute", _STRING, "one attribute (compared normalized)"),
+                        query("q", _STRING, "hybrid search over the facts (kind=fact points), best first"),
+                        query("as_of", ref("FactTime"), "what held then and PVM had recorded by then"),
+                        query("limit", _bounded(1, defaults.API_FACTS_MAX, defaults.API_FACTS_LIMIT), "page size"),
+                        query("offset", _bounded(0, defaults.API_FACTS_MAX_OFFSET, 0), "facts skipped"),
+                        REQUEST_ID,
+                    ],
+                    "responses": {"200": _answer("a page of facts", "FactList"), **_ERRORS},
+                },
+                forbidden=FACT_GLOBAL_FORBIDDEN,
+            ),
+        ),
+        (
+            f"{base}/facts",
+            _change(
+                "Assert a fact by hand (a fact_asserted minute, fitted into its slot: an older value is superseded)",
+                [],
+                _body(_object(assert_fields, required=fr.ASSERT_FIELDS), "the fact"),
+                **{"409": _error("the slot holds this value already: promote, retract or edit that fact")},
+            ),
+        ),
+        (
+            f"{base}/facts/{{fact_id}}",
+            Operation(
+                "get",
+                {
+                    "summary": "One fact, any status",
+                    "parameters": [PROJECT, FACT_PATH, REQUEST_ID],
+                    "responses": {"200": _answer("the fact", "Fact"), **not_found, **_ERRORS},
+                },
+                forbidden=FACT_GLOBAL_FORBIDDEN,
+            ),
+        ),
+        (
+            f"{base}/facts/{{fact_id}}/history",
+            Operation(
+                "get",
+                {
+                    "summary": "The history of the fact's slot: every value, superseded and retracted ones included",
+                    "parameters": [PROJECT, FACT_PATH, REQUEST_ID],
+                    "responses": {"200": _answer("the slot's facts", "FactHistory"), **not_found, **_ERRORS},
+                },
+                forbidden=FACT_GLOBAL_FORBIDDEN,
+            ),
+        ),
+        (
+            f"{base}/facts/{{fact_id}}/promote",
+            _change(
+                "Promote a pending fact (fact_promoted), or copy it one tier up (fact_tier_promoted)",
+                [FACT_PATH],
+                _body(_object(promote_fields, required=()), "what to promote to (empty: in place)", required=False),
+                **not_found,
+                **{"409": conflict},
+            ),
+        ),
+        (
+            f"{base}/facts/{{fact_id}}/retract",
+            _change(
+                "Retract a fact (fact_retracted): it leaves the current view and stays in history",
+                [FACT_PATH],
+                _body(_object(retract_fields, required=()), "why (optional)", required=False),
+                **not_found,
+                **{"409": conflict},
+            ),
+        ),
+        (
+            f"{base}/learn",
+            _change(
+                "learn(key, value): a promoted, certain fact in the slot learned / key (fact_learned)",
+                [],
+                _body(_object(learn_fields, required=fr.LEARN_FIELDS), "the key and its value"),
+            ),
+        ),
+        (f"{base}/recall", recall),
+        (f"{base}/recall/{{key}}", dataclasses.replace(recall, body=recall_by_path)),
+    ]
+
+
 def openapi_document(token_required: bool = False, scoped: bool = False) -> dict[str, Any]:
     """The OpenAPI description; with a token, the bearer scheme on every operation but the health check.
 
@@ -482,14 +852,15 @@ def openapi_document(token_required: bool = False, scoped: bool = False) -> dict
         "info": {
             "title": "PVM reader API",
             "version": "1",
-            "description": "Context, search and reads of one project's memory, and minute ingestion. "
+            "description": "Context, search and reads of one project's memory, its facts (long-term memory: "
+            "read them, and change them by knowledge-change minutes the API writes), and minute ingestion. "
             "Every read names a project in its path; nothing crosses projects. An optional query parameter "
             "sent empty (`?n=`) is the same as leaving it out. Generated from the contract "
             "(contracts/schema/minute.schema.json and contracts/memory.py).",
         },
         "paths": {
-            path: {operation.method: operation.described(token_required, scoped)}
-            for path, operation in operations().items()
+            path: {method: operation.described(token_required, scoped) for method, operation in methods.items()}
+            for path, methods in operations().items()
         },
         "components": components,
     }

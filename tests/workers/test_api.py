@@ -128,6 +128,14 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/search",
         "/v1/projects/{project_id}/recent",
         "/v1/projects/{project_id}/minutes",
+        "/v1/projects/{project_id}/facts",
+        "/v1/projects/{project_id}/facts/{fact_id}",
+        "/v1/projects/{project_id}/facts/{fact_id}/history",
+        "/v1/projects/{project_id}/facts/{fact_id}/promote",
+        "/v1/projects/{project_id}/facts/{fact_id}/retract",
+        "/v1/projects/{project_id}/learn",
+        "/v1/projects/{project_id}/recall",
+        "/v1/projects/{project_id}/recall/{key}",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 
@@ -690,3 +698,25 @@ def test_a_chunked_body_is_read_only_up_to_the_limit(bare: TestClient, redis_cli
 def test_a_content_length_that_is_not_a_number_is_a_bad_request(bare: TestClient) -> None:
     status, body, read = post_raw(bare.app, [(b"content-length", b"lots")], iter([b"[]"]))
     assert status == 400 and "Content-Length" in json.loads(body)["error"] and read == 0
+
+
+# -- knowledge changes come only through the facts routes (issue 10) ------------------------------------
+
+
+def test_post_minutes_refuses_knowledge_changes_naming_the_event_type(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    from contracts.fact_changes import FACT_EVENT_TYPES
+    from contracts.vectors.generate import load_vector, vector_paths
+
+    forged = [load_vector(p) for p in vector_paths() if load_vector(p)["event_type"] in FACT_EVENT_TYPES]
+    assert {v["event_type"] for v in forged} == FACT_EVENT_TYPES  # every kind of change, each valid by the contract
+    good = {"project_id": "apollo", "event_type": "decision", "memory_note": "ship friday"}
+    before = stream_lengths(redis_client)
+    for vector in forged:
+        r = client.post("/v1/minutes", json={"minutes": [good, vector]})
+        assert r.status_code == 422, (vector["event_type"], r.text)
+        (error,) = r.json()["errors"]
+        assert error["index"] == 1 and error["field"] == "event_type"
+        assert vector["event_type"] in error["problem"] and "/v1/projects/{project_id}/facts" in error["problem"]
+    assert stream_lengths(redis_client) == before

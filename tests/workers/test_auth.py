@@ -200,3 +200,44 @@ def test_add_to_file_names_a_place_it_cannot_write(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(TokenFileError, match="cannot be written"):
         add_to_file(blocker / "tokens.json", token_entry("team-a", new_token(), ["apollo"]))
+
+
+# -- the global tier (issue 10): a grant of its own ------------------------------------------------
+
+
+def test_the_global_tier_needs_an_entry_that_grants_it(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    granted = {**entry("curator", OPS_TOKEN, "apollo"), "global": True}
+    path.write_text(json.dumps({"tokens": [entry("team-a", A_TOKEN, "*"), granted]}))
+    scopes = load_tokens(path)
+    # every project is not the global tier: an old file (no "global") grants it to nobody
+    every = scopes[token_sha256(A_TOKEN)]
+    assert every.allows("anything") and not every.allows_global
+    curator = scopes[token_sha256(OPS_TOKEN)]
+    assert curator.allows_global and curator.allows("apollo") and not curator.allows("borealis")
+
+
+def test_the_api_token_and_an_open_api_reach_the_global_tier() -> None:
+    from workers.auth import EVERY_PROJECT
+
+    assert EVERY_PROJECT.allows_global and EVERY_PROJECT.allows("anything")
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, [], "true"])
+def test_a_global_grant_that_is_not_a_boolean_is_refused(tmp_path: Path, value: Any) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"tokens": [{**entry("curator", OPS_TOKEN, "apollo"), "global": value}]}))
+    with pytest.raises(TokenFileError, match=r"tokens\[0\] \('curator'\) global must be true or false"):
+        load_tokens(path)
+
+
+def test_token_entries_write_the_global_grant_only_when_given(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    plain = token_entry("team-a", A_TOKEN, ["apollo"])
+    assert "global" not in plain
+    curator = token_entry("curator", OPS_TOKEN, ["apollo"], global_tier=True)
+    assert curator["global"] is True
+    add_to_file(path, plain)
+    add_to_file(path, curator)
+    scopes = load_tokens(path)
+    assert scopes[token_sha256(OPS_TOKEN)].allows_global and not scopes[token_sha256(A_TOKEN)].allows_global

@@ -586,7 +586,19 @@ def test_dead_refuses_ids_that_are_not_stream_ids(capsys: pytest.CaptureFixture[
 
 # -- one line, never a traceback ---------------------------------------------------------------------------------
 
-NO_REDIS_COMMANDS = {"log tail", "token new", "context", "search"}  # the log files, a token, the reader API
+NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
+    "log tail",
+    "token new",
+    "context",
+    "search",
+    "facts list",
+    "facts show",
+    "facts history",
+    "facts promote",
+    "facts retract",
+    "learn",
+    "recall",
+}
 
 
 def _leaf_commands(parser: object, prefix: str = "") -> dict[str, object]:
@@ -794,3 +806,19 @@ def test_failed_list_reads_only_the_jobs_it_shows(
     out, err = capsys.readouterr()
     assert "39 failed jobs requeued" in out and "could not requeue: planted-job (NoSuchJobError" in err
     assert registry.get_job_ids(cleanup=False) == ["planted-job"] and queue.count == 1 + 39
+
+
+def test_token_new_grants_the_global_tier_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tokens.json"
+    assert main(["token", "new", "--name", "curator", "--project", "apollo", "--global", "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    token = err.strip().splitlines()[-1].strip()
+    assert "added 'curator' (apollo and the global tier)" in out
+    assert main(["token", "new", "--name", "team-a", "--all", "--file", str(path)]) == 0
+    assert "added 'team-a' (every project)" in capsys.readouterr().out
+    scopes = load_tokens(path)
+    curator = scopes[token_sha256(token)]
+    assert curator.allows_global and curator.projects == {"apollo"}
+    assert [s.allows_global for s in scopes.values() if s.name == "team-a"] == [False]
+    assert main(["token", "new", "--name", "ops", "--all", "--global", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entry"]["global"] is True

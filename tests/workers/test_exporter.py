@@ -426,6 +426,7 @@ def test_a_sigkilled_worker_stops_counting_within_the_alive_ttl(
             worker.wait(10)
     assert redis_client.scard("rq:workers:pvm-log") == 1  # RQ still lists it: nobody was left to clean up
 
+
 def _null_lag_stream(connection: redis.Redis, entries: int, payload: int) -> str:
     """Shard 0's stream with `entries` entries, a group that read 3, and a deletion it has not read past (lag NULL)."""
     stream = keys.stream(0)

@@ -32,10 +32,14 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from contracts import new_minute_id
+from contracts.fact_changes import FACT_EVENT_TYPES, asserted_minute, retracted_minute
+from contracts.facts import Fact, Slot, TierKey, fact_id
 from contracts.vectors.generate import VECTORS_DIR, load_vector, vector_paths
 from pvm import defaults, engines
 from pvm.config import Settings
 from pvm.reader import ContextReader
+from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
 from workers.api import create_app
@@ -80,6 +84,34 @@ def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.Mo
     engines.close_shared()
 
 
+APOLLO = TierKey.for_project("apollo")
+# Facts of apollo the calls below find: (attribute, value, status); retracted ones are asserted, then retracted.
+SEEDED = {"database": ("Postgres", "pending"), "cache": ("Valkey", "promoted"), "cdn": ("none", "retracted")}
+FACT = {attribute: fact_id(APOLLO, Slot("stack", attribute), value) for attribute, (value, _) in SEEDED.items()}
+OTHER_FACT = fact_id(TierKey.for_project("borealis"), Slot("stack", "database"), "Postgres")
+
+
+def seed_facts(connection: redis.Redis) -> None:
+    """The facts of SEEDED, applied to the store as the facts pool applies the minutes that carry them."""
+    store = FactStore(connection)
+    for attribute, (value, status) in SEEDED.items():
+        mid = new_minute_id()
+        fact = Fact.new(
+            type="fact",
+            text=f"stack {attribute}: {value}",
+            subject="stack",
+            attribute=attribute,
+            value=value,
+            tier_key=APOLLO,
+            confidence=1.0,
+            source_minute_ids=(mid,),
+            status="pending" if status == "pending" else "promoted",
+        )
+        store.apply(asserted_minute(fact, minute_id=mid))
+        if status == "retracted":
+            store.apply(retracted_minute(fact, "seeded retracted"))
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on."""
     with socket.socket() as s:
@@ -96,6 +128,7 @@ def apps(
     tokens_path.write_text(
         json.dumps({"tokens": [{"name": "team-a", "sha256": token_sha256(TEAM_A), "projects": ["apollo"]}]})
     )
+    seed_facts(redis_client)
     down = redis.Redis(host="127.0.0.1", port=closed_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     down_reader = ContextReader(down, LogReader(settings.log_dir), None)
     built = {
@@ -163,14 +196,21 @@ def test_the_golden_vectors_are_valid_request_bodies_and_the_api_takes_them(apps
     client = apps["open"]
     document = served_document(client)
     body_schema = validator_for(document, request_body_schema(document))
-    vectors = [load_vector(path) for path in vector_paths()]
-    assert len(vectors) >= 10
+    every = [load_vector(path) for path in vector_paths()]
+    # Knowledge changes are written only by PVM (the facts routes): the document and the API refuse them alike.
+    changes = [v for v in every if v["event_type"] in FACT_EVENT_TYPES]
+    vectors = [v for v in every if v["event_type"] not in FACT_EVENT_TYPES]
+    assert len(vectors) >= 10 and len(changes) == len(FACT_EVENT_TYPES)
     for vector in vectors:
         body_schema.validate({"minutes": [vector]})
         body_schema.validate([vector])
     r = client.post("/v1/minutes", json={"minutes": vectors})
     assert r.status_code == 202, r.text
     assert r.json()["ids"] == [v["id"] for v in vectors]
+    for change in changes:
+        assert not body_schema.is_valid({"minutes": [change]}), change["event_type"]
+        answer = client.post("/v1/minutes", json={"minutes": [change]})
+        assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "event_type"
     # The documented body refuses what the contract refuses: an unknown field, a bad id, another schema version.
     for bad in ({"surprise": 1}, {"id": "not an id!"}, {"v": 2}, {"event_type": "Not-Lower"}):
         minute = {**vectors[0], **bad}
@@ -195,6 +235,7 @@ class Call:
     body: Any = None
     content: bytes | None = None
     token: str | None = None
+    path: dict[str, str] = field(default_factory=dict)  # the path's other parameters (fact_id, key)
 
 
 PROJECT_READS = {
@@ -205,6 +246,62 @@ PROJECT_READS = {
 }
 GOOD = {"project_id": "apollo", "event_type": "decision", "agent_id": "planner", "memory_note": "ship friday"}
 BAD = {"project_id": "apollo", "event_type": "task_completed", "data": {"success_criteria_met": 250}}
+
+FACTS = "/v1/projects/{project_id}/facts"
+ONE_FACT = "/v1/projects/{project_id}/facts/{fact_id}"
+FACT_READS = {
+    FACTS: {"status": "promoted,pending", "limit": 5},
+    ONE_FACT: {},
+    ONE_FACT + "/history": {},
+    "/v1/projects/{project_id}/recall": {"key": "deploy window"},
+    "/v1/projects/{project_id}/recall/{key}": {},
+}
+FACT_CHANGES = {
+    FACTS: {"subject": "stack", "attribute": "queue", "value": "RQ"},
+    ONE_FACT + "/promote": {},
+    ONE_FACT + "/retract": {"reason": "wrong"},
+    "/v1/projects/{project_id}/learn": {"key": "deploy window", "value": "Tue 10:00"},
+}
+DB = {"fact_id": FACT["database"]}  # a pending fact: each change applies to it
+NOWHERE = {"fact_id": "00000000-0000-5000-8000-000000000000"}
+FACT_CALLS = [
+    *[Call("open", "GET", t, params=p, path=DB | {"key": "oncall"}) for t, p in FACT_READS.items()],
+    Call("open", "GET", FACTS, params={"q": "postgres", "as_of": "2030-01-01T00:00:00Z", "tier": "project,global"}),
+    Call("open", "GET", FACTS, params={"tier": "galaxy"}),
+    Call("open", "GET", FACTS, params={"as_of": "yesterday"}),
+    Call("open", "GET", "/v1/projects/{project_id}/recall"),  # no key
+    Call("open", "GET", "/v1/projects/{project_id}/recall/{key}", params={"tier": "galaxy"}, path={"key": "k"}),
+    *[Call("open", "GET", t, path={"fact_id": "not-a-fact-id"}) for t in (ONE_FACT, ONE_FACT + "/history")],
+    *[Call("open", "GET", t, path=NOWHERE) for t in (ONE_FACT, ONE_FACT + "/history")],
+    *[Call("open", "GET", t, path={"fact_id": OTHER_FACT}) for t in (ONE_FACT, ONE_FACT + "/history")],
+    *[Call("open", "POST", t, body=b, path=DB) for t, b in FACT_CHANGES.items()],
+    *[Call("open", "POST", t, content=b"{not json", path=DB) for t in FACT_CHANGES],
+    *[Call("open", "POST", t, body={"surprise": 1}, path=DB) for t in FACT_CHANGES],
+    *[Call("open", "POST", t, body={}, path=NOWHERE) for t in (ONE_FACT + "/promote", ONE_FACT + "/retract")],
+    Call("open", "POST", FACTS, body={"subject": "stack", "attribute": "cache", "value": "Valkey"}),  # held: 409
+    Call("open", "POST", ONE_FACT + "/promote", path={"fact_id": FACT["cache"]}),  # promoted already: 409
+    Call("open", "POST", ONE_FACT + "/retract", path={"fact_id": FACT["cdn"]}),  # retracted already: 409
+    *[Call("token", "GET", t, params=p, path=DB | {"key": "k"}) for t, p in FACT_READS.items()],
+    *[Call("token", "POST", t, body=b, path=DB) for t, b in FACT_CHANGES.items()],
+    *[Call("token", "POST", t, body=b, path=DB, token=TOKEN) for t, b in FACT_CHANGES.items()],
+    *[Call("token", "GET", t, params=p, path=DB | {"key": "k"}, token=TOKEN) for t, p in FACT_READS.items()],
+    *[
+        Call("scoped", "GET", t, project="borealis", params=p, path=DB | {"key": "k"}, token=TEAM_A)
+        for t, p in FACT_READS.items()
+    ],
+    *[Call("scoped", "POST", t, project="borealis", body=b, path=DB, token=TEAM_A) for t, b in FACT_CHANGES.items()],
+    *[Call("scoped", "GET", t, params=p, path=DB | {"key": "k"}, token=TEAM_A) for t, p in FACT_READS.items()],
+    Call("scoped", "GET", FACTS, params={"tier": "global"}, token=TEAM_A),  # no global grant: 403
+    Call(
+        "scoped",
+        "POST",
+        "/v1/projects/{project_id}/learn",
+        body={"key": "k", "value": "v", "tier": "global"},
+        token=TEAM_A,
+    ),
+    *[Call("down", "GET", t, params=p, path=DB | {"key": "k"}) for t, p in FACT_READS.items()],
+    *[Call("down", "POST", t, body=b, path=DB) for t, b in FACT_CHANGES.items()],
+]
 
 CALLS = [
     Call("open", "GET", "/healthz"),
@@ -232,6 +329,7 @@ CALLS = [
     *[Call("scoped", "GET", t, params=p, token=TEAM_A) for t, p in PROJECT_READS.items()],
     Call("scoped", "POST", "/v1/minutes", body=[GOOD, {**GOOD, "project_id": "borealis"}], token=TEAM_A),
     Call("scoped", "POST", "/v1/minutes", body=[GOOD], token=TEAM_A),
+    *FACT_CALLS,
     Call("down", "GET", "/healthz"),
     Call("down", "GET", "/openapi.json"),
     Call("down", "POST", "/v1/minutes", body=[GOOD]),
@@ -244,6 +342,8 @@ def send(client: TestClient, call: Call, headers: dict[str, str] | None = None) 
     if call.token is not None:
         headers["Authorization"] = f"Bearer {call.token}"
     path = call.template.replace("{project_id}", call.project)
+    for name, value in call.path.items():
+        path = path.replace("{" + name + "}", value)
     if call.content is not None:
         headers["Content-Type"] = "application/json"
         return client.request(call.method, path, params=call.params, content=call.content, headers=headers)
