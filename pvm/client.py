@@ -136,20 +136,48 @@ class PVMClient:
         return self._json("GET", "/healthz")
 
     def context(
-        self, project_id: str, agent_id: str, task: str | None = None, budget_tokens: int | None = None
+        self,
+        project_id: str,
+        agent_id: str,
+        task: str | None = None,
+        budget_tokens: int | None = None,
+        *,
+        task_id: str | None = None,
+        tags: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """An agent's context package (recent, referenced, own track record, relevant experience for `task`).
+        """An agent's context package (recent, referenced, own track record, what we know, the rules that apply,
+        relevant experience for `task`). `task_id` adds that task's facts; `tags` match rules too. Global facts
+        come with a token that grants them.
 
         `contracts.memory.ContextPackage.from_dict()` turns it into the typed record.
         """
-        params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens}
+        params: dict[str, Any] = {
+            "agent_id": agent_id,
+            "task": task,
+            "budget_tokens": budget_tokens,
+            "task_id": task_id,
+        }
+        params["tag"] = _tags(tags)
         return self._json("GET", self._project(project_id, "context"), params)
 
     def context_text(
-        self, project_id: str, agent_id: str, task: str | None = None, budget_tokens: int | None = None
+        self,
+        project_id: str,
+        agent_id: str,
+        task: str | None = None,
+        budget_tokens: int | None = None,
+        *,
+        task_id: str | None = None,
+        tags: Sequence[str] = (),
     ) -> str:
         """The same context rendered as the text to put in a prompt."""
-        params = {"agent_id": agent_id, "task": task, "budget_tokens": budget_tokens, "format": "text"}
+        params: dict[str, Any] = {
+            "agent_id": agent_id,
+            "task": task,
+            "budget_tokens": budget_tokens,
+            "task_id": task_id,
+        }
+        params |= {"tag": _tags(tags), "format": "text"}
         return self._send("GET", self._project(project_id, "context"), params).text
 
     def search(
@@ -464,3 +492,9 @@ def _runs(items: list[_T], cost: Callable[[_T], int], max_bytes: int) -> Iterato
 def _excerpt(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tags(tags: Sequence[str]) -> list[str]:
+    if isinstance(tags, str):
+        raise TypeError(f"tags must be a sequence of tags, not one string ({tags!r}): pass [{tags!r}]")
+    return list(tags)

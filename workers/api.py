@@ -38,7 +38,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
+from contracts.errors import InvalidFact
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.facts import check_task_id
 from contracts.json_value import json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
@@ -332,11 +334,21 @@ def create_app(
         agent_id = request.query_params.get("agent_id")
         if not agent_id:
             raise BadRequest("query parameter agent_id is required")
+        task_id = request.query_params.get("task_id") or None
+        if task_id is not None:
+            try:
+                check_task_id(task_id)
+            except InvalidFact as exc:
+                raise BadRequest(f"query parameter task_id: {exc.problem}") from None
+        scope = granted(request)
         package = reader.build_context(
             request.path_params["project_id"],
             agent_id,
             task=request.query_params.get("task") or None,
             budget_tokens=int_param(request, "budget_tokens", defaults.CONTEXT_BUDGET_TOKENS, 1, 1_000_000),
+            task_id=task_id,
+            tags=list_param(request, "tag"),
+            include_global=scope is not None and scope.allows_global,  # the global tier only with the grant
         )
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
@@ -530,7 +542,12 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
     if tokens is None and settings.api_tokens_file is not None:
         tokens = TokenFile(settings.api_tokens_file)
     connection = redis_from_settings(settings)
-    reader = ContextReader(connection, LogReader(settings.log_dir), searcher_for(settings))  # type: ignore[arg-type]
+    reader = ContextReader(
+        connection,
+        LogReader(settings.log_dir),
+        searcher_for(settings),  # type: ignore[arg-type]
+        fact_tier_split=settings.fact_tier_split,
+    )
     app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
     if settings.api_token is None and tokens is None and not is_loopback(addr):
         log.warning(

@@ -629,7 +629,14 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     from contracts.memory import ContextPackage
 
     with reader_api(settings) as api:
-        package = api.context(args.project, args.agent, task=args.task, budget_tokens=args.budget)
+        package = api.context(
+            args.project,
+            args.agent,
+            task=args.task,
+            budget_tokens=args.budget,
+            task_id=args.task_id,
+            tags=args.tag or (),
+        )
     if not package["recent"] and not package["full_log_available"]:
         print(
             f"pvm: project {args.project!r} has no minutes (nothing in the log or the caches the reader API "
@@ -963,7 +970,9 @@ def build_parser() -> argparse.ArgumentParser:
     context = sub.add_parser("context", help="an agent's context, from the reader API (PVM_API_URL)")
     context.add_argument("--project", required=True, type=_project_id, help="project id")
     context.add_argument("--agent", required=True, help="agent id")
-    context.add_argument("--task", help="task text: adds relevant past experience")
+    context.add_argument("--task", help="task text: adds relevant past experience and the rules it matches")
+    context.add_argument("--task-id", help="the task's id: adds its task-tier facts")
+    context.add_argument("--tag", action="append", help="a task tag rules match too (repeat for more)")
     context.add_argument(
         "--budget",
         type=_positive_int,

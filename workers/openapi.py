@@ -533,10 +533,13 @@ def _minute_operations() -> dict[str, Operation]:
             ),
         ),
         "/v1/projects/{project_id}/context": _read(
-            "An agent's context: recent, referenced, track record and relevant experience, under a token budget",
+            "An agent's context: recent, referenced, track record, what we know (facts; global ones with the grant), "
+            "rules that apply and relevant experience, under a token budget",
             [
                 query("agent_id", {"type": "string", "minLength": 1}, "the agent the context is for", "coder"),
-                query("task", _STRING, "the task at hand: finds relevant past experience"),
+                query("task", _STRING, "the task at hand: finds relevant past experience and the rules it matches"),
+                query("task_id", _STRING, "the task's id: its task-tier facts join the project's"),
+                query("tag", _LIST, "the task's tags, which rules match too (repeat, or comma-separate)"),
                 query("budget_tokens", _bounded(1, 1_000_000, 2_000), "the token budget"),
                 query("format", _STRING, "text: the prompt-ready text (any other value: the JSON package)"),
             ],
@@ -715,7 +718,11 @@ def fact_operations() -> list[tuple[str, Operation]]:
     not_found = {"404": _NOT_FOUND}
     conflict = _error("the fact is not in a state this change applies to (already promoted, retracted)")
     recall_parameters = [
-        query("tier", _enum_list(fr.TIERS), "look only in these tiers (global needs the grant)"),
+        query(
+            "tier",
+            _enum_list(fr.TIERS),
+            "look only in these tiers (task needs the task parameter: 400 without it; global needs the grant)",
+        ),
         query("task", _TASK, "a task id: its tier is looked in first"),
     ]
     recall = Operation(

@@ -448,3 +448,49 @@ def test_no_read_crosses_a_project_or_a_tier_key(
             assert fact.json()["tier_key"] != "global" and answer.status_code == 404
     for fact in listed(stack, CURATOR, tier="global"):
         assert fact["tier_key"] == "global"
+
+
+def test_the_context_shows_task_project_and_granted_global_facts_and_matching_rules(stack: Stack) -> None:
+    bodies = [
+        {"subject": "payments service", "attribute": "database", "value": "Postgres", "type": "decision"},
+        {"subject": "ci", "attribute": "runner", "value": "ubuntu-24", "task_id": "T-9"},
+        {"subject": "ci", "attribute": "runner", "value": "debian-13", "task_id": "T-8"},
+        {
+            "subject": "deploying to production",
+            "attribute": "step",
+            "value": "page the on-call first",
+            "type": "procedure",
+        },
+    ]
+    for body in bodies:
+        assert_fact(stack, **body)
+    assert (
+        stack.client.post(
+            f"{P}/learn", json={"key": "oncall", "value": "team-b", "tier": "global"}, headers=bearer(CURATOR)
+        ).status_code
+        == 202
+    )
+    stack.settle()
+    stack.client.post(f"{P}/minutes", json={"event_type": "message", "agent_id": "a1"}, headers=bearer(CURATOR))
+
+    def context(token: str, **params: Any) -> dict[str, Any]:
+        r = stack.client.get(f"{P}/context", params={"agent_id": "a1", **params}, headers=bearer(token))
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    granted = context(CURATOR, task_id="T-9", task="deploying the release to production")
+    assert {(f["attribute"], f["value"]) for f in granted["facts"]} == {
+        ("database", "Postgres"),
+        ("runner", "ubuntu-24"),  # T-9's, not T-8's
+        ("oncall", "team-b"),  # the global tier: this token grants it
+    }
+    assert [r["value"] for r in granted["rules"]] == ["page the on-call first"]
+    assert set(granted["budget"]["tiers"]) == {"task", "project", "global"}
+    blind = context(APOLLO_ONLY, task_id="T-9", tag=["unrelated"])
+    assert {f["value"] for f in blind["facts"]} == {"Postgres", "ubuntu-24"}  # no global fact without the grant
+    assert blind["rules"] == []
+    assert context(APOLLO_ONLY, tag=["production"])["rules"] != []  # a tag meets the rule's condition
+    text = stack.client.get(f"{P}/context", params={"agent_id": "a1", "format": "text"}, headers=bearer(CURATOR)).text
+    assert "## What we know" in text and "Postgres" in text
+    bad = stack.client.get(f"{P}/context", params={"agent_id": "a1", "task_id": "x" * 1000}, headers=bearer(CURATOR))
+    assert bad.status_code == 400 and "task_id" in bad.json()["error"]

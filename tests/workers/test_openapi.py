@@ -455,6 +455,10 @@ def test_schemathesis_fuzzing_from_the_document_finds_nothing(
                 excluded.append(positive_data_acceptance)
             response = case.call()
             sent = parse_qs(urlsplit(response.request.url).query, keep_blank_values=True)
+            if "task" in sent.get("tier", ()) and not sent.get("task"):
+                # The facts reads need a task id with tier=task (each task is a tier key of its own), a rule
+                # across two parameters JSON Schema cannot say: the document says it in words, the answer is 400.
+                excluded.append(positive_data_acceptance)
             if any(value == "" for values in sent.values() for value in values):
                 # An optional parameter sent empty reads as left out (the document says so in words).
                 excluded.append(negative_data_rejection)
