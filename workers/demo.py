@@ -79,10 +79,37 @@ TASK_NOTES = {
 }
 
 
+# What the team decides on each task, in order: a first choice, then the change to it (one slot each), so
+# the facts pool supersedes the first value and the reader's facts show only the newest. A task's later
+# decision minutes restate its last decision.
+TASK_DECISIONS = {
+    "parse-invoices": ("we use Tesseract for OCR", "switch OCR from Tesseract to Textract"),
+    "fix-login-bug": (
+        "we use Postgres for the session store",
+        "switch the session store from Postgres to Redis",
+    ),
+    "migrate-db": (
+        "the orders service's database is MySQL",
+        "switch the orders service database from MySQL to Postgres",
+    ),
+    "write-docs": ("we use Sphinx for the docs site", "switch the docs site from Sphinx to MkDocs"),
+    "tune-cache": (
+        "the product service's cache is Memcached",
+        "use Redis instead of Memcached for the product service cache",
+    ),
+    "ship-release": (
+        "the web app's deploy window is Friday afternoons",
+        "we changed the web app's deploy window to Tuesday mornings",
+    ),
+}
+
+
 def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
-    """A plausible stream of minutes: assignments, work, conflicts and resolutions, failures, handoffs."""
+    """A plausible stream of minutes: assignments, work, conflicts and resolutions, failures, handoffs, and
+    decisions that later change (`TASK_DECISIONS`)."""
     rng = random.Random(seed)
     recent: list[str] = []
+    decided = dict.fromkeys(TASKS, 0)  # decision minutes so far, per task
     for _ in range(n):
         task = rng.choice(TASKS)
         agent = rng.choice(AGENTS)
@@ -125,6 +152,11 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
             note = f"{agent} handed {task} to {data['to_agent']}"
         elif kind == "knowledge":
             note = rng.choice(facts)
+        elif kind == "decision":
+            rng.choice(work)  # drawn as before decisions had their own notes, so the other minutes stay as they were
+            statements = TASK_DECISIONS[task]
+            note = statements[min(decided[task], len(statements) - 1)]
+            decided[task] += 1
         else:
             note = f"{agent} on {task}: {rng.choice(work)}"
         refs = tuple(rng.sample(recent, k=min(len(recent), rng.randint(0, 2))))
