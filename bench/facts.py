@@ -160,8 +160,25 @@ class RecordingExtractor:
 
 
 def renamed(minutes: Sequence[Minute], suffix: str) -> list[Minute]:
-    """The minutes under projects `<project>-<suffix>` (ids kept: ids are unique per project)."""
-    return [Minute.from_dict({**m.to_dict(), "project_id": f"{m.project_id}-{suffix}"}) for m in minutes]
+    """The minutes under projects `<project>-<suffix>`, with ids (and references) `<id>-<suffix>`.
+
+    New ids, as a fresh session would have: one batch of the pool may hold copies from several projects.
+    """
+    return [
+        Minute.from_dict(
+            {
+                **m.to_dict(),
+                "project_id": f"{m.project_id}-{suffix}",
+                "id": renamed_id(m.id, suffix),
+                "context_references": [renamed_id(r, suffix) for r in m.context_references],
+            }
+        )
+        for m in minutes
+    ]
+
+
+def renamed_id(minute_id: str, suffix: str) -> str:
+    return f"{minute_id}-{suffix}"
 
 
 @dataclass
@@ -668,7 +685,8 @@ def watching(
     stride = max(1, math.ceil(len(wanted) / sample))
     watch: dict[tuple[str, str], list[tuple[tuple[str, str], Tracked]]] = {}
     for suffix, t in wanted[::stride]:
-        watch.setdefault((f"{t.project_id}-{suffix}", t.first_minute), []).append((t.key_in(suffix), t))
+        minute = (f"{t.project_id}-{suffix}", renamed_id(t.first_minute, suffix))
+        watch.setdefault(minute, []).append((t.key_in(suffix), t))
     return watch, stride, len(wanted)
 
 
@@ -686,8 +704,9 @@ def searchable_latency(
     watch, stride, total = watching(tracked, suffixes, sample)
     minutes = [m for s in suffixes for m in renamed(session.minutes, s)]
     first_project = session.minutes[0].project_id
-    warm = renamed([m for m in session.minutes if m.project_id == first_project][:WARMUP_MINUTES], "w")
-    warm_ids = {m.id for m in warm}
+    warm_originals = [m for m in session.minutes if m.project_id == first_project][:WARMUP_MINUTES]
+    warm = renamed(warm_originals, "w")
+    warm_ids = {m.id for m in warm_originals}
     warm_facts, _, _ = watching(
         [t for t in tracked if t.project_id == first_project and t.first_minute in warm_ids], ["w"], 10**9
     )
