@@ -73,7 +73,11 @@ def test_a_quick_run_reports_every_metric_for_both_splits_with_the_machine(capsy
         throughput = split["throughput"]
         seconds = throughput["seconds_minutes"] + throughput["seconds_change_minutes"]
         assert metrics["facts_per_s"]["value"] == pytest.approx(throughput["minutes"] / seconds, rel=0.01), name
-        assert split["searchable"]["facts_timed"] > 0 and metrics["fact_searchable_p99_ms"]["value"] > 0, name
+        searchable = split["searchable"]
+        assert searchable["facts_timed"] > 0 and metrics["fact_searchable_p99_ms"]["value"] > 0, name
+        assert searchable["at_first_rate"]["facts_timed"] > 0, name
+        # The second offer runs at half the max the first one measured.
+        assert searchable["offered_target_per_s"] == pytest.approx(searchable["pipeline_max_per_s"] / 2, abs=1), name
         assert split["llm"]["calls"] > 0, name
     # The held-out phrasing is one the rules never saw: it must not score like the default one.
     recall = {name: split["metrics"]["fact_recall"]["value"] for name, split in result["splits"].items()}
