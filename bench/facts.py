@@ -49,9 +49,9 @@ they never saw, so it is the honest one. Each split gets three phases:
               When the whole pipeline (log, facts and index pools, on the same
               cores) cannot keep up with that rate, the latency is a backlog that
               grows with the run's length, so that offer measures the pipeline's
-              max load instead (minutes emitted up to the last watched fact's
-              minute / seconds until it was searchable), and the session is
-              offered again, renamed anew, at 50% of that max:
+              max load instead (its minutes / seconds from the first emit until
+              the streams, the pools' queues and every head were done with it),
+              and the session is offered again, renamed anew, at 50% of that max:
                 fact_searchable_p99_ms (also p50, p90, max) of the second offer;
                 the first offer's figures are under searchable.at_first_rate.
                 A fact not found within the drain wait counts with the time
@@ -89,6 +89,7 @@ if __package__ in (None, ""):
 
 import redis
 from rq.command import send_shutdown_command
+from rq.utils import as_text
 
 from bench.fact_sessions import SPLITS, FactSession, GoldFact, fact_session, score, summary
 from bench.harness import (
@@ -121,6 +122,7 @@ from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
 from workers.extraction import Candidate, Extractor, Known, RuleExtractor, value_key
 from workers.facts_pool import FactsContext, facts_batch
+from workers.queues import pool_queue
 from workers.runner import run_worker
 from workers.stack import Stack
 
@@ -146,6 +148,7 @@ OFFERED_SHARE = 0.5  # of the split's facts_per_s
 WARMUP_MINUTES = 60
 DRAIN_S = 60.0  # wait after the last emit for facts still not searchable (scale 1.0; at least 20 s)
 POLL_PAUSE_S = 0.005
+DRAINED_FOR_S = 1.0  # the pipeline idle this long counts as done with an offer
 SEARCH_K = 20
 ALL_STATUSES = tuple(s.value for s in FactStatus)
 QUICK_SCALE = 0.1  # --quick
@@ -559,17 +562,17 @@ class Searchability:
     through: dict[tuple[str, str], int] = field(default_factory=dict)  # ... -> minutes emitted up to its minute
     rounds: list[float] = field(default_factory=list)  # seconds per poll round
     first_emit: float | None = None
+    drained_at: float | None = None  # when the pipeline had done everything the offer gave it
     offered_s: float = 0.0
     gave_up_at: float | None = None
     error: BaseException | None = None
 
-    def pipeline_per_s(self) -> float | None:
-        """Minutes the pipeline made searchable per second: for the fact found last, the minutes emitted up to
-        its minute over the time from the first emit to its search (the pipeline's max when it was saturated)."""
-        if not self.found or self.first_emit is None:
+    def pipeline_per_s(self, minutes: int) -> float | None:
+        """The offer's minutes over the seconds from its first emit until the pipeline had done all of it: the
+        pipeline's max when the offer was faster than it."""
+        if self.drained_at is None or self.first_emit is None:
             return None
-        last = max(self.found, key=self.found.__getitem__)
-        return self.through[last] / max(1e-6, self.found[last] - self.first_emit)
+        return minutes / max(1e-6, self.drained_at - self.first_emit)
 
 
 @dataclass(frozen=True)
@@ -620,14 +623,16 @@ class Driver:
                 self.progress.tick(f"warm-up: {len(warm)} minutes, waiting for {count} of their facts", force=True)
                 self._offer(emitter, search, warm, warm_facts, rate, 120.0, Searchability())
                 self._offer(emitter, search, first.minutes, first.watch, rate, drain_s, self.seen)
-                most = self.seen.pipeline_per_s()
+                self._drain(connection, first, self.seen, drain_s)
+                most = self.seen.pipeline_per_s(len(first.minutes))
                 if most is None:
-                    raise BenchError("searchable: no watched fact became searchable, so no max load to halve")
+                    raise BenchError(f"searchable: the pipeline still had work {drain_s:.0f} s after the last watch")
                 self.half_rate = OFFERED_SHARE * most
                 self.progress.tick(
                     f"the pipeline's max: {most:,.0f} minutes/s; now offering {self.half_rate:,.0f}/s", force=True
                 )
                 self._offer(emitter, search, then.minutes, then.watch, self.half_rate, drain_s, self.half)
+                self._drain(connection, then, self.half, drain_s)
         except BaseException as exc:  # reported by the main thread once the worker stopped
             self.seen.error = exc
         finally:
@@ -635,6 +640,24 @@ class Driver:
                 send_shutdown_command(connection, self.worker)
                 self.done.wait(0.5)
             connection.close()
+
+    def _drain(self, connection: redis.Redis, offered: Offer, seen: Searchability, wait_s: float) -> None:
+        """Wait until the pipeline has done all the offer gave it; `seen.drained_at`: since when (None: it had not).
+
+        Done: nothing left in the shard streams or the pools' queues, and every offered project's index and
+        facts heads at its log head; held for `DRAINED_FOR_S` (a change minute is written before its head moves).
+        """
+        projects = sorted({m.project_id for m in offered.minutes})
+        since: float | None = None
+        for _ in polls(wait_s, 0.05, alive=self._check):
+            if not pipeline_idle(connection, self.live.shards, projects):
+                since = None
+                continue
+            since = since or time.time()
+            if time.time() - since >= DRAINED_FOR_S:
+                seen.drained_at = since
+                return
+        self.progress.tick(f"the pipeline still had work {wait_s:.0f} s after the offer", force=True)
 
     def _wait_for_worker(self, connection: redis.Redis) -> None:
         for _ in polls(60.0, 0.05, alive=self._check):
@@ -699,6 +722,29 @@ class Driver:
                     self.progress.tick(f"{len(in_flight):,} facts not searchable after {drain_s:.0f} s", force=True)
                     return
             time.sleep(POLL_PAUSE_S)
+
+
+def pipeline_idle(connection: redis.Redis, shards: int, projects: Sequence[str]) -> bool:
+    """No entry waiting in a shard stream, no job in a pool's queue or running, and every project's index
+    and facts heads at its log head."""
+    for shard in range(shards):
+        try:
+            groups = connection.xinfo_groups(keys.stream(shard))
+        except redis.ResponseError:  # no such stream: nothing waits in it
+            continue
+        for group in groups:
+            if as_text(group["name"]) == keys.DISPATCH_GROUP and (group.get("lag") or group["pending"]):
+                return False
+    for pool in ("log", "facts", "index"):
+        queue = pool_queue(pool, connection)
+        if queue.count or queue.started_job_registry.count:
+            return False
+    pipe = connection.pipeline(transaction=False)
+    for project in projects:
+        for head in (keys.log_head(project), keys.index_head(project), keys.facts_head(project)):
+            pipe.hget(head, "seq")
+    seqs = [int(raw or 0) for raw in pipe.execute()]
+    return all(seqs[i] <= min(seqs[i + 1], seqs[i + 2]) for i in range(0, len(seqs), 3))
 
 
 def found(search: HybridSearch, key: tuple[str, str], tracked: Tracked) -> bool:
@@ -784,7 +830,7 @@ def searchable_latency(
         raise BenchError(f"searchable: {type(error).__name__}: {error}") from error
     assert driver.half_rate is not None
     at_first = latency_result(driver.seen, first, rate)
-    most = driver.seen.pipeline_per_s()
+    most = driver.seen.pipeline_per_s(len(first.minutes))
     return {
         **latency_result(driver.half, then, driver.half_rate),
         "pipeline_max_per_s": round(most) if most else None,
@@ -792,8 +838,8 @@ def searchable_latency(
         "at_first_rate": at_first,
         "basis": (
             f"the session offered at {OFFERED_SHARE:.0%} of facts_per_s (at_first_rate) gives the pipeline's max: "
-            "minutes emitted up to the last watched fact's minute / seconds from the first emit to its search; "
-            f"fact_searchable_* are of a second offer at {OFFERED_SHARE:.0%} of that max"
+            "its minutes / seconds from the first emit until streams, queues and heads were done with all of it; "
+            f"fact_searchable_* are of a second offer, renamed anew, at {OFFERED_SHARE:.0%} of that max"
         ),
     }
 
