@@ -13,7 +13,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.stores.facts import FactStore
 from workers import facts_pool, log_pool
-from workers.demo import TASK_DECISIONS, sample_session
+from workers.demo import TASK_DECISIONS, decision_lines, sample_session, shown_decision
 from workers.dispatcher import Dispatcher
 from workers.extraction import RuleExtractor
 from workers.queues import pool_queue
@@ -70,6 +70,7 @@ def test_the_demo_session_through_the_pools_keeps_the_new_value_current_and_the_
     tier = TierKey.for_project(PROJECT)
     rules = RuleExtractor()
     changed = 0
+    shown: list[tuple[str, list[str]]] = []
     for task, statements in TASK_DECISIONS.items():
         stated = [m for m in session if m.event_type == "decision" and m.data["task_id"] == task]
         if len(stated) < len(statements):
@@ -81,5 +82,18 @@ def test_the_demo_session_through_the_pools_keeps_the_new_value_current_and_the_
         old = next(f for f in history if f.value == first.value)
         assert old.status is FactStatus.SUPERSEDED and old.valid_until == current[0].valid_from, task
         assert any(r.fact_id == old.id for r in current[0].relationships), task
+        # What `pvm demo` prints: the new value as current, the old one only in history, with its valid_until.
+        lines = decision_lines(store, PROJECT, session, task)
+        assert lines is not None, task
+        now = [line for line in lines if line.startswith("  current:")]
+        was = [line for line in lines if line.startswith("  history:")]
+        assert len(now) == 1 and last.value in now[0] and first.value not in now[0], lines
+        assert any(first.value in line and f"until {old.valid_until}" in line for line in was), lines
+        assert all(last.value not in line for line in was), lines
+        shown.append((task, lines))
         changed += 1
     assert changed >= 4  # most tasks reach their change in a demo-sized session
+    # The demo shows its reader task's decision when it changed, else the first task's that did.
+    assert shown_decision(store, PROJECT, session) == next(
+        (lines for task, lines in shown if task == "fix-login-bug"), shown[0][1]
+    )
