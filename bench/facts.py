@@ -990,7 +990,7 @@ def table(result: dict[str, Any]) -> str:
     lines += [
         "",
         *(f"note: {n}" for n in notes),
-        footer(result, f"seed {result['seed']}, scale {result['config']['minutes_scale']}"),
+        footer(result, f"seed {result['seed']}, scale {result['config']['minutes_scale']}", server=False),
     ]
     return "\n".join(lines)
 

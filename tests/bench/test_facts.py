@@ -18,6 +18,7 @@ from bench.facts import (
     main,
     quality,
     run_pool,
+    table,
 )
 from bench.harness import Progress
 from contracts import FactChange, Minute
@@ -79,6 +80,9 @@ def test_a_quick_run_reports_every_metric_for_both_splits_with_the_machine(capsy
         # The second offer runs at half the max the first one measured.
         assert searchable["offered_target_per_s"] == pytest.approx(searchable["pipeline_max_per_s"] / 2, abs=1), name
         assert split["llm"]["calls"] > 0, name
+    shown = table(result).splitlines()
+    assert all(any(line.startswith(key) for line in shown) for key in TARGETS)
+    assert "None" not in shown[-1] and f"{result['machine']['cores']} cores" in shown[-1]
     # The held-out phrasing is one the rules never saw: it must not score like the default one.
     recall = {name: split["metrics"]["fact_recall"]["value"] for name, split in result["splits"].items()}
     assert recall["heldout"] < recall["default"]
