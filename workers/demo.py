@@ -5,11 +5,16 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from contracts import Minute
+from contracts import Minute, keys
+from contracts.facts import FactType, TierKey
 from pvm import defaults
 from pvm.config import Settings
+
+if TYPE_CHECKING:
+    from pvm.stores.facts import FactStore
 
 AGENTS = ("planner", "coder", "reviewer", "tester", "deployer")
 TASKS = ("parse-invoices", "fix-login-bug", "migrate-db", "write-docs", "tune-cache", "ship-release")
@@ -79,10 +84,37 @@ TASK_NOTES = {
 }
 
 
+# What the team decides on each task, in order: a first choice, then the change to it (one slot each), so
+# the facts pool supersedes the first value and the reader's facts show only the newest. A task's later
+# decision minutes restate its last decision.
+TASK_DECISIONS = {
+    "parse-invoices": ("we use Tesseract for OCR", "switch OCR from Tesseract to Textract"),
+    "fix-login-bug": (
+        "we use Postgres for the session store",
+        "switch the session store from Postgres to Redis",
+    ),
+    "migrate-db": (
+        "the orders service's database is MySQL",
+        "switch the orders service database from MySQL to Postgres",
+    ),
+    "write-docs": ("we use Sphinx for the docs site", "switch the docs site from Sphinx to MkDocs"),
+    "tune-cache": (
+        "the product service's cache is Memcached",
+        "use Redis instead of Memcached for the product service cache",
+    ),
+    "ship-release": (
+        "the web app's deploy window is Friday afternoons",
+        "we changed the web app's deploy window to Tuesday mornings",
+    ),
+}
+
+
 def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
-    """A plausible stream of minutes: assignments, work, conflicts and resolutions, failures, handoffs."""
+    """A plausible stream of minutes: assignments, work, conflicts and resolutions, failures, handoffs, and
+    decisions that later change (`TASK_DECISIONS`)."""
     rng = random.Random(seed)
     recent: list[str] = []
+    decided = dict.fromkeys(TASKS, 0)  # decision minutes so far, per task
     for _ in range(n):
         task = rng.choice(TASKS)
         agent = rng.choice(AGENTS)
@@ -125,6 +157,11 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
             note = f"{agent} handed {task} to {data['to_agent']}"
         elif kind == "knowledge":
             note = rng.choice(facts)
+        elif kind == "decision":
+            rng.choice(work)  # drawn as before decisions had their own notes, so the other minutes stay as they were
+            statements = TASK_DECISIONS[task]
+            note = statements[min(decided[task], len(statements) - 1)]
+            decided[task] += 1
         else:
             note = f"{agent} on {task}: {rng.choice(work)}"
         refs = tuple(rng.sample(recent, k=min(len(recent), rng.randint(0, 2))))
@@ -139,6 +176,41 @@ def sample_session(project_id: str, n: int, seed: int = 7) -> Iterator[Minute]:
         )
         recent = ([*recent, minute.id])[-20:]
         yield minute
+
+
+def decision_lines(store: FactStore, project_id: str, session: Sequence[Minute], task: str) -> list[str] | None:
+    """What the facts store holds about `task`'s decision: the current value, then the values it replaced.
+
+    The slot is the one the facts of the task's decision minutes sit in (project or task tier). The current
+    value is read with `FactStore.current` (what the reader shows), the old ones with `FactStore.history`,
+    each with the time it stopped holding. None when the store holds no decision of the task.
+    """
+    said = {m.id for m in session if m.event_type == "decision" and m.data.get("task_id") == task}
+    for tier_key in (TierKey.for_task(project_id, task), TierKey.for_project(project_id)):
+        stated = [f for f in store.by_type(tier_key, FactType.DECISION) if said & set(f.source_minute_ids)]
+        if not stated:
+            continue
+        slot = stated[-1].slot
+        current = [f for f in store.current([tier_key], types=[FactType.DECISION]) if f.slot == slot]
+        now = {f.id for f in current}
+        old = [f for f in store.history(tier_key, slot) if f.id not in now]
+        lines = [f"What we decided on {task} ({slot.subject} / {slot.attribute}, {tier_key.tier.value} tier):"]
+        lines += [f"  current:    {f.value}  (valid from {f.valid_from}; {f.status.value})" for f in current]
+        if not current:
+            lines.append("  current:    nothing promoted yet")
+        for f in sorted(old, key=lambda f: f.valid_from, reverse=True):
+            held = f"valid {f.valid_from} until {f.valid_until}" if f.valid_until else f"valid from {f.valid_from}"
+            lines.append(f"  history:    {f.value}  ({f.status.value}; {held})")
+        return lines
+    return None
+
+
+def shown_decision(store: FactStore, project_id: str, session: Sequence[Minute]) -> list[str]:
+    """`decision_lines` of the first task (the demo's reader task first) whose decision changed, else of any."""
+    tasks = ("fix-login-bug", *(t for t in TASKS if t != "fix-login-bug"))
+    found = [lines for t in tasks if (lines := decision_lines(store, project_id, session, t))]
+    changed = [lines for lines in found if any(line.startswith("  history:") for line in lines)]
+    return (changed or found or [["No decision reached the facts store."]])[0]
 
 
 def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90) -> bool:
@@ -166,7 +238,9 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
     import socket
 
     from pvm.client import PVMAPIError, PVMClient
+    from pvm.connection import redis_from_settings
     from pvm.emitter import Emitter
+    from pvm.stores.facts import FactStore
     from pvm.stores.log import LogReader
     from workers.cli import main
     from workers.stack import Stack
@@ -180,7 +254,9 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
         live = stack.settings
         reader = LogReader(live.log_dir)
         before = reader.count(project)
-        print(f"  Redis {live.redis_url}; dispatcher, log pool, and the reader API + index pool on {live.api_url}")
+        with_facts = "facts" in live.downstream
+        pools = "log and facts pools" if with_facts else "log pool"
+        print(f"  Redis {live.redis_url}; dispatcher, {pools}, and the reader API + index pool on {live.api_url}")
         session = list(sample_session(project, minutes, seed=int(time.time()) % 1000))
         started = time.monotonic()
         with Emitter(settings=live) as emitter:
@@ -188,23 +264,49 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
                 emitter.emit(minute)
         agents = sorted({m.agent_id for m in session if m.agent_id})
         print(f"  emitted {minutes} minutes of project {project!r} from {len(agents)} agents: {', '.join(agents)}")
-        if not _wait("durable in the log", lambda: reader.count(project) - before, minutes):
+        # The facts pool writes change minutes to the log too: count the session's own minutes, by id.
+        durable: dict[str, int] = {}  # session minute id -> its log seq
+
+        def logged() -> int:
+            missing = [m.id for m in session if m.id not in durable]
+            durable.update((i, r.seq) for i, r in reader.get_by_ids(project, missing).items())
+            return len(durable)
+
+        if not _wait("durable in the log", logged, minutes):
             return 1
+        # Every stage caught up to the last session minute's seq holds the whole session (the change minutes the
+        # facts pool writes may come after it: the store holds them before they are logged).
+        target = max(durable.values()) - before
+        connection = redis_from_settings(live)
+
+        def facts_applied() -> int:
+            return min(target, int(connection.hget(keys.facts_head(project), "seq") or 0) - before)
 
         with PVMClient(settings=live, timeout=10, retries=0) as api:
 
             def indexed() -> int:
                 try:
-                    return int(api.context(project, "coder", budget_tokens=1)["freshness"]["index"]["seq"]) - before
+                    seq = int(api.context(project, "coder", budget_tokens=1)["freshness"]["index"]["seq"])
                 except PVMAPIError:
                     return 0
+                return min(target, seq - before)
 
-            if not _wait("indexed for search", indexed, minutes):
+            if not _wait("indexed for search (log seqs)", indexed, target):
                 return 1
-            print(f"  all durable and indexed in {time.monotonic() - started:.2f}s\n")
+            if with_facts and not _wait("applied to the facts (log seqs)", facts_applied, target):
+                return 1
+            stages = "durable, indexed and applied to the facts" if with_facts else "durable and indexed"
+            print(f"  all {stages} in {time.monotonic() - started:.2f}s\n")
             main(["log", "tail", "--project", project, "-n", "8"])
             task = "fix the login bug: the session cookie expires too early"
             context = api.context_text(project, "coder", task=task, budget_tokens=1200)
         print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}:\n")
         print(context)
+        if with_facts:
+            print("\nA decision that changed during the session, as the facts store holds it (the current value")
+            print("is the newest; the old one stays in history with the time it stopped holding):\n")
+            print("\n".join(shown_decision(FactStore(connection), project, session)))
+        else:
+            print("\n(PVM_DOWNSTREAM leaves out the facts pool: no facts to show.)")
+        connection.close()
     return 0
