@@ -459,6 +459,7 @@ def test_the_fields_of_a_durable_minute_carry_a_readable_schema_version(version:
 # Modules that unpack msgpack that is not a minute, and what they unpack.
 NOT_MINUTES = {
     "contracts/codec.py": "the codec itself",
+    "pvm/context_facts.py": "stored fact records (StoredFact.unpack), and msgpack's bytes of a status marker",
     "pvm/stores/fact_projection.py": "stored fact records (a fact's dict with its order keys) and lists of parked "
     "change minutes' bytes (each decoded with decode_durable_minute)",
     "pvm/stores/log.py": "the log's record frames (seq, id, stream id, time, and the minute's bytes untouched)",
