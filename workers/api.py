@@ -423,7 +423,8 @@ def create_app(
                         f"is the schema version: {version!r} is not one this server reads "
                         f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
                     )
-                if raw.get("event_type") in FACT_EVENT_TYPES:
+                event_type = raw.get("event_type")
+                if isinstance(event_type, str) and event_type in FACT_EVENT_TYPES:  # a list is Minute's to refuse
                     raise InvalidMinute("event_type", knowledge_change_refused(str(raw["event_type"])))
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}

@@ -720,3 +720,10 @@ def test_post_minutes_refuses_knowledge_changes_naming_the_event_type(
         assert error["index"] == 1 and error["field"] == "event_type"
         assert vector["event_type"] in error["problem"] and "/v1/projects/{project_id}/facts" in error["problem"]
     assert stream_lengths(redis_client) == before
+
+
+@pytest.mark.parametrize("event_type", [["fact_asserted"], {"x": 1}, 7, None])
+def test_an_event_type_that_is_not_text_is_422_not_500(client: TestClient, event_type: object) -> None:
+    r = client.post("/v1/minutes", json={"minutes": [{"project_id": "apollo", "event_type": event_type}]})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "event_type"
