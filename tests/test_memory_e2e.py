@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -119,6 +120,9 @@ def test_kill_9_of_the_index_owner_indexes_and_counts_every_minute_once(
 ) -> None:
     projects = ["apollo", "borealis"]
     total = 3_000
+    # The index alone: the facts pool would add its change minutes to these projects' logs (the demo's session
+    # states decisions), and this test counts minutes and points against what was emitted.
+    settings = dataclasses.replace(settings, downstream=("index",))
     stack = Stack(settings, api_port=free_port())  # with the embedded engine, `pvm serve` is the index pool
     stack.start()
     try:
