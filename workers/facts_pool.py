@@ -416,12 +416,15 @@ def _extract_and_decide(
     """Extract candidates from ordinary minutes, then decide, write and apply each slot's changes under its lease."""
     if not minutes:
         return 0
-    by_id = {m.id: m for m in minutes}
+    by_id = {(m.project_id, m.id): m for m in minutes}  # ids are unique within a project only
     candidates = ctx.extractor.extract(minutes, known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None)
     counts["extracted"] += len(candidates)
     by_slot: dict[tuple[TierKey, Slot], list[Sourced]] = {}
     for candidate in candidates:
-        minute = next((by_id[m] for m in candidate.source_minute_ids if m in by_id), None)
+        minute = next(
+            (by_id[key] for key in ((candidate.project_id, m) for m in candidate.source_minute_ids) if key in by_id),
+            None,
+        )
         if minute is None:
             log.warning(
                 "facts pool: a candidate names no minute of its batch (%s); skipped", candidate.source_minute_ids

@@ -577,3 +577,15 @@ def test_the_rules_get_no_known_facts_and_their_batches_skip_the_read(
     monkeypatch.setattr(facts_pool, "known_facts", lambda *a: reads.append(a) or {})
     facts_batch(ctx, redis_client, records([said(2, "8 hours", 5)], first_seq=2))
     assert reads == []
+
+
+def test_minutes_of_two_projects_with_the_same_id_in_one_batch_each_make_their_facts(
+    ctx: FactsContext, redis_client: redis.Redis
+) -> None:
+    """Minute ids are unique within a project only: a caller may choose the same id in two projects."""
+    first, second = said(1, "30 minutes", 0, project="p1"), said(1, "2 hours", 0, project="p2")
+    assert first.id == second.id
+    facts_batch(ctx, redis_client, records([first, second]))
+    store = FactStore(redis_client)
+    assert [f.value for f in store.current([P1])] == ["30 minutes"]
+    assert [f.value for f in store.current([TierKey.for_project("p2")])] == ["2 hours"]
