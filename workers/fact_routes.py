@@ -76,6 +76,7 @@ from workers.api_request import (
     json_object,
 )
 from workers.auth import TokenScope
+from workers.fact_timeline import fit, on_promotion
 
 FACT_TYPES = tuple(t.value for t in FactType)
 TIERS = tuple(t.value for t in Tier)
@@ -330,14 +331,7 @@ class FactRoutes:
                         f"fact {fact.id} is {fact.status.value}: only a pending fact is promoted "
                         '(send {"to_tier": ...} to copy it one tier up)'
                     )
-                minute = promoted_minute(
-                    fact,
-                    PromotionReason.BY_HAND,
-                    agent_id=given.get("agent_id"),
-                    minute_id=_minute_id(given),
-                    timestamp=utc_now_iso(),
-                )
-                return self._written(fact.id, minute)
+                return self._promoted(fact, _minute_id(given), given.get("agent_id"))
             parent = fact.tier_key.parent
             if to_tier not in TIERS or parent is None or parent.tier.value != to_tier:
                 above = f"to {parent.tier.value}" if parent is not None else "nowhere: global is the top"
@@ -434,29 +428,51 @@ class FactRoutes:
                     f"the slot {fresh.slot} of {target} holds the value {fresh.value!r} already, as fact {held.id} "
                     f"({held.status.value}); promote, retract or edit that one"
                 )
-            starts = check_time(fresh.valid_from, "valid_from")
-            timeline = sorted(
-                (f for f in view.facts if f.status is not FactStatus.RETRACTED and f.single_valued),
-                key=lambda f: (check_time(f.valid_from, "valid_from"), f.id),
-            )
-            if not fresh.single_valued:
-                timeline = []
-            older = [f for f in timeline if check_time(f.valid_from, "valid_from") < starts and f.holds_at(starts)]
-            same = [f for f in timeline if check_time(f.valid_from, "valid_from") == starts]
-            later = [f for f in timeline if check_time(f.valid_from, "valid_from") > starts]
+            fitting = fit(view.facts, fresh)
             with _fields_named():
                 if not promoted:
                     fresh = fresh.with_(
                         relationships=tuple(
-                            Relationship(RelationKind.SUPERSEDES, f.id) for f in older[-MAX_RELATIONSHIPS:]
+                            Relationship(RelationKind.SUPERSEDES, f.id) for f in fitting.older[-MAX_RELATIONSHIPS:]
                         )
                     )
                     first = asserted_minute(fresh, agent_id=agent_id, minute_id=minute_id, timestamp=clock.next())
-                more = [superseded_minute(old, fresh, agent_id=agent_id, timestamp=clock.next()) for old in older]
-                if later:
-                    more.append(superseded_minute(fresh, later[0], agent_id=agent_id, timestamp=clock.next()))
-                more += [contradicted_minute(fresh, other, agent_id=agent_id, timestamp=clock.next()) for other in same]
+                more = [
+                    superseded_minute(old, fresh, agent_id=agent_id, timestamp=clock.next()) for old in fitting.older
+                ]
+                if fitting.later is not None:
+                    more.append(superseded_minute(fresh, fitting.later, agent_id=agent_id, timestamp=clock.next()))
+                more += [
+                    contradicted_minute(fresh, other, agent_id=agent_id, timestamp=clock.next())
+                    for other in fitting.same
+                ]
             return self._written(fresh.id, first, *more)
+        finally:
+            self.store.release_slots(owner, [slot])
+
+    def _promoted(self, fact: Fact, minute_id: str, agent_id: str | None) -> JSONResponse:
+        """Promote a pending `fact` by hand; trusted now, it supersedes the values of its slot it replaced.
+
+        The same rule as the facts pool's (`workers.fact_timeline.on_promotion`), under the slot's lease.
+        """
+        slot = (fact.tier_key, fact.slot)
+        owner = f"api:{uuid.uuid4().hex}"
+        if not self._lease(owner, slot):
+            raise Unavailable(
+                f"the slot {fact.slot} of {fact.tier_key} stayed leased by a facts worker for {LEASE_WAIT_S} s; retry"
+            )
+        try:
+            (view,) = self.store.slot_views([slot])
+            clock = _Clock(view.last_ms)
+            with _fields_named():
+                first = promoted_minute(
+                    fact, PromotionReason.BY_HAND, agent_id=agent_id, minute_id=minute_id, timestamp=clock.next()
+                )
+                more = [
+                    superseded_minute(old, fact, agent_id=agent_id, timestamp=clock.next())
+                    for old in on_promotion(view.facts, fact)
+                ]
+            return self._written(fact.id, first, *more)
         finally:
             self.store.release_slots(owner, [slot])
 

@@ -74,6 +74,7 @@ from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
 from workers.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known
 from workers.extraction_llm import llm_extractor_from_settings
+from workers.fact_timeline import fit, on_promotion
 from workers.heads import FRESH, advance_script, runs
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def decide(
             continue
         known = facts.get(fresh.id)
         if known is not None:
-            made = _restated(known, fresh, item.minute, clock, promote_at)
+            made = _restated(known, fresh, facts, item.minute, clock, promote_at)
         else:
             made = _new_value(fresh, facts, item.minute, clock)
         for minute, change, kind in made:
@@ -210,7 +211,9 @@ def _made(minute: Minute, kind: str) -> _Made:
     return minute, fact_change(minute), kind
 
 
-def _restated(known: Fact, fresh: Fact, source: Minute, clock: _Clock, promote_at: float) -> list[_Made]:
+def _restated(
+    known: Fact, fresh: Fact, facts: dict[str, Fact], source: Minute, clock: _Clock, promote_at: float
+) -> list[_Made]:
     new_sources = [m for m in fresh.source_minute_ids if m not in known.source_minute_ids]
     if not new_sources or known.status is FactStatus.RETRACTED:
         return []
@@ -220,35 +223,31 @@ def _restated(known: Fact, fresh: Fact, source: Minute, clock: _Clock, promote_a
     if known.status is FactStatus.PENDING and confidence >= promote_at:
         promoted = promoted_minute(known, PromotionReason.THRESHOLD, **clock.stamp(source, "fact_promoted", known.id))
         made.append(_made(promoted, "promoted"))
+        for old in on_promotion(facts.values(), known):  # trusted now: it retires what it replaced
+            minute = superseded_minute(old, known, **clock.stamp(source, "fact_superseded", old.id, known.id))
+            made.append(_made(minute, "superseded"))
     return made
 
 
 def _new_value(fresh: Fact, facts: dict[str, Fact], source: Minute, clock: _Clock) -> list[_Made]:
-    """A value new to the slot: assert it, and fit it into the slot's timeline when both are single-valued.
+    """A value new to the slot: assert it, and fit it into the slot's timeline (`workers.fact_timeline.fit`).
 
-    Against the other values of the slot (retracted ones aside): each one that holds when the new value
-    starts and started before it is superseded there; the new value is superseded by the earliest one
-    that starts after it (a late minute fills its place in the history); one that starts at the same
-    instant contradicts it.
+    Each value it supersedes is superseded where it starts; the value superseding it (a late minute fills
+    its place in the history) supersedes it; a value from the same instant contradicts it. A pending value
+    leaves promoted ones current until it is promoted itself.
     """
-    starts = _instant(fresh.valid_from)
-    timeline = sorted(
-        (f for f in facts.values() if f.status is not FactStatus.RETRACTED and f.single_valued and fresh.single_valued),
-        key=lambda f: (_instant(f.valid_from), f.id),
-    )
-    older = [f for f in timeline if _instant(f.valid_from) < starts and f.holds_at(starts)]
-    same = [f for f in timeline if _instant(f.valid_from) == starts]
-    later = [f for f in timeline if _instant(f.valid_from) > starts]
-    supersedes = tuple(Relationship(RelationKind.SUPERSEDES, f.id) for f in older[-MAX_RELATIONSHIPS:])
+    fitting = fit(facts.values(), fresh)
+    supersedes = tuple(Relationship(RelationKind.SUPERSEDES, f.id) for f in fitting.older[-MAX_RELATIONSHIPS:])
     asserted = fresh.with_(relationships=supersedes)
     made = [_made(asserted_minute(asserted, **clock.stamp(source, "fact_asserted", fresh.id)), "asserted")]
-    for old in older:
+    for old in fitting.older:
         minute = superseded_minute(old, asserted, **clock.stamp(source, "fact_superseded", old.id, fresh.id))
         made.append(_made(minute, "superseded"))
-    if later:
-        minute = superseded_minute(asserted, later[0], **clock.stamp(source, "fact_superseded", fresh.id, later[0].id))
+    if fitting.later is not None:
+        later = fitting.later
+        minute = superseded_minute(asserted, later, **clock.stamp(source, "fact_superseded", fresh.id, later.id))
         made.append(_made(minute, "superseded"))
-    for other in same:
+    for other in fitting.same:
         minute = contradicted_minute(asserted, other, **clock.stamp(source, "fact_contradicted", fresh.id, other.id))
         made.append(_made(minute, "contradicted"))
     return made

@@ -494,3 +494,24 @@ def test_the_context_shows_task_project_and_granted_global_facts_and_matching_ru
     assert "## What we know" in text and "Postgres" in text
     bad = stack.client.get(f"{P}/context", params={"agent_id": "a1", "task_id": "x" * 1000}, headers=bearer(CURATOR))
     assert bad.status_code == 400 and "task_id" in bad.json()["error"]
+
+
+def test_a_pending_value_retires_nothing_until_promoted_by_hand_then_it_supersedes_the_old(stack: Stack) -> None:
+    old = assert_fact(stack, subject="service:auth", attribute="session_ttl", value="30 minutes")
+    stack.settle()
+    r = stack.client.post(
+        f"{P}/facts",
+        json={"subject": "service:auth", "attribute": "session_ttl", "value": "8 hours", "status": "pending"},
+        headers=bearer(CURATOR),
+    )
+    assert r.status_code == 202 and "also" not in r.json()  # nothing superseded by a doubtful value
+    doubtful = r.json()["fact_id"]
+    stack.settle()
+    assert [f["id"] for f in listed(stack)] == [old]
+    promoted = stack.client.post(f"{P}/facts/{doubtful}/promote", json={}, headers=bearer(CURATOR))
+    assert promoted.status_code == 202 and [m["event_type"] for m in promoted.json()["also"]] == ["fact_superseded"]
+    stack.settle()
+    assert [f["id"] for f in listed(stack)] == [doubtful]
+    history = stack.client.get(f"{P}/facts/{doubtful}/history", headers=bearer(CURATOR)).json()["facts"]
+    assert {f["id"]: f["status"] for f in history} == {old: "superseded", doubtful: "promoted"}
+    assert history[0]["valid_until"] == history[1]["valid_from"]

@@ -169,6 +169,54 @@ def test_a_newer_value_supersedes_and_an_older_one_is_superseded_by_the_later() 
     assert older.minutes[1].data["superseded_by"] == old_id and older.minutes[1].data["valid_until"] == at(10)
 
 
+def test_a_pending_newer_value_leaves_the_promoted_one_current_until_it_is_promoted_itself() -> None:
+    view = held([], decide([], candidates(said(1, "30 minutes", 10)), P1, 0.8).minutes)
+    doubtful = decide(view, candidates(said(2, "8 hours", 20, confidence=0.6)), P1, 0.8)
+    assert kinds(doubtful.minutes) == ["fact_asserted"]  # no supersession: a pending value retires nothing trusted
+    assert doubtful.minutes[0].data["fact"]["relationships"] == []
+    view = held(view, doubtful.minutes)
+    assert {f.value: f.status for f in view} == {"30 minutes": FactStatus.PROMOTED, "8 hours": FactStatus.PENDING}
+    # Said again, it crosses the threshold: promoted, it supersedes the old value from its own valid_from.
+    again = decide(view, candidates(said(3, "8 hours", 30, confidence=0.6)), P1, 0.8)
+    assert kinds(again.minutes) == ["fact_confirmed", "fact_promoted", "fact_superseded"]
+    assert again.minutes[2].data == {
+        "fact_id": fact_id(P1, TTL, "30 minutes"),
+        "tier_key": "project:p1",
+        "superseded_by": fact_id(P1, TTL, "8 hours"),
+        "valid_until": at(20),
+    }
+    assert again.counts == Counter(confirmed=1, promoted=1, superseded=1)
+    view = held(view, again.minutes)
+    assert {f.value: (f.status, f.valid_until) for f in view} == {
+        "30 minutes": (FactStatus.SUPERSEDED, at(20)),
+        "8 hours": (FactStatus.PROMOTED, None),
+    }
+
+
+def test_a_promoted_value_supersedes_pending_and_promoted_ones_and_pending_ones_supersede_each_other() -> None:
+    view = held([], decide([], candidates(said(1, "30 minutes", 10)), P1, 0.8).minutes)
+    view = held(view, decide(view, candidates(said(2, "8 hours", 20, confidence=0.6)), P1, 0.8).minutes)
+    pending_again = decide(view, candidates(said(3, "2 hours", 25, confidence=0.6)), P1, 0.8)
+    assert kinds(pending_again.minutes) == ["fact_asserted", "fact_superseded"]  # the pending 8 hours only
+    assert pending_again.minutes[1].data["fact_id"] == fact_id(P1, TTL, "8 hours")
+    view = held(view, pending_again.minutes)
+    sure = decide(view, candidates(said(4, "1 day", 30)), P1, 0.8)
+    assert kinds(sure.minutes) == ["fact_asserted", "fact_superseded", "fact_superseded"]
+    assert {m.data["fact_id"] for m in sure.minutes[1:]} == {
+        fact_id(P1, TTL, "30 minutes"),
+        fact_id(P1, TTL, "2 hours"),
+    }
+    # A pending value said before a promoted one took over is superseded by it; a promoted value said
+    # before a pending one is not.
+    view = held(view, sure.minutes)
+    late_doubt = decide(view, candidates(said(5, "3 days", 27, confidence=0.6)), P1, 0.8)
+    assert kinds(late_doubt.minutes) == ["fact_asserted", "fact_superseded"]
+    assert late_doubt.minutes[1].data["fact_id"] == fact_id(P1, TTL, "3 days")
+    lone = held([], decide([], candidates(said(6, "5 hours", 40, confidence=0.6)), P1, 0.8).minutes)
+    early = decide(lone, candidates(said(7, "6 hours", 35)), P1, 0.8)
+    assert kinds(early.minutes) == ["fact_asserted"]
+
+
 def test_two_values_from_the_same_instant_contradict() -> None:
     view = held([], decide([], candidates(said(1, "30 minutes", 10)), P1, 0.8).minutes)
     clash = decide(view, candidates(said(2, "8 hours", 10)), P1, 0.8)
