@@ -159,7 +159,7 @@ class Loader:
         for project_id, pairs in result.projects.items():
             self.cache.update(
                 project_id,
-                [CachedMinute(a.id, a.seq, item.raw, item.agent_id) for item, a in pairs],
+                [CachedMinute(a.id, a.seq, item.raw, item.agent_id, item.windowed) for item, a in pairs],
                 durable_at,
                 pipeline=pipe,
             )

@@ -24,7 +24,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from contracts import decode_durable_fields, keys
+from contracts import FACT_EVENT_TYPES, decode_durable_fields, keys
 from contracts.errors import InvalidFact
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
@@ -107,6 +107,12 @@ def require_project(project_id: object) -> str:
     if not isinstance(project_id, str) or not project_id:
         raise ValueError("project_id is required: PVM never reads across projects; pass the project to read")
     return project_id
+
+
+def windowed(fields: dict[str, Any]) -> bool:
+    """Whether a minute belongs in the recent activity: what agents said, not a knowledge change (its view
+    is the facts section)."""
+    return fields.get("event_type") not in FACT_EVENT_TYPES
 
 
 def line_cost(line: str) -> int:
@@ -197,7 +203,8 @@ class ContextReader:
         """`get_recent` given the cached bytes of the recent window's ids (None where evicted)."""
         minutes = [decode_durable_fields(raw) for raw in cached if raw is not None]
         if len(minutes) < n:
-            from_log = [r.fields for r in self.log.get_recent(project_id, n)]
+            # The log holds knowledge changes too; the window never does (`CachedMinute.windowed`).
+            from_log = [f for f in (r.fields for r in self.log.get_recent(project_id, n)) if windowed(f)]
             if len(from_log) > len(minutes):
                 minutes = from_log
         return minutes

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 import redis
 
-from contracts import Minute, encode_minute
+from contracts import FACT_EVENT_TYPES, Minute, encode_minute
 from pvm import engines
 from pvm.config import Settings
 from pvm.stores.cache import CachedMinute, MinuteCache
@@ -51,7 +51,10 @@ def log_minutes(connection: redis.Redis, settings: Settings, minutes: Sequence[M
         )
         cache.update(
             project,
-            [CachedMinute(a.id, a.seq, raw, m.agent_id) for a, m, raw in zip(appended, ms, encoded, strict=True)],
+            [
+                CachedMinute(a.id, a.seq, raw, m.agent_id, m.event_type not in FACT_EVENT_TYPES)
+                for a, m, raw in zip(appended, ms, encoded, strict=True)
+            ],
             0.0,
         )
         records.extend([a.id, a.seq, raw] for a, raw in zip(appended, encoded, strict=True))

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import decode_durable_fields, keys
+from contracts import FACT_EVENT_TYPES, decode_durable_fields, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder, entry_time_ms
@@ -43,6 +43,7 @@ class Incoming:
     agent_id: str | None
     timestamp: str
     raw: bytes
+    windowed: bool = True  # False: a knowledge change, kept out of the recent windows (`CachedMinute.windowed`)
 
 
 @dataclass
@@ -66,7 +67,15 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
     by_project: dict[str, list[Incoming]] = {}
     for entry_id, raw in entries:
         body = decode_durable_fields(raw)
-        item = Incoming(entry_id, body["id"], body["project_id"], body.get("agent_id"), body["timestamp"], raw)
+        item = Incoming(
+            entry_id,
+            body["id"],
+            body["project_id"],
+            body.get("agent_id"),
+            body["timestamp"],
+            raw,
+            body.get("event_type") not in FACT_EVENT_TYPES,
+        )
         by_project.setdefault(item.project_id, []).append(item)
     return by_project
 
@@ -115,7 +124,7 @@ def _update_caches(cache: MinuteCache, result: LogBatchResult, durable_at: float
     for project_id, pairs in result.projects.items():
         cache.update(
             project_id,
-            [CachedMinute(a.id, a.seq, item.raw, item.agent_id) for item, a in pairs],
+            [CachedMinute(a.id, a.seq, item.raw, item.agent_id, item.windowed) for item, a in pairs],
             durable_at,
             pipeline=pipe,
         )

@@ -195,10 +195,11 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
         progress.show(replayed.minutes)
 
     for record in log.history(project_id):
-        agent = None
+        agent, windowed = None, True
         with contextlib.suppress(ValueError):
             agent = record.minute.agent_id
-        batch.append(CachedMinute(record.id, record.seq, record.minute_bytes, agent))
+            windowed = record.minute.event_type not in FACT_EVENT_TYPES
+        batch.append(CachedMinute(record.id, record.seq, record.minute_bytes, agent, windowed))
         if len(batch) >= defaults.REPLAY_BATCH:
             flush()
     flush()

@@ -21,6 +21,7 @@ from pvm.connection import hash_reply
 _UPDATE = """
 -- KEYS: recent, byid, byid_order, head, head again (a placeholder), agent windows...
 -- ARGV: project, window, cache_size, durable_at, n, then n x (id, seq, bytes, agent_index)
+-- agent_index: 0 no agent, k the agent window KEYS[5 + k], -1 in no window at all (a knowledge change)
 local window = tonumber(ARGV[2])
 local cache_size = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
@@ -30,7 +31,7 @@ local touched = {}
 for i = 0, n - 1 do
   local base = 6 + i * 4
   local id, seq, body, agent = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2], tonumber(ARGV[base + 3])
-  redis.call('ZADD', KEYS[1], seq, id)
+  if agent >= 0 then redis.call('ZADD', KEYS[1], seq, id) end
   redis.call('HSET', KEYS[2], id, body)
   redis.call('ZADD', KEYS[3], seq, id)
   if agent > 0 then
@@ -66,6 +67,9 @@ class CachedMinute:
     seq: int
     minute_bytes: bytes
     agent_id: str | None
+    # In the recent windows: what agents said. A knowledge change (fact_*, task_memory_cleared) is cached by id
+    # and lives in the log, but stays out of the windows: the facts store is its view (a context's "What we know").
+    windowed: bool = True
 
 
 class MinuteCache:
@@ -96,7 +100,9 @@ class MinuteCache:
         args: list[EncodableT] = [project_id, self.window, self.cache_size, repr(durable_at), len(minutes)]
         for m in minutes:
             agent_index = 0
-            if m.agent_id:
+            if not m.windowed:
+                agent_index = -1
+            elif m.agent_id:
                 agent_index = agents.setdefault(m.agent_id, len(agents) + 1)
             args.extend((m.id, m.seq, m.minute_bytes, agent_index))
         key_list = [

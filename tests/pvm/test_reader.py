@@ -63,6 +63,26 @@ def test_references_missing_from_the_cache_come_from_the_log(
     assert [m["memory_note"] for m in pkg.referenced] == ["the original decision"]
 
 
+@pytest.mark.parametrize("ordinary", [5, 80])  # fewer than the context's 50 (the log is read too), and more
+def test_recent_activity_leaves_out_knowledge_changes(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, ordinary: int
+) -> None:
+    from contracts.fact_changes import learned_minute
+    from contracts.facts import TierKey
+
+    minutes: list[Minute] = []
+    for i in range(ordinary):
+        minutes.append(Minute(project_id="p", event_type="message", agent_id="a1", memory_note=f"n{i}"))
+        if i % 2:
+            minutes.append(learned_minute(f"key {i}", "v", TierKey.for_project("p"), agent_id="a1"))
+    log_minutes(redis_client, settings, minutes, index=False)
+    assert LogReader(settings.log_dir).count("p") == len(minutes)
+    pkg = reader.build_context("p", "a1", budget_tokens=100_000)
+    said = [m for m in minutes if m.event_type == "message"]
+    assert [m["id"] for m in pkg.recent] == [m.id for m in said[-50:]]
+    assert [m["id"] for m in reader.get_recent("p", 50)] == [m.id for m in said[-50:]]
+
+
 @pytest.mark.parametrize("budget", [1, 40, 200, 800, 3000])
 def test_the_budget_is_never_exceeded(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings, budget: int

@@ -76,6 +76,24 @@ def test_worker_logs_a_batch_and_fills_the_caches(
     assert redis_client.sismember(keys.projects(), "p1")
 
 
+def test_knowledge_changes_are_logged_and_cached_by_id_but_stay_out_of_the_recent_windows(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contracts.fact_changes import learned_minute
+    from contracts.facts import TierKey
+
+    change = learned_minute("deploy window", "Tue", TierKey.for_project("p1"), agent_id="a1", minute_id="id00005")
+    entries = [*batch(5), ["200-0", encode_minute(change)], *batch(2, start=6)]
+    enqueue(redis_client, entries)
+    run_burst(redis_client, settings, monkeypatch)
+    assert LogReader(settings.log_dir).count("p1") == 8
+    cache = MinuteCache(redis_client)
+    assert cache.recent_ids("p1", 10) == [f"id{i:05d}" for i in (0, 1, 2, 3, 4, 6, 7)]
+    assert "id00005" not in cache.recent_ids("p1", 10, agent_id="a1")
+    assert cache.get_many("p1", ["id00005"])  # still cached by id, for readers that ask for it
+    assert cache.head("p1")["seq"] == "8"  # and the log head counts it
+
+
 def test_a_redelivered_batch_adds_nothing(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
