@@ -330,7 +330,9 @@ class ContextReader:
                 log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
                 search_error = f"{type(exc).__name__}: {exc}"
             else:
-                experience, degraded = diverse(found.hits, self.experience_k), found.degraded
+                # Knowledge changes are minutes too (and minute points); what they say is the facts section's.
+                said = [h for h in found.hits if windowed(h.minute)]
+                experience, degraded = diverse(said, self.experience_k), found.degraded
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section(

@@ -328,3 +328,19 @@ def test_relevant_experience_does_not_repeat_one_note(
     # The search itself still finds every echo: only the context leaves the repeats out.
     found = reader.search("apollo", "session cookie expires after 5 minutes", k=10)
     assert len([h for h in found if "expires after 5 minutes" in h.minute["memory_note"]]) == 4
+
+
+def test_relevant_experience_leaves_out_knowledge_changes(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    from contracts.fact_changes import learned_minute
+    from contracts.facts import TierKey
+
+    said = Minute(project_id="p", event_type="knowledge", memory_note="the login cookie ttl is 8 hours")
+    change = learned_minute(
+        "login cookie ttl", "8 hours", TierKey.for_project("p"), text="We learned: login cookie ttl = 8 hours."
+    )
+    log_minutes(redis_client, settings, [said, change])
+    assert {h.minute_id for h in reader.search("p", "login cookie ttl")} == {said.id, change.id}  # both indexed
+    pkg = reader.build_context("p", "a1", task="login cookie ttl", budget_tokens=100_000)
+    assert [h.minute_id for h in pkg.relevant_experience] == [said.id]
