@@ -184,7 +184,10 @@ def test_redis_down_for_seconds_never_blocks_or_raises_in_emit(tmp_path: Path) -
         assert not errors
         assert up_at - down_at > 500, "the agent kept emitting while Redis was down"
         assert stats.spooled_total > 0 and stats.dropped == 0
-        assert max(durations) < 1_000_000, f"slow emit() calls (ns, s since start): {slow}"
+        # Blocking on Redis would cost a socket timeout (EMIT_SOCKET_TIMEOUT_S, 2 s) or at least a connect
+        # attempt; 50 ms is far below that and above what a loaded 2-core machine's scheduling adds to a call
+        # (1.2 ms seen while another test run shared the CPU). emit()'s latency itself is benchmarked.
+        assert max(durations) < 50_000_000, f"slow emit() calls (ns, s since start): {slow}"
         r = redis.Redis.from_url(server.url)
         arrived = [msgpack.unpackb(f[keys.MINUTE_FIELD])["id"] for s in range(4) for _, f in r.xrange(keys.stream(s))]
         assert set(arrived) == set(ids)
