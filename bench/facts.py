@@ -511,12 +511,13 @@ class Tracked:
     slot: Slot
     value: str
     type: str
+    period: int = 0  # a value that came back in its slot is another fact, its next period
 
     def key_in(self, suffix: str) -> tuple[str, str]:
         """(project, fact id) of this fact under the project renamed with `suffix`."""
         project = f"{self.project_id}-{suffix}"
         tier = TierKey.for_task(project, self.task_id) if self.tier is Tier.TASK and self.task_id else None
-        return project, fact_id(tier or TierKey.for_project(project), self.slot, self.value)
+        return project, fact_id(tier or TierKey.for_project(project), self.slot, self.value, self.period)
 
     @property
     def query(self) -> str:
@@ -534,7 +535,14 @@ def trackable(session: FactSession, run: PoolRun) -> list[Tracked]:
         first = min((m for m in f.source_minute_ids if m in order), key=order.__getitem__)
         out.append(
             Tracked(
-                first, f.tier_key.tier, f.tier_key.task_id, str(f.tier_key.project_id), f.slot, f.value, f.type.value
+                first,
+                f.tier_key.tier,
+                f.tier_key.task_id,
+                str(f.tier_key.project_id),
+                f.slot,
+                f.value,
+                f.type.value,
+                f.period,
             )
         )
     out.sort(key=lambda t: order[t.first_minute])

@@ -678,13 +678,15 @@ def tier_promoted_minute(
     agent_id: str | None = None,
     minute_id: str | None = None,
     timestamp: str | None = None,
+    period: int = 0,
 ) -> Minute:
     """``fact_tier_promoted``: a promoted copy of `fact` one tier up (task -> project -> global).
 
     The copy gets the upper key's id, ``promoted_from`` = `fact`'s id, status
     promoted and ``recorded_at`` = the minute's time; it keeps the text, value,
     validity, confidence and sources. It drops relationships (they name facts of
-    the lower key) and read statistics.
+    the lower key) and read statistics. Its `period` is the value's period in
+    the upper key's slot (0 unless the value held there before and was replaced).
     """
     parent = fact.tier_key.parent
     if parent is None:
@@ -698,6 +700,7 @@ def tier_promoted_minute(
         relationships=(),
         access_count=0,
         last_accessed_at=None,
+        period=period,
     )
     return change_minute(
         FactTierPromoted(copy, fact.tier_key),

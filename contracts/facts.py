@@ -21,7 +21,9 @@ Rules in one place:
 - **Tier keys** (`TierKey`): ``task:<project>:<task>``, ``project:<project>``
   or ``global``. Dedupe, supersession and search never cross a key.
 - **Ids** (`fact_id`): a UUID (version 5) in `FACT_NAMESPACE` over the
-  netstrings of tier key, slot subject, slot attribute and normalized value.
+  netstrings of tier key, slot subject, slot attribute and normalized value,
+  and for a value's later periods in its slot (`Fact.period` > 0: it held,
+  was replaced, and came back) one more netstring, the period.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ MAX_TAGS = 16
 MAX_TAG_LENGTH = 64
 MAX_RELATIONSHIPS = 32
 MAX_FACT_SOURCES = 128
+MAX_PERIOD = 2**63 - 1  # fits msgpack's and JSON's integers
 # A task id in a tier key: the limit the minute puts on its other names (agent_id, thread_id).
 MAX_TASK_ID_LENGTH = MAX_NAME_LENGTH
 
@@ -356,13 +359,16 @@ GLOBAL_KEY = TierKey(Tier.GLOBAL)
 # -- ids ----------------------------------------------------------------------------------------------------------
 
 
-def fact_id(tier_key: TierKey, slot: Slot, value: str | int | float | bool) -> str:
-    """The id of the fact holding `value` in `slot` of `tier_key`: a lowercase UUID string.
+def fact_id(tier_key: TierKey, slot: Slot, value: str | int | float | bool, period: int = 0) -> str:
+    """The id of the fact holding `value` in `slot` of `tier_key` for its `period`-th time: a lowercase UUID string.
 
     ``uuid5(FACT_NAMESPACE, netstrings(str(tier_key), slot.subject,
     slot.attribute, normalize_value(value)))`` where each netstring is
     ``<UTF-8 byte length>:<text>,``. `value` may be raw or normalized (the
-    normalization is idempotent).
+    normalization is idempotent). A later period (`period` > 0: the value held,
+    was replaced, and came back) appends one more netstring, ``str(period)``;
+    period 0 is the name above, so the first period of every value keeps the id
+    it always had.
 
     Why a UUID: the fact is a Qdrant point of its own, and Qdrant point ids are
     unsigned 64-bit integers or UUIDs; a UUID keeps 122 bits of the digest where
@@ -372,8 +378,11 @@ def fact_id(tier_key: TierKey, slot: Slot, value: str | int | float | bool) -> s
     values are free text, so a separator such as ``|`` could turn two different
     facts into one name.
     """
-    name = _netstrings(str(tier_key), slot.subject, slot.attribute, normalize_value(value))
-    return str(uuid.uuid5(FACT_NAMESPACE, name))
+    parts = [str(tier_key), slot.subject, slot.attribute, normalize_value(value)]
+    nth = _period(period)
+    if nth:
+        parts.append(str(nth))
+    return str(uuid.uuid5(FACT_NAMESPACE, _netstrings(*parts)))
 
 
 def check_fact_id(value: Any, field: str) -> str:
@@ -527,6 +536,17 @@ def _count(value: Any) -> int:
     return int(value)
 
 
+def _period(value: Any) -> int:
+    # JSON has one number type: 1.0 is the whole number 1 (as JSON Schema's "integer" reads it).
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidFact("period", f"must be a whole number (0: the value's first period), got {type(value).__name__}")
+    if not 0 <= value <= MAX_PERIOD:
+        raise InvalidFact("period", f"{value} is outside 0..{MAX_PERIOD}; 0 is a value's first period in its slot")
+    return int(value)
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidFact("single_valued", f"must be true or false, got {type(value).__name__}")
@@ -559,6 +579,7 @@ FIELD_RULES: dict[str, Callable[[Any], Any]] = {
     "last_accessed_at": _time("last_accessed_at", optional=True),
     "promoted_from": _optional_fact_id,
     "single_valued": _flag,
+    "period": _period,
 }
 
 
@@ -598,7 +619,9 @@ class Relationship:
 class Fact:
     """One piece of knowledge, validated on construction; build new ones with `Fact.new`.
 
-    `id` must be `fact_id(tier_key, slot, value)`. `valid_from` / `valid_until`
+    `id` must be `fact_id(tier_key, slot, value, period)`. `period` counts the
+    times the value held in its slot before this one (0: the first; a value that
+    was replaced and comes back is a new fact, its next period). `valid_from` / `valid_until`
     say when the fact holds in the world (``valid_until`` None: it still holds;
     otherwise after ``valid_from``); `recorded_at` says when PVM learned it.
     `source_minute_ids` names at least one minute it came from: the extracted
@@ -628,6 +651,7 @@ class Fact:
     last_accessed_at: str | None = None
     promoted_from: str | None = None
     single_valued: bool
+    period: int = 0
     _slot: Slot = field(init=False, repr=False, compare=False)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
@@ -651,7 +675,10 @@ class Fact:
         "last_accessed_at",
         "promoted_from",
         "single_valued",
+        "period",
     )
+    # Fields `to_dict` writes only when they differ from their default, and `from_dict` may go without.
+    OPTIONAL_FIELDS: ClassVar[tuple[str, ...]] = ("period",)
 
     def __post_init__(self) -> None:
         for name, rule in FIELD_RULES.items():
@@ -665,11 +692,11 @@ class Fact:
                 "valid_until", f"{self.valid_until} is not after valid_from {self.valid_from}; a fact holds for a while"
             )
         check_fact_id(self.id, "id")
-        expected = fact_id(self.tier_key, slot, self.value)
+        expected = fact_id(self.tier_key, slot, self.value, self.period)
         if self.id != expected:
             raise InvalidFact(
                 "id",
-                f"{self.id} is not this fact's id; fact_id(tier_key, slot, value) is {expected} "
+                f"{self.id} is not this fact's id; fact_id(tier_key, slot, value, period) is {expected} "
                 "(build facts with Fact.new, change them with with_)",
             )
         if self.promoted_from == self.id:
@@ -699,6 +726,7 @@ class Fact:
         tags: tuple[str, ...] | list[str] = (),
         promoted_from: str | None = None,
         single_valued: bool | None = None,
+        period: int = 0,
     ) -> Fact:
         """A fact with its id computed and the defaults filled in.
 
@@ -710,7 +738,7 @@ class Fact:
         text_value = value if isinstance(value, str) else normalize_value(value)
         recorded = utc_now_iso() if recorded_at is None else recorded_at
         return cls(
-            id=fact_id(_tier_key(tier_key), Slot(subject, attribute), text_value),
+            id=fact_id(_tier_key(tier_key), Slot(subject, attribute), text_value, period),
             type=kind,
             text=text,
             subject=subject,
@@ -728,6 +756,7 @@ class Fact:
             source_minute_ids=tuple(source_minute_ids),
             promoted_from=promoted_from,
             single_valued=default_single_valued(kind, attribute) if single_valued is None else single_valued,
+            period=period,
         )
 
     @property
@@ -759,22 +788,26 @@ class Fact:
     def with_(self, **changes: Any) -> Fact:
         """A copy with `changes`, validated again.
 
-        Changing the tier key, subject, attribute or value makes another fact, so
+        Changing the tier key, subject, attribute, value or period makes another fact, so
         its id is recomputed (a promotion copy is ``fact.with_(tier_key=parent,
         promoted_from=fact.id)``); an `id` passed in must be that id.
         """
         unknown = sorted(set(changes) - set(self.FIELDS))
         if unknown:
             raise InvalidFact(unknown[0], "is not a fact field; see Fact.FIELDS")
-        if "id" not in changes and {"tier_key", "subject", "attribute", "value"} & changes.keys():
+        if "id" not in changes and {"tier_key", "subject", "attribute", "value", "period"} & changes.keys():
             merged = {name: changes.get(name, getattr(self, name)) for name in ("tier_key", "subject", "attribute")}
             slot = Slot(merged["subject"], merged["attribute"])
-            changes["id"] = fact_id(_tier_key(merged["tier_key"]), slot, changes.get("value", self.value))
+            value, period = changes.get("value", self.value), changes.get("period", self.period)
+            changes["id"] = fact_id(_tier_key(merged["tier_key"]), slot, value, period)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fact as JSON-safe values, every field present (null where absent), in `FIELDS` order."""
-        return {
+        """The fact as JSON-safe values, in `FIELDS` order: every field (null where absent), `period` only past 0.
+
+        So a value's first period has the form it had before periods existed.
+        """
+        raw: dict[str, Any] = {
             "id": self.id,
             "type": self.type.value,
             "text": self.text,
@@ -796,16 +829,19 @@ class Fact:
             "promoted_from": self.promoted_from,
             "single_valued": self.single_valued,
         }
+        if self.period:
+            raw["period"] = self.period
+        return raw
 
     @classmethod
     def from_dict(cls, raw: Any) -> Fact:
-        """Build a fact from `to_dict`'s form (JSON or msgpack): every field present, nothing else."""
+        """Build a fact from `to_dict`'s form (JSON or msgpack): every field present (`period` may be), nothing else."""
         if not isinstance(raw, dict):
             raise InvalidFact("fact", f"must be a mapping, got {type(raw).__name__}")
         unknown = sorted(str(k) for k in set(raw) - set(cls.FIELDS))
         if unknown:
             raise InvalidFact(unknown[0], "is not a fact field; see Fact.FIELDS")
         for name in cls.FIELDS:
-            if name not in raw:
+            if name not in raw and name not in cls.OPTIONAL_FIELDS:
                 raise InvalidFact(name, "is required (send null where it has no value)")
         return cls(**raw)

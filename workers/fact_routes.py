@@ -76,7 +76,7 @@ from workers.api_request import (
     json_object,
 )
 from workers.auth import TokenScope
-from workers.fact_timeline import fit, on_promotion
+from workers.fact_timeline import fit, on_promotion, place
 
 FACT_TYPES = tuple(t.value for t in FactType)
 TIERS = tuple(t.value for t in Tier)
@@ -399,9 +399,10 @@ class FactRoutes:
         By the facts pool's rule (docs/facts.md, invariant 10), decided under the slot's lease like the pool:
         each single-valued value of the slot that holds when the new one starts is superseded there, the new
         one is superseded by the earliest value starting after it, and one from the same instant contradicts
-        it. A value the slot holds already is not written again: 409, or the first answer for a retry
-        (the same ``minute_id``). The change minutes are timed after the slot's newest change, so the store
-        applies them in this order.
+        it. A value the slot holds already (at the new one's start, or later: `workers.fact_timeline.place`)
+        is not written again: 409, or the first answer for a retry (the same ``minute_id``); a value whose
+        every period there ended by then comes back as its next period (``period``), a new fact. The change
+        minutes are timed after the slot's newest change, so the store applies them in this order.
         """
         target = fact.tier_key.parent if promoted else fact.tier_key
         assert target is not None  # a promotion's target was checked by the caller
@@ -414,13 +415,15 @@ class FactRoutes:
         try:
             (view,) = self.store.slot_views([slot])
             clock = _Clock(view.last_ms)
+            when = clock.next()
             with _fields_named():
                 if promoted:
-                    first = tier_promoted_minute(fact, agent_id=agent_id, minute_id=minute_id, timestamp=clock.next())
+                    first = tier_promoted_minute(fact, agent_id=agent_id, minute_id=minute_id, timestamp=when)
                     fresh = Fact.from_dict(first.data["fact"])
                 else:
                     fresh = fact
-            held = next((f for f in view.facts if f.id == fresh.id), None)
+            placing = place(view.facts, fresh)
+            held = placing.restates
             if held is not None:
                 if minute_id in held.source_minute_ids or (promoted and held.promoted_from == fact.id):
                     return JSONResponse({"fact_id": held.id, "minute_id": minute_id, "stream_id": None}, 202)
@@ -428,6 +431,15 @@ class FactRoutes:
                     f"the slot {fresh.slot} of {target} holds the value {fresh.value!r} already, as fact {held.id} "
                     f"({held.status.value}); promote, retract or edit that one"
                 )
+            if placing.period:  # the value held here before and was replaced: this is its next period
+                with _fields_named():
+                    if promoted:
+                        first = tier_promoted_minute(
+                            fact, agent_id=agent_id, minute_id=minute_id, timestamp=when, period=placing.period
+                        )
+                        fresh = Fact.from_dict(first.data["fact"])
+                    else:
+                        fresh = fresh.with_(period=placing.period)
             fitting = fit(view.facts, fresh)
             with _fields_named():
                 if not promoted:
@@ -436,7 +448,7 @@ class FactRoutes:
                             Relationship(RelationKind.SUPERSEDES, f.id) for f in fitting.older[-MAX_RELATIONSHIPS:]
                         )
                     )
-                    first = asserted_minute(fresh, agent_id=agent_id, minute_id=minute_id, timestamp=clock.next())
+                    first = asserted_minute(fresh, agent_id=agent_id, minute_id=minute_id, timestamp=when)
                 more = [
                     superseded_minute(old, fresh, agent_id=agent_id, timestamp=clock.next()) for old in fitting.older
                 ]

@@ -14,7 +14,14 @@ One rule for the facts pool (`workers.facts_pool.decide`) and the API's assertio
   a right, promoted value and leave its slot with no current value at all.
 
 A superseded value counts as trusted (it held once, and a pending value is seldom superseded before it
-is promoted); pure: no I/O.
+is promoted).
+
+**A value that comes back is its next period** (`place`). A fact has one validity window, so a value
+that held, was replaced and holds again (Postgres, then MySQL, then Postgres) cannot reopen its old
+record: stated again from a start when none of its periods holds and each ended by then, it is a new
+fact, ``period`` one past the last, fitted by the rule above (it supersedes the value holding then).
+Stated within one of its periods, it restates that one; stated before its first period (a late minute),
+it restates the earliest period after it. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from contracts.facts import Fact, FactStatus, check_time
+from contracts.facts import Fact, FactStatus, check_time, normalize_value
 
 TRUSTED = frozenset({FactStatus.PROMOTED, FactStatus.SUPERSEDED})
 
@@ -58,6 +65,37 @@ def fit(view: Iterable[Fact], fresh: Fact) -> Fitting:
         same=[f for f in timeline if start(f) == starts],
         later=next((f for f in timeline if start(f) > starts and (f.status in TRUSTED or not trusted)), None),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Placing:
+    """Which period of its value a statement belongs to: `restates` a fact of it, or else is its `period`-th."""
+
+    restates: Fact | None
+    period: int = 0
+
+
+def place(view: Iterable[Fact], fresh: Fact) -> Placing:
+    """Where `fresh` (a statement of a value, from its ``valid_from``) goes among its value's periods in `view`.
+
+    The period holding at its start, if any, is restated; else, when every period ended by its start, it is
+    the value's next period; else (before the value's first period, or between two) it restates the
+    earliest period starting after it. A value new to the slot is its period 0.
+    """
+    key = (fresh.tier_key, fresh.slot, normalize_value(fresh.value))
+    periods = sorted(
+        (f for f in view if (f.tier_key, f.slot, normalize_value(f.value)) == key),
+        key=lambda f: (start(f), f.period),
+    )
+    if not periods:
+        return Placing(None, 0)
+    starts = start(fresh)
+    holding = next((f for f in periods if f.holds_at(starts)), None)
+    if holding is not None:
+        return Placing(holding)
+    if all(f.valid_until is not None and check_time(f.valid_until, "valid_until") <= starts for f in periods):
+        return Placing(None, max(f.period for f in periods) + 1)
+    return Placing(next(f for f in periods if start(f) > starts))
 
 
 def on_promotion(view: Iterable[Fact], promoted: Fact) -> list[Fact]:

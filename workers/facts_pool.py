@@ -74,7 +74,7 @@ from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
 from workers.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known
 from workers.extraction_llm import llm_extractor_from_settings
-from workers.fact_timeline import fit, on_promotion
+from workers.fact_timeline import fit, on_promotion, place
 from workers.heads import FRESH, advance_script, runs
 
 log = logging.getLogger(__name__)
@@ -124,13 +124,15 @@ def decide(
     Candidates are taken in the order of their minutes (time, then id), each against the view as the
     changes before it left it:
 
-    - its value is in the slot already: ``fact_confirmed`` (its sources, confidence by
-      `confirmed_confidence`), and ``fact_promoted`` when a pending fact reaches `promote_at`; nothing when
-      every source is one the fact already has (a retried batch), or the fact was retracted;
-    - a new value: ``fact_asserted`` (promoted at `promote_at`, else pending), fitted into the slot's
-      timeline when both are single-valued (`_new_value`): a value holding when it starts is superseded
-      there (``fact_superseded``; the new fact carries ``supersedes``), the earliest value starting
-      after it supersedes it, a value from the same instant contradicts it (``fact_contradicted``).
+    - its value is in the slot already, in a period it restates (`workers.fact_timeline.place`):
+      ``fact_confirmed`` (its sources, confidence by `confirmed_confidence`), and ``fact_promoted`` when a
+      pending fact reaches `promote_at`; nothing when every source is one the fact already has (a retried
+      batch), or the fact was retracted;
+    - a new value, or one that comes back after every period of it ended (its next ``period``):
+      ``fact_asserted`` (promoted at `promote_at`, else pending), fitted into the slot's timeline when
+      both are single-valued (`_new_value`): a value holding when it starts is superseded there
+      (``fact_superseded``; the new fact carries ``supersedes``), the earliest value starting after it
+      supersedes it, a value from the same instant contradicts it (``fact_contradicted``).
 
     Each change minute is timed at its source minute, or just after the slot's previous change
     (`after_ms`, then each one written before it) when that is later: the store orders a fact's changes
@@ -145,11 +147,11 @@ def decide(
         fresh = _fact(item, tier_key, promote_at)
         if fresh is None:
             continue
-        known = facts.get(fresh.id)
-        if known is not None:
-            made = _restated(known, fresh, facts, item.minute, clock, promote_at)
+        placing = place(facts.values(), fresh)
+        if placing.restates is not None:
+            made = _restated(placing.restates, fresh, facts, item.minute, clock, promote_at)
         else:
-            made = _new_value(fresh, facts, item.minute, clock)
+            made = _new_value(fresh.with_(period=placing.period), facts, item.minute, clock)
         for minute, change, kind in made:
             decision.minutes.append(minute)
             decision.counts[kind] += 1

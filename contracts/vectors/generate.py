@@ -112,8 +112,15 @@ def wire_invalid_files(directory: Path = VECTORS_DIR) -> dict[Path, bytes]:
 # -- facts --------------------------------------------------------------------------------------------------------
 
 
-def id_cases() -> list[tuple[str, str, str, str | int | float | bool]]:
-    """(tier key, subject, attribute, value) whose normalized forms, digests and ids `facts/ids.json` pins."""
+def id_cases() -> list[tuple[str, str, str, str | int | float | bool, int]]:
+    """(tier key, subject, attribute, value, period) whose normalized forms, digests and ids `facts/ids.json` pins."""
+    return [(*case, 0) for case in _first_period_cases()] + [
+        ("project:beta", "db", "engine", "Postgres\t16", 1),  # the value came back: its second period
+        ("project:beta", "db", "engine", "Postgres\t16", 12),
+    ]
+
+
+def _first_period_cases() -> list[tuple[str, str, str, str | int | float | bool]]:
     return [
         ("project:alpha", "service:auth", "session_ttl", "30m"),
         ("project:alpha", "  Service:Auth ", "Session_TTL", " 30M "),  # the same fact as the first
@@ -134,22 +141,23 @@ def id_cases() -> list[tuple[str, str, str, str | int | float | bool]]:
 def id_vector() -> dict[str, Any]:
     """The document `facts/ids.json` must hold."""
     cases = []
-    for tier_key, subject, attribute, value in id_cases():
+    for tier_key, subject, attribute, value, period in id_cases():
         key = TierKey.parse(tier_key)
         slot = Slot(subject, attribute)
         normalized = normalize_value(value)
-        name = "".join(f"{len(p.encode('utf-8'))}:{p}," for p in (str(key), slot.subject, slot.attribute, normalized))
+        parts = [str(key), slot.subject, slot.attribute, normalized] + ([str(period)] if period else [])
+        name = "".join(f"{len(p.encode('utf-8'))}:{p}," for p in parts)
+        case: dict[str, Any] = {"tier_key": tier_key, "subject": subject, "attribute": attribute, "value": value}
+        if period:
+            case["period"] = period
         cases.append(
             {
-                "tier_key": tier_key,
-                "subject": subject,
-                "attribute": attribute,
-                "value": value,
+                **case,
                 "slot": {"subject": slot.subject, "attribute": slot.attribute},
                 "normalized_value": normalized,
                 "slot_digest": slot.digest,
                 "uuid5_name": name,
-                "fact_id": fact_id(key, slot, value),
+                "fact_id": fact_id(key, slot, value, period),
             }
         )
     return {
@@ -159,7 +167,8 @@ def id_vector() -> dict[str, Any]:
             "text normalized the same way; numbers and booleans canonical (16.0 -> 16, true). slot_digest: the "
             "first 32 hex digits of SHA-256 over the netstrings of slot subject and attribute. uuid5_name: the "
             "netstrings ('<UTF-8 byte length>:<text>,') of tier key, slot subject, slot attribute, normalized "
-            "value. fact_id: uuid5(namespace, uuid5_name)."
+            "value, and when period is present (above 0: the value held in the slot before, was replaced and came "
+            "back) the period in decimal. fact_id: uuid5(namespace, uuid5_name)."
         ),
         "namespace": str(FACT_NAMESPACE),
         "cases": cases,
@@ -179,7 +188,7 @@ def fact_from_vector(doc: dict[str, Any]) -> Fact:
     """The `Fact` a fact vector describes, its id computed when the vector leaves it out."""
     if "id" not in doc:
         slot = Slot(doc["subject"], doc["attribute"])
-        doc = {"id": fact_id(TierKey.parse(doc["tier_key"]), slot, doc["value"]), **doc}
+        doc = {"id": fact_id(TierKey.parse(doc["tier_key"]), slot, doc["value"], doc.get("period", 0)), **doc}
     return Fact.from_dict(doc)
 
 

@@ -58,10 +58,11 @@ from contracts.facts import (
 from contracts.minute import Minute, parse_timestamp
 from pvm.connection import hash_reply
 
-# Fields a later change overwrites (last writer wins, by order key). The id never changes; sources and
-# relationships are sets; read statistics are no knowledge (`READ_FIELDS`) and live beside the records.
+# Fields a later change overwrites (last writer wins, by order key). The id and the period (part of the
+# id) never change; sources and relationships are sets; read statistics are no knowledge (`READ_FIELDS`)
+# and live beside the records.
 LWW_FIELDS = tuple(
-    name for name in Fact.FIELDS if name not in ("id", "source_minute_ids", "relationships", *READ_FIELDS)
+    name for name in Fact.FIELDS if name not in ("id", "period", "source_minute_ids", "relationships", *READ_FIELDS)
 )
 
 # The fields each change to an existing fact sets (`FactEdited`: the ones it names).

@@ -94,7 +94,8 @@ def test_schema_is_valid_draft_2020_12() -> None:
 
 def test_schema_mirrors_facts_py() -> None:
     props = SCHEMA["properties"]
-    assert list(props) == list(Fact.FIELDS) == SCHEMA["required"]
+    assert list(props) == list(Fact.FIELDS)
+    assert SCHEMA["required"] == [name for name in Fact.FIELDS if name not in Fact.OPTIONAL_FIELDS]
     assert SCHEMA["additionalProperties"] is False
     assert props["type"]["enum"] == [t.value for t in FactType]
     assert props["status"]["enum"] == [s.value for s in FactStatus]
@@ -134,6 +135,7 @@ def test_vectors_cover_every_type_tier_and_status() -> None:
     assert any(f.valid_until for f in facts) and any(f.promoted_from for f in facts)
     assert any(not f.single_valued for f in facts) and any(f.access_count for f in facts)
     assert any(":" in (f.task_id or "") for f in facts)
+    assert any(f.period for f in facts)
 
 
 @pytest.mark.parametrize("path", VALID, ids=names(VALID))
@@ -142,7 +144,7 @@ def test_fact_vector_passes_schema_and_python_in_canonical_form(path: Path) -> N
     VALIDATOR.validate(doc)
     fact = Fact.from_dict(doc)
     assert fact.to_dict() == doc and list(fact.to_dict()) == list(doc)
-    assert fact.id == fact_id(fact.tier_key, fact.slot, fact.value)
+    assert fact.id == fact_id(fact.tier_key, fact.slot, fact.value, fact.period)
 
 
 def test_ids_vector_pins_normalization_and_ids() -> None:
@@ -151,10 +153,10 @@ def test_ids_vector_pins_normalization_and_ids() -> None:
     assert doc["namespace"] == str(FACT_NAMESPACE)
     for case in doc["cases"]:
         # Recomputed from the description alone, as an implementation in another language would.
-        name = "".join(
-            f"{len(p.encode())}:{p},"
-            for p in (case["tier_key"], case["slot"]["subject"], case["slot"]["attribute"], case["normalized_value"])
-        )
+        parts = [case["tier_key"], case["slot"]["subject"], case["slot"]["attribute"], case["normalized_value"]]
+        if "period" in case:
+            parts.append(str(case["period"]))
+        name = "".join(f"{len(p.encode())}:{p}," for p in parts)
         assert case["uuid5_name"] == name
         assert case["fact_id"] == str(uuid.uuid5(uuid.UUID(doc["namespace"]), name))
         slot = f"{len(case['slot']['subject'].encode())}:{case['slot']['subject']},"
@@ -162,7 +164,8 @@ def test_ids_vector_pins_normalization_and_ids() -> None:
         assert case["slot_digest"] == hashlib.sha256(slot.encode()).hexdigest()[:32]
     ids = [c["fact_id"] for c in doc["cases"]]
     assert ids[0] == ids[1]  # the same fact spelled two ways
-    assert len(set(ids)) == len(ids) - 1
+    assert len(set(ids)) == len(ids) - 1  # another period of a value is another fact
+    assert any(c.get("period") for c in doc["cases"]) and all(c.get("period", 1) > 0 for c in doc["cases"])
 
 
 # -- invalid facts --------------------------------------------------------------------------------
@@ -182,13 +185,16 @@ def test_invalid_fact_is_refused_naming_the_field(path: Path) -> None:
 def test_invalid_facts_cover_the_brief() -> None:
     fields = {load(p)["field"] for p in INVALID}
     stems = set(names(INVALID))
-    assert {"type", "confidence", "valid_until", "tier_key", "id", "source_minute_ids"} <= fields
+    assert {"type", "confidence", "valid_until", "tier_key", "id", "source_minute_ids", "period"} <= fields
     assert {
         "type_unknown",
         "confidence_above_1",
         "valid_until_before_valid_from",
         "task_tier_without_task_id",
         "global_tier_with_project",
+        "period_negative",
+        "period_boolean",
+        "id_not_of_its_period",
     } <= stems
 
 
@@ -235,7 +241,7 @@ def test_invalid_change_is_a_valid_minute_refused_as_a_change(path: Path) -> Non
 # -- the schema and facts.py agree ----------------------------------------------------------------
 
 BASE = load(FACTS / "fact_project_pending.json")
-IDENTITY = ("tier_key", "subject", "attribute", "value")
+IDENTITY = ("tier_key", "subject", "attribute", "value", "period")
 EARLIEST = "0001-01-01T00:00:00+23:59"  # no instant the schema's pattern writes is earlier
 
 
@@ -280,7 +286,8 @@ def _agree(field: str, value: Any) -> None:
     raw = {**BASE, "valid_from": EARLIEST, field: value}
     if field in IDENTITY:
         with contextlib.suppress(InvalidFact):  # the field is invalid, so the id is beside the point
-            raw["id"] = fact_id(TierKey.parse(raw["tier_key"]), Slot(raw["subject"], raw["attribute"]), raw["value"])
+            slot = Slot(raw["subject"], raw["attribute"])
+            raw["id"] = fact_id(TierKey.parse(raw["tier_key"]), slot, raw["value"], raw.get("period", 0))
     schema_ok = VALIDATOR.is_valid(raw)
     python_ok = _python_ok(raw)
     assert python_ok == (schema_ok and not _beyond_schema(raw)), (field, value, schema_ok, python_ok)
@@ -331,7 +338,7 @@ def test_schema_and_facts_agree_on_unit_numbers(field: str, value: Any) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.sampled_from(["type", "status", "single_valued", "access_count"]),
+    st.sampled_from(["type", "status", "single_valued", "access_count", "period"]),
     st.one_of(
         st.sampled_from([*FactType, *FactStatus, "Fact", "opinion"]).map(str),
         st.booleans(),

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts import ContractError, InvalidFact
+from contracts.fact_changes import tier_promoted_minute
 from contracts.facts import (
     DEFAULT_IMPORTANCE,
     FACT_ID_PATTERN,
@@ -309,7 +310,9 @@ def test_to_dict_is_json_and_round_trips_exactly() -> None:
         promoted_from=None,
     )
     raw = fact.to_dict()
-    assert list(raw) == [f.name for f in dataclasses.fields(Fact) if not f.name.startswith("_")]
+    fields = [f.name for f in dataclasses.fields(Fact) if not f.name.startswith("_")]
+    assert list(raw) == [name for name in fields if name not in Fact.OPTIONAL_FIELDS]  # period 0: left out
+    assert list(fact.with_(period=1).to_dict()) == fields == list(Fact.FIELDS)
     assert raw["tier_key"] == "task:alpha:T-1042"
     assert raw["relationships"] == [{"kind": "depends_on", "fact_id": make(value="60m").id, "strength": 0.5}]
     text = json.dumps(raw)
@@ -392,6 +395,12 @@ def test_from_dict_refuses_unknown_and_missing_fields() -> None:
         ({"last_accessed_at": "soon"}, "last_accessed_at"),
         ({"promoted_from": "T-1"}, "promoted_from"),
         ({"single_valued": "yes"}, "single_valued"),
+        ({"period": -1}, "period"),
+        ({"period": True}, "period"),
+        ({"period": 1.5}, "period"),
+        ({"period": "1"}, "period"),
+        ({"period": None}, "period"),
+        ({"period": 1}, "id"),  # period 0's id with period 1
         ({"id": "not-a-uuid"}, "id"),
         ({"id": str(uuid.uuid5(FACT_NAMESPACE, "other"))}, "id"),  # a well-formed id that is not this fact's
     ],
@@ -433,6 +442,42 @@ def test_holds_at_is_half_open() -> None:
         fact.holds_at("2026-11-26T10:00:00")  # no offset
     with pytest.raises(InvalidFact):
         fact.holds_at(datetime(2026, 11, 27))  # naive
+
+
+def test_a_first_period_keeps_the_id_and_the_dict_it_always_had() -> None:
+    fact = make()
+    name = "13:project:alpha,12:service:auth,11:session_ttl,3:30m,"
+    assert fact.period == 0
+    assert fact.id == fact_id(PROJECT, fact.slot, "30m", 0) == fact_id(PROJECT, fact.slot, "30m")
+    assert fact.id == str(uuid.uuid5(FACT_NAMESPACE, name))
+    assert "period" not in fact.to_dict() and list(fact.to_dict()) == list(Fact.FIELDS[:-1])
+    assert Fact.from_dict(fact.to_dict()) == fact
+    assert Fact.from_dict({**fact.to_dict(), "period": 0}) == fact  # written out, 0 is the same fact
+
+
+def test_a_later_period_of_a_value_is_another_fact() -> None:
+    first, again = make(), make(period=1)
+    name = "13:project:alpha,12:service:auth,11:session_ttl,3:30m,1:1,"
+    assert again.period == 1 and again.id == str(uuid.uuid5(FACT_NAMESPACE, name)) != first.id
+    assert again.id == fact_id(PROJECT, again.slot, " 30M ", 1)
+    assert make(period=10).id == str(uuid.uuid5(FACT_NAMESPACE, name.replace("1:1,", "2:10,")))
+    raw = again.to_dict()
+    assert list(raw) == list(Fact.FIELDS) and raw["period"] == 1
+    assert Fact.from_dict(raw) == again and Fact.from_dict(json.loads(json.dumps(raw))) == again
+    assert Fact.from_dict({**raw, "period": 1.0}).period == 1  # JSON's whole number
+    assert first.with_(period=1) == again and again.with_(period=0) == first
+    assert again.with_(value="45m").id == make(value="45m", period=1).id  # the period stays with the record
+    with pytest.raises(InvalidFact) as info:
+        fact_id(PROJECT, first.slot, "30m", -1)
+    assert info.value.field == "period"
+
+
+def test_a_tier_promoted_copy_starts_its_own_periods() -> None:
+    again = make(tier_key=TASK, period=2)
+    copy = Fact.from_dict(tier_promoted_minute(again).data["fact"])
+    assert copy.period == 0 and copy.id == fact_id(PROJECT, again.slot, again.value)
+    copy = Fact.from_dict(tier_promoted_minute(again, period=3).data["fact"])
+    assert copy.period == 3 and copy.id == fact_id(PROJECT, again.slot, again.value, 3)
 
 
 def test_with_recomputes_the_id_when_identity_changes() -> None:

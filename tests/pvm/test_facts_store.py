@@ -309,7 +309,7 @@ def test_the_record_is_the_facts_dict_with_its_order_keys(store: FactStore, redi
     store.apply(m)
     raw = msgpack.unpackb(redis_client.hget(keys.facts_by_id(P1), f.id))
     assert raw["fact"] == f.to_dict() and raw["created"] == order_key(m) and raw["promoted_at"] == at(0)
-    assert set(raw["v"]) == set(Fact.FIELDS) - {"id", "source_minute_ids", "relationships", *READ_FIELDS}
+    assert set(raw["v"]) == set(Fact.FIELDS) - {"id", "period", "source_minute_ids", "relationships", *READ_FIELDS}
 
 
 def test_many_changes_of_one_project_in_one_call(store: FactStore) -> None:

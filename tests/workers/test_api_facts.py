@@ -369,6 +369,45 @@ def test_bad_reads_and_changes_name_what_to_fix(stack: Stack) -> None:
 # -- retries and promotion into a held slot -------------------------------------------------------------------
 
 
+def test_a_value_that_comes_back_is_asserted_as_its_next_period_and_is_current_again(stack: Stack) -> None:
+    now = datetime.now(UTC)
+    slot = {"subject": "billing", "attribute": "database"}
+    first = assert_fact(stack, **slot, value="Postgres", valid_from=iso(now))
+    stack.settle()
+    replaced = assert_fact(stack, **slot, value="MySQL", valid_from=iso(now + timedelta(days=1)))
+    stack.settle()
+    body = {
+        **slot,
+        "value": "postgres",
+        "valid_from": iso(now + timedelta(days=2)),
+        "minute_id": "01M8BACK00000000000000000A",
+    }
+    r = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
+    assert r.status_code == 202, r.text
+    assert [m["event_type"] for m in r.json()["also"]] == ["fact_superseded"]
+    back = r.json()["fact_id"]
+    assert back != first
+    stack.settle()
+    [current] = listed(stack, as_of=iso(now + timedelta(days=3)))
+    assert (current["id"], current["value"], current["period"]) == (back, "postgres", 1)
+    assert [f["value"] for f in listed(stack, as_of=iso(now + timedelta(hours=36)))] == ["MySQL"]
+    history = stack.client.get(f"{P}/facts/{back}/history", headers=bearer(CURATOR)).json()["facts"]
+    assert [(f["id"], f["status"]) for f in history] == [
+        (first, "superseded"),
+        (replaced, "superseded"),
+        (back, "promoted"),
+    ]
+    # Holding now, the value is not asserted again; a retry of the same minute gets its first answer.
+    again = stack.client.post(
+        f"{P}/facts",
+        json={**slot, "value": "Postgres", "valid_from": iso(now + timedelta(days=3))},
+        headers=bearer(CURATOR),
+    )
+    assert again.status_code == 409 and back in again.json()["error"]
+    retried = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
+    assert retried.status_code == 202 and retried.json()["fact_id"] == back and stack.written() == []
+
+
 def test_a_retried_assertion_with_its_minute_id_is_written_once(stack: Stack) -> None:
     body = {"subject": "stack", "attribute": "database", "value": "Postgres", "minute_id": "01M8RETRY0000000000000000A"}
     first = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
@@ -394,6 +433,25 @@ def test_a_copy_promoted_into_a_slot_supersedes_the_value_held_there(stack: Stac
     history = stack.client.get(f"{P}/facts/{project_value}/history", headers=bearer(CURATOR)).json()["facts"]
     assert [(f["value"], f["status"]) for f in history] == [("ubuntu-22", "superseded"), ("ubuntu-24", "promoted")]
     # promoting it again finds the copy: answered, nothing written
+    again = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
+    assert again.status_code == 202 and again.json()["fact_id"] == current["id"] and stack.written() == []
+
+
+def test_a_copy_promoted_into_a_slot_its_value_left_is_that_values_next_period(stack: Stack) -> None:
+    now = datetime.now(UTC)
+    slot = {"subject": "ci", "attribute": "runner"}
+    first = assert_fact(stack, **slot, value="ubuntu-22", valid_from=iso(now))
+    stack.settle()
+    assert_fact(stack, **slot, value="ubuntu-24", valid_from=iso(now + timedelta(days=1)))
+    stack.settle()
+    task_value = assert_fact(stack, **slot, value="ubuntu-22", task_id="T-9", valid_from=iso(now + timedelta(days=2)))
+    stack.settle()
+    r = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
+    assert r.status_code == 202 and [m["event_type"] for m in r.json()["also"]] == ["fact_superseded"]
+    stack.settle()
+    [current] = listed(stack, tier="project", as_of=iso(now + timedelta(days=3)))
+    assert (current["id"], current["period"], current["promoted_from"]) == (r.json()["fact_id"], 1, task_value)
+    assert current["id"] != first
     again = stack.client.post(f"{P}/facts/{task_value}/promote", json={"to_tier": "project"}, headers=bearer(CURATOR))
     assert again.status_code == 202 and again.json()["fact_id"] == current["id"] and stack.written() == []
 

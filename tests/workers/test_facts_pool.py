@@ -239,6 +239,51 @@ def test_decisions_are_deterministic() -> None:
     assert [id_timestamp_ms(m.id) for m in first.minutes[:3]] == [T0_MS, T0_MS + 300_000, T0_MS + 300_001]
 
 
+DB = Slot("auth service", "database")
+
+
+def test_a_value_that_comes_back_is_its_next_period_and_supersedes_the_one_it_replaces() -> None:
+    view = held([], decide([], candidates(said(1, "Postgres", 10, attribute="database")), P1, 0.8).minutes)
+    view = held(view, decide(view, candidates(said(2, "MySQL", 20, attribute="database")), P1, 0.8).minutes)
+    back = decide(view, candidates(said(3, "postgres", 30, attribute="database")), P1, 0.8)
+    assert kinds(back.minutes) == ["fact_asserted", "fact_superseded"]
+    again = back.minutes[0].data["fact"]
+    assert again["period"] == 1 and again["id"] == fact_id(P1, DB, "postgres", 1) != fact_id(P1, DB, "postgres")
+    assert again["status"] == "promoted" and again["valid_from"] == at(30)
+    assert back.minutes[1].data == {
+        "fact_id": fact_id(P1, DB, "mysql"),
+        "tier_key": "project:p1",
+        "superseded_by": again["id"],
+        "valid_until": at(30),
+    }
+    view = held(view, back.minutes)
+    # Said again while period 1 holds: it is confirmed, no third fact.
+    restated = decide(view, candidates(said(4, "Postgres", 40, attribute="database")), P1, 0.8)
+    assert kinds(restated.minutes) == ["fact_confirmed"] and restated.minutes[0].data["fact_id"] == again["id"]
+    # Said within period 0 (a late minute): period 0 is confirmed.
+    late = decide(view, candidates(said(5, "Postgres", 15, attribute="database")), P1, 0.8)
+    assert kinds(late.minutes) == ["fact_confirmed"] and late.minutes[0].data["fact_id"] == fact_id(P1, DB, "postgres")
+    # Before its first period: the earliest period after it is confirmed, as before periods existed.
+    early = decide(view, candidates(said(6, "Postgres", 5, attribute="database")), P1, 0.8)
+    assert kinds(early.minutes) == ["fact_confirmed"] and early.minutes[0].data["fact_id"] == fact_id(
+        P1, DB, "postgres"
+    )
+    # Between the two periods (while MySQL held): the later period is confirmed.
+    between = decide(view, candidates(said(7, "Postgres", 25, attribute="database")), P1, 0.8)
+    assert kinds(between.minutes) == ["fact_confirmed"] and between.minutes[0].data["fact_id"] == again["id"]
+
+
+def test_a_value_coming_back_in_one_batch_is_decided_as_one_by_one() -> None:
+    minutes = [said(n, v, t, attribute="database") for n, v, t in ((1, "Postgres", 10), (2, "MySQL", 20))]
+    minutes += [said(3, "Postgres", 30, attribute="database"), said(4, "MySQL", 50, attribute="database")]
+    decision = decide([], candidates(*minutes), P1, 0.8)
+    asserted = [Fact.from_dict(m.data["fact"]) for m in decision.minutes if m.event_type == "fact_asserted"]
+    assert [(f.value, f.period) for f in asserted] == [("Postgres", 0), ("MySQL", 0), ("Postgres", 1), ("MySQL", 1)]
+    assert Counter(kinds(decision.minutes)) == Counter(fact_asserted=4, fact_superseded=3)
+    current = [f for f in held([], decision.minutes) if f.status is FactStatus.PROMOTED]
+    assert [(f.value, f.period) for f in current] == [("MySQL", 1)]
+
+
 # -- the batch, against Redis ------------------------------------------------------------------------------------
 
 
@@ -403,6 +448,49 @@ def test_minutes_flow_from_the_stream_through_the_log_into_facts_and_replay_give
     assert (rebuilt.changes, rebuilt.refused) == (8, 0)
     assert state(redis_client, "p:p1") == live
     assert redis_client.hget(keys.facts_head("p1"), "seq") == str(len(logged)).encode()
+
+
+@pytest.mark.slow
+def test_a_value_that_comes_back_is_current_again_and_replay_gives_the_same_history(
+    redis_client: redis.Redis, pool_env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = keys.stream(keys.shard_of("p1", pool_env.shards))
+    first = [said(1, "Postgres", 10, attribute="database"), said(2, "MySQL", 20, attribute="database")]
+    then = [said(3, "Postgres", 30, attribute="database"), said(4, "postgres", 40, attribute="database")]
+    for batch in (first, then):  # the second batch is decided against the store
+        for m in batch:
+            redis_client.xadd(stream, {keys.MINUTE_FIELD: encode_minute(m)})
+        pipeline_rounds(redis_client, pool_env)
+    store = FactStore(redis_client)
+    history = [(f.value, f.period, f.status, f.valid_from, f.valid_until) for f in store.in_slot(P1, DB)]
+    assert history == [
+        ("Postgres", 0, FactStatus.SUPERSEDED, at(10), at(20)),
+        ("MySQL", 0, FactStatus.SUPERSEDED, at(20), at(30)),
+        ("Postgres", 1, FactStatus.PROMOTED, at(30), None),
+    ]
+    returned = store.get(P1, fact_id(P1, DB, "postgres", 1))
+    assert returned is not None and set(returned.source_minute_ids) == {"m00003", "m00004"}  # t40 confirmed it
+
+    def value_at(minutes: float) -> list[tuple[str, int]]:
+        return [(f.value, f.period) for f in store.current([P1], as_of=at(minutes)) if f.slot == DB]
+
+    assert value_at(15) == [("Postgres", 0)]
+    assert value_at(25) == [("MySQL", 0)]
+    assert value_at(35) == value_at(45) == [("Postgres", 1)]
+    assert [(f.value, f.period) for f in store.current([P1]) if f.slot == DB] == [("Postgres", 1)]
+    logged = [r.minute for r in LogReader(pool_env.log_dir).history("p1")]
+    changes = [m for m in logged if m.event_type.startswith("fact_")]
+    assert Counter(kinds(changes)) == Counter(fact_asserted=3, fact_superseded=2, fact_confirmed=1)
+
+    live = state(redis_client, "p:p1")
+
+    def no_extraction(*_: object, **__: object) -> list[Candidate]:
+        raise AssertionError("replay must not extract")
+
+    monkeypatch.setattr(RuleExtractor, "extract", no_extraction)
+    rebuilt = replay_facts(redis_client, pool_env, "p1")
+    assert (rebuilt.changes, rebuilt.refused) == (6, 0)
+    assert state(redis_client, "p:p1") == live
 
 
 def test_two_workers_on_one_slot_make_one_chain_and_assert_each_value_once(
