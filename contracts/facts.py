@@ -29,6 +29,7 @@ Rules in one place:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import re
@@ -355,6 +356,8 @@ class TierKey:
 
 GLOBAL_KEY = TierKey(Tier.GLOBAL)
 
+FACT_ID_MEMO = 65_536  # ids remembered by their normalized parts (a fact is validated each time it is made or copied)
+
 
 # -- ids ----------------------------------------------------------------------------------------------------------
 
@@ -378,10 +381,14 @@ def fact_id(tier_key: TierKey, slot: Slot, value: str | int | float | bool, peri
     values are free text, so a separator such as ``|`` could turn two different
     facts into one name.
     """
-    parts = [str(tier_key), slot.subject, slot.attribute, normalize_value(value)]
     nth = _period(period)
-    if nth:
-        parts.append(str(nth))
+    return _named_id(str(tier_key), slot.subject, slot.attribute, normalize_value(value), nth)
+
+
+@functools.lru_cache(maxsize=FACT_ID_MEMO)
+def _named_id(tier_key: str, subject: str, attribute: str, value: str, period: int) -> str:
+    """`fact_id` on normalized parts; remembered, since a fact checks its id each time it is made or copied."""
+    parts = [tier_key, subject, attribute, value] + ([str(period)] if period else [])
     return str(uuid.uuid5(FACT_NAMESPACE, _netstrings(*parts)))
 
 
