@@ -30,8 +30,11 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(PY) -m workers.cli up
 
+# Everything: the unit tests as `make test-fast` runs them (xdist, temporary files in RAM), then the slow and
+# integration tests (chaos, kill -9, load, real Prometheus) in one process, as their timing assumes.
 test: $(STAMP) tools
-	$(PY) -m pytest -q
+	TMPDIR=$(or $(FAST_TMPDIR),$${TMPDIR:-/tmp}) $(PY) -m pytest -q -m "not slow and not integration" -n $(FAST_JOBS)
+	$(PY) -m pytest -q -m "slow or integration"
 
 # The unit tests: neither `slow` nor `integration` (tests/conftest.py names the integration tests),
 # one pytest-xdist worker per core, each with its own Valkey (one worker when PVM_TEST_REDIS_URL
