@@ -905,8 +905,8 @@ def run_split(split: str, seed: int, scale: float, llm_server: Any, progress: Pr
         "minutes": pool.minutes,
         "change_minutes": pool.change_minutes,
         "batches": pool.batches,
-        "seconds_minutes": round(pool.minute_seconds, 3),
-        "seconds_change_minutes": round(pool.change_seconds, 3),
+        "seconds_minutes": round(pool.minute_seconds, 6),
+        "seconds_change_minutes": round(pool.change_seconds, 6),
         "facts_per_s_without_returning_changes": round(pool.minutes / pool.minute_seconds),
         "basis": "session minutes / seconds inside facts_batch (their returning change minutes included)",
     }
