@@ -30,7 +30,15 @@ from typing import Any
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import ContractError, InvalidMinute, Minute, check_project_id, decode_durable_minute, keys
+from contracts import (
+    FACT_EVENT_TYPES,
+    ContractError,
+    InvalidMinute,
+    Minute,
+    check_project_id,
+    decode_durable_minute,
+    keys,
+)
 from contracts.memory import Category
 from pvm import defaults
 from pvm.config import Settings
@@ -567,8 +575,10 @@ class FactStep:
     failed: dict[str, Exception] = field(default_factory=dict)  # project -> why its changes were not written
 
 
-def _index_facts(ctx: IndexContext, connection: redis.Redis, records: Sequence[LoggedMinute]) -> FactStep:
-    """Apply the batch's knowledge changes to their facts' points (`workers.fact_points`), tenant by tenant.
+def _index_facts(
+    ctx: IndexContext, connection: redis.Redis, changes: Sequence[fact_points.ParsedChange], unparsed: list[str]
+) -> FactStep:
+    """Apply the batch's knowledge changes (parsed by `fact_points.parse`) to their facts' points, tenant by tenant.
 
     Each tenant's points are read, folded with the changes and written back
     under a lease (`keys.fact_points_lock`): two index workers never
@@ -577,8 +587,7 @@ def _index_facts(ctx: IndexContext, connection: redis.Redis, records: Sequence[L
     is retried); the others go on. A batch without knowledge changes costs
     one pass over its event types.
     """
-    step = FactStep()
-    changes, step.unparsed = fact_points.parse((r.minute, r.seq, r.at_ms) for r in records)
+    step = FactStep(unparsed=unparsed)
     step.changes = len(changes)
     by_tenant: dict[str, list[fact_points.ParsedChange]] = {}
     for change in changes:
@@ -648,14 +657,23 @@ def index_batch(
             logged = [r for r in logged if r.minute.project_id not in skip_projects]
         marks.append(clock())
         try:
-            points = _points(logged, started)
+            # A knowledge change is its fact's point, not a minute point of its own (it would only repeat, in
+            # searches for minutes, what the fact point says); one that does not parse is kept as a plain minute.
+            changes, unparsed = fact_points.parse((r.minute, r.seq, r.at_ms) for r in logged)
+            kept_plain = set(unparsed)
+            points = _points(
+                [r for r in logged if r.minute.event_type not in FACT_EVENT_TYPES or r.minute.id in kept_plain],
+                started,
+            )
             marks.append(clock())
             counted = ctx.memory.apply(_deltas(logged))
             marks.append(clock())
             try:
                 failed = _upsert(ctx, points)
                 marks.append(clock())
-                facts = _index_facts(ctx, connection, [r for r in logged if r.minute.project_id not in failed])
+                facts = _index_facts(
+                    ctx, connection, [c for c in changes if c.event.project_id not in failed], unparsed
+                )
                 for project_id, error in facts.failed.items():
                     failed.setdefault(project_id, error)
             finally:  # also after a failed upsert: a shard set aside must not wait for a batch that succeeds

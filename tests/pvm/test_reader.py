@@ -333,14 +333,16 @@ def test_relevant_experience_does_not_repeat_one_note(
 def test_relevant_experience_leaves_out_knowledge_changes(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings
 ) -> None:
-    from contracts.fact_changes import learned_minute
-    from contracts.facts import TierKey
-
+    """The index makes no minute point of a change it can apply; one it cannot parse stays a plain minute point
+    (and an index built before that rule holds them all): the context leaves those out all the same."""
     said = Minute(project_id="p", event_type="knowledge", memory_note="the login cookie ttl is 8 hours")
-    change = learned_minute(
-        "login cookie ttl", "8 hours", TierKey.for_project("p"), text="We learned: login cookie ttl = 8 hours."
+    broken = Minute(
+        project_id="p",
+        event_type="fact_promoted",
+        data={"fact_id": "not-an-id"},
+        memory_note="promoted: login cookie ttl = 8 hours",
     )
-    log_minutes(redis_client, settings, [said, change])
-    assert {h.minute_id for h in reader.search("p", "login cookie ttl")} == {said.id, change.id}  # both indexed
+    log_minutes(redis_client, settings, [said, broken])
+    assert {h.minute_id for h in reader.search("p", "login cookie ttl")} == {said.id, broken.id}  # both indexed
     pkg = reader.build_context("p", "a1", task="login cookie ttl", budget_tokens=100_000)
     assert [h.minute_id for h in pkg.relevant_experience] == [said.id]

@@ -703,10 +703,11 @@ def test_knowledge_changes_make_and_update_fact_points(redis_client: redis.Redis
         minute("message", 1, project_id="alpha", memory_note="sessions feel short"),
     ]
     result = index(redis_client, batch)
-    # Knowledge changes are minutes of the log: indexed as minutes, counted by the head.
-    assert result["indexed"] == 6 and result["fact_changes"] == 5 and result["unparsed_fact_changes"] == []
+    # Knowledge changes are minutes of the log, counted by the head; each is its fact's point, not a minute point
+    # of its own (that would repeat the fact in searches for minutes).
+    assert result["indexed"] == 1 and result["fact_changes"] == 5 and result["unparsed_fact_changes"] == []
     assert redis_client.hget(keys.index_head("alpha"), "seq") == b"6"
-    assert fact_engine.count("alpha") == 6 and fact_engine.count("alpha", "fact") == 2
+    assert fact_engine.count("alpha") == 1 and fact_engine.count("alpha", "fact") == 2
 
     # Each fact's point holds what the contract's apply_to makes of its changes, in log order.
     superseded = fc.FactSuperseded(old.id, old.tier_key, new.id, DAY2).apply_to(old.with_(status=FactStatus.PROMOTED))
@@ -801,7 +802,7 @@ def test_reindexing_the_same_change_minutes_gives_the_same_points(
     monkeypatch.setattr(fact_engine, "upsert", lambda points: (writes.append(len(points)), upsert(points)))
     result = index(redis_client, batch)  # a retry, a redelivery, a replay
     assert snapshot(fact_engine, "alpha", ids) == first
-    assert writes == [len(batch)] and result["fact_points"] == 0  # the minutes again; no fact point changed
+    assert writes == [] and result["fact_points"] == 0  # no minute point (each is a change), no fact point changed
     # The same minutes in other batches, in another order: the same points.
     fact_engine.delete_project("alpha")  # what a replay does first
     index(redis_client, batch[3:], first_seq=4)
@@ -845,9 +846,10 @@ def test_a_change_that_does_not_parse_is_indexed_as_a_minute_and_fails_nothing(
     foreign = Minute.from_dict({**foreign.to_dict(), "project_id": "alpha"})
     result = index(redis_client, [fc.asserted_minute(fact), broken, foreign, fc.promoted_minute(fact)])
     assert result["unparsed_fact_changes"] == [broken.id, foreign.id]
-    assert result["indexed"] == 4 and result["fact_changes"] == 2
+    # The two that do not parse are kept as plain minute points; the two that do are their fact's point.
+    assert result["indexed"] == 2 and result["fact_changes"] == 2
     assert redis_client.hget(keys.index_head("alpha"), "seq") == b"4"
-    assert fact_engine.count("alpha") == 4 and fact_engine.count("alpha", "fact") == 1
+    assert fact_engine.count("alpha") == 2 and fact_engine.count("alpha", "fact") == 1
     assert fact_engine.count("beta", "fact") == 0
     assert stored_fact(fact_engine, fact.id)["status"] == "promoted"
 
@@ -950,6 +952,8 @@ def test_facts_the_pool_indexes_are_found_by_search_as_they_were_then(
     assert value(None) == ["15 minutes"]
     assert value("2026-09-01T18:00:00Z") == ["30 minutes"]
     assert value("2026-09-02T18:00:00Z") == ["15 minutes"]
-    # The change minutes are minutes too: a minute search finds them, never the fact points.
-    minutes = search.search("alpha", "auth sessions", k=10)
-    assert {h.kind for h in minutes} == {"minute"} and len(minutes) == 5
+    # The change minutes are their facts' points only: a minute search finds neither them nor the fact points;
+    # a search for both finds the fact.
+    assert search.search("alpha", "auth sessions", k=10) == []
+    both = search.search("alpha", "auth sessions", k=10, kinds=("minute", "fact"))
+    assert [(h.kind, h.fact_id) for h in both] == [("fact", new.id)]  # what holds now
