@@ -14,6 +14,8 @@ from pvm import defaults
 from pvm.config import Settings
 
 if TYPE_CHECKING:
+    import redis
+
     from pvm.stores.facts import FactStore
 
 AGENTS = ("planner", "coder", "reviewer", "tester", "deployer")
@@ -233,6 +235,21 @@ def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90)
         time.sleep(0.1)
 
 
+def _settle(connection: redis.Redis, project: str, quiet_s: float = 0.5, timeout: float = 30) -> None:
+    """Wait until the index has caught up with the log and the log has stopped growing for `quiet_s` (the change
+    minutes the facts pool wrote have gone through the streams, the log and the index), or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        log_seq = int(connection.hget(keys.log_head(project), "seq") or 0)
+        index_seq = int(connection.hget(keys.index_head(project), "seq") or 0)
+        if log_seq != last:
+            last, since = log_seq, time.monotonic()
+        elif index_seq >= log_seq and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.05)
+
+
 def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
     """Run a coordination session through the embedded stack, then show the log and one agent's context."""
     import socket
@@ -295,6 +312,8 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
                 return 1
             if with_facts and not _wait("applied to the facts (log seqs)", facts_applied, target):
                 return 1
+            if with_facts:
+                _settle(connection, project)  # the facts pool's change minutes: logged and indexed too
             stages = "durable, indexed and applied to the facts" if with_facts else "durable and indexed"
             print(f"  all {stages} in {time.monotonic() - started:.2f}s\n")
             main(["log", "tail", "--project", project, "-n", "8"])
