@@ -505,7 +505,8 @@ FactChange = (
     | TaskMemoryCleared
 )
 
-_CHANGES: dict[str, type[FactChange]] = {
+# The change class of each knowledge-change event type.
+CHANGE_CLASSES: dict[str, type[FactChange]] = {
     cls.event_type.value: cls
     for cls in (
         FactAsserted,
@@ -521,7 +522,7 @@ _CHANGES: dict[str, type[FactChange]] = {
     )
 }
 
-FACT_EVENT_TYPES = frozenset(_CHANGES)
+FACT_EVENT_TYPES = frozenset(CHANGE_CLASSES)
 
 
 def is_fact_change(minute: Minute) -> bool:
@@ -547,10 +548,11 @@ def fact_change(minute: Minute) -> FactChange:
     carries the tier as its ``scope``, so one project's log never changes
     another project's facts.
     """
-    cls = _CHANGES.get(minute.event_type)
+    cls = CHANGE_CLASSES.get(minute.event_type)
     if cls is None:
         raise InvalidMinute(
-            "event_type", f"{minute.event_type!r} is not a knowledge change; one of " + ", ".join(sorted(_CHANGES))
+            "event_type",
+            f"{minute.event_type!r} is not a knowledge change; one of " + ", ".join(sorted(CHANGE_CLASSES)),
         )
     try:
         change = cls.from_data(minute.data)

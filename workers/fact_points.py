@@ -46,16 +46,12 @@ from typing import Any
 from contracts import ContractError, Minute
 from contracts.errors import InvalidFact
 from contracts.fact_changes import (
+    CHANGE_CLASSES,
     FACT_EVENT_TYPES,
     FactAsserted,
     FactChange,
-    FactConfirmed,
     FactContradicted,
-    FactEdited,
     FactLearned,
-    FactPromoted,
-    FactRetracted,
-    FactSuperseded,
     FactTierPromoted,
     TaskMemoryCleared,
     fact_change,
@@ -77,21 +73,6 @@ FOLDED = "_folded"
 
 # Changes that set a fact's whole state, and the fact they set.
 _BASES = (FactAsserted, FactLearned, FactTierPromoted)
-_CHANGE_CLASSES: dict[str, type[FactChange]] = {
-    cls.event_type.value: cls
-    for cls in (
-        FactAsserted,
-        FactConfirmed,
-        FactPromoted,
-        FactTierPromoted,
-        FactSuperseded,
-        FactContradicted,
-        FactRetracted,
-        FactEdited,
-        FactLearned,
-        TaskMemoryCleared,
-    )
-}
 
 
 def tenant_of(tier_key: TierKey) -> str:
@@ -131,7 +112,7 @@ class FactEvent:
         """The change this event records (`FOLDED`: the state older events were folded into); raises `InvalidFact`."""
         if self.event_type == FOLDED:
             return Fact.from_dict(self.data["fact"])
-        return _CHANGE_CLASSES[self.event_type].from_data(self.data)
+        return CHANGE_CLASSES[self.event_type].from_data(self.data)
 
     def to_dict(self) -> dict[str, Any]:
         return {
