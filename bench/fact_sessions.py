@@ -64,7 +64,10 @@ from bench.sessions import AGENTS, CHATTER, ENTITIES
 from contracts import Minute
 from workers.extraction import Candidate, single_valued, value_key
 
-SPLITS = ("default", "heldout")
+SPLITS = ("default", "heldout")  # the benchmark's
+DEV = "dev"  # rule changes are made against it (see DEV_TEMPLATES)
+CALIBRATION = "calibration"  # the rules' confidences are measured on it (bench/calibrate_rules.py)
+WORDINGS = (*SPLITS, DEV, CALIBRATION)
 FACT_TYPES = ("fact", "decision", "entity", "preference", "constraint", "goal", "procedure")
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday; sessions are dated, never "now", so they are reproducible
 STEP_MINUTES = (2, 150)  # a project's minutes are this many minutes apart (uniform): a session spans days
@@ -515,6 +518,209 @@ TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
         ),
     },
 }
+
+# Two more wordings of the same facts, neither a benchmark split (the held-out split stays unseen by tuning):
+#
+# - dev: written after the rules, as agents write (plain forms, indirect ones, chatter with the rules' trigger
+#   words). Rule changes are made against it (`bench/calibrate_rules.py --split dev` lists what each rule gets
+#   wrong), so the rules' precision on it is biased upward, like the default split's.
+#   It is two rounds: a first wording, then a second one that was first written to calibrate and turned out to
+#   show the rules cutting values wrong ("X rather than Y", "…, for anyone new", "if ever …"); the rules were
+#   fixed against it, so it became dev wording too (`_DEV_ROUND_2`).
+# - calibration: written after the dev fixes and never used to change a rule. `bench/calibrate_rules.py`
+#   measures each rule's precision on it (seeds of its own) and that sets the rule's confidence
+#   (workers.extraction.RULE_CONFIDENCE) and whether the rule runs at all.
+DEV_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "attribute": (
+        "{s_pos} {a} is {v}, per the runbook",
+        "the {a} on {s} is {v}",
+        "{s} is configured with {v} as the {a}",
+        "just confirmed {s_pos} {a} is {v}",
+        "{s_bare} {a} is set to {v}",
+    ),
+    "attribute_change": (
+        "{s_pos} {a} is {v} now",
+        "changed the {a} of {s} to {v} this morning",
+        "{s_bare} {a} moved to {v}",
+    ),
+    "decision": (
+        "we agreed that {s_pos} {a} will be {v}",
+        "decision made: {v} for the {a} of {s}",
+        "{s} will use {v} for its {a}, decided in the sync",
+    ),
+    "decision_change": (
+        "we decided to switch {s_pos} {a} from {old} to {v}",
+        "{v} replaces {old} as the {a} of {s}, agreed",
+        "changing course: {s_bare} {a} goes to {v} instead of {old}",
+    ),
+    "tool": ("we're using {v} for {p}", "{p} happens in {v}", "the tool for {p} is {v}"),
+    "tool_change": ("{p} moved from {old} to {v}", "we switched {p} to {v}; {old} is retired"),
+    "entity": ("{x} is the name of our {v}", "{x}: {art} {v}", "{x} is {art} {v} we run"),
+    "alias": ("{x}, also called {v}", "{v} is what some folks call {x}"),
+    "preference": (
+        "we like {v} better than {alt} for {t}",
+        "our default for {t} is {v}",
+        "prefer {v} for {t}",
+        "{v} is our pick for {t}",
+    ),
+    "must_not_scope": ("please never {act}", "we're not allowed to {act}", "{ger} is forbidden"),
+    "must_scope": ("we always {act}", "it's required to {act}", "remember: always {act}"),
+    "must_not_component": ("{s} is not allowed to {act}", "{s} may not {act}", "{s} can't {act} (policy)"),
+    "must_component": ("{s} always needs to {act}", "{s} is expected to {act}"),
+    "goal": ("the goal for {s}: {v}", "we're trying to {v} on {s}", "for {s}, the aim is to {v}"),
+    "purpose": ("to {c}, you {act}", "if you want to {c}, {act}", "steps to {c}: {act}"),
+    "trigger": ("if {c}, then {act}", "whenever {c}, please {act}", "when {c}: {act}"),
+    "deadline": ("this task is due {d}, please", "please get this task done {d}", "the due date for this task: {d}"),
+    "failure": ("{task} failed again: {e}", "{agent} hit an error on {task}: {e}"),
+    "adverbial": ("{stmt} beginning {d}", "{stmt}, starting {d}"),
+    "trap": (
+        "we prefer to discuss this in the standup",
+        "I can't get {s} to start locally",
+        "{agent} cannot join today",
+        "when the build finishes, I'll ping you",
+        "if the tests pass, I'll merge",
+        "to be honest, {s} is a mess",
+        "the goal of this PR is cleanup",
+        "we use a lot of memory in {s} during tests",
+        "{s_pos} {a} looks wrong to me, is it {v}?",
+        "always happy to help with {s}",
+        "never seen {s} this slow",
+        "is {s_bare} {a} {v} or not?",
+        "we should probably use {v} for {s_pos} {a} at some point",
+        "{agent} is the on-call this week",
+        "don't forget the retro at 3",
+    ),
+}
+_DEV_ROUND_2: dict[str, tuple[str, ...]] = {
+    "attribute": (
+        "for the record, {s_pos} {a} is {v}",
+        "the current {a} for {s} is {v}",
+        "quick note: {s_pos} {a} is {v}",
+        "{s_bare} is on {v} for {a}",
+        "{s} runs {v} for its {a}",
+    ),
+    "attribute_change": (
+        "{s_pos} {a} has been changed to {v}",
+        "we bumped {s_pos} {a} to {v}",
+        "{s_bare} {a} is {v} since the last deploy",
+    ),
+    "decision": (
+        "we've decided: {s_pos} {a} is {v}",
+        "the call is {v} for {s_pos} {a}",
+        "{v} it is for the {a} of {s}",
+    ),
+    "decision_change": (
+        "we're moving {s_pos} {a} off {old} and onto {v}",
+        "{s_bare} {a}: {old} is out, {v} is in",
+        "decided to go with {v} rather than {old} for {s_pos} {a}",
+    ),
+    "tool": ("{v} is what we use for {p}", "all our {p} goes through {v}", "we do {p} with {v}"),
+    "tool_change": ("we migrated {p} from {old} to {v}", "{p}: {old} out, {v} in"),
+    "entity": ("{x} is {art} {v}, for anyone new", "{x} (our {v})", "{x} is basically {art} {v}"),
+    "alias": ("{x}, or {v} as some call it", "{x} goes by {v} too"),
+    "preference": (
+        "the team would rather have {v} than {alt} for {t}",
+        "we tend to prefer {v} for {t}",
+        "{v} is the preferred choice for {t} here",
+        "for {t}, {v} please",
+    ),
+    "must_not_scope": ("nobody should ever {act}", "we can never {act}", "do NOT {act}"),
+    "must_scope": ("everyone has to {act}", "we need to always {act}", "policy: {act}"),
+    "must_not_component": ("{s} should never {act}", "{s} must not be allowed to {act}", "{s} is forbidden to {act}"),
+    "must_component": ("{s} should always {act}", "{s} needs to {act}, always"),
+    "goal": ("the plan for {s} is to {v}", "our objective with {s}: {v}", "for {s} we want to {v}"),
+    "purpose": ("need to {c}? {act}", "in order to {c}, {act}", "here's how to {c}: {act}"),
+    "trigger": ("once {c}, {act}", "{act} if {c}", "if ever {c}, {act}"),
+    "deadline": ("this task needs to be done {d}", "target date for this task: {d}", "we ship this task {d}"),
+    "failure": ("{agent}: {task} failed with {e}", "{task} did not complete: {e}"),
+    "adverbial": ("{stmt}, valid from {d}", "{stmt} - takes effect {d}"),
+    "trap": (
+        "the goal was to finish before lunch, didn't happen",
+        "if anyone has time, the flaky test needs love",
+        "when you get a chance, look at {s}",
+        "I can never remember {s_pos} {a}",
+        "{agent} must be out today",
+        "we used to use {v} for the {s_bare} {a}, I think",
+        "to whoever broke the build: thanks",
+        "{s} is a pain to deploy",
+        "always fun when {s} goes down on a Friday",
+        "never again will I touch {s_pos} {a} on a Friday",
+        "do we really need {v} for {s_pos} {a}?",
+        "the {a} of {s} used to be {v}",
+        "{agent} prefers tea",
+        "ping me if {s} acts up",
+        "{s_bare} {a} discussion moved to Thursday",
+    ),
+}
+CALIBRATION_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "attribute": (
+        "heads-up that {s_pos} {a} is {v}",
+        "{s} has {v} as its {a}",
+        "in prod, {s_pos} {a} is {v}",
+        "{s_bare}: {a} is {v}",
+        "looked it up - {s_pos} {a} is {v}",
+    ),
+    "attribute_change": (
+        "{s_pos} {a} was just changed to {v}",
+        "new {a} for {s}: {v}",
+        "{s_bare} {a} updated to {v} today",
+    ),
+    "decision": (
+        "after some back and forth, we chose {v} for {s_pos} {a}",
+        "ruling: {s_pos} {a} will be {v}",
+        "{s_bare} {a} -> {v}, decided",
+    ),
+    "decision_change": (
+        "we agreed to replace {old} with {v} for {s_pos} {a}",
+        "swapping {old} for {v} as {s_pos} {a}",
+        "no more {old}: {s_pos} {a} will be {v}",
+    ),
+    "tool": ("{p}? we have {v} for that", "{v} takes care of {p}", "we rely on {v} for {p}"),
+    "tool_change": ("{p} now lives in {v} instead of {old}", "we've replaced {old} with {v} for {p}"),
+    "entity": ("{x} is {art} {v} owned by our team", "for context, {x} is {art} {v}", "{x} = {art} {v}"),
+    "alias": ("{x}, a.k.a. {v}", "{x} (aka {v})"),
+    "preference": (
+        "we generally go for {v} for {t}",
+        "our team prefers {v} when it comes to {t}",
+        "{v} over {alt} for {t}, as a rule of thumb",
+        "for {t}, {v} is the way we like it",
+    ),
+    "must_not_scope": ("nobody is allowed to {act}", "under no condition should you {act}", "it is not okay to {act}"),
+    "must_scope": ("all of us must {act}", "we are required to {act}", "always, always {act}"),
+    "must_not_component": (
+        "{s} is never to {act}",
+        "{s} should not {act}, ever",
+        "{s} must under no circumstances {act}",
+    ),
+    "must_component": ("{s} is required to always {act}", "{s} has to {act}"),
+    "goal": ("{s_bare} objective: {v}", "the aim for {s} is to {v}", "we want {s} to {v}"),
+    "purpose": ("to {c}: {act}", "the trick to {c} is to {act}", "how do you {c}? {act}"),
+    "trigger": ("after {c}, {act}", "each time {c}, {act}", "{act} as soon as {c}"),
+    "deadline": ("this task must be finished {d}", "ETA for this task: {d}", "this task is due no later than {d}"),
+    "failure": ("{task} errored out: {e}", "{agent} reports {task} failed, cause: {e}"),
+    "adverbial": ("{stmt} (from {d})", "{stmt}; effective from {d}"),
+    "trap": (
+        "we chose the wrong day for the offsite",
+        "is there a goal for the hackathon?",
+        "the team prefers not to be paged for this",
+        "{agent} has to leave early today",
+        "after lunch I'll pair with {agent}",
+        "if {s} goes down again, I'm going to cry",
+        "{s_pos} {a} was a hot topic in the retro",
+        "we rely on coffee for standups",
+        "the aim of the exercise was to learn",
+        "for context, the outage lasted 10 minutes",
+        "{agent} = on vacation until Monday",
+        "how do you even debug {s}?",
+        "new {a} for {s}? let's discuss",
+        "{s_bare} {a} -> needs review",
+        "all of us must be tired of {s} by now",
+    ),
+}
+for _family in TEMPLATES:
+    DEV_TEMPLATES[_family] += _DEV_ROUND_2[_family]
+    TEMPLATES[_family]["dev"] = DEV_TEMPLATES[_family]
+    TEMPLATES[_family]["calibration"] = CALIBRATION_TEMPLATES[_family]
 
 # Date phrases for deadlines and goals (value dates) and for adverbials (valid_from).
 VALUE_DATE_PHRASES = ("tomorrow", "next Friday", "in 3 days", "next week", "in two weeks", "next Monday")
@@ -1145,8 +1351,8 @@ def fact_session(split: str = "default", seed: int = 11, projects: int = 6) -> F
     The facts planted depend on `seed` and `projects` only: both splits plant the
     same facts and differ in their wording (and so in their minutes).
     """
-    if split not in SPLITS:
-        raise ValueError(f"split {split!r} must be one of {', '.join(SPLITS)}")
+    if split not in WORDINGS:
+        raise ValueError(f"split {split!r} must be one of {', '.join(WORDINGS)}")
     names = ("atlas", "borealis", "cygnus", "draco", "eridanus", "fornax", "gemini", "hydra", "indus", "lyra")
     if not 1 <= projects <= len(names):
         raise ValueError(f"projects must be 1..{len(names)}, got {projects}")

@@ -185,6 +185,21 @@ _LABELS = _DECISION_LABELS | _GOAL_LABELS | {
 }  # fmt: skip
 # Leading phrases that say a value changes from here on (a hint that it supersedes).
 _CHANGE_LEADS = ("going forward", "from now on", "henceforth", "as of now", "effective now")
+# Leading phrases that report a check of what follows ("just confirmed the API's timeout is 30s"): dropped.
+_CHECKED_LEAD = re.compile(
+    r"^(?:(?:i\s+)?(?:just\s+|have\s+|double[\s-]?)?(?:confirmed|checked|verified)(?:\s+that)?|i\s+can\s+confirm(?:\s+that)?)\s+"
+    r"(?=\S)",
+    re.I,
+)
+# A trailing attribution says where the statement comes from, not what the value is ("…is 5, per the runbook").
+# A trailing aside to the reader ("…, for anyone new", "…, FYI") or since-when ("… since the last deploy").
+_ASIDE = re.compile(
+    r"(?:\s*,\s*(?:for\s+(?:anyone|everyone|context|reference|the\s+record|what\s+it'?s\s+worth)|fyi|btw|"
+    r"just\s+so\s+you\s+know)\b[^,]*|\s+since\s+(?:the\s+)?(?:last|latest|recent)\s+[a-z]+(?:\s+[a-z]+)?)$",
+    re.I,
+)
+_PARENTHETICAL = re.compile(r"\s*\([^()]{1,40}\)$")  # "… can't Y (policy)": an aside
+_ATTRIBUTION = re.compile(r"^(?P<rest>.+?),\s*(?:as\s+)?(?:per|according\s+to)\s+[^,]{1,60}$", re.I)
 MAX_VALUE_WORDS = 8  # an attribute's value longer than this is a sentence, not a value
 MAX_SUBJECT_WORDS = 5
 MAX_PHRASE_WORDS = 16  # a constraint's, goal's or procedure's action
@@ -224,7 +239,7 @@ _DURATION = re.compile(
 )
 _TRAILING_FILLER = re.compile(
     r"(?:\s*,)?\s+(?:now|for now|from now on|going forward|again|as well|too|anymore|these days|currently|then|"
-    r"by default|for good)$",
+    r"by default|for good|this morning|this afternoon|this evening|earlier today|last night|here)$",
     re.IGNORECASE,
 )
 
@@ -336,7 +351,8 @@ _LEADING_DATE = re.compile(
     re.I,
 )
 _TRAILING_DATE = re.compile(
-    rf"^(?P<rest>.+?)\s*,?\s+(?:starting|from|as\s+of|since|effective|beginning)\s+(?P<d>{INTRODUCED})"
+    rf"^(?P<rest>.+?)\s*[,-]?\s+(?:starting|from|as\s+of|since|effective|beginning|valid\s+from|in\s+effect\s+from|"
+    rf"takes\s+effect|taking\s+effect)\s+(?P<d>{INTRODUCED})"
     r"(?:\s+on(?:wards?)?)?$",
     re.I,
 )
@@ -466,6 +482,9 @@ _NOBODY = re.compile(
 _FORBIDDEN = re.compile(r"^it\s+is\s+(?:forbidden|not\s+allowed|prohibited|not\s+permitted)\s+to\s+(?P<v>.+)$", re.I)
 
 
+_PERMITTED = re.compile(r"^be\s+(?:allowed|permitted)\s+to\s+", re.I)  # "must not be allowed to X": must not X
+
+
 def _constraint(s: str, ctx: _Context) -> Reading | None:
     lowered = s.lower()
     if not any(w in lowered for w in ("must", "never", "not", "shall", "may", "always", "cannot", "forbidden")):
@@ -493,7 +512,7 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
         attribute, rule = "must", "constraint_must"
     if match is None:
         return None
-    subject, value = normalize_subject(match.group("s")), match.group("v")
+    subject, value = normalize_subject(match.group("s")), _PERMITTED.sub("", match.group("v"))
     if subject == "i" or not _subject_ok(subject, ctx.minute) or not _phrase_ok(value, ctx.minute):
         return None
     first, _, rest = value.partition(" ")
@@ -515,7 +534,8 @@ def _is_participle(word: str) -> bool:
 _PURPOSE = re.compile(r"^(?:in\s+order\s+)?to\s+(?P<c>[^,]+?),\s*(?P<a>.+)$", re.I)
 _HOW_TO = re.compile(r"^(?:how|steps)\s+to\s+(?P<c>[^:]+?):\s*(?P<a>.+)$", re.I)
 _TRIGGER_FIRST = re.compile(
-    r"^(?P<k>whenever|when|if|once|before|after|each\s+time|every\s+time)\s+(?P<c>[^,]+?),\s*(?:then\s+)?(?P<a>.+)$",
+    r"^(?P<k>whenever|when|if(?:\s+ever)?|once|before|after|each\s+time|every\s+time)\s+(?P<c>[^,]+?),\s*"
+    r"(?:then\s+)?(?P<a>.+)$",
     re.I,
 )
 _TRIGGER_LAST = re.compile(
@@ -556,10 +576,11 @@ def _procedure(s: str, ctx: _Context) -> Reading | None:
 
 
 _PREFER = re.compile(
-    r"^(?P<who>we|the\s+team|our\s+team|everyone|most\s+of\s+us)\s+(?:really\s+|generally\s+|usually\s+)?"
-    r"(?:prefers?|would\s+prefer|would\s+rather(?:\s+use)?|favou?rs?|leans?\s+towards?)\s+(?P<rest>.+)$",
+    r"^(?:(?P<who>we|the\s+team|our\s+team|everyone|most\s+of\s+us)\s+(?:really\s+|generally\s+|usually\s+)?"
+    r"(?:prefers?|would\s+prefer|would\s+rather(?:\s+use|\s+have)?|favou?rs?|leans?\s+towards?|likes?(?=\s+.+\s+better\s+than\s))"
+    r"|prefer)\s+(?P<rest>.+)$",
     re.I,
-)
+)  # "prefer X for T" alone is an instruction to the reader: the team's preference
 _PREFER_FOR = re.compile(
     r"^for\s+(?P<t>[^,]+),\s*(?:we|the\s+team)\s+(?:prefers?|would\s+rather(?:\s+use)?|favou?rs?)\s+(?P<v>.+)$", re.I
 )
@@ -567,11 +588,16 @@ _PREFERENCE_IS = re.compile(r"^(?:our|the\s+team's|the)\s+preference\s+for\s+(?P
 _PREFERRED = re.compile(
     r"^(?P<v>.+?)\s+is\s+(?:preferred|the\s+preferred\s+(?:choice|option))\s+for\s+(?P<t>.+)$", re.I
 )
-_ALTERNATIVE = re.compile(r"\s+(?:over|rather\s+than|instead\s+of|to)\s+.+$", re.I)
+# "our pick for T is V", "V is our go-to for T": a choice the team made for a kind of work.
+_CHOICE_WORDS = r"(?:pick|choice|go-to|default|favou?rite)"
+_PICK_IS = re.compile(rf"^(?:our|the\s+team's)\s+{_CHOICE_WORDS}\s+for\s+(?P<t>.+?)\s+is\s+(?P<v>.+)$", re.I)
+_IS_PICK = re.compile(rf"^(?P<v>.+?)\s+is\s+(?:our|the\s+team's)\s+{_CHOICE_WORDS}\s+for\s+(?P<t>.+)$", re.I)
+_ALTERNATIVE = re.compile(r"\s+(?:over|rather\s+than|better\s+than|than|instead\s+of|to)\s+.+$", re.I)
 
 
 def _preference(s: str, ctx: _Context) -> Reading | None:
-    if "prefer" not in s.lower() and "rather" not in s.lower() and "favo" not in s.lower():
+    lowered = s.lower()
+    if not any(w in lowered for w in ("prefer", "rather", "favo", "better than", "pick", "choice", "go-to", "default")):
         return None
     topic = value = None
     match = _PREFER.match(s)
@@ -580,14 +606,14 @@ def _preference(s: str, ctx: _Context) -> Reading | None:
         if not sep:
             return None
     else:
-        for pattern in (_PREFER_FOR, _PREFERENCE_IS, _PREFERRED):
+        for pattern in (_PREFER_FOR, _PREFERENCE_IS, _PREFERRED, _PICK_IS, _IS_PICK):
             match = pattern.match(s)
             if match:
                 topic, value = match.group("t"), match.group("v")
                 break
     if topic is None or value is None:
         return None
-    topic, value = _ALTERNATIVE.sub("", topic), _ALTERNATIVE.sub("", value)
+    topic, value = _TRAILING_FILLER.sub("", _ALTERNATIVE.sub("", topic)), _ALTERNATIVE.sub("", value)
     subject = normalize_subject(topic)
     if not _subject_ok(subject, ctx.minute) or not _value_ok(value):
         return None
@@ -612,6 +638,10 @@ _AIM = re.compile(
 )
 
 
+# "this PR", "that meeting": what the conversation points at, not a named thing (this task and this project are tiers).
+_DEICTIC = re.compile(r"^(?:this|that|these|those)\s+(?!task\b|project\b)", re.I)
+
+
 def _goal(s: str, ctx: _Context) -> Reading | None:
     if ctx.goal_label:
         return _goal_reading(SCOPE_SUBJECT, s, ctx)
@@ -621,6 +651,8 @@ def _goal(s: str, ctx: _Context) -> Reading | None:
     for pattern in (_GOAL_IS, _GOAL_COLON, _GOAL_SUFFIX, _AIM):
         match = pattern.match(s)
         if match:
+            if _DEICTIC.match(match.group("s")):
+                return None
             return _goal_reading(normalize_subject(match.group("s")), match.group("v"), ctx)
     match = _GOAL_OURS.match(s)
     return _goal_reading(SCOPE_SUBJECT, match.group("v"), ctx) if match else None
@@ -683,7 +715,7 @@ def _decision(s: str, ctx: _Context) -> Reading | None:
         match = pattern.match(s)
         if match is None:
             continue
-        value = match.group("v")
+        value = _ALTERNATIVE.sub("", match.group("v"))  # "go with X rather than Y": X
         slot = parse_slot(match.group("np"), ctx.vocabulary) or _tool_slot(match.group("np"), value, ctx.minute)
         if slot is None or not _subject_ok(slot[0], ctx.minute) or not _value_ok(value):
             return None
@@ -801,7 +833,10 @@ def _checked(slot: tuple[str, str], value: str, ctx: _Context, rule: str) -> Rea
 
 _NAME = r"(?P<x>[A-Za-z0-9][\w.\-]*(?:\s+[A-Za-z0-9][\w.\-]*){0,2})"
 _AKA = re.compile(rf"^{_NAME}\s+(?:is\s+also\s+(?:known\s+as|called)|aka|a\.k\.a\.?)\s+(?P<v>.+)$", re.I)
-_IS_A = re.compile(rf"^{_NAME}\s+is\s+(?:a|an|our|the)\s+(?P<v>.+)$", re.I)
+_IS_A = re.compile(rf"^{_NAME}\s+is\s+(?:a|an|our|the)\s+(?:name\s+(?:of|for)\s+(?:our|the|a|an)\s+)?(?P<v>.+)$", re.I)
+_FOR_A_WHILE = re.compile(r"\b(?:this|next|last)\s+(?:week|sprint|month|quarter|rotation)\b|\b(?:today|tonight)$", re.I)
+# "… we run": who runs it, not what it is.
+_WE_KEEP = re.compile(r"\s+(?:that\s+|which\s+)?we\s+(?:run|use|own|operate|maintain|host|have)$", re.I)
 
 
 def _entity(s: str, ctx: _Context) -> Reading | None:
@@ -809,13 +844,15 @@ def _entity(s: str, ctx: _Context) -> Reading | None:
         match = pattern.match(s)
         if match is None:
             continue
-        name, value = match.group("x"), match.group("v")
+        name, value = match.group("x"), _WE_KEEP.sub("", match.group("v"))
         first = name.split(" ", 1)[0].lower()
         subject = normalize_subject(name)
         if first in DETERMINERS or first in PRONOUNS or not _subject_ok(subject, ctx.minute):
             return None
         if value.split(" ", 1)[0].lower() in EVALUATIVE_WORDS or not _value_ok(value, MAX_VALUE_WORDS - 1):
             return None
+        if _FOR_A_WHILE.search(value):
+            return None  # "reviewer is the on-call this week": a role for a while, not what the name is
         return Reading(FactType.ENTITY, subject, attribute, value, rule)
     return None
 
@@ -845,6 +882,8 @@ def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, s
     for lead in _CHANGE_LEADS:
         if s.lower().startswith(lead):
             s, supersedes = s[len(lead) :].lstrip(" ,"), True
+    s = _CHECKED_LEAD.sub("", s, count=1)
+    s = _without_attribution(s)
     valid_from = None
     dated = _LEADING_DATE.match(s)
     if dated:
@@ -852,7 +891,8 @@ def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, s
     else:
         dated = _TRAILING_DATE.match(s)
         if dated:
-            valid_from, s = day_of(dated.group("d"), at), dated.group("rest")
+            valid_from, s = day_of(dated.group("d"), at), _without_attribution(dated.group("rest"))
+    s = _PARENTHETICAL.sub("", s)  # after the dates: "(in force since Monday)" says when
     ctx = _Context(minute, at, _SURFACES if vocabulary is None else vocabulary, goal_label)
     for rule in TEXT_RULES:
         reading = rule(s, ctx)
@@ -865,6 +905,12 @@ def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, s
     return reading._replace(
         supersedes=supersedes or reading.supersedes, valid_from=valid_from, decision_label=decision_label
     )
+
+
+def _without_attribution(s: str) -> str:
+    match = _ATTRIBUTION.match(s)
+    s = match.group("rest") if match else s
+    return _ASIDE.sub("", s)
 
 
 def sentences(text: str) -> Iterable[str]:

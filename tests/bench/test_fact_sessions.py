@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from datetime import datetime
@@ -12,6 +13,7 @@ from bench.fact_sessions import (
     FACT_TYPES,
     SPLITS,
     TEMPLATES,
+    WORDINGS,
     FactSession,
     GoldFact,
     fact_session,
@@ -133,14 +135,15 @@ def test_the_current_view_holds_the_newest_value_of_each_slot(session: FactSessi
     assert len(view) == summary(session)["slots"]
 
 
-def test_the_held_out_split_plants_the_same_facts_in_templates_of_its_own() -> None:
+def test_every_wording_plants_the_same_facts_in_templates_of_its_own() -> None:
     default, heldout = fact_session("default"), fact_session("heldout")
-    assert [(f.key, f.type, f.tier_key, f.slot) for f in default.facts] == [
-        (f.key, f.type, f.tier_key, f.slot) for f in heldout.facts
-    ]
+    planted = [(f.key, f.type, f.tier_key, f.slot) for f in default.facts]
+    for wording in WORDINGS:
+        assert [(f.key, f.type, f.tier_key, f.slot) for f in fact_session(wording).facts] == planted, wording
     for family, splits in TEMPLATES.items():
-        assert set(splits) == set(SPLITS), family
-        assert not set(splits["default"]) & set(splits["heldout"]), family
+        assert set(splits) == set(WORDINGS) == {*SPLITS, "dev", "calibration"}, family
+        for a, b in itertools.combinations(WORDINGS, 2):
+            assert not set(splits[a]) & set(splits[b]), (family, a, b)
     notes = {m.memory_note for m in default.minutes}
     stated = {i for f in heldout.facts for i in f.minute_ids}
     shared = [m.memory_note for m in heldout.minutes if m.id in stated and m.memory_note in notes]
