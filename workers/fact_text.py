@@ -176,16 +176,19 @@ _PARTICIPLE_ENDINGS = ("ed", "en", "wn")
 _IRREGULAR_PARTICIPLES = frozenset({"kept", "run", "done", "made", "set", "built", "held", "put", "sent", "cut"})
 
 # Leading labels: the rest of the sentence is read as usual; a decision label makes a plain statement a decision.
-_DECISION_LABELS = frozenset({"decision", "decided", "agreed", "resolution", "resolved", "final decision"})
+_DECISION_LABELS = frozenset(
+    {"decision", "decided", "agreed", "resolution", "resolved", "final decision", "decision made", "changing course"}
+)
 _GOAL_LABELS = frozenset({"goal", "objective"})
 _LABELS = _DECISION_LABELS | _GOAL_LABELS | {
     "fyi", "note", "update", "heads up", "heads-up", "reminder", "psa", "btw", "fact", "til", "context", "info",
     "lesson", "lesson learned", "lessons learned", "learned", "takeaway", "rule", "policy", "constraint",
-    "runbook", "procedure", "how-to", "howto",
+    "runbook", "procedure", "how-to", "howto", "for the record", "quick note",
 }  # fmt: skip
 # Leading phrases that say a value changes from here on (a hint that it supersedes).
 _CHANGE_LEADS = ("going forward", "from now on", "henceforth", "as of now", "effective now")
 # Leading phrases that report a check of what follows ("just confirmed the API's timeout is 30s"): dropped.
+_AGREED_THAT = re.compile(r"^(?:we|the\s+team)\s+(?:have\s+)?(?:agreed|decided)\s+that\s+(?P<rest>.+)$", re.I)
 _CHECKED_LEAD = re.compile(
     r"^(?:(?:i\s+)?(?:just\s+|have\s+|double[\s-]?)?(?:confirmed|checked|verified)(?:\s+that)?|i\s+can\s+confirm(?:\s+that)?)\s+"
     r"(?=\S)",
@@ -195,7 +198,7 @@ _CHECKED_LEAD = re.compile(
 # A trailing aside to the reader ("…, for anyone new", "…, FYI") or since-when ("… since the last deploy").
 _ASIDE = re.compile(
     r"(?:\s*,\s*(?:for\s+(?:anyone|everyone|context|reference|the\s+record|what\s+it'?s\s+worth)|fyi|btw|"
-    r"just\s+so\s+you\s+know)\b[^,]*|\s+since\s+(?:the\s+)?(?:last|latest|recent)\s+[a-z]+(?:\s+[a-z]+)?)$",
+    r"just\s+so\s+you\s+know|(?:as\s+)?(?:decided|agreed)(?:\s+(?:in|at|on|by)\s+[^,]+)?)\b[^,]*|\s+since\s+(?:the\s+)?(?:last|latest|recent)\s+[a-z]+(?:\s+[a-z]+)?)$",
     re.I,
 )
 _PARENTHETICAL = re.compile(r"\s*\([^()]{1,40}\)$")  # "… can't Y (policy)": an aside
@@ -274,6 +277,7 @@ def normalize_subject(text: str) -> str:
 def normalize_attribute(text: str, vocabulary: Mapping[str, str] | None = None) -> str | None:
     """The canonical name of an attribute phrase (``DB`` -> ``database``), or None when it is not one."""
     phrase = _strip_determiner(_words(text).lower().rstrip(".,;:!"))
+    phrase = re.sub(r"^(?:current|present)\s+", "", phrase)  # "the current DB" names the DB
     table = _SURFACES if vocabulary is None else vocabulary
     return table.get(phrase) or table.get(phrase.replace("_", " "))
 
@@ -473,7 +477,14 @@ _MODAL_NOT = (
 )
 _MUST_NOT = re.compile(rf"^(?P<s>[^,;:]+?)\s+(?P<m>{_MODAL_NOT}|cannot|can\s+not)\s+(?:ever\s+)?(?P<v>.+)$", re.I)
 _MUST = re.compile(r"^(?P<s>[^,;:]+?)\s+(?:must\s+always|must|shall\s+always|shall)\s+(?P<v>.+)$", re.I)
-_NEVER = re.compile(r"^(?:never(?:\s+ever)?|do\s+not(?:\s+ever)?)\s+(?P<v>.+)$", re.I)
+_NEVER = re.compile(r"^(?:please\s+)?(?:never(?:\s+ever)?|do\s+not(?:\s+ever)?)\s+(?P<v>.+)$", re.I)
+# "everyone has to Y", "we can never Y": the whole scope's rule
+_SCOPE_MUST = re.compile(r"^(?:everyone|every\s+agent|all\s+of\s+us|we\s+all)\s+(?:has|have)\s+to\s+(?P<v>.+)$", re.I)
+_SCOPE_NEVER = re.compile(r"^we\s+(?:can|may|must|should)\s+never\s+(?P<v>.+)$", re.I)
+# "S always needs to Y", "S needs to Y, always"
+_NEEDS_ALWAYS = re.compile(
+    r"^(?P<s>[^,;:]+?)\s+(?:always\s+needs\s+to\s+(?P<v1>.+)|needs\s+to\s+(?P<v2>.+?),\s*always)$", re.I
+)
 _ALWAYS = re.compile(r"^always\s+(?P<v>.+)$", re.I)
 _NOBODY = re.compile(
     r"^(?:no\s+one|nobody|no\s+agent|no\s+service)\s+(?:may|can|should|must|is\s+allowed\s+to|gets\s+to)\s+(?P<v>.+)$",
@@ -487,7 +498,10 @@ _PERMITTED = re.compile(r"^be\s+(?:allowed|permitted)\s+to\s+", re.I)  # "must n
 
 def _constraint(s: str, ctx: _Context) -> Reading | None:
     lowered = s.lower()
-    if not any(w in lowered for w in ("must", "never", "not", "shall", "may", "always", "cannot", "forbidden")):
+    if not any(
+        w in lowered
+        for w in ("must", "never", "not", "shall", "may", "always", "cannot", "forbidden", "has to", "have to")
+    ):
         return None
     for pattern in (_NEVER, _ALWAYS):
         match = pattern.match(s)
@@ -497,10 +511,19 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
                 return None
             attribute = "must_not" if pattern is _NEVER else "must"
             return Reading(FactType.CONSTRAINT, SCOPE_SUBJECT, attribute, value, "constraint_imperative")
-    for pattern in (_NOBODY, _FORBIDDEN):
+    for pattern in (_NOBODY, _FORBIDDEN, _SCOPE_NEVER):
         match = pattern.match(s)
         if match and _phrase_ok(match.group("v"), ctx.minute):
             return Reading(FactType.CONSTRAINT, SCOPE_SUBJECT, "must_not", match.group("v"), "constraint_must_not")
+    match = _SCOPE_MUST.match(s)
+    if match and _starts_with_verb(match.group("v")) and _phrase_ok(match.group("v"), ctx.minute):
+        return Reading(FactType.CONSTRAINT, SCOPE_SUBJECT, "must", match.group("v"), "constraint_must")
+    match = _NEEDS_ALWAYS.match(s)
+    if match:
+        subject, value = normalize_subject(match.group("s")), match.group("v1") or match.group("v2")
+        if _subject_ok(subject, ctx.minute) and _starts_with_verb(value) and _phrase_ok(value, ctx.minute):
+            return Reading(FactType.CONSTRAINT, subject, "must", value, "constraint_must")
+        return None
     match = _MUST_NOT.match(s)
     attribute, rule = "must_not", "constraint_must_not"
     if match and match.group("m").lower().startswith("can"):
@@ -532,9 +555,9 @@ def _is_participle(word: str) -> bool:
 
 
 _PURPOSE = re.compile(r"^(?:in\s+order\s+)?to\s+(?P<c>[^,]+?),\s*(?P<a>.+)$", re.I)
-_HOW_TO = re.compile(r"^(?:how|steps)\s+to\s+(?P<c>[^:]+?):\s*(?P<a>.+)$", re.I)
+_HOW_TO = re.compile(r"^(?:here's\s+how|here\s+is\s+how|how|steps)\s+to\s+(?P<c>[^:]+?):\s*(?P<a>.+)$", re.I)
 _TRIGGER_FIRST = re.compile(
-    r"^(?P<k>whenever|when|if(?:\s+ever)?|once|before|after|each\s+time|every\s+time)\s+(?P<c>[^,]+?),\s*"
+    r"^(?P<k>whenever|when|if(?:\s+ever)?|once|before|after|each\s+time|every\s+time)\s+(?P<c>[^,:]+?)[,:]\s*"
     r"(?:then\s+)?(?P<a>.+)$",
     re.I,
 )
@@ -542,7 +565,7 @@ _TRIGGER_LAST = re.compile(
     r"^(?P<a>.+?)\s+(?P<k>whenever|when|if|before|after|each\s+time|every\s+time)\s+(?P<c>.+)$", re.I
 )
 _NEED_TO = re.compile(r"^(?:you|we)\s+(?:need|want|have)\s+to\s+", re.I)
-_ACTION_LEAD = re.compile(r"^(?:please|just|always|then)\s+", re.I)
+_ACTION_LEAD = re.compile(r"^(?:(?:you|we)(?:\s+should|\s+just)?|please|just|always|then)\s+", re.I)
 
 
 def _procedure(s: str, ctx: _Context) -> Reading | None:
@@ -576,7 +599,7 @@ def _procedure(s: str, ctx: _Context) -> Reading | None:
 
 
 _PREFER = re.compile(
-    r"^(?:(?P<who>we|the\s+team|our\s+team|everyone|most\s+of\s+us)\s+(?:really\s+|generally\s+|usually\s+)?"
+    r"^(?:(?P<who>we|the\s+team|our\s+team|everyone|most\s+of\s+us)\s+(?:really\s+|generally\s+|usually\s+|tend\s+to\s+)?"
     r"(?:prefers?|would\s+prefer|would\s+rather(?:\s+use|\s+have)?|favou?rs?|leans?\s+towards?|likes?(?=\s+.+\s+better\s+than\s))"
     r"|prefer)\s+(?P<rest>.+)$",
     re.I,
@@ -590,6 +613,7 @@ _PREFERRED = re.compile(
 )
 # "our pick for T is V", "V is our go-to for T": a choice the team made for a kind of work.
 _CHOICE_WORDS = r"(?:pick|choice|go-to|default|favou?rite)"
+_FOR_PLEASE = re.compile(r"^for\s+(?P<t>[^,]+),\s*(?P<v>[^,]+?),?\s+please$", re.I)  # "for test data, fixtures please"
 _PICK_IS = re.compile(rf"^(?:our|the\s+team's)\s+{_CHOICE_WORDS}\s+for\s+(?P<t>.+?)\s+is\s+(?P<v>.+)$", re.I)
 _IS_PICK = re.compile(rf"^(?P<v>.+?)\s+is\s+(?:our|the\s+team's)\s+{_CHOICE_WORDS}\s+for\s+(?P<t>.+)$", re.I)
 _ALTERNATIVE = re.compile(r"\s+(?:over|rather\s+than|better\s+than|than|instead\s+of|to)\s+.+$", re.I)
@@ -597,7 +621,10 @@ _ALTERNATIVE = re.compile(r"\s+(?:over|rather\s+than|better\s+than|than|instead\
 
 def _preference(s: str, ctx: _Context) -> Reading | None:
     lowered = s.lower()
-    if not any(w in lowered for w in ("prefer", "rather", "favo", "better than", "pick", "choice", "go-to", "default")):
+    if not any(
+        w in lowered
+        for w in ("prefer", "rather", "favo", "better than", "pick", "choice", "go-to", "default", "please")
+    ):
         return None
     topic = value = None
     match = _PREFER.match(s)
@@ -606,7 +633,7 @@ def _preference(s: str, ctx: _Context) -> Reading | None:
         if not sep:
             return None
     else:
-        for pattern in (_PREFER_FOR, _PREFERENCE_IS, _PREFERRED, _PICK_IS, _IS_PICK):
+        for pattern in (_PREFER_FOR, _PREFERENCE_IS, _PREFERRED, _PICK_IS, _IS_PICK, _FOR_PLEASE):
             match = pattern.match(s)
             if match:
                 topic, value = match.group("t"), match.group("v")
@@ -626,14 +653,21 @@ _GOAL_IS = re.compile(
     re.I,
 )
 _GOAL_COLON = re.compile(
-    r"^(?:(?:our|the|new|current)\s+)?(?:goal|target|objective)\s+for\s+(?P<s>[^:]+?):\s*(?:to\s+)?(?P<v>.+)$", re.I
+    r"^(?:(?:our|the|new|current)\s+)?(?:goal|target|objective|aim)\s+(?:for|with)\s+(?P<s>[^:]+?):\s*(?:to\s+)?(?P<v>.+)$",
+    re.I,
 )
+# "for S, the aim is to X", "the plan for S is to X", "for S we want to X"
+_FOR_S_GOAL = re.compile(
+    r"^for\s+(?P<s>[^,]+),\s*(?:the|our)\s+(?:goal|aim|objective|plan)\s+is\s+to\s+(?P<v>.+)$", re.I
+)
+_PLAN_FOR = re.compile(r"^(?:the|our)\s+plan\s+for\s+(?P<s>.+?)\s+is\s+to\s+(?P<v>.+)$", re.I)
+_FOR_S_WANT = re.compile(r"^for\s+(?P<s>[^,]+?),?\s+we\s+want\s+to\s+(?P<v>.+)$", re.I)
 _GOAL_SUFFIX = re.compile(r"^(?P<s>[^:]+?)\s+(?:goal|target|objective):\s*(?:to\s+)?(?P<v>.+)$", re.I)
 _GOAL_OURS = re.compile(
     r"^(?:our|the\s+team's)\s+(?:(?:main|primary)\s+)?(?:goal|objective)\s+is\s+(?:to\s+)?(?P<v>.+)$", re.I
 )
 _AIM = re.compile(
-    r"^(?:we|the\s+team)\s+(?:aims?|are\s+aiming)\s+to\s+(?P<v>.+)\s+(?:on|for)\s+(?P<s>(?:the\s+)?[^\s,]+(?:\s+[^\s,]+){0,3})$",
+    r"^(?:we|the\s+team)\s+(?:aims?|are\s+aiming|are\s+trying|'re\s+trying)\s+to\s+(?P<v>.+)\s+(?:on|for)\s+(?P<s>(?:the\s+)?[^\s,]+(?:\s+[^\s,]+){0,3})$",
     re.I,
 )
 
@@ -646,9 +680,9 @@ def _goal(s: str, ctx: _Context) -> Reading | None:
     if ctx.goal_label:
         return _goal_reading(SCOPE_SUBJECT, s, ctx)
     lowered = s.lower()
-    if not any(w in lowered for w in ("goal", "target", "aim", "objective")):
+    if not any(w in lowered for w in ("goal", "target", "aim", "objective", "plan", "want to", "trying to")):
         return None
-    for pattern in (_GOAL_IS, _GOAL_COLON, _GOAL_SUFFIX, _AIM):
+    for pattern in (_GOAL_IS, _GOAL_COLON, _GOAL_SUFFIX, _AIM, _FOR_S_GOAL, _PLAN_FOR, _FOR_S_WANT):
         match = pattern.match(s)
         if match:
             if _DEICTIC.match(match.group("s")):
@@ -702,8 +736,28 @@ _REPLACE = re.compile(
 )
 
 
+_REPLACES = re.compile(r"^(?P<v>.+?)\s+replaces\s+(?P<old>.+?)\s+(?:as|for)\s+(?P<np>.+)$", re.I)
+_WE_SWITCHED = re.compile(r"^we\s+(?:switched|moved|migrated)\s+(?P<np>.+?)\s+(?:over\s+)?to\s+(?P<v>.+)$", re.I)
+_THE_CALL = re.compile(r"^the\s+(?:call|verdict)\s+is\s+(?P<v>.+?)\s+for\s+(?P<np>.+)$", re.I)
+_GOES_INSTEAD = re.compile(r"^(?P<np>.+?)\s+goes\s+to\s+(?P<v>.+?)\s+instead\s+of\s+(?P<old>.+)$", re.I)
+_IT_IS = re.compile(r"^(?P<v>.+?)\s+it\s+is\s+for\s+(?P<np>.+)$", re.I)  # "Postgres it is for the billing DB"
+_OUT_IN = re.compile(r"^(?P<np>[^:]+?):\s*(?P<old>.+?)\s+(?:is\s+)?out,\s*(?P<v>.+?)\s+(?:is\s+)?in$", re.I)
+_WILL_USE = re.compile(r"^(?P<s>.+?)\s+will\s+(?:use|get|go\s+with)\s+(?P<v>.+?)\s+(?:for|as)\s+its\s+(?P<a>.+)$", re.I)
+
+
 def _decision(s: str, ctx: _Context) -> Reading | None:
+    match = _WILL_USE.match(s)
+    if match:
+        attribute = normalize_attribute(match.group("a"), ctx.vocabulary)
+        subject = normalize_subject(match.group("s"))
+        if attribute and _subject_ok(subject, ctx.minute) and _value_ok(match.group("v")):
+            return Reading(FactType.DECISION, subject, attribute, match.group("v"), "decision")
     for pattern, supersedes in (
+        (_IT_IS, False),
+        (_THE_CALL, False),
+        (_GOES_INSTEAD, True),
+        (_OUT_IN, True),
+        (_REPLACES, True),
         (_DECIDED, False),
         (_GOING_WITH, False),
         (_SWITCH, True),
@@ -711,6 +765,7 @@ def _decision(s: str, ctx: _Context) -> Reading | None:
         (_INSTEAD_LAST, True),
         (_INSTEAD, True),
         (_REPLACE, True),
+        (_WE_SWITCHED, True),  # after the "from X to Y" shapes
     ):
         match = pattern.match(s)
         if match is None:
@@ -734,13 +789,23 @@ def _tool_slot(purpose: str, tool: str, minute: Minute) -> tuple[str, str] | Non
     return subject, "tool"
 
 
-_USES_AS_ITS = re.compile(r"^(?P<s>.+?)\s+uses\s+(?P<v>.+?)\s+(?:as|for)\s+its\s+(?P<a>.+)$", re.I)
+_USES_AS_ITS = re.compile(
+    r"^(?P<s>.+?)\s+(?:uses|runs|is\s+configured\s+with|is\s+set\s+up\s+with)\s+(?P<v>.+?)\s+(?:as|for)\s+"
+    r"(?:its|the)\s+(?P<a>.+)$",
+    re.I,
+)
+_IS_ON = re.compile(r"^(?P<s>.+?)\s+is\s+on\s+(?P<v>.+?)\s+for\s+(?:its\s+|the\s+)?(?P<a>.+)$", re.I)
 _CHANGE_VERB = r"(?:set|changed|bumped|raised|lowered|increased|reduced|updated)"
 _SET_TO = re.compile(rf"^(?:we\s+(?:have\s+)?)?{_CHANGE_VERB}\s+(?P<np>.+?)\s+to\s+(?P<v>.+)$", re.I)
 _WAS_SET = re.compile(
-    rf"^(?P<np>.+?)\s+(?:was|were|has\s+been|have\s+been|got)\s+{_CHANGE_VERB}\s+to\s+(?P<v>.+)$", re.I
+    rf"^(?P<np>.+?)\s+(?:(?:was|were|has\s+been|have\s+been|got)\s+{_CHANGE_VERB}|moved|went|changed)\s+to\s+"
+    r"(?P<v>.+)$",
+    re.I,
 )
-_DUE = re.compile(r"^(?P<s>.+?)\s+(?:is|are)\s+due\s+(?:on\s+|by\s+)?(?P<d>.+)$", re.I)
+_DUE = re.compile(
+    r"^(?:please\s+get\s+)?(?P<s>.+?)\s+(?:(?:is|are)\s+due|needs\s+to\s+be\s+done|done)\s+(?:on\s+|by\s+)?(?P<d>.+)$",
+    re.I,
+)
 _COPULA = re.compile(
     r"^(?P<np>[^:=]+?)\s+(?P<verb>is\s+now|is\s+still|is\s+currently|is\s+set\s+to|is|are|will\s+be|becomes)\s+"
     r"(?P<v>.+)$",
@@ -757,11 +822,19 @@ _CHANGED_VALUE = re.compile(
 _USE_FOR = re.compile(
     r"^(?:we|the\s+team|our\s+team)\s+(?:use|uses|rely\s+on|relies\s+on)\s+(?P<v>.+?)\s+for\s+(?P<p>.+)$", re.I
 )
+_USING_FOR = re.compile(r"^(?:we're|we\s+are|the\s+team\s+is)\s+using\s+(?P<v>.+?)\s+for\s+(?P<p>.+)$", re.I)
+_GOES_THROUGH = re.compile(
+    r"^(?:all\s+(?:of\s+)?)?our\s+(?P<p>.+?)\s+(?:goes|go|runs|run)\s+through\s+(?P<v>.+)$", re.I
+)
+_HAPPENS_IN = re.compile(r"^(?P<p>.+?)\s+(?:happens|is\s+done)\s+in\s+(?P<v>.+)$", re.I)
+_WHAT_WE_USE = re.compile(r"^(?P<v>.+?)\s+is\s+what\s+(?:we|the\s+team)\s+uses?\s+for\s+(?P<p>.+)$", re.I)
+_WE_DO_WITH = re.compile(r"^(?:we|the\s+team)\s+(?:do|does|handle|handles)\s+(?P<p>.+?)\s+with\s+(?P<v>.+)$", re.I)
+_TOOL_FOR_IS = re.compile(r"^(?:the|our)\s+tool\s+for\s+(?P<p>.+?)\s+is\s+(?P<v>.+)$", re.I)
 _FOR_WE_USE = re.compile(r"^for\s+(?P<p>[^,]+),?\s+(?:we|the\s+team)\s+(?:use|uses|rely\s+on)\s+(?P<v>.+)$", re.I)
 
 
 def _attribute(s: str, ctx: _Context) -> Reading | None:
-    match = _USES_AS_ITS.match(s)
+    match = _USES_AS_ITS.match(s) or _IS_ON.match(s)
     if match:
         attribute = normalize_attribute(match.group("a"), ctx.vocabulary)
         subject = normalize_subject(match.group("s"))
@@ -799,7 +872,16 @@ def _attribute(s: str, ctx: _Context) -> Reading | None:
         reading = _slot_reading(match.group("np"), match.group("v"), ctx, "attribute_terse")
         if reading is not None:
             return reading
-    for pattern in (_USE_FOR, _FOR_WE_USE):
+    for pattern in (
+        _USE_FOR,
+        _FOR_WE_USE,
+        _USING_FOR,
+        _GOES_THROUGH,
+        _TOOL_FOR_IS,
+        _HAPPENS_IN,
+        _WHAT_WE_USE,
+        _WE_DO_WITH,
+    ):
         match = pattern.match(s)
         if match:
             value = match.group("v")
@@ -832,15 +914,27 @@ def _checked(slot: tuple[str, str], value: str, ctx: _Context, rule: str) -> Rea
 
 
 _NAME = r"(?P<x>[A-Za-z0-9][\w.\-]*(?:\s+[A-Za-z0-9][\w.\-]*){0,2})"
-_AKA = re.compile(rf"^{_NAME}\s+(?:is\s+also\s+(?:known\s+as|called)|aka|a\.k\.a\.?)\s+(?P<v>.+)$", re.I)
-_IS_A = re.compile(rf"^{_NAME}\s+is\s+(?:a|an|our|the)\s+(?:name\s+(?:of|for)\s+(?:our|the|a|an)\s+)?(?P<v>.+)$", re.I)
+_AKA = re.compile(
+    rf"^{_NAME}(?:\s+is\s+also\s+(?:known\s+as|called)|,\s+also\s+(?:known\s+as|called)|\s+aka|\s+a\.k\.a\.?|"
+    r"\s+(?:also\s+)?goes\s+by)\s+(?P<v>.+?)(?:\s+too|\s+as\s+well)?$",
+    re.I,
+)
+_WHAT_THEY_CALL = re.compile(
+    rf"^(?P<v>.+?)\s+is\s+what\s+(?:some\s+(?:folks|people)|people|everyone|we|they)\s+(?:also\s+)?calls?\s+{_NAME}$",
+    re.I,
+)
+_IS_A = re.compile(
+    rf"^{_NAME}\s+is\s+(?:basically\s+|essentially\s+)?(?:a|an|our|the)\s+(?:name\s+(?:of|for)\s+(?:our|the|a|an)\s+)?(?P<v>.+)$",
+    re.I,
+)
 _FOR_A_WHILE = re.compile(r"\b(?:this|next|last)\s+(?:week|sprint|month|quarter|rotation)\b|\b(?:today|tonight)$", re.I)
 # "… we run": who runs it, not what it is.
 _WE_KEEP = re.compile(r"\s+(?:that\s+|which\s+)?we\s+(?:run|use|own|operate|maintain|host|have)$", re.I)
 
 
 def _entity(s: str, ctx: _Context) -> Reading | None:
-    for pattern, attribute, rule in ((_AKA, "alias", "alias"), (_IS_A, "kind", "entity")):
+    patterns = ((_AKA, "alias", "alias"), (_WHAT_THEY_CALL, "alias", "alias"), (_IS_A, "kind", "entity"))
+    for pattern, attribute, rule in patterns:
         match = pattern.match(s)
         if match is None:
             continue
@@ -883,6 +977,9 @@ def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, s
         if s.lower().startswith(lead):
             s, supersedes = s[len(lead) :].lstrip(" ,"), True
     s = _CHECKED_LEAD.sub("", s, count=1)
+    agreed = _AGREED_THAT.match(s)
+    if agreed:
+        s, decision_label = agreed.group("rest"), True
     s = _without_attribution(s)
     valid_from = None
     dated = _LEADING_DATE.match(s)

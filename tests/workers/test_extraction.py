@@ -668,30 +668,44 @@ def test_what_the_fact_contract_would_refuse_is_not_a_candidate() -> None:
         ("the API's timeout is 30s, according to the config repo", ("fact", "api", "timeout", "30 seconds")),
         ("Hermes is an email relay, for anyone new", ("entity", "hermes", "kind", "email relay")),
         ("Billing service language is Go since the last deploy", ("fact", "billing service", "language", "Go")),
-        ("changed the region of the billing service to eu-central-1 this morning",
-         ("fact", "billing service", "region", "eu-central-1")),
+        (
+            "changed the region of the billing service to eu-central-1 this morning",
+            ("fact", "billing service", "region", "eu-central-1"),
+        ),
         # what a name is, not who runs it
         ("Hermes is the name of our email relay", ("entity", "hermes", "kind", "email relay")),
         ("Ledgerd is a ledger daemon we run", ("entity", "ledgerd", "kind", "ledger daemon")),
         # the chosen value, not the alternative
-        ("decided to go with SQS rather than NATS for the auth service's message broker",
-         ("decision", "auth service", "queue", "SQS")),
-        ("the team would rather have Redux than signals for frontend state",
-         ("preference", "frontend state", "preference", "Redux")),
+        (
+            "decided to go with SQS rather than NATS for the auth service's message broker",
+            ("decision", "auth service", "queue", "SQS"),
+        ),
+        (
+            "the team would rather have Redux than signals for frontend state",
+            ("preference", "frontend state", "preference", "Redux"),
+        ),
         ("we like fixtures better than factories for test data", ("preference", "test data", "preference", "fixtures")),
         # a team's pick, default or instruction is its preference
         ("TOML is our pick for config files", ("preference", "config files", "preference", "TOML")),
         ("our default for logging is JSON logs", ("preference", "logging", "preference", "JSON logs")),
-        ("prefer squash merges for merging pull requests",
-         ("preference", "merging pull requests", "preference", "squash merges")),
+        (
+            "prefer squash merges for merging pull requests",
+            ("preference", "merging pull requests", "preference", "squash merges"),
+        ),
         ("JSON is the preferred choice for config files here", ("preference", "config files", "preference", "JSON")),
         # "must not be allowed to X" is "must not X"; "if ever C" is "if C"
-        ("the search api must not be allowed to cache personal data",
-         ("constraint", "search api", "must_not", "cache personal data")),
-        ("the web frontend must not call the admin API (policy)",
-         ("constraint", "web frontend", "must_not", "call the admin API")),
-        ("if ever the disk fills up, delete old snapshots first",
-         ("procedure", "disk fills up", "action", "delete old snapshots first")),
+        (
+            "the search api must not be allowed to cache personal data",
+            ("constraint", "search api", "must_not", "cache personal data"),
+        ),
+        (
+            "the web frontend must not call the admin API (policy)",
+            ("constraint", "web frontend", "must_not", "call the admin API"),
+        ),
+        (
+            "if ever the disk fills up, delete old snapshots first",
+            ("procedure", "disk fills up", "action", "delete old snapshots first"),
+        ),
     ],
 )
 def test_asides_alternatives_and_reports_of_a_check_are_cut_from_what_is_stated(
@@ -724,3 +738,133 @@ def test_valid_from_and_takes_effect_name_the_day_a_statement_holds_from(note: s
 )
 def test_what_the_dev_wording_showed_is_no_fact_states_none(note: str) -> None:
     assert extract(note) == []
+
+
+@pytest.mark.parametrize(
+    ("note", "expected"),
+    [
+        (
+            "the data pipeline is configured with Python as the programming language",
+            ("fact", "data pipeline", "language", "Python"),
+        ),
+        (
+            "the notification service runs Memcached for its cache",
+            ("fact", "notification service", "cache", "Memcached"),
+        ),
+        ("the billing service is on Postgres for its DB", ("fact", "billing service", "database", "Postgres")),
+        ("mobile app request timeout moved to 30 seconds", ("fact", "mobile app", "request_timeout", "30 seconds")),
+        (
+            "the current session TTL for the notification service is 2 hours",
+            ("fact", "notification service", "session_ttl", "2 hours"),
+        ),
+        (
+            "For the record, the search indexer's session TTL is 8 hours",
+            ("fact", "search indexer", "session_ttl", "8 hours"),
+        ),
+        ("We're using OpenTofu for infrastructure as code", ("fact", "infrastructure as code", "tool", "OpenTofu")),
+        (
+            "All our continuous integration goes through CircleCI",
+            ("fact", "continuous integration", "tool", "CircleCI"),
+        ),
+        ("Bugsnag is what we use for error tracking", ("fact", "error tracking", "tool", "Bugsnag")),
+        ("we do metrics with Datadog", ("fact", "metrics", "tool", "Datadog")),
+        ("Postgres it is for the DB of the auth gateway", ("decision", "auth gateway", "database", "Postgres")),
+        ("Auth gateway datastore: SQLite is out, DynamoDB is in", ("decision", "auth gateway", "database", "DynamoDB")),
+        (
+            "Memcached replaces Valkey as the cache backend of the auth gateway, agreed",
+            ("decision", "auth gateway", "cache", "Memcached"),
+        ),
+        (
+            "we agreed that the admin console's rate limit will be 500 requests per second",
+            ("decision", "admin console", "rate_limit", "500 requests per second"),
+        ),
+        (
+            "the data pipeline will use 3 for its number of replicas, decided in the sync",
+            ("decision", "data pipeline", "replicas", "3"),
+        ),
+        (
+            "The call is five seconds for the user service's request timeout",
+            ("decision", "user service", "request_timeout", "5 seconds"),
+        ),
+        (
+            "changing course: auth service language goes to Kotlin instead of Rust",
+            ("decision", "auth service", "language", "Kotlin"),
+        ),
+        (
+            "we switched continuous integration to Buildkite",
+            ("decision", "continuous integration", "tool", "Buildkite"),
+        ),
+        ("Hermes is basically an email relay", ("entity", "hermes", "kind", "email relay")),
+        ("Quartz goes by the scheduler too", ("entity", "quartz", "alias", "scheduler")),
+        ("AcmePay is what some folks call Acme", ("entity", "acme", "alias", "AcmePay")),
+        ("Acme, also known as AcmePay", ("entity", "acme", "alias", "AcmePay")),
+        ("we tend to prefer TOML for config files", ("preference", "config files", "preference", "TOML")),
+        ("for test data, fixtures please", ("preference", "test data", "preference", "fixtures")),
+        (
+            "Everyone has to run the test suite before merging",
+            ("constraint", "scope", "must", "run the test suite before merging"),
+        ),
+        (
+            "Please never share customer data in chat",
+            ("constraint", "scope", "must_not", "share customer data in chat"),
+        ),
+        (
+            "we can never store secrets in the repository",
+            ("constraint", "scope", "must_not", "store secrets in the repository"),
+        ),
+        (
+            "The search indexer always needs to support offline mode",
+            ("constraint", "search indexer", "must", "support offline mode"),
+        ),
+        (
+            "The auth gateway needs to retry idempotently, always",
+            ("constraint", "auth gateway", "must", "retry idempotently"),
+        ),
+        (
+            "For the auth gateway, the aim is to reach 99.9% uptime",
+            ("goal", "auth gateway", "goal", "reach 99.9% uptime"),
+        ),
+        (
+            "Our objective with the auth gateway: handle 10k requests per second",
+            ("goal", "auth gateway", "goal", "handle 10k requests per second"),
+        ),
+        (
+            "We're trying to get test coverage above 80% on the web frontend",
+            ("goal", "web frontend", "goal", "get test coverage above 80%"),
+        ),
+        (
+            "the plan for the web frontend is to get test coverage above 80%",
+            ("goal", "web frontend", "goal", "get test coverage above 80%"),
+        ),
+        (
+            "for the web frontend we want to halve the error rate",
+            ("goal", "web frontend", "goal", "halve the error rate"),
+        ),
+        (
+            "Here's how to restore a backup: use the point-in-time restore in the console",
+            ("procedure", "restore a backup", "action", "use the point-in-time restore in the console"),
+        ),
+        (
+            "When replication lag exceeds 30 seconds: fail over to the replica",
+            ("procedure", "replication lag exceeds 30 seconds", "action", "fail over to the replica"),
+        ),
+        (
+            "to rotate the TLS certificates, you run certbot renew",
+            ("procedure", "rotate the tls certificates", "action", "run certbot renew"),
+        ),
+    ],
+)
+def test_shapes_the_dev_wording_uses_are_read(note: str, expected: tuple[str, str, str, str]) -> None:
+    assert reads(note) == expected
+
+
+def test_a_task_that_needs_to_be_done_by_a_day_has_that_deadline() -> None:
+    for note in ("this task needs to be done tomorrow", "please get this task done tomorrow"):
+        c = one(note, "task_assigned", data={"task_id": "launch-7"}, scope="task")
+        assert (c.type, c.slot, c.value, c.tier, c.task_id) == (
+            "fact",
+            ("task", "deadline"),
+            "2026-11-27",
+            "task",
+            "launch-7",
+        )
