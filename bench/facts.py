@@ -352,6 +352,13 @@ class CurrentView:
     newest_pending: int  # wrong slots whose gold newest value is stored, but pending (below PVM_FACT_PROMOTE_AT)
     old_value_kept: int  # wrong slots whose current view holds a value the gold does not (an old one, a misread)
     missing: int  # wrong slots the current view holds nothing for (and the newest value is not pending)
+    current: int = 0  # facts the store holds as current
+    current_right: int = 0  # ... of them, a gold slot's newest value
+
+    @property
+    def precision(self) -> float:
+        """Of what the store tells an agent is true now, the share that is: a gold slot's newest value."""
+        return ratio(self.current_right, self.current)
 
 
 def current_view_accuracy(session: FactSession, current: Sequence[Fact], facts: Sequence[Fact]) -> CurrentView:
@@ -362,6 +369,12 @@ def current_view_accuracy(session: FactSession, current: Sequence[Fact], facts: 
         held.setdefault((f.tier_key, f.slot), set()).add(value_key(f.value))
     pending = {(f.tier_key, f.slot, value_key(f.value)) for f in facts if f.status is FactStatus.PENDING}
     view = session.current_view()
+    gold_now = {
+        (TierKey.for_task(*tier) if len(tier) == 2 else TierKey.for_project(tier[0]), Slot(subject, attribute), v)
+        for (tier, subject, attribute), values in view.items()
+        for v in values
+    }
+    current_right = sum(1 for f in current if (f.tier_key, f.slot, value_key(f.value)) in gold_now)
     right = newest_pending = old_kept = missing = 0
     for (tier, subject, attribute), values in view.items():
         key = TierKey.for_task(*tier) if len(tier) == 2 else TierKey.for_project(tier[0])
@@ -375,7 +388,9 @@ def current_view_accuracy(session: FactSession, current: Sequence[Fact], facts: 
             newest_pending += 1
         else:
             missing += 1
-    return CurrentView(ratio(right, len(view)), right, len(view), newest_pending, old_kept, missing)
+    return CurrentView(
+        ratio(right, len(view)), right, len(view), newest_pending, old_kept, missing, len(current), current_right
+    )
 
 
 def invalidations(changes: Sequence[FactChange]) -> list[tuple[str, str, str]]:
@@ -468,6 +483,9 @@ def quality(session: FactSession, run: PoolRun) -> tuple[dict[str, Any], dict[st
         "gold_slots": view.slots,
         "gold_slots_current_right": view.right,
         "gold_slots_wrong_newest_pending": view.newest_pending,
+        "current_facts": view.current,
+        "current_facts_right": view.current_right,
+        "current_precision": view.precision,  # no target in issue 10: the guard on PVM_FACT_PROMOTE_AT
         "gold_slots_wrong_old_value_kept": view.old_value_kept,
         "gold_slots_wrong_missing": view.missing,
         "invalidations": len(pairs),

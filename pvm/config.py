@@ -577,7 +577,7 @@ class Settings:
         Number(minimum=0.0, maximum=1.0),
         defaults.FACT_PROMOTE_AT,
         "confidence at which the facts pool promotes an extracted fact to current knowledge (below: pending); "
-        f"{defaults.FACT_PROMOTE_AT} measured precision 0.95 on the held-out labeled set (bench/fact_sessions.py)",
+        f"{defaults.FACT_PROMOTE_AT} chosen on the calibration wording of the labeled set (docs/extraction.md)",
     )
     fact_tier_split: tuple[float, float, float] = setting(
         "PVM_FACT_TIER_SPLIT",

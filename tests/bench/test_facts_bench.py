@@ -62,6 +62,8 @@ def test_a_quick_run_reports_every_metric_for_both_splits_with_the_machine(capsy
         assert metrics["current_view_accuracy"]["value"] == round(
             counts["gold_slots_current_right"] / counts["gold_slots"], 4
         ), name
+        assert counts["current_precision"] == round(counts["current_facts_right"] / counts["current_facts"], 4), name
+        assert 0 < counts["current_facts_right"] <= counts["current_facts"], name
         assert counts["gold_slots"] == counts["gold_slots_current_right"] + sum(
             counts[f"gold_slots_wrong_{why}"] for why in ("newest_pending", "old_value_kept", "missing")
         ), name
