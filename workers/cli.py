@@ -809,7 +809,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
     if settings.redis_url:
         _connect(settings).close()
-    return run_demo(settings, minutes=args.minutes)
+    return run_demo(settings, minutes=args.minutes, project=args.project)
 
 
 # -- parser -------------------------------------------------------------------
@@ -1018,6 +1018,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=defaults.DEMO_MINUTES,
         help=f"how many minutes to emit (default {defaults.DEMO_MINUTES})",
+    )
+    demo.add_argument(
+        "--project",
+        type=_project_id,
+        help="the project to emit into (default: a new one per run, apollo-<UTC time>, so each run shows only its "
+        "own minutes; name an existing one to add to it)",
     )
     demo.set_defaults(func=cmd_demo)
     _describe(parser)

@@ -250,7 +250,7 @@ def _settle(connection: redis.Redis, project: str, quiet_s: float = 0.5, timeout
         time.sleep(0.05)
 
 
-def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
+def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: str | None = None) -> int:
     """Run a coordination session through the embedded stack, then show the log and one agent's context."""
     import socket
 
@@ -262,7 +262,9 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES) -> int:
     from workers.cli import main
     from workers.stack import Stack
 
-    project = "apollo"
+    # A new project per run unless one is named: the demo keeps its state in PVM_HOME, and a second run into the
+    # same project would show the first run's minutes and facts beside its own.
+    project = project or time.strftime("apollo-%Y%m%d-%H%M%S", time.gmtime())
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         api_port = int(s.getsockname()[1])

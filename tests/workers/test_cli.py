@@ -663,6 +663,7 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
         ("dispatch", "--shards", "a,b"): "'a' is not a shard number",
         ("dispatch", "--shards", "1,,2"): "'' is not a shard number",
         ("demo", "--minutes", "-5"): "must be at least 1, got -5",
+        ("demo", "--project", "a b"): "'a b' is not a project id",
         ("dispatch", "--max-idle", "-1"): "must be 0 or more",
         ("search", "x", "--project", "p", "--min-composite", "2"): "must be between 0 and 1",
         ("exporter", "--port", "70000"): "must be a port (1-65535)",
