@@ -132,7 +132,7 @@ def index(session: LabeledSession, engine: EdgeEngine, embedder: OpenAIEmbedder,
         if bad:
             raise RuntimeError(f"{len(bad)} generated minutes did not decode")
         points = index_pool.build_points(logged, now=now_s)
-        vectors = embedder.embed([p.text for p in points])
+        vectors = embedder.embed([p.embed_text for p in points])
         engine.upsert([replace(p, dense=v) for p, v in zip(points, vectors, strict=True)])
     return time.perf_counter() - started
 

@@ -45,6 +45,12 @@ class MemoryPoint:
     ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
     dense: list[float] | None = None
     kind: str = MINUTE
+    dense_text: str | None = None  # what the dense leg embeds; None: `text`
+
+    @property
+    def embed_text(self) -> str:
+        """The text the embedder gets: `dense_text` when the point has one, else the lexical `text`."""
+        return self.text if self.dense_text is None else self.dense_text
 
 
 @dataclass(frozen=True, slots=True)
