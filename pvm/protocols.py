@@ -81,7 +81,16 @@ class FactFilters:
 # What ranking reads of a candidate. A query with with_payload=False returns payloads holding only these
 # (the composite nested as written, ``{"scores": {"composite": ...}}``): fetching and unpacking whole payloads
 # for every candidate cost more than the search; `retrieve` fetches them for the few that rank highest.
-RANKING_FIELDS = ("project_id", "minute_id", "timestamp_ms", "scores.composite")
+RANKING_FIELDS = (
+    "project_id",
+    "minute_id",
+    "timestamp_ms",
+    "scores.composite",
+    # importance without recency (`pvm.vectors.importance`); the embedded engine stores it flat instead
+    "scores.relevance",
+    "scores.accuracy",
+    "scores.impact",
+)
 
 
 @dataclass(frozen=True, slots=True)
