@@ -225,7 +225,7 @@ API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts 
 
 # Retrieval ranking, pvm/search.py (area: retrieval, issue 12). Chosen on bench/retrieval.py's sessions and timeline
 # sets; the multi-hop set is held out (docs/search.md has the numbers).
-SEARCH_FUSION = "max"  # how the legs are put on one scale: max | minmax | engine | rrf
+SEARCH_FUSION = "minmax"  # how the legs are put on one scale: max | minmax | engine | rrf (docs/search.md)
 SEARCH_RRF_K = 10  # fusion "rrf": each leg adds weight / (k + rank)
 # Recency and importance are a prior: together at most this share of a score, so they order near-ties of relevance
 # and never lift a minute that matches worse by more than this over one that matches better.

@@ -178,7 +178,7 @@ def test_recency_breaks_near_ties_and_leads_when_the_query_asks_for_the_newest(e
             memory_point("alpha", "twin", "the billing engine datastore is PostgreSQL", age_ms=100 * DAY),
         ]
     )
-    search = HybridSearch(engine)
+    search = HybridSearch(engine, fusion="max")  # with three candidates min-max would put the weakest at 0
     # Equal matches: the newer first.
     assert [h.minute_id for h in search.search("alpha", "billing engine PostgreSQL", now_ms=NOW)][:2] == [
         "twin",
