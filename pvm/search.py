@@ -3,13 +3,20 @@
 The engine (`pvm.vectors`) returns candidates from the lexical leg and, when an
 embedder is configured, the dense leg, with each leg's score and Qdrant's fused
 score. `HybridSearch` takes more candidates than asked for
-(max(50, 5·k)), puts every part on 0..1 per query and ranks by
+(max(50, 5·k)), puts every part on 0..1 per query and ranks by relevance,
+with recency and importance as a prior that orders near-ties (issue 12):
 
-    score = (w_sem·semantic + w_kw·keyword + w_rec·recency + w_imp·importance) / Σw
+    relevance = (w_sem·semantic + w_kw·keyword) / (w_sem + w_kw)
+    prior     = (w_rec·recency + w_imp·importance) / (w_rec + w_imp)
+    score     = (1 - SEARCH_PRIOR_SHARE)·relevance + SEARCH_PRIOR_SHARE·prior
 
 with recency = 0.5 ** (age / half-life) (default half-life 7 days) and
-importance = the stored composite score. Without a dense leg the weights are
-renormalized over the parts present, so lexical-only scores still span 0..1.
+importance = the stored scores without their recency (`pvm.vectors.importance`).
+Recency leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own
+time span) only when the query asks for the newest or the caller passes
+``prefer="recent"``. The default fusion (`SEARCH_FUSION`, min-max) was chosen
+on bench/retrieval.py's sessions and timeline sets (docs/search.md); the
+measurements below are of bench/fusion.py's toy set, from before that.
 
 How the two legs are put on 0..1 (`fusion`) was chosen by measurement,
 `bench/fusion.py --json` (seed 7): 600 minutes on 150 topics, 150 queries
