@@ -41,6 +41,8 @@ averaged over queries.
 
 from __future__ import annotations
 
+import math
+import random
 import sys
 import tempfile
 import time
@@ -54,20 +56,26 @@ if __package__ in (None, ""):
 
 from bench import embed_server
 from bench.harness import argument_parser, machine_line, measuring, parse, percentile, report, say
-from bench.sessions import LabeledSession, Query, labeled_session
+from bench.machine import machine
+from bench.multihop import labeled_chains
+from bench.sessions import LabeledSession, Query, labeled_session, stream, task_texts
+from bench.timeline import labeled_timeline
 from contracts import encode_minute
 from contracts.memory import RankWeights
 from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
-from workers import assessment, index_pool
+from workers import index_pool
 
-PROJECT = "bench-retrieval"
 DEPTHS = (5, 10)
 HASH_DIMENSIONS = 64  # the test server's default
 INDEX_BATCH = defaults.DISPATCH_BATCH_SIZE  # minutes per index pool batch, as the dispatcher makes them
-SWEEP_KEYWORD_WEIGHTS = (0.3, 0.2, 0.1, 0.05, 0.0)  # semantic = 0.7 - keyword; recency 0.2, importance 0.1
+# The candidates measured with --variants (issue 12): every fusion at these (semantic, keyword) weights.
+FUSION_CANDIDATES = ("max", "minmax", "rrf", "engine")
+WEIGHT_CANDIDATES = ((0.6, 0.1), (0.4, 0.3), (0.35, 0.35), (0.3, 0.4))
+# Defaults are chosen on every set but these; they are reported all the same.
+HELD_OUT = frozenset({"multihop"})
 
 
 class CachedEmbedder:
@@ -92,13 +100,13 @@ def recall(hits: Sequence[str], relevant: frozenset[str], k: int) -> float:
     return len(relevant.intersection(hits[:k])) / len(relevant)
 
 
-def evaluate(search: HybridSearch, queries: Sequence[Query], now_ms: int) -> dict[str, Any]:
-    """Recall@5/@10 overall, per wording and per situation kind; MRR of the first relevant hit; latency."""
+def evaluate(search: HybridSearch, project: str, queries: Sequence[Query], now_ms: int) -> dict[str, Any]:
+    """Recall@5/@10 overall, per wording and per question kind, on multi-hop and old questions; MRR; latency."""
     per_query: list[tuple[Query, list[str]]] = []
     latencies = []
     for q in queries:
         started = time.perf_counter()
-        hits = [h.minute_id for h in search.search(PROJECT, q.text, k=max(DEPTHS), now_ms=now_ms)]
+        hits = [h.minute_id for h in search.search(project, q.text, k=max(DEPTHS), now_ms=now_ms)]
         latencies.append((time.perf_counter() - started) * 1000)
         per_query.append((q, hits))
 
@@ -106,24 +114,28 @@ def evaluate(search: HybridSearch, queries: Sequence[Query], now_ms: int) -> dic
         out = {f"recall_at_{k}": round(sum(recall(h, q.relevant, k) for q, h in rows) / len(rows), 3) for k in DEPTHS}
         reciprocal = [next((1 / r for r, i in enumerate(h, 1) if i in q.relevant), 0.0) for q, h in rows]
         out["mrr_at_10"] = round(sum(reciprocal) / len(rows), 3)
+        out["queries"] = len(rows)
         return out
 
     latencies.sort()
     result: dict[str, Any] = {"all": summary(per_query)}
-    for wording in sorted({q.wording for q in queries}):
-        result[wording] = summary([(q, h) for q, h in per_query if q.wording == wording])
-    for kind in sorted({q.kind for q in queries}):
-        result[kind] = summary([(q, h) for q, h in per_query if q.kind == kind])
+    groups = {f"wording_{q.wording}" for q in queries} | {f"kind_{q.kind}" for q in queries}
+    for group in sorted(groups):
+        field, _, value = group.partition("_")
+        result[group] = summary([(q, h) for q, h in per_query if getattr(q, field) == value])
+    for flag in ("multihop", "old"):
+        rows = [(q, h) for q, h in per_query if getattr(q, flag)]
+        result[flag] = summary(rows) if rows else None
     result["search_p50_ms"] = round(percentile(latencies, 50), 2)
     result["search_p99_ms"] = round(percentile(latencies, 99), 2)
     return result
 
 
-def index(session: LabeledSession, engine: EdgeEngine, embedder: OpenAIEmbedder, now_s: float) -> float:
+def index(session: LabeledSession, engine: EdgeEngine, embedder: Any, now_s: float) -> float:
     """The session through the index pool's steps, in dispatcher-sized batches; returns the seconds it took.
 
     decode and `build_points` as the pool runs them, then what its upsert step
-    does: embed the points' texts, then the engine's upsert.
+    does: embed the points' dense texts, then the engine's upsert.
     """
     records = [[m.id, seq, encode_minute(m)] for seq, m in enumerate(session.minutes, start=1)]
     started = time.perf_counter()
@@ -132,7 +144,7 @@ def index(session: LabeledSession, engine: EdgeEngine, embedder: OpenAIEmbedder,
         if bad:
             raise RuntimeError(f"{len(bad)} generated minutes did not decode")
         points = index_pool.build_points(logged, now=now_s)
-        vectors = embedder.embed([p.text for p in points])
+        vectors = embedder.embed([p.embed_text for p in points])
         engine.upsert([replace(p, dense=v) for p, v in zip(points, vectors, strict=True)])
     return time.perf_counter() - started
 
@@ -147,62 +159,187 @@ def start_server(name: str) -> Any:
     return OpenAIServer().start()
 
 
-def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
-    session = labeled_session(
-        PROJECT,
-        seed=seed,
-        failures=max(10, round(100 * scale)),
-        conflicts=max(4, round(24 * scale)),
-        tasks=max(6, round(60 * scale)),
-    )
-    relevant = [len(q.relevant) for q in session.queries]
-    say(f"retrieval bench: {len(session.minutes):,} minutes, {len(session.queries)} queries ({seed=})")
-    newest_ms = max(assessment.timestamp_ms(m) for m in session.minutes)
-    now_ms = newest_ms + 60_000
+def labeled_sets(seed: int, scale: float, end_ms: int) -> dict[str, LabeledSession]:
+    """The three labeled sets at `scale`, all ending at `end_ms`."""
+    return {
+        "sessions": labeled_session(
+            "bench-sessions",
+            seed=seed,
+            failures=max(10, round(100 * scale)),
+            conflicts=max(4, round(24 * scale)),
+            tasks=max(6, round(60 * scale)),
+            end_ms=end_ms,
+        ),
+        "timeline": labeled_timeline(
+            "bench-timeline",
+            seed=seed,
+            choices=max(8, round(30 * scale)),
+            incidents=max(6, round(18 * scale)),
+            chatter_per_session=max(4, round(14 * scale)),
+            end_ms=end_ms,
+        ),
+        "multihop": labeled_chains(
+            "bench-multihop", seed=seed, chains=max(12, round(80 * scale)), chatter=max(40, round(320 * scale)),
+            end_ms=end_ms,
+        ),
+    }  # fmt: skip
+
+
+def variants(engine: EdgeEngine, embedder: Any) -> dict[str, HybridSearch]:
+    """The fusions and weights measured beside the defaults (`hybrid_variants`)."""
+    out: dict[str, HybridSearch] = {}
+    for fusion in FUSION_CANDIDATES:
+        for semantic, keyword in WEIGHT_CANDIDATES:
+            w = RankWeights(semantic=semantic, keyword=keyword, recency=0.2, importance=0.1)
+            out[f"{fusion}_{semantic:g}_{keyword:g}"] = HybridSearch(engine, embedder, w, fusion=fusion)
+    return out
+
+
+def run_set(name: str, session: LabeledSession, embedder: Any, now_ms: int, with_variants: bool) -> dict[str, Any]:
+    """One labeled set: indexed, then searched lexical-only, dense-only, hybrid (the defaults) and the variants."""
+    project = session.minutes[0].project_id
+    with tempfile.TemporaryDirectory(prefix="pvm-bench-retrieval-") as tmp:
+        engine = EdgeEngine(Path(tmp), dense_dimensions=embedder.dimensions)
+        try:
+            say(f"retrieval bench: {name}: {len(session.minutes):,} minutes, {len(session.queries)} queries; indexing")
+            seconds = index(session, engine, embedder, now_ms / 1000)
+            modes = {
+                "lexical": HybridSearch(engine, None, RankWeights(*defaults.SEARCH_WEIGHTS)),
+                "dense": HybridSearch(engine, embedder, RankWeights(semantic=1.0, keyword=0.0, recency=0.2,
+                                                                   importance=0.1)),
+                "hybrid": HybridSearch(engine, embedder, RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)),
+            }  # fmt: skip
+            results = {mode: evaluate(search, project, session.queries, now_ms) for mode, search in modes.items()}
+            sweep = {}
+            if with_variants:
+                say(f"retrieval bench: {name}: fusions and weights")
+                for label, search in variants(engine, embedder).items():
+                    sweep[label] = _short(evaluate(search, project, session.queries, now_ms))
+        finally:
+            engine.close()
+    lexical, dense, hybrid = (results[m]["all"]["recall_at_10"] for m in ("lexical", "dense", "hybrid"))
+    out: dict[str, Any] = {
+        "held_out": name in HELD_OUT,
+        "lexical_recall_at_10": lexical,
+        "dense_recall_at_10": dense,
+        "hybrid_recall_at_10": hybrid,
+        "hybrid_minus_best_leg": round(hybrid - max(lexical, dense), 3),
+        "multihop_recall_at_10": (results["hybrid"]["multihop"] or {}).get("recall_at_10"),
+        "old_answer_recall_at_10": (results["hybrid"]["old"] or {}).get("recall_at_10"),
+        "lexical_search_p99_ms": results["lexical"]["search_p99_ms"],
+        "hybrid_search_p99_ms": results["hybrid"]["search_p99_ms"],
+        "minutes": len(session.minutes),
+        "queries": len(session.queries),
+        "index_seconds": round(seconds, 2),
+        "detail": results,
+    }
+    if sweep:
+        out["hybrid_variants"] = sweep
+    return out
+
+
+def p99_at_scale(points: int, dimensions: int, queries: int = 200) -> dict[str, Any]:
+    """Search latency over `points` minutes of one project on the embedded engine: lexical, and hybrid with a
+    cached query vector (the vectors are random: latency does not depend on what they mean)."""
+    rng = random.Random(1)
+    end_ms = 1_800_000_000_000
+    minutes = list(stream({"bench-p99": 1.0}, points, seed=3, end_ms=end_ms))
+    texts = task_texts(rng, queries)
+    out: dict[str, Any] = {"points": points}
+    with tempfile.TemporaryDirectory(prefix="pvm-bench-p99-") as tmp:
+        engine = EdgeEngine(Path(tmp), dense_dimensions=dimensions)
+        try:
+            say(f"retrieval bench: latency: indexing {points:,} minutes")
+            records = [[m.id, seq, encode_minute(m)] for seq, m in enumerate(minutes, start=1)]
+            for start in range(0, len(records), INDEX_BATCH):
+                logged, _ = index_pool.decode(records[start : start + INDEX_BATCH])
+                built = index_pool.build_points(logged, now=end_ms / 1000)
+                engine.upsert([replace(p, dense=_random_unit(rng, dimensions)) for p in built])
+            engine.optimize("bench-p99")  # as the scheduler does every hour: segments merged, HNSW built
+            vector = _random_unit(rng, dimensions)
+            modes = {
+                "lexical": (HybridSearch(engine, None, RankWeights(*defaults.SEARCH_WEIGHTS)), None),
+                "hybrid_cached_vector": (
+                    HybridSearch(engine, _FixedEmbedder(vector), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)),
+                    vector,
+                ),
+            }
+            for mode, (search, _) in modes.items():
+                for text in texts[:10]:  # warm the shard and caches
+                    search.search("bench-p99", text, now_ms=end_ms)
+                latencies = []
+                for text in texts:
+                    started = time.perf_counter()
+                    search.search("bench-p99", text, k=10, now_ms=end_ms)
+                    latencies.append((time.perf_counter() - started) * 1000)
+                latencies.sort()
+                out[f"{mode}_p50_ms"] = round(percentile(latencies, 50), 2)
+                out[f"{mode}_p99_ms"] = round(percentile(latencies, 99), 2)
+        finally:
+            engine.close()
+    return out
+
+
+class _FixedEmbedder:
+    """An embedder whose every query vector is one cached vector (no model in the timed path)."""
+
+    def __init__(self, vector: list[float]) -> None:
+        self.vector = vector
+
+    @property
+    def dimensions(self) -> int:
+        return len(self.vector)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vector for _ in texts]
+
+
+def _random_unit(rng: random.Random, dimensions: int) -> list[float]:
+    v = [rng.gauss(0.0, 1.0) for _ in range(dimensions)]
+    norm = math.sqrt(sum(x * x for x in v)) or 1.0
+    return [x / norm for x in v]
+
+
+def run(embedder_name: str, seed: int, scale: float, with_variants: bool, p99_points: int) -> dict[str, Any]:
+    end_ms = int(time.time() * 1000)
+    now_ms = end_ms + 60_000
+    sets = labeled_sets(seed, scale, end_ms)
     server = start_server(embedder_name)
     try:
         model = "all-MiniLM-L6-v2" if embedder_name == "minilm" else "hash-embed"
         dimensions = None if embedder_name == "minilm" else HASH_DIMENSIONS
         embedder = OpenAIEmbedder(server.base_url, "bench", model, dimensions=dimensions)
         size = embedder.dimensions  # learned from the server when not configured (one probe request)
-        with tempfile.TemporaryDirectory(prefix="pvm-bench-retrieval-") as tmp:
-            engine = EdgeEngine(Path(tmp), dense_dimensions=size)
-            try:
-                say(f"retrieval bench: indexing through the index pool with {embedder_name} embeddings over HTTP")
-                seconds = index(session, engine, embedder, now_ms / 1000)
-                say(f"retrieval bench: indexed in {seconds:.1f} s; searching")
-                weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)  # what PVM uses with an embedder
-                lexical_weights = RankWeights(*defaults.SEARCH_WEIGHTS)  # ... and without one
-                dense_only = RankWeights(semantic=1.0, keyword=0.0, recency=0.0, importance=0.0)
-                # The first hybrid pass embeds each query over HTTP (its latency includes that); later passes reuse it.
-                cached = CachedEmbedder(embedder)
-                modes = {
-                    "lexical": HybridSearch(engine, None, lexical_weights),
-                    "hybrid": HybridSearch(engine, cached, weights),
-                    "dense_only": HybridSearch(engine, cached, dense_only),
-                }
-                results = {name: evaluate(search, session.queries, now_ms) for name, search in modes.items()}
-                say("retrieval bench: sweeping the keyword weight and the fusion")
-                sweep = {}
-                for keyword in SWEEP_KEYWORD_WEIGHTS:
-                    w = RankWeights(semantic=round(0.7 - keyword, 3), keyword=keyword, recency=0.2, importance=0.1)
-                    r = evaluate(HybridSearch(engine, cached, w), session.queries, now_ms)
-                    sweep[f"semantic_{w.semantic:g}_keyword_{keyword:g}"] = _short(r)
-                for fusion in ("minmax", "engine"):
-                    r = evaluate(HybridSearch(engine, cached, weights, fusion=fusion), session.queries, now_ms)
-                    sweep[f"fusion_{fusion}"] = _short(r)
-            finally:
-                engine.close()
+        cached = CachedEmbedder(embedder)
+        per_set = {name: run_set(name, session, cached, now_ms, with_variants) for name, session in sets.items()}
         stats = embedder.stats
         embedder.close()
     finally:
         server.stop()
-    out: dict[str, Any] = {}
-    for name, r in results.items():
-        for k in DEPTHS:
-            out[f"{name}_recall_at_{k}"] = r["all"][f"recall_at_{k}"]
+    box = machine()
+    for result in per_set.values():
+        result["machine"] = box
+    tuned = [r for n, r in per_set.items() if n not in HELD_OUT]
+    out: dict[str, Any] = {"sets": per_set}
+    for key in ("lexical_recall_at_10", "dense_recall_at_10", "hybrid_recall_at_10", "hybrid_minus_best_leg"):
+        out[key] = round(sum(r[key] for r in per_set.values()) / len(per_set), 3)
+        out[f"{key}_tuned_sets"] = round(sum(r[key] for r in tuned) / len(tuned), 3)
+    out["hybrid_minus_best_leg_worst"] = min(r["hybrid_minus_best_leg"] for r in per_set.values())
+    for key in ("multihop_recall_at_10", "old_answer_recall_at_10"):
+        values = [(r[key], r["queries"]) for r in per_set.values() if r[key] is not None]
+        out[key] = round(sum(v for v, _ in values) / len(values), 3) if values else None
+    if p99_points:
+        latency = p99_at_scale(p99_points, size)
+        latency["machine"] = box
+        out["latency"] = latency
+        out["search_p99_ms_100k"] = {
+            "lexical": latency["lexical_p99_ms"],
+            "hybrid_cached_vector": latency["hybrid_cached_vector_p99_ms"],
+            "points": p99_points,
+        }
     out.update(
         {
+            "held_out": sorted(HELD_OUT),
             "embedder": {
                 "name": embedder_name,
                 "model": model,
@@ -212,60 +349,49 @@ def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
                 "requests": stats.calls,
                 "texts": stats.texts,
             },
-            "queries": len(session.queries),
-            "queries_by_wording": _count(q.wording for q in session.queries),
-            "queries_by_kind": _count(q.kind for q in session.queries),
-            "minutes": len(session.minutes),
-            "relevant_per_query_mean": round(sum(relevant) / len(relevant), 2),
-            "index_seconds": round(seconds, 2),
-            "index_per_s": round(len(session.minutes) / seconds),
-            "lexical_search_p50_ms": results["lexical"]["search_p50_ms"],
-            "hybrid_search_p50_ms": results["hybrid"]["search_p50_ms"],
-            "detail": results,
-            "hybrid_variants": sweep,
-            "weights": {"semantic": weights.semantic, "keyword": weights.keyword, "recency": weights.recency,
-                        "importance": weights.importance},
-            "lexical_weights": {"keyword": lexical_weights.keyword, "recency": lexical_weights.recency,
-                                "importance": lexical_weights.importance},
+            "defaults": {
+                "fusion": defaults.SEARCH_FUSION,
+                "weights_with_embeddings": list(defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS),
+                "weights_lexical": list(defaults.SEARCH_WEIGHTS),
+                "prior_share": defaults.SEARCH_PRIOR_SHARE,
+                "recent_share": defaults.SEARCH_RECENT_SHARE,
+            },
             "seed": seed,
+            "scale": scale,
         }
-    )  # fmt: skip
+    )
     return out
 
 
-def _short(r: dict[str, Any]) -> dict[str, float]:
-    """Recall@5/@10 overall and on the exact / mixed / paraphrase queries."""
+def _short(r: dict[str, Any]) -> dict[str, float | None]:
+    """Recall@10 overall, on multi-hop and on old questions."""
     return {
-        f"{group}_recall_at_{k}": r[group][f"recall_at_{k}"]
-        for group in ("all", "exact", "mixed", "paraphrase")
-        if group in r
-        for k in DEPTHS
+        "recall_at_10": r["all"]["recall_at_10"],
+        "multihop_recall_at_10": (r["multihop"] or {}).get("recall_at_10"),
+        "old_answer_recall_at_10": (r["old"] or {}).get("recall_at_10"),
     }
 
 
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
-
-
 def table(result: dict[str, Any]) -> str:
-    detail = result["detail"]
-    groups = ["all", "exact", "mixed", "paraphrase", "failure", "conflict", "task"]
     lines = [
-        f"{result['minutes']:,} minutes, {result['queries']} queries "
-        f"({result['relevant_per_query_mean']} relevant each on average); embedder {result['embedder']['name']} "
-        f"({result['embedder']['model']}, {result['embedder']['dimensions']} dims)",
+        f"embedder {result['embedder']['name']} ({result['embedder']['model']}, {result['embedder']['dimensions']} "
+        f"dims); held out: {', '.join(result['held_out'])}",
         "",
-        f"{'recall@5 / @10':<14}" + "".join(f"{g:>16}" for g in groups),
+        f"{'set':<10}{'lexical@10':>12}{'dense@10':>10}{'hybrid@10':>11}{'hyb-best':>10}{'multihop':>10}{'old':>8}",
     ]
-    for mode in ("lexical", "hybrid", "dense_only"):
-        cells = "".join(
-            f"{detail[mode][g]['recall_at_5']:>9.3f} /{detail[mode][g]['recall_at_10']:.3f}"[-16:].rjust(16)
-            for g in groups
+    for name, r in result["sets"].items():
+        cells = [r["lexical_recall_at_10"], r["dense_recall_at_10"], r["hybrid_recall_at_10"],
+                 r["hybrid_minus_best_leg"], r["multihop_recall_at_10"], r["old_answer_recall_at_10"]]  # fmt: skip
+        widths = (12, 10, 11, 10, 10, 8)
+        text = "".join(("-" if v is None else f"{v:.3f}").rjust(w) for v, w in zip(cells, widths, strict=True))
+        lines.append(f"{name + ('*' if r['held_out'] else ''):<10}{text}")
+    if "latency" in result:
+        lat = result["latency"]
+        lines.append("")
+        lines.append(
+            f"latency at {lat['points']:,} minutes: lexical p99 {lat['lexical_p99_ms']} ms, "
+            f"hybrid (cached query vector) p99 {lat['hybrid_cached_vector_p99_ms']} ms"
         )
-        lines.append(f"{mode:<14}{cells}")
     lines.append("")
     lines.append(machine_line(result["machine"], server=False))
     return "\n".join(lines)
@@ -279,7 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"dense leg: minilm (all-MiniLM-L6-v2) or hash (the tests' hashing server); default here: {default}",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of situations (default 1)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the size of every set (default 1)")
+    parser.add_argument("--variants", action="store_true", help="also measure every fusion and weight candidate")
+    parser.add_argument(
+        "--p99-points", type=int, default=100_000,
+        help="minutes of the latency measurement (search_p99_ms_100k); 0 skips it",
+    )  # fmt: skip
     args = parse(parser, argv)
     if args.embedder == "minilm" and not embed_server.available():
         parser.error(
@@ -290,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--scale must be positive")
     started = time.monotonic()
     with measuring("retrieval bench") as outcome:
-        result = run(args.embedder, args.seed, args.scale)
+        result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)

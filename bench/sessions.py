@@ -226,8 +226,10 @@ class Query:
 
     text: str
     relevant: frozenset[str]
-    kind: str  # the situation's kind: failure | conflict | task
+    kind: str  # the situation's kind: failure | conflict | task (other sets name their own)
     wording: str  # exact | mixed | paraphrase
+    multihop: bool = False  # the answer spans minutes that do not each state it (a chain, a before and after)
+    old: bool = False  # every answer lies in the oldest third of a long timeline (bench/timeline.py)
 
 
 @dataclass

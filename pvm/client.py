@@ -194,8 +194,13 @@ class PVMClient:
         since_ms: int | None = None,
         until_ms: int | None = None,
         min_composite: float | None = None,
+        prefer: str | None = None,
     ) -> dict[str, Any]:
-        """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first."""
+        """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first.
+
+        `prefer`: "recent" lets recency lead, "relevant" keeps it a tie-breaker;
+        None lets the query's words decide ("latest", "current", "now"...).
+        """
         params = {
             "q": query,
             "k": k,
@@ -207,6 +212,7 @@ class PVMClient:
             "since_ms": since_ms,
             "until_ms": until_ms,
             "min_composite": min_composite,
+            "prefer": prefer,
         }
         return self._json("GET", self._project(project_id, "search"), params)
 

@@ -225,3 +225,21 @@ API_FACTS_MAX = 1_000  # the largest `limit`
 API_FACTS_MAX_OFFSET = 100_000  # the largest `offset`
 API_FACTS_SEARCH_MAX = 1_000  # with `q`, facts ranked at most (offset + limit past it: no further page)
 API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts worker decides, then answers 503
+
+# Retrieval ranking, pvm/search.py (area: retrieval, issue 12). Chosen on bench/retrieval.py's sessions and timeline
+# sets; the multi-hop set is held out (docs/search.md has the numbers).
+SEARCH_FUSION = "minmax"  # how the legs are put on one scale: max | minmax | engine | rrf (docs/search.md)
+SEARCH_RRF_K = 10  # fusion "rrf": each leg adds weight / (k + rank)
+# Recency and importance are a prior: together at most this share of a score, so they order near-ties of relevance
+# and never lift a minute that matches worse by more than this over one that matches better.
+SEARCH_PRIOR_SHARE = 0.05
+# When the query asks for the newest ("latest", "current", "now", "last time"...) or the caller does
+# (prefer="recent"), recency leads with this share: the candidates' own span, newest 1, oldest 0.
+SEARCH_RECENT_SHARE = 0.5
+SEARCH_RECENT_WORDS = (
+    "latest", "current", "currently", "now", "nowadays", "these days", "today", "last time", "most recent",
+    "recently", "newest", "lately", "right now", "at the moment",
+)  # fmt: skip
+# Importance is the stored scores without their recency (ranking counts recency once): the mean of these parts,
+# or the composite where a payload has only that (fact points).
+SEARCH_IMPORTANCE_PARTS = ("relevance", "accuracy", "impact")

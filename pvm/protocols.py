@@ -45,6 +45,12 @@ class MemoryPoint:
     ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
     dense: list[float] | None = None
     kind: str = MINUTE
+    dense_text: str | None = None  # what the dense leg embeds; None: `text`
+
+    @property
+    def embed_text(self) -> str:
+        """The text the embedder gets: `dense_text` when the point has one, else the lexical `text`."""
+        return self.text if self.dense_text is None else self.dense_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,16 @@ class FactFilters:
 # What ranking reads of a candidate. A query with with_payload=False returns payloads holding only these
 # (the composite nested as written, ``{"scores": {"composite": ...}}``): fetching and unpacking whole payloads
 # for every candidate cost more than the search; `retrieve` fetches them for the few that rank highest.
-RANKING_FIELDS = ("project_id", "minute_id", "timestamp_ms", "scores.composite")
+RANKING_FIELDS = (
+    "project_id",
+    "minute_id",
+    "timestamp_ms",
+    "scores.composite",
+    # importance without recency (`pvm.vectors.importance`); the embedded engine stores it flat instead
+    "scores.relevance",
+    "scores.accuracy",
+    "scores.impact",
+)
 
 
 @dataclass(frozen=True, slots=True)

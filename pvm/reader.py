@@ -67,7 +67,7 @@ class Searcher(Protocol):
     """Finds a project's minutes for a text (`pvm.search.HybridSearch`)."""
 
     def search_result(
-        self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ...
+        self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ..., *, prefer: Any = ...
     ) -> SearchResult: ...
 
 
@@ -224,19 +224,35 @@ class ContextReader:
         return [found[i] for i in ids if i in found]
 
     def search(
-        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = defaults.SEARCH_K
+        self,
+        project_id: str,
+        query: str,
+        filters: SearchFilters | None = None,
+        k: int = defaults.SEARCH_K,
+        *,
+        prefer: str | None = None,
     ) -> list[SearchHit]:
-        """Hybrid search over the project's indexed minutes."""
-        return self.search_result(project_id, query, filters, k).hits
+        """Hybrid search over the project's indexed minutes.
+
+        Relevance decides; `prefer="recent"` lets recency lead (as a query
+        saying "latest" or "current" does), `prefer="relevant"` never.
+        """
+        return self.search_result(project_id, query, filters, k, prefer=prefer).hits
 
     def search_result(
-        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = defaults.SEARCH_K
+        self,
+        project_id: str,
+        query: str,
+        filters: SearchFilters | None = None,
+        k: int = defaults.SEARCH_K,
+        *,
+        prefer: str | None = None,
     ) -> SearchResult:
         """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
         require_project(project_id)
         if self.searcher is None:
             raise RuntimeError("this reader has no vector store configured; semantic search is unavailable")
-        result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k)
+        result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k, prefer=prefer)
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
 

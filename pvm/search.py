@@ -3,13 +3,20 @@
 The engine (`pvm.vectors`) returns candidates from the lexical leg and, when an
 embedder is configured, the dense leg, with each leg's score and Qdrant's fused
 score. `HybridSearch` takes more candidates than asked for
-(max(50, 5·k)), puts every part on 0..1 per query and ranks by
+(max(50, 5·k)), puts every part on 0..1 per query and ranks by relevance,
+with recency and importance as a prior that orders near-ties (issue 12):
 
-    score = (w_sem·semantic + w_kw·keyword + w_rec·recency + w_imp·importance) / Σw
+    relevance = (w_sem·semantic + w_kw·keyword) / (w_sem + w_kw)
+    prior     = (w_rec·recency + w_imp·importance) / (w_rec + w_imp)
+    score     = (1 - SEARCH_PRIOR_SHARE)·relevance + SEARCH_PRIOR_SHARE·prior
 
 with recency = 0.5 ** (age / half-life) (default half-life 7 days) and
-importance = the stored composite score. Without a dense leg the weights are
-renormalized over the parts present, so lexical-only scores still span 0..1.
+importance = the stored scores without their recency (`pvm.vectors.importance`).
+Recency leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own
+time span) only when the query asks for the newest or the caller passes
+``prefer="recent"``. The default fusion (`SEARCH_FUSION`, min-max) was chosen
+on bench/retrieval.py's sessions and timeline sets (docs/search.md); the
+measurements below are of bench/fusion.py's toy set, from before that.
 
 How the two legs are put on 0..1 (`fusion`) was chosen by measurement,
 `bench/fusion.py --json` (seed 7): 600 minutes on 150 topics, 150 queries
@@ -61,6 +68,7 @@ project tiers are the project's own; the global tier is read only when
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -73,7 +81,7 @@ from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilter
 from pvm import defaults
 from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, VectorEngine
 from pvm.providers import CircuitBreaker
-from pvm.vectors import GLOBAL_TENANT, require_project
+from pvm.vectors import GLOBAL_TENANT, importance, require_project
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +90,19 @@ HALF_LIFE_MS = defaults.SEARCH_HALF_LIFE_MS
 # How the lexical and dense legs are put on 0..1 before weighting (see the module docstring):
 # "max" divides each leg by its best score, "minmax" stretches each leg over 0..1,
 # "engine" uses Qdrant's fused score (RRF k=60 or DBSF, as the engine was built) for both legs' share.
-FusionMode = Literal["max", "minmax", "engine"]
-FUSION_MODES: tuple[str, ...] = ("max", "minmax", "engine")
-DEFAULT_FUSION: FusionMode = "max"
+# "rrf" sums each leg's 1 / (k + rank) with k = SEARCH_RRF_K (small: the top ranks decide), weighted by the legs'
+# weights, over the best possible sum.
+FusionMode = Literal["max", "minmax", "engine", "rrf"]
+FUSION_MODES: tuple[str, ...] = ("max", "minmax", "engine", "rrf")
+DEFAULT_FUSION: FusionMode = defaults.SEARCH_FUSION  # type: ignore[assignment]
+
+# What a search ranks by besides relevance (`prefer`): None reads the query ("latest", "current", "now"...),
+# "relevant" never lets recency lead, "recent" always does.
+Prefer = Literal["relevant", "recent"]
+PREFERENCES: tuple[str, ...] = ("relevant", "recent")
+_RECENT_WORDS = re.compile(
+    r"\b(?:" + "|".join(w.replace(" ", r"\s+") for w in defaults.SEARCH_RECENT_WORDS) + r")\b", re.IGNORECASE
+)
 
 DENSE_COOLDOWN_S = defaults.SEARCH_DENSE_COOLDOWN_S
 DEGRADED_PREFIX = "dense leg skipped: "
@@ -184,6 +202,7 @@ class HybridSearch:
         tiers: Collection[str] = DEFAULT_TIERS,
         statuses: Collection[str] | None = None,
         as_of: str | datetime | int | None = None,
+        prefer: Prefer | None = None,
     ) -> list[Hit]:
         """The best `k` minutes (and/or facts) of the project for `query`, best first (`search_result`'s `ranked`)."""
         return self.search_result(
@@ -197,6 +216,7 @@ class HybridSearch:
             tiers=tiers,
             statuses=statuses,
             as_of=as_of,
+            prefer=prefer,
         ).ranked
 
     def search_result(
@@ -212,6 +232,7 @@ class HybridSearch:
         tiers: Collection[str] = DEFAULT_TIERS,
         statuses: Collection[str] | None = None,
         as_of: str | datetime | int | None = None,
+        prefer: Prefer | None = None,
     ) -> SearchResult:
         """The best `k` minutes and/or facts of the project for `query` within `filters`, and whether it degraded.
 
@@ -226,6 +247,11 @@ class HybridSearch:
         cleared by then, and the minutes written by then; recency is measured
         from it unless `now_ms` is given.
 
+        Relevance decides the order; recency and importance break near-ties.
+        Recency leads when the query asks for the newest ("latest", "current",
+        "now", "last time": `SEARCH_RECENT_WORDS`) or `prefer` is "recent";
+        `prefer="relevant"` keeps it a tie-breaker whatever the query says.
+
         An empty query finds nothing. If the query cannot be embedded (or the
         breaker says the provider is failing), the search goes on with the
         lexical leg alone and `degraded` says why: a reader must answer.
@@ -239,6 +265,7 @@ class HybridSearch:
             raise ValueError(f"k must be a positive whole number, got {k!r}")
         wanted = _among("kinds", kinds, KINDS, empty_ok=False)
         as_of_ms = _instant_ms(as_of)
+        recent = wants_recent(query, prefer)
         facts = None
         if FACT in wanted:
             facts = FactFilters(
@@ -257,10 +284,10 @@ class HybridSearch:
         now = now_ms if now_ms is not None else as_of_ms if as_of_ms is not None else int(time.time() * 1000)
         if facts is not None or as_of_ms is not None:
             return self._search_kinds(
-                project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded
+                project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded, recent
             )
         candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
-        best = self._ranked(candidates, now, limit)[:k]
+        best = self._ranked(candidates, now, limit, recent)[:k]
         if not best:
             return SearchResult([], degraded)
         stored = {c.minute_id: c.payload for c in self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])}
@@ -282,6 +309,7 @@ class HybridSearch:
         facts: FactFilters | None,
         as_of_ms: int | None,
         degraded: str | None,
+        recent: bool = False,
     ) -> SearchResult:
         """`search_result` for facts, or for minutes as of a time: one query per kind and tenant, ranked together.
 
@@ -308,7 +336,7 @@ class HybridSearch:
             for c in found:
                 source[id(c)] = (kind, tenant)
             candidates += found
-        best = self._ranked(candidates, now, limit)[:k]
+        best = self._ranked(candidates, now, limit, recent)[:k]
         wanted: dict[tuple[str, str], list[str]] = {}
         for _, c, _ in best:
             wanted.setdefault(source[id(c)], []).append(c.minute_id)
@@ -332,7 +360,13 @@ class HybridSearch:
         return SearchResult(hits, degraded, fact_hits)
 
     def rank(
-        self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, k: int | None = None
+        self,
+        candidates: Sequence[Candidate],
+        now_ms: int,
+        limit: int | None = None,
+        k: int | None = None,
+        *,
+        recent: bool = False,
     ) -> list[SearchHit]:
         """The best `k` candidates (all by default) as hits, best first: the ranking `search` applies.
 
@@ -343,25 +377,34 @@ class HybridSearch:
         """
         return [
             _hit(c.minute_id, c.payload, score, parts)
-            for score, c, parts in self._ranked(candidates, now_ms, limit)[:k]
+            for score, c, parts in self._ranked(candidates, now_ms, limit, recent)[:k]
         ]
 
     def _ranked(
-        self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None
+        self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, recent: bool = False
     ) -> list[tuple[float, Candidate, dict[str, float]]]:
-        """Every candidate with its score and the parts of it, best first (`rank` without building hits)."""
+        """Every candidate with its score and the parts of it, best first (`rank` without building hits).
+
+        Relevance (the legs, fused) decides; recency and importance are a prior
+        of at most `SEARCH_PRIOR_SHARE` of the score that orders near-ties. With
+        `recent`, recency among the candidates (newest 1, oldest 0) takes
+        `SEARCH_RECENT_SHARE` of the score instead.
+        """
         if not candidates:
             return []
         w = self.weights
         limit = limit or len(candidates)
         dense_leg = any(c.semantic or "semantic_rank" in c.extra for c in candidates)
-        keyword = self._leg(candidates, "keyword", limit)
-        semantic = self._leg(candidates, "semantic", limit) if dense_leg else [0.0] * len(candidates)
-        fused = _max_normalized([c.fused for c in candidates])
-        total = w.keyword + w.recency + w.importance + (w.semantic if dense_leg else 0.0)
+        w_sem = w.semantic if dense_leg else 0.0
+        relevance, keyword, semantic = self._relevance(candidates, limit, dense_leg)
+        timestamps = [_timestamp_ms(c) for c in candidates]
+        known = [t for t in timestamps if t is not None]
+        oldest, newest = (min(known), max(known)) if known else (0, 0)
+        prior_total = w.recency + w.importance
+        prior_share = defaults.SEARCH_PRIOR_SHARE if w.keyword + w_sem > 0 else 1.0
         scored: list[tuple[float, int, str, Candidate, dict[str, float]]] = []
         for i, c in enumerate(candidates):
-            timestamp = _timestamp_ms(c)
+            timestamp = timestamps[i]
             parts = {
                 "keyword": keyword[i],
                 "recency": _recency(timestamp, now_ms, self.half_life_ms),
@@ -369,15 +412,47 @@ class HybridSearch:
             }
             if dense_leg:
                 parts["semantic"] = semantic[i]
-            if self.fusion == "engine":
-                parts["fused"] = fused[i]
-                relevance = (w.keyword + (w.semantic if dense_leg else 0.0)) * fused[i]
-            else:
-                relevance = w.keyword * keyword[i] + w.semantic * semantic[i]
-            score = (relevance + w.recency * parts["recency"] + w.importance * parts["importance"]) / total
+            if self.fusion in ("engine", "rrf"):
+                parts["fused"] = relevance[i]
+            prior = (
+                (w.recency * parts["recency"] + w.importance * parts["importance"]) / prior_total
+                if prior_total
+                else 0.0
+            )
+            score = (1 - prior_share) * relevance[i] + prior_share * prior
+            if recent:
+                newness = (timestamp - oldest) / (newest - oldest) if timestamp is not None and newest > oldest else 0.0
+                parts["newness"] = newness
+                score = (1 - defaults.SEARCH_RECENT_SHARE) * score + defaults.SEARCH_RECENT_SHARE * newness
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
         return [(score, c, parts) for score, _, _, c, parts in scored]
+
+    def _relevance(
+        self, candidates: Sequence[Candidate], limit: int, dense_leg: bool
+    ) -> tuple[list[float], list[float], list[float]]:
+        """How well each candidate matches the query, 0..1, by the fusion of the legs; and each leg's scores on 0..1."""
+        w = self.weights
+        w_sem = w.semantic if dense_leg else 0.0
+        keyword = self._leg(candidates, "keyword", limit)
+        semantic = self._leg(candidates, "semantic", limit) if dense_leg else [0.0] * len(candidates)
+        total = w.keyword + w_sem
+        if total <= 0:
+            return [0.0] * len(candidates), keyword, semantic
+        if self.fusion == "engine":
+            return _max_normalized([c.fused for c in candidates]), keyword, semantic
+        if self.fusion == "rrf":
+            k = defaults.SEARCH_RRF_K
+            missed = limit + 1
+            sums = []
+            for c in candidates:
+                value = w.keyword / (k + c.extra.get("keyword_rank", missed))
+                if dense_leg:
+                    value += w_sem / (k + c.extra.get("semantic_rank", missed))
+                sums.append(value / (total / (k + 1)))
+            return sums, keyword, semantic
+        fused = [(w.keyword * kw + w_sem * sem) / total for kw, sem in zip(keyword, semantic, strict=True)]
+        return fused, keyword, semantic
 
     def _leg(self, candidates: Sequence[Candidate], leg: str, limit: int) -> list[float]:
         """One leg's scores on 0..1 for every candidate, missed candidates included."""
@@ -422,6 +497,15 @@ class HybridSearch:
         if self.dense_breaker.succeeded():
             log.warning("query embeddings work again: searches use the dense leg")
         return list(vector), None
+
+
+def wants_recent(query: str, prefer: str | None = None) -> bool:
+    """Whether recency leads this search: `prefer` says so ("recent" / "relevant"), else the query's words do."""
+    if prefer is None:
+        return _RECENT_WORDS.search(query) is not None
+    if prefer not in PREFERENCES:
+        raise ValueError(f"prefer={prefer!r} is not one of {', '.join(PREFERENCES)} (or None: read the query)")
+    return prefer == "recent"
 
 
 def _among(name: str, values: Collection[str], allowed: tuple[str, ...], *, empty_ok: bool = True) -> tuple[str, ...]:
@@ -491,11 +575,9 @@ def _recency(timestamp_ms: int | None, now_ms: int, half_life_ms: int) -> float:
 
 
 def _importance(payload: dict[str, Any]) -> float:
-    scores = payload.get("scores")
-    value = scores.get("composite") if isinstance(scores, dict) else None
-    if not isinstance(value, int | float):
-        return 0.0
-    return min(1.0, max(0.0, float(value)))
+    """The stored scores without their recency (`pvm.vectors.importance`), 0..1; 0 when there are none."""
+    value = importance(payload.get("scores"))
+    return 0.0 if value is None else min(1.0, max(0.0, value))
 
 
 def _parsed(parse: Callable[[Any], Any], raw: Any) -> Any:

@@ -47,6 +47,7 @@ from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from pvm import defaults
 from pvm.config import Settings
 from pvm.reader import ContextReader
+from pvm.search import PREFERENCES
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
 from pvm.vectors import VectorStoreError
@@ -354,6 +355,12 @@ def create_app(
             return Response(package.render(), media_type="text/plain; charset=utf-8")
         return package.to_dict()
 
+    def prefer_param(request: Request) -> str | None:
+        prefer = request.query_params.get("prefer") or None
+        if prefer is not None and prefer not in PREFERENCES:
+            raise BadRequest(f"query parameter prefer={prefer!r} is not one of {', '.join(PREFERENCES)} (or absent)")
+        return prefer
+
     def search(request: Request, body: bytes) -> Any:
         query = request.query_params.get("q")
         if not query:
@@ -365,6 +372,7 @@ def create_app(
             query,
             filters_from_query(request),
             int_param(request, "k", defaults.SEARCH_K, 1, 100),
+            prefer=prefer_param(request),
         )
         # degraded: None, or why the answer is lexical-only (the query could not be embedded).
         return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}

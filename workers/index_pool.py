@@ -183,6 +183,39 @@ def _lexical_text(minute: Minute, kind: str | None) -> str:
     return " ".join([stripped for part in parts if (stripped := part.strip())])
 
 
+# data keys holding the minute's own words, which the dense leg embeds after the note.
+_DENSE_DATA_KEYS = (
+    "reasoning",
+    "assignment_reasoning",
+    "rationale",
+    "decision",
+    "resolution",
+    "error",
+    "reason",
+    "summary",
+    "description",
+    "capability",
+)
+
+
+def dense_text(minute: Minute) -> str:
+    """The text the dense leg embeds: the minute's own words (note, reasoning, key data), as a person would embed it.
+
+    Event type, agent and task id stay out: they are filters and payload, and
+    in the embedded text they pull every minute of one type or agent together.
+    A minute with no words of its own embeds its lexical text.
+    """
+    parts = [minute.memory_note] if stated_text(minute.memory_note) else []
+    data = minute.data
+    if data:
+        for key in _DENSE_DATA_KEYS:
+            value = stated_text(data.get(key))
+            if value and value not in parts:
+                parts.append(value)
+    text = " ".join(p.strip() for p in parts if p)
+    return text or lexical_text(minute)
+
+
 def build_points(records: Sequence[LoggedMinute], now: float | None = None) -> list[MemoryPoint]:
     """Vector-store points for a batch, one per minute; `dense` is left for the embedder."""
     return _points(_unique(records), time.time() if now is None else now)
@@ -214,7 +247,13 @@ def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
             "seq": r.seq,
         }
         points.append(
-            MemoryPoint(minute_id=m.id, project_id=m.project_id, text=_lexical_text(m, kind), payload=payload)
+            MemoryPoint(
+                minute_id=m.id,
+                project_id=m.project_id,
+                text=_lexical_text(m, kind),
+                payload=payload,
+                dense_text=dense_text(m),
+            )
         )
     return points
 
@@ -354,7 +393,7 @@ def _upsert(ctx: IndexContext, points: Sequence[MemoryPoint]) -> dict[str, Excep
         started = time.monotonic()
         outcome = "error"
         try:
-            vectors = embedder.embed([p.text for p in points])
+            vectors = embedder.embed([p.embed_text for p in points])
             outcome = "ok"
         finally:
             ctx.metrics.provider_call(
@@ -620,7 +659,7 @@ def _embedded(ctx: IndexContext, points: Sequence[MemoryPoint]) -> list[MemoryPo
     todo = [i for i, p in enumerate(points) if p.kind == FACT and p.dense is None]
     if embedder.dimensions is None or not todo:
         return list(points)
-    vectors = embedder.embed([points[i].text for i in todo])
+    vectors = embedder.embed([points[i].embed_text for i in todo])
     out = list(points)
     for i, vector in zip(todo, vectors, strict=True):
         out[i] = replace(out[i], dense=list(vector))

@@ -562,6 +562,11 @@ def _minute_operations() -> dict[str, Operation]:
                 query("since_ms", _bounded(0, 2**53), "minutes at or after this time (Unix ms; 0: no bound)"),
                 query("until_ms", _bounded(0, 2**53), "minutes before this time (Unix ms; 0: no bound)"),
                 query("min_composite", _bounded(0.0, 1.0), "the least composite score"),
+                query(
+                    "prefer",
+                    {"type": "string", "enum": ["relevant", "recent"]},
+                    "recent: recency leads; relevant: it only breaks ties (absent: the query's words decide)",
+                ),
             ],
             _answer("the hits, best first", "SearchAnswer"),
         ),

@@ -26,10 +26,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
+from pvm import defaults
 from pvm.protocols import FACT, MINUTE, POINT_KINDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 
 # Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
@@ -63,6 +64,31 @@ KEYWORD_FIELDS = ("agent_id", "event_type", "category", "task_id", "thread_id", 
 INTEGER_FIELDS = ("timestamp_ms",)
 FLOAT_FIELDS = ("scores.composite",)
 FACT_PAYLOAD_FIELDS = tuple(f for f in (*FACT_KEYWORD_FIELDS, *FACT_INTEGER_FIELDS) if f != KIND)
+
+
+def importance(scores: object) -> float | None:
+    """What a point's stored scores say it is worth, without their recency (search counts recency once).
+
+    The mean of `SEARCH_IMPORTANCE_PARTS` (relevance, accuracy, impact) when
+    the scores hold them all; else the composite (a fact point holds only
+    that: the fact's importance); an ``importance`` an engine stored is taken
+    as it is. None when the scores say nothing.
+    """
+    if not isinstance(scores, dict):
+        return None
+    value = scores.get("importance")
+    if _number(value):
+        return float(value)
+    parts = [scores.get(p) for p in defaults.SEARCH_IMPORTANCE_PARTS]
+    numbers = [float(p) for p in parts if _number(p)]
+    if numbers and len(numbers) == len(parts):
+        return sum(numbers) / len(numbers)
+    composite = scores.get("composite")
+    return float(composite) if _number(composite) else None
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class VectorStoreError(RuntimeError):

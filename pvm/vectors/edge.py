@@ -114,6 +114,7 @@ from pvm.vectors import (
     check_point,
     conditions,
     fact_point_id,
+    importance,
     is_tenant,
     merge_legs,
     ordered_records,
@@ -148,12 +149,17 @@ JSON_PACKED_FIELD = "_packed"  # what shards written before _msgpack hold: JSON
 # scores.composite, stored flat: a nested object costs qdrant-edge a conversion of its own. The whole
 # `scores` travels packed; this copy serves the min_composite filter and ranking.
 COMPOSITE_FIELD = "_composite"
-STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}  # a filter's payload key -> the key it is stored under
+STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}
+# The point's importance without recency (`pvm.vectors.importance` of its scores), stored flat for ranking;
+# points written before it rank by their composite until re-indexed.
+IMPORTANCE_FIELD = "_importance"  # a filter's payload key -> the key it is stored under
 _DIRECT = frozenset(DIRECT_FIELDS)
 _OWN = frozenset(("project_id", "minute_id"))  # payload keys `_pack` takes from the point itself
 # RANKING_FIELDS as stored: the minute id is read from the front of PACKED_FIELD (or a legacy _packed JSON).
 _RANKING_DIRECT = tuple(f for f in RANKING_FIELDS if f in _DIRECT)
-_RANKING_SELECTOR = qe.PayloadSelector.Include([*_RANKING_DIRECT, COMPOSITE_FIELD, PACKED_FIELD, JSON_PACKED_FIELD])
+_RANKING_SELECTOR = qe.PayloadSelector.Include(
+    [*_RANKING_DIRECT, COMPOSITE_FIELD, IMPORTANCE_FIELD, PACKED_FIELD, JSON_PACKED_FIELD]
+)
 
 
 @dataclass
@@ -680,6 +686,9 @@ def _pack(point: MemoryPoint, packer: msgpack.Packer | None = None) -> dict[str,
     composite = scores.get("composite") if isinstance(scores, dict) else None
     if isinstance(composite, int | float) and not isinstance(composite, bool):
         stored[COMPOSITE_FIELD] = float(composite)
+    worth = importance(scores)
+    if worth is not None:
+        stored[IMPORTANCE_FIELD] = worth
     try:
         packed = packer.pack(rest) if packer is not None else msgpack.packb(rest)
     except (TypeError, ValueError) as exc:
@@ -707,6 +716,9 @@ def _ranking_payload(stored: dict[str, Any]) -> dict[str, Any]:
     composite = stored.get(COMPOSITE_FIELD)
     if composite is not None:
         payload["scores"] = {"composite": composite}
+    worth = stored.get(IMPORTANCE_FIELD)
+    if worth is not None:
+        payload.setdefault("scores", {})["importance"] = worth
     return payload
 
 
@@ -716,6 +728,7 @@ def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:
     payload = dict(stored)
     packed = payload.pop(PACKED_FIELD, None)
     payload.pop(COMPOSITE_FIELD, None)
+    payload.pop(IMPORTANCE_FIELD, None)
     if packed is not None:
         payload["minute_id"], blob = _packed_parts(packed)
         payload.update(msgpack.unpackb(base64.b64decode(blob), strict_map_key=False))

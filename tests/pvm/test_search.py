@@ -20,6 +20,7 @@ from contracts import Minute
 from contracts import fact_changes as fc
 from contracts.facts import GLOBAL_KEY, Fact, FactStatus, TierKey
 from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
+from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch, SearchResult
@@ -42,6 +43,8 @@ def memory_point(
     *,
     age_ms: int = 0,
     composite: float = 0.5,
+    parts: float | None = None,
+    score_recency: float = 1.0,
     category: str = "project_knowledge",
     dense: list[float] | None = None,
 ) -> MemoryPoint:
@@ -55,7 +58,13 @@ def memory_point(
         "task_id": None,
         "thread_id": None,
         "insights": [{"type": "outcome", "finding": f"about {text}", "confidence": 0.8, "applicable_contexts": ["x"]}],
-        "scores": {"recency": 1.0, "relevance": 0.5, "accuracy": 0.7, "impact": 0.4, "composite": composite},
+        "scores": {
+            "recency": score_recency,
+            "relevance": 0.5 if parts is None else parts,
+            "accuracy": 0.7 if parts is None else parts,
+            "impact": 0.4 if parts is None else parts,
+            "composite": composite,
+        },
         "minute": {"id": minute_id, "project_id": project_id, "event_type": "decision", "data": {"text": text}},
     }
     return MemoryPoint(minute_id=minute_id, project_id=project_id, text=text, payload=payload, dense=dense)
@@ -115,7 +124,7 @@ def test_hits_carry_the_minute_category_insights_and_scores(engine: EdgeEngine) 
 
 
 def test_without_a_dense_leg_the_weights_are_renormalized(engine: EdgeEngine) -> None:
-    engine.upsert([memory_point("alpha", "m1", "gateway rollback", composite=1.0)])
+    engine.upsert([memory_point("alpha", "m1", "gateway rollback", composite=1.0, parts=1.0)])
     [hit] = HybridSearch(engine).search("alpha", "gateway rollback", now_ms=NOW)
     # keyword, recency and importance all 1: the score is 1, not 0.6 (semantic's 0.4 missing).
     assert hit.parts == {"keyword": 1.0, "recency": 1.0, "importance": 1.0}
@@ -126,9 +135,9 @@ def test_ranking_honours_the_weights(engine: EdgeEngine) -> None:
     engine.upsert(
         [
             # Strong keyword match, but a month old and unimportant.
-            memory_point("alpha", "old", "gateway rollback after gateway timeout", age_ms=30 * DAY, composite=0.1),
+            memory_point("alpha", "old", "gateway rollback after gateway timeout", age_ms=30 * DAY, parts=0.1),
             # Weak keyword match, fresh and important.
-            memory_point("alpha", "new", "timeout seen while reviewing the schema", composite=0.9),
+            memory_point("alpha", "new", "timeout seen while reviewing the schema", parts=0.9),
         ]
     )
     query = "gateway rollback timeout"
@@ -136,13 +145,77 @@ def test_ranking_honours_the_weights(engine: EdgeEngine) -> None:
     recency_heavy = HybridSearch(engine, weights=RankWeights(keyword=0.1, recency=1.0, importance=0.0))
     importance_heavy = HybridSearch(engine, weights=RankWeights(keyword=0.1, recency=0.0, importance=1.0))
     assert [h.minute_id for h in keyword_heavy.search("alpha", query, now_ms=NOW)] == ["old", "new"]
-    assert [h.minute_id for h in recency_heavy.search("alpha", query, now_ms=NOW)] == ["new", "old"]
-    assert [h.minute_id for h in importance_heavy.search("alpha", query, now_ms=NOW)] == ["new", "old"]
+    # Recency and importance are a prior: whatever their weights, the better match stays first ...
+    assert [h.minute_id for h in recency_heavy.search("alpha", query, now_ms=NOW)] == ["old", "new"]
+    assert [h.minute_id for h in importance_heavy.search("alpha", query, now_ms=NOW)] == ["old", "new"]
+    # ... unless the caller asks for the newest.
+    assert [h.minute_id for h in recency_heavy.search("alpha", query, now_ms=NOW, prefer="recent")] == ["new", "old"]
     hits = HybridSearch(engine).search("alpha", query, now_ms=NOW)
+    share = defaults.SEARCH_PRIOR_SHARE
     for hit in hits:
         parts = hit.parts
-        expected = (0.3 * parts["keyword"] + 0.2 * parts["recency"] + 0.1 * parts["importance"]) / 0.6
-        assert hit.score == pytest.approx(expected)
+        prior = (0.2 * parts["recency"] + 0.1 * parts["importance"]) / 0.3
+        assert hit.score == pytest.approx((1 - share) * parts["keyword"] + share * prior)
+
+
+def test_an_old_minute_that_matches_outranks_a_new_one_that_does_not(engine: EdgeEngine) -> None:
+    # Eight months old and the answer, against a minute of yesterday that shares a word of the question.
+    engine.upsert(
+        [
+            memory_point("alpha", "answer", "decided: the billing engine database is PostgreSQL", age_ms=240 * DAY),
+            memory_point("alpha", "chatter", "checked the billing engine database dashboards", age_ms=DAY),
+        ]
+    )
+    hits = HybridSearch(engine).search("alpha", "which database did the billing engine use, PostgreSQL?", now_ms=NOW)
+    assert [h.minute_id for h in hits] == ["answer", "chatter"]
+
+
+def test_recency_breaks_near_ties_and_leads_when_the_query_asks_for_the_newest(engine: EdgeEngine) -> None:
+    engine.upsert(
+        [
+            memory_point("alpha", "first", "the billing engine datastore is PostgreSQL", age_ms=200 * DAY),
+            memory_point("alpha", "switch", "billing engine datastore switched to CockroachDB", age_ms=20 * DAY),
+            memory_point("alpha", "twin", "the billing engine datastore is PostgreSQL", age_ms=100 * DAY),
+        ]
+    )
+    search = HybridSearch(engine, fusion="max")  # with three candidates min-max would put the weakest at 0
+    # Equal matches: the newer first.
+    assert [h.minute_id for h in search.search("alpha", "billing engine PostgreSQL", now_ms=NOW)][:2] == [
+        "twin",
+        "first",
+    ]
+    # "currently" asks for the newest: the switch leads though "is" matches the older minutes' wording better.
+    asked = search.search("alpha", "which datastore is the billing engine currently on", now_ms=NOW)
+    assert asked[0].minute_id == "switch" and "newness" in asked[0].parts
+    plain = search.search("alpha", "which datastore is the billing engine on", now_ms=NOW)
+    assert "newness" not in plain[0].parts
+    # The caller can ask for the newest, or forbid it whatever the query says.
+    assert search.search("alpha", "billing engine datastore", now_ms=NOW, prefer="recent")[0].minute_id == "switch"
+    relevant = search.search("alpha", "billing engine datastore now", now_ms=NOW, prefer="relevant")
+    assert "newness" not in relevant[0].parts
+    with pytest.raises(ValueError, match="prefer='newest' is not one of relevant, recent"):
+        search.search("alpha", "billing", now_ms=NOW, prefer="newest")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_importance_does_not_count_recency_twice(tmp_path: Path, kind: str) -> None:
+    # Same words, same time, same relevance, accuracy and impact; the stored composite differs only because
+    # one was scored while fresh (its recency part 1) and the other long after (0). Ranking reads recency
+    # from the timestamp, so the composite's recency must not order them.
+    points = [
+        memory_point("alpha", "scored-fresh", "deploy note", composite=0.8, score_recency=1.0),
+        memory_point("alpha", "scored-late", "deploy note", composite=0.5, score_recency=0.0),
+    ]
+    engine: Any = EdgeEngine(tmp_path / "v") if kind == "edge" else ServerEngine(QdrantClient(":memory:"))
+    try:
+        engine.upsert(points)
+        hits = HybridSearch(engine).search("alpha", "deploy note", now_ms=NOW)
+        assert {h.minute_id: h.parts["importance"] for h in hits} == pytest.approx(
+            {"scored-fresh": (0.5 + 0.7 + 0.4) / 3, "scored-late": (0.5 + 0.7 + 0.4) / 3}
+        )
+        assert hits[0].score == pytest.approx(hits[1].score)
+    finally:
+        engine.close()
 
 
 def test_recency_decays_with_the_half_life(engine: EdgeEngine) -> None:
@@ -168,16 +241,16 @@ def test_recency_decays_with_the_half_life(engine: EdgeEngine) -> None:
 def test_min_composite_filter_and_importance(engine: EdgeEngine) -> None:
     engine.upsert(
         [
-            memory_point("alpha", "low", "cache warmup", composite=0.2),
-            memory_point("alpha", "mid", "cache warmup", composite=0.5),
-            memory_point("alpha", "high", "cache warmup", composite=0.9),
+            memory_point("alpha", "low", "cache warmup", composite=0.2, parts=0.2),
+            memory_point("alpha", "mid", "cache warmup", composite=0.5, parts=0.5),
+            memory_point("alpha", "high", "cache warmup", composite=0.9, parts=0.9),
         ]
     )
     search = HybridSearch(engine)
     assert [h.minute_id for h in search.search("alpha", "cache", now_ms=NOW)] == ["high", "mid", "low"]
     hits = search.search("alpha", "cache", SearchFilters(min_composite=0.5), now_ms=NOW)
     assert [h.minute_id for h in hits] == ["high", "mid"]
-    assert [h.parts["importance"] for h in hits] == [0.9, 0.5]
+    assert [h.parts["importance"] for h in hits] == pytest.approx([0.9, 0.5])
 
 
 def test_k_and_project_are_checked(engine: EdgeEngine) -> None:
@@ -251,13 +324,15 @@ def test_dense_leg_finds_what_the_words_miss(dense_engine: EdgeEngine) -> None:
     hits = search.search("alpha", "outage", k=1, now_ms=NOW)  # no minute says "outage"
     assert [h.minute_id for h in hits] == ["m1"]
     assert hits[0].parts["semantic"] == 1.0 and hits[0].parts["keyword"] == 0.0
-    # With both legs the weights are semantic 0.4, keyword 0.3, recency 0.2, importance 0.1 over 1.0.
+    # Relevance is semantic 0.4 and keyword 0.3 over 0.7; recency 0.2 and importance 0.1 are the prior.
     [hit] = search.search("alpha", "payment outage", k=1, now_ms=NOW)
     parts = hit.parts
     assert hit.minute_id == "m1"
-    expected = 0.4 * parts["semantic"] + 0.3 * parts["keyword"] + 0.2 * parts["recency"] + 0.1 * parts["importance"]
-    assert hit.score == pytest.approx(expected)
-    for fusion in ("minmax", "engine"):
+    relevance = (0.4 * parts["semantic"] + 0.3 * parts["keyword"]) / 0.7
+    prior = (0.2 * parts["recency"] + 0.1 * parts["importance"]) / 0.3
+    share = defaults.SEARCH_PRIOR_SHARE
+    assert hit.score == pytest.approx((1 - share) * relevance + share * prior)
+    for fusion in ("minmax", "engine", "rrf"):
         assert (
             HybridSearch(dense_engine, embedder, fusion=fusion).search("alpha", "outage", k=1, now_ms=NOW)[0].minute_id
             == "m1"

@@ -25,7 +25,14 @@ from qdrant_client import QdrantClient
 
 from contracts.memory import SearchFilters
 from pvm.protocols import RANKING_FIELDS, MemoryPoint, VectorEngine
-from pvm.vectors import MINUTE_NAMESPACE, ShardLockedError, VectorConfigError, VectorStoreError, point_id
+from pvm.vectors import (
+    MINUTE_NAMESPACE,
+    ShardLockedError,
+    VectorConfigError,
+    VectorStoreError,
+    importance,
+    point_id,
+)
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.edge import stored_dense_dimensions as edge_dense_dimensions
 from pvm.vectors.server import ServerEngine
@@ -600,13 +607,23 @@ def test_candidates_without_payload_carry_what_ranking_reads(engine: Any) -> Non
         ]
         for c, w in zip(slim, whole, strict=True):
             p = w.payload
-            assert set(RANKING_FIELDS) == {"project_id", "minute_id", "timestamp_ms", "scores.composite"}
-            assert c.payload == {
+            assert set(RANKING_FIELDS) == {
+                "project_id",
+                "minute_id",
+                "timestamp_ms",
+                "scores.composite",
+                "scores.relevance",
+                "scores.accuracy",
+                "scores.impact",
+            }
+            assert {k: v for k, v in c.payload.items() if k != "scores"} == {
                 "project_id": "alpha",
                 "minute_id": p["minute_id"],
                 "timestamp_ms": p["timestamp_ms"],
-                "scores": {"composite": p["scores"]["composite"]},
             }
+            # The composite, and the importance without recency that ranking reads (stored flat by the edge engine).
+            assert c.payload["scores"]["composite"] == p["scores"]["composite"]
+            assert importance(c.payload["scores"]) == pytest.approx(importance(p["scores"]))
 
 
 def test_the_same_minute_id_in_two_projects_keeps_both(tmp_path: Path) -> None:

@@ -90,6 +90,19 @@ def test_search_recent_and_by_ids(client: TestClient) -> None:
     assert client.get("/v1/projects/apollo/minutes", params={"ids": ",".join(ids)}).json()["minutes"] == []
 
 
+def test_search_takes_prefer_and_names_a_bad_one(client: TestClient, reader: ContextReader) -> None:
+    query = {"q": "conflict resolved", "k": 10}
+    relevant = client.get("/v1/projects/apollo/search", params={**query, "prefer": "relevant"}).json()["hits"]
+    recent = client.get("/v1/projects/apollo/search", params={**query, "prefer": "recent"}).json()["hits"]
+    assert relevant and all("newness" not in h["parts"] for h in relevant)
+    assert recent and all("newness" in h["parts"] for h in recent)
+    assert [h.minute_id for h in reader.search("apollo", "conflict resolved", k=10, prefer="recent")] == [
+        h["minute_id"] for h in recent
+    ]
+    r = client.get("/v1/projects/apollo/search", params={**query, "prefer": "newest"})
+    assert r.status_code == 400 and "prefer='newest'" in r.json()["error"] and "relevant, recent" in r.json()["error"]
+
+
 def test_bad_requests_name_the_parameter(client: TestClient) -> None:
     r = client.get("/v1/projects/apollo/context")
     assert r.status_code == 400 and "agent_id" in r.json()["error"]

@@ -31,7 +31,7 @@ from pvm.vectors import GLOBAL_TENANT, OPEN_MS
 from tests.workers.minutes import T0, T0_S, VECTORS, golden, minute
 from workers import fact_points, index_pool
 from workers.assessment import insights, timestamp_ms
-from workers.index_pool import LoggedMinute, agent_updates, build_points, lexical_text
+from workers.index_pool import LoggedMinute, agent_updates, build_points, dense_text, lexical_text
 from workers.queues import pool_queue
 from workers.runner import PvmWorker
 
@@ -87,6 +87,55 @@ def test_build_points_payload_shape() -> None:
     assert msgpack.unpackb(msgpack.packb(p)) == p
     json.dumps(p)
     assert points[1].payload["task_id"] is None and points[1].payload["agent_id"] == "a1"
+
+
+def test_the_dense_leg_embeds_the_minutes_own_words_not_its_type_or_agent() -> None:
+    m = golden("task_assigned_full")
+    [point] = build_points([LoggedMinute(1, m)], now=T0_S)
+    assert (
+        point.embed_text
+        == dense_text(m)
+        == (
+            "Assigned T-1042 to builder-2 (migration specialist). "
+            "builder-2 has the lowest queue depth and passed the last 3 schema-migration tasks"
+        )
+    )
+    assert "task assigned" not in point.embed_text and "planner-1" not in point.embed_text
+    assert point.text == lexical_text(m)  # the lexical leg keeps the type, agent and task words
+    failed = dense_text(golden("task_failed_zero_score"))
+    assert "timeout after 900s" in failed and "task failed" not in failed
+    # A minute with no words of its own embeds its lexical text rather than nothing.
+    bare = minute("task_started", n=3, data={"task_id": "T-9"})
+    assert dense_text(bare) == lexical_text(bare) != ""
+
+
+def test_the_index_pool_embeds_dense_text_and_a_rebuild_embeds_the_same(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pvm.vectors.edge import EdgeEngine
+
+    calls: list[str] = []
+
+    class Embedder:
+        dimensions = 4
+        stats = type("Stats", (), {"input_tokens": 0})()
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            calls.extend(texts)
+            return [[1.0, float(len(t) % 7), 0.0, 0.5] for t in texts]
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    edge = EdgeEngine(settings.home / "var" / "dense", dense_dimensions=4)
+    monkeypatch.setattr(engines, "shared", lambda _settings: (edge, Embedder()))
+    try:
+        m = golden("task_assigned_full")
+        index(redis_client, [m])
+        index(redis_client, [m])  # a replay of the same minute embeds the same text
+        assert calls == [dense_text(m), dense_text(m)]
+        assert [c.minute_id for c in edge.retrieve("alpha", [m.id])] == [m.id]
+    finally:
+        edge.close()
 
 
 def _golden_batch() -> dict[str, Any]:
