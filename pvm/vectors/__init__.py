@@ -82,7 +82,7 @@ def importance(scores: object) -> float | None:
     parts = [scores.get(p) for p in defaults.SEARCH_IMPORTANCE_PARTS]
     numbers = [float(p) for p in parts if _number(p)]
     if numbers and len(numbers) == len(parts):
-        return sum(numbers) / len(numbers)
+        return round(sum(numbers) / len(numbers), 6)  # rounded: an engine stores it as it reads back
     composite = scores.get("composite")
     return float(composite) if _number(composite) else None
 
