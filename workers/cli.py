@@ -268,7 +268,7 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
         if rows:
             print(_table(rows, ["schedule", "pool", "every", "last run", "next", "last job"]))
         else:
-            print("no schedules (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself)")
+            print("no schedules (PVM_OPTIMIZE_EVERY=0 or a Qdrant server, and PVM_EVALUATE_EVERY=0)")
         return 0
     if args.once:
         enqueued = scheduler.tick()
@@ -281,7 +281,8 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not scheduler.schedules:
         logging.getLogger("workers").warning(
-            "pvm scheduler: nothing to schedule (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself); idling"
+            "pvm scheduler: nothing to schedule (PVM_OPTIMIZE_EVERY=0 or a Qdrant server, and PVM_EVALUATE_EVERY=0); "
+            "idling"
         )
     _stop_on_signals(scheduler.stop_event)
     stats = scheduler.run()
@@ -849,9 +850,10 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler = sub.add_parser(
         "scheduler",
         help="enqueue periodic maintenance jobs (one scheduler leads; others stand by)",
-        description="Enqueue periodic maintenance jobs onto the pools: today the embedded engine's optimize "
+        description="Enqueue periodic maintenance jobs onto the pools: the embedded engine's optimize "
         f"every PVM_OPTIMIZE_EVERY seconds (default {defaults.OPTIMIZE_EVERY_S}; none with a Qdrant server, "
-        "which optimizes itself). "
+        "which optimizes itself), and the evaluate pool's run over every project (score, dedupe, prune) every "
+        f"PVM_EVALUATE_EVERY seconds (default {defaults.EVALUATE_EVERY_S}). "
         "Run as many as you like: a lease in Redis makes one act and the others stand by.",
     )
     scheduler.add_argument("--name", help="scheduler name in the lease (default: <host>-<pid>)")

@@ -549,17 +549,24 @@ def start_run(connection: redis.Redis, settings: Settings, project_id: str, mode
     return run_id
 
 
-def enqueue_run(connection: redis.Redis, settings: Settings, project_id: str, mode: str = FULL) -> str | None:
-    """Start a run of a project and queue its first slice; the run id, or None when one is already going."""
+def enqueue_run(
+    connection: redis.Redis, settings: Settings, project_id: str, mode: str = FULL, after: str | None = None
+) -> str | None:
+    """Start a run of a project and queue its first slice (once job `after` finished, when given).
+
+    The run id, or None when a run of the project is already going.
+    """
     run_id = start_run(connection, settings, project_id, mode)
     if run_id is None:
         return None
     step = Step(MINUTES, LogReader(settings.log_dir).count(project_id))
-    _enqueue_slice(pool_queue("evaluate", connection), project_id, run_id, step, mode)
+    _enqueue_slice(pool_queue("evaluate", connection), project_id, run_id, step, mode, after)
     return run_id
 
 
-def _enqueue_slice(queue: Queue, project_id: str, run_id: str, step: Step, mode: str) -> None:
+def _enqueue_slice(
+    queue: Queue, project_id: str, run_id: str, step: Step, mode: str, after: str | None = None
+) -> None:
     queue.enqueue_many(
         [
             Queue.prepare_data(
@@ -569,6 +576,7 @@ def _enqueue_slice(queue: Queue, project_id: str, run_id: str, step: Step, mode:
                 result_ttl=defaults.JOB_RESULT_TTL_S,
                 failure_ttl=defaults.JOB_FAILURE_TTL_S,
                 description=f"evaluate {project_id} ({step.phase} at {step.position})",
+                depends_on=after,
             )
         ]
     )

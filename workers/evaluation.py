@@ -301,7 +301,9 @@ def near_duplicates(items: Sequence[Judged], threshold: float) -> list[Merge]:
             if absorbed:
                 taken.add(i)
                 merges.append(
-                    Merge(survivor.memory_id, tuple(a for a, _ in absorbed), round(min(s for _, s in absorbed), 4))
+                    Merge(
+                        survivor.memory_id, tuple(sorted(a for a, _ in absorbed)), round(min(s for _, s in absorbed), 4)
+                    )
                 )
     return merges
 

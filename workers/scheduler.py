@@ -15,8 +15,9 @@ queued or running is skipped, so a slow pool never piles up maintenance jobs.
 
 Schedules today: ``optimize`` (the embedded engine's segment merge and HNSW
 build, every `PVM_OPTIMIZE_EVERY` seconds; a Qdrant server optimizes itself,
-so there is none with `PVM_QDRANT_URL`). The evaluate pool's scoring and
-pruning will join here.
+so there is none with `PVM_QDRANT_URL`) and ``evaluate`` (the evaluate pool's
+run over every project, every `PVM_EVALUATE_EVERY` seconds: one small job that
+starts a chain of bounded slice jobs per project, `workers.evaluate_pool`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def default_schedules(settings: Settings) -> list[Schedule]:
                 defaults.OPTIMIZE_JOB_TIMEOUT_S,
             )
         )
+    if settings.evaluate_every_s:
+        schedules.append(Schedule("evaluate", settings.evaluate_every_s, "evaluate", keys.EVALUATE_PLAN_JOB))
     return schedules
 
 

@@ -1,0 +1,264 @@
+"""The evaluate pool against real Valkey, RQ, the durable log and qdrant-edge: runs, slices, prune, replay, dry run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+
+from contracts import Minute, keys
+from contracts.memory import SearchFilters
+from pvm import engines
+from pvm.config import Settings
+from pvm.search import HybridSearch
+from tests.memory_helpers import log_minutes, use_settings
+from workers import evaluate_pool, replay
+from workers.queues import pool_queue
+from workers.runner import PvmWorker
+from workers.scheduler import Scheduler, default_schedules
+
+NOW = datetime.now(UTC)
+P = "evalp"
+
+
+def at(days_ago: float) -> str:
+    return (NOW - timedelta(days=days_ago)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def m(n: int, event_type: str = "message", days_ago: float = 0.0, **fields: Any) -> Minute:
+    fields.setdefault("agent_id", "a1")
+    return Minute(project_id=P, event_type=event_type, id=f"ev{n:05d}", timestamp=at(days_ago), **fields)
+
+
+STALE = [
+    m(1, days_ago=60, memory_note="looked at the dashboard colours for the quarterly report"),
+    m(2, days_ago=50, memory_note="someone asked about lunch options near the office"),
+    m(3, days_ago=45, memory_note="the printer on floor three jammed twice this morning"),
+]
+KEPT = [
+    m(
+        4,
+        "task_completed",
+        days_ago=60,
+        data={"task_id": "mig-1", "success_criteria_met": 100},
+        memory_note="migrated the billing schema with zero downtime",
+    ),
+    m(5, days_ago=1, memory_note="reviewing the payments retry policy for the checkout flow"),
+    m(6, "decision", days_ago=2, memory_note="we keep the nightly backup window at two am"),
+]
+
+
+@pytest.fixture
+def stack(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    use_settings(settings, monkeypatch)
+    yield settings
+    engines.close_shared()
+
+
+def log_bytes(settings: Settings) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(Path(settings.log_dir).rglob("*")) if p.is_file()}
+
+
+def search(settings: Settings, text: str, include_pruned: bool = False) -> list[str]:
+    searcher = engines.searcher_for(settings)
+    assert isinstance(searcher, HybridSearch)
+    hits = searcher.search(P, text, SearchFilters(include_pruned=include_pruned), 10)
+    return [h.minute_id for h in hits]
+
+
+def run_worker(connection: redis.Redis, *pools: str) -> None:
+    PvmWorker([pool_queue(p, connection) for p in pools], connection).work(burst=True)
+
+
+def test_a_run_scores_prunes_stale_memories_and_never_changes_the_log(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    before = log_bytes(stack)
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert sorted(p["id"] for p in report.pruned) == ["ev00001", "ev00002", "ev00003"]
+    assert report.scored == 6 and report.tokens_reclaimed > 0
+    assert log_bytes(stack) == before  # the log is never changed
+    # Out of search, out of the hot caches; found by a search that opts in.
+    assert "ev00001" not in search(stack, "dashboard colours quarterly report")
+    assert "ev00001" in search(stack, "dashboard colours quarterly report", include_pruned=True)
+    assert redis_client.hget(keys.minute_by_id(P), "ev00001") is None
+    assert redis_client.zscore(keys.recent_window(P), "ev00001") is None
+    assert redis_client.hget(keys.minute_by_id(P), "ev00005") is not None
+    # Recorded: each prune, the totals; the scores in Redis and on the points ranking reads.
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), "ev00002"))
+    assert record["why"] == "score" and record["composite"] < 0.3 and record["tokens"] > 0
+    totals = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.evaluation_totals(P)).items()}
+    assert totals["pruned"] == 3 and totals["tokens_reclaimed"] == report.tokens_reclaimed
+    scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00004"))
+    assert scores["accuracy"] == 1.0 and scores["recency"] == 0.0 and scores["composite"] >= 0.3
+    [point] = engines.shared_engine(stack).retrieve(P, ["ev00004"])
+    assert point.payload["scores"] == scores
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["status"] == "done" and state["scored"] == 6 and state["pruned"] == 3
+    assert redis_client.hget(keys.evaluated_projects(), P) is not None
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+    # A second run judges the pruned ones no more.
+    again = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert again.pruned == [] and again.scored == 3
+
+
+def test_a_dry_run_reports_and_writes_nothing(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    report = evaluate_pool.evaluate_here(redis_client, stack, P)
+    assert sorted(p["id"] for p in report.pruned) == ["ev00001", "ev00002", "ev00003"]
+    assert len(report.rescored) == 6  # never scored before: every composite is new
+    assert not redis_client.exists(keys.evaluation_scores(P), keys.evaluation_pruned(P), keys.evaluation_run(P))
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+
+
+def test_replay_restores_pruned_memories_and_rebuilds_their_scores(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert "ev00001" not in search(stack, "dashboard colours quarterly report")
+    scored = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00001"))
+
+    assert replay.replay(redis_client, stack, P, wait=False) == 0
+    run_worker(redis_client, "index", "evaluate")
+
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+    assert redis_client.hlen(keys.evaluation_pruned(P)) == 0 and not redis_client.exists(keys.evaluation_totals(P))
+    assert redis_client.hget(keys.minute_by_id(P), "ev00001") is not None
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["mode"] == evaluate_pool.RESCORE and state["status"] == "done"
+    rebuilt = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00001"))
+    assert rebuilt["composite"] == pytest.approx(scored["composite"], abs=0.01)  # recency moved a few ms
+    [point] = engines.shared_engine(stack).retrieve(P, ["ev00001"])
+    assert point.payload["scores"]["composite"] == rebuilt["composite"]
+
+
+def test_the_scheduler_starts_runs_that_go_slice_by_slice(
+    redis_client: redis.Redis, stack: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = stack.with_(evaluate_slice=4, evaluate_every_s=60)
+    use_settings(small, monkeypatch)
+    cited = m(1, days_ago=40, memory_note="the cache key must include the tenant id")
+    later = [
+        m(n, days_ago=1, memory_note=f"following up on the cache key note {n}", context_references=(cited.id,))
+        for n in range(2, 11)
+    ]
+    log_minutes(redis_client, small, [cited, *later])
+    redis_client.sadd(keys.projects(), P)
+    [schedule] = [s for s in default_schedules(small) if s.name == "evaluate"]
+    assert schedule.pool == "evaluate" and schedule.func == keys.EVALUATE_PLAN_JOB
+    assert Scheduler(redis_client, [schedule], name="t").tick() == ["evaluate"]
+
+    run_worker(redis_client, "evaluate")
+
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["status"] == "done" and state["minute_slices"] == 3  # 10 minutes in slices of 4
+    assert state["slices_done"] == 3 and state["scored"] == 10
+    finished = pool_queue("evaluate", redis_client).finished_job_registry.get_job_ids()
+    assert len(finished) == 1 + 3 + 1  # the plan, three log slices, one page of facts
+    # The oldest slice saw the references of the newest: the same scores as one slice of everything.
+    sliced = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), cited.id))
+    assert sliced["impact"] == 0.75  # min(1, 9 / 3) references, task unknown
+    whole = evaluate_pool.evaluate_here(redis_client, small.with_(evaluate_slice=100), P)
+    assert whole.slices == 2 and cited.id not in [r["id"] for r in whole.rescored]  # one slice: the same score
+    assert not redis_client.exists(keys.evaluation_lock(P))
+
+
+def test_one_run_per_project_at_a_time(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, KEPT, index=False)
+    first = evaluate_pool.enqueue_run(redis_client, stack, P)
+    assert first is not None
+    assert evaluate_pool.enqueue_run(redis_client, stack, P) is None
+    run_worker(redis_client, "evaluate")
+    assert evaluate_pool.run_state(redis_client, P)["status"] == "done"
+    assert evaluate_pool.enqueue_run(redis_client, stack, P) is not None
+
+
+def test_near_duplicates_merge_with_provenance(redis_client: redis.Redis, stack: Settings) -> None:
+    task = {"task_id": "deploy-7"}
+    dupes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(
+            2,
+            days_ago=2,
+            data=task,
+            memory_note="payments service deploy failed on the canary host",
+            context_references=(),
+        ),
+        m(3, days_ago=1, data=task, memory_note="deploy of payments service failed on canary host again"),
+        m(4, days_ago=1, data=task, memory_note="rotated the database credentials for the reporting job"),
+    ]
+    reads = {"ev00002": 4}
+    log_minutes(redis_client, stack, dupes)
+    for memory_id, n in reads.items():
+        redis_client.hset(keys.access_counts(P), memory_id, n)
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert report.merged == [
+        {"survivor": "ev00002", "absorbed": ["ev00001", "ev00003"], "similarity": report.merged[0]["similarity"]}
+    ]
+    assert {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.evaluation_merged(P)).items()} == {
+        "ev00001": "ev00002",
+        "ev00003": "ev00002",
+    }
+    [survivor] = engines.shared_engine(stack).retrieve(P, ["ev00002"])
+    assert survivor.payload["merged_from"] == ["ev00001", "ev00003"]
+    found = search(stack, "payments deploy canary")
+    assert "ev00002" in found and "ev00001" not in found and "ev00003" not in found
+    assert "ev00001" in search(stack, "payments deploy canary", include_pruned=True)
+    assert int(redis_client.hget(keys.evaluation_totals(P), "merged")) == 2
+
+
+def test_contradicting_patterns_are_flagged_and_the_better_outcome_ranks_first(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    worse = m(
+        1,
+        "decision",
+        days_ago=1,
+        data={
+            "situation": "flaky integration tests",
+            "success_criteria_met": 20,
+            "recommendation": "retry the integration test job",
+        },
+        memory_note="for flaky integration tests: retry the integration test job",
+    )
+    better = m(
+        2,
+        "decision",
+        days_ago=1,
+        data={
+            "situation": "flaky integration tests",
+            "success_criteria_met": 90,
+            "recommendation": "do not retry the integration test job",
+        },
+        memory_note="for flaky integration tests: do not retry the integration test job, quarantine it",
+    )
+    log_minutes(redis_client, stack, [worse, better])
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert report.conflicts == [{"winner": better.id, "loser": worse.id}]
+    assert redis_client.hget(keys.evaluation_conflicts(P), worse.id) == better.id.encode()
+    [loser] = engines.shared_engine(stack).retrieve(P, [worse.id])
+    assert loser.payload["conflict_with"] == better.id
+    [winner] = engines.shared_engine(stack).retrieve(P, [better.id])
+    assert loser.payload["scores"]["composite"] < winner.payload["scores"]["composite"] / 2
+    assert search(stack, "retry the integration test job")[0] == better.id
+
+
+def test_settings_refuse_bad_evaluate_values() -> None:
+    with pytest.raises(ValueError, match="PVM_SCORE_WEIGHTS"):
+        Settings.from_env({"PVM_SCORE_WEIGHTS": "1,1,1"})
+    with pytest.raises(ValueError, match="PVM_PRUNE_BELOW"):
+        Settings.from_env({"PVM_PRUNE_BELOW": "2"})
+    assert Settings.from_env({"PVM_EVALUATE_EVERY": "0"}).evaluate_every_s == 0
+    assert not [s for s in default_schedules(Settings(evaluate_every_s=0)) if s.name == "evaluate"]
