@@ -45,6 +45,7 @@ from contracts.memory import minute_line
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply
+from pvm.metrics import MetricsRecorder, entry_time_ms
 from pvm.protocols import FACT, VectorEngine
 from pvm.reader import estimate_tokens
 from pvm.stores.fact_projection import StoredFact, time_ms
@@ -74,6 +75,7 @@ class SliceMinute:
     seq: int
     minute: Minute
     at_ms: int
+    entry_ms: int | None = None  # its stream entry time, which freshness is measured from
 
 
 @dataclass
@@ -269,6 +271,7 @@ class Evaluation:
         self.slice = settings.evaluate_slice
         self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self.log = LogReader(settings.log_dir)
+        self._first_scored: set[str] = set()  # minutes of the last slice written that had no score before
 
     @property
     def engine(self) -> VectorEngine:
@@ -303,7 +306,7 @@ class Evaluation:
                 break
             try:
                 minute = record.minute
-                out.append(SliceMinute(record.seq, minute, timestamp_ms(minute)))
+                out.append(SliceMinute(record.seq, minute, timestamp_ms(minute), entry_time_ms(record.stream_id)))
             except Exception as exc:  # a record the contract no longer reads: its neighbours are still judged
                 log.warning("evaluate pool: %s seq %d does not decode: %s", self.project_id, record.seq, exc)
         return out
@@ -344,8 +347,16 @@ class Evaluation:
             pipe.execute()
         if self.apply:
             self._write_minutes(verdict, by_id, tokens)
+            self._freshness([m for m in minutes if m.minute.id in self._first_scored])
         if report is not None:
             self._report_minutes(report, verdict, tokens)
+
+    def _freshness(self, scored: Sequence[SliceMinute]) -> None:
+        """Emit -> evaluated seconds of the minutes this run scored for the first time (stage ``evaluated``)."""
+        now_s = time.time()
+        lags = [now_s - m.entry_ms / 1000.0 for m in scored if m.entry_ms is not None]
+        if lags:
+            MetricsRecorder(self.connection).freshness("evaluated", lags)
 
     def _write_minutes(self, verdict: SliceVerdict, by_id: Mapping[str, Minute], tokens: Mapping[str, int]) -> None:
         p = self.project_id
@@ -362,6 +373,12 @@ class Evaluation:
                 "conflict_with": losers.get(memory_id),
             }
         self.engine.annotate(p, annotations)
+        known = (
+            cast(list[bytes | None], self.connection.hmget(keys.evaluation_scores(p), list(verdict.scores)))
+            if verdict.scores
+            else []
+        )
+        self._first_scored = {i for i, raw in zip(verdict.scores, known, strict=True) if raw is None}
         pipe = self.connection.pipeline(transaction=False)
         if verdict.scores:
             pipe.hset(keys.evaluation_scores(p), mapping={i: _pack(s) for i, s in verdict.scores.items()})
@@ -388,6 +405,10 @@ class Evaluation:
             reclaimed += tokens[memory_id]
         merged = sum(len(m.absorbed) for m in verdict.merges)
         self._count(pipe, len(verdict.scores), len(verdict.pruned) - merged, merged, len(verdict.conflicts), reclaimed)
+        kept = [scores for memory_id, scores in verdict.scores.items() if memory_id not in verdict.pruned]
+        for part in (*evaluation.SCORE_PARTS, "composite"):
+            pipe.hincrbyfloat(keys.evaluation_run(p), f"sum_{part}", math.fsum(s[part] for s in kept))
+        pipe.hincrby(keys.evaluation_run(p), "kept_minutes", len(kept))
         pipe.execute()
 
     # -- facts --
@@ -454,6 +475,9 @@ class Evaluation:
             pipe.hset(keys.evaluation_pruned(p), fact_id, _pack(record))
             pipe.zrem(keys.facts_in_tier(fact.tier_key), fact_id)  # out of every context's facts section
         self._count(pipe, len(verdict.fact_scores), len(verdict.pruned), 0, 0, 0)
+        kept = [scores for fact_id, scores in verdict.fact_scores.items() if fact_id not in verdict.pruned]
+        pipe.hincrbyfloat(keys.evaluation_run(p), "sum_fact_composite", math.fsum(s["composite"] for s in kept))
+        pipe.hincrby(keys.evaluation_run(p), "kept_facts", len(kept))
         pipe.execute()
 
     # -- bookkeeping --
@@ -564,9 +588,7 @@ def enqueue_run(
     return run_id
 
 
-def _enqueue_slice(
-    queue: Queue, project_id: str, run_id: str, step: Step, mode: str, after: str | None = None
-) -> None:
+def _enqueue_slice(queue: Queue, project_id: str, run_id: str, step: Step, mode: str, after: str | None = None) -> None:
     queue.enqueue_many(
         [
             Queue.prepare_data(
@@ -585,15 +607,31 @@ def _enqueue_slice(
 def finish_run(connection: redis.Redis, project_id: str, run_id: str, status: str = "done") -> None:
     """Record the run's end, drop its scratch and release the project's lease (if the run still holds it)."""
     now = time.time()
+    run = {k.decode(): v.decode() for k, v in hash_reply(connection.hgetall(keys.evaluation_run(project_id))).items()}
     pipe = connection.pipeline(transaction=False)
     pipe.hset(keys.evaluation_run(project_id), mapping={"status": status, "finished": repr(now)})
     if status == "done":
         pipe.hset(keys.evaluated_projects(), project_id, repr(now))
         pipe.hincrby(keys.metrics_evaluate(), "runs", 1)
+        averages = _averages(run)
+        if averages:
+            pipe.hset(keys.evaluation_totals(project_id), mapping=averages)  # type: ignore[arg-type]
     pipe.delete(*[keys.evaluation_scratch(project_id, run_id, w) for w in SCRATCH])
     pipe.execute()
     if bulk_reply(connection.get(keys.evaluation_lock(project_id))) == run_id.encode():
         connection.delete(keys.evaluation_lock(project_id))
+
+
+def _averages(run: Mapping[str, str]) -> dict[str, str]:
+    """The mean scores of what a run kept (minutes' parts and composite, facts' composite), as totals hold them."""
+    out = {}
+    minutes, facts = int(run.get("kept_minutes", 0)), int(run.get("kept_facts", 0))
+    if minutes:
+        for part in (*evaluation.SCORE_PARTS, "composite"):
+            out[f"avg_{part}"] = repr(round(float(run.get(f"sum_{part}", 0.0)) / minutes, 4))
+    if facts:
+        out["avg_fact_composite"] = repr(round(float(run.get("sum_fact_composite", 0.0)) / facts, 4))
+    return out
 
 
 def _current_run(connection: redis.Redis, project_id: str) -> str | None:

@@ -290,9 +290,7 @@ class ServerEngine:
         if not annotations:
             return 0
         self._ensure()
-        ids = {
-            str(point_id(project_id, key) if kind == MINUTE else fact_point_id(key)): key for key in annotations
-        }
+        ids = {str(point_id(project_id, key) if kind == MINUTE else fact_point_id(key)): key for key in annotations}
         flt = models.Filter(must=[_project_condition(project_id), models.HasIdCondition(has_id=list(ids))])
         records, _ = self.client.scroll(
             self.collection, scroll_filter=flt, limit=len(ids), with_payload=False, with_vectors=False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -9,17 +10,28 @@ from typing import Any
 import msgpack
 import pytest
 import redis
+from starlette.testclient import TestClient
 
 from contracts import Minute, keys
+from contracts.fact_changes import asserted_minute
+from contracts.facts import Fact, FactStatus, FactType, TierKey
 from contracts.memory import SearchFilters
 from pvm import engines
+from pvm.client import PVMClient
 from pvm.config import Settings
+from pvm.protocols import FACT, FACT_PRUNED
+from pvm.reader import ContextReader
 from pvm.search import HybridSearch
+from pvm.stores.facts import FactStore
+from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
-from workers import evaluate_pool, replay
+from tests.pvm.test_client import serving
+from workers import cli, evaluate_pool, replay
+from workers.api import create_app
 from workers.queues import pool_queue
 from workers.runner import PvmWorker
 from workers.scheduler import Scheduler, default_schedules
+from workers.stats import project_stats
 
 NOW = datetime.now(UTC)
 P = "evalp"
@@ -95,7 +107,7 @@ def test_a_run_scores_prunes_stale_memories_and_never_changes_the_log(
     # Recorded: each prune, the totals; the scores in Redis and on the points ranking reads.
     record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), "ev00002"))
     assert record["why"] == "score" and record["composite"] < 0.3 and record["tokens"] > 0
-    totals = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.evaluation_totals(P)).items()}
+    totals = {k.decode(): float(v) for k, v in redis_client.hgetall(keys.evaluation_totals(P)).items()}
     assert totals["pruned"] == 3 and totals["tokens_reclaimed"] == report.tokens_reclaimed
     scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00004"))
     assert scores["accuracy"] == 1.0 and scores["recency"] == 0.0 and scores["composite"] >= 0.3
@@ -130,7 +142,8 @@ def test_replay_restores_pruned_memories_and_rebuilds_their_scores(redis_client:
     run_worker(redis_client, "index", "evaluate")
 
     assert "ev00001" in search(stack, "dashboard colours quarterly report")
-    assert redis_client.hlen(keys.evaluation_pruned(P)) == 0 and not redis_client.exists(keys.evaluation_totals(P))
+    assert redis_client.hlen(keys.evaluation_pruned(P)) == 0
+    assert not redis_client.hexists(keys.evaluation_totals(P), "pruned")
     assert redis_client.hget(keys.minute_by_id(P), "ev00001") is not None
     state = evaluate_pool.run_state(redis_client, P)
     assert state["mode"] == evaluate_pool.RESCORE and state["status"] == "done"
@@ -262,3 +275,98 @@ def test_settings_refuse_bad_evaluate_values() -> None:
         Settings.from_env({"PVM_PRUNE_BELOW": "2"})
     assert Settings.from_env({"PVM_EVALUATE_EVERY": "0"}).evaluate_every_s == 0
     assert not [s for s in default_schedules(Settings(evaluate_every_s=0)) if s.name == "evaluate"]
+
+
+def _fact(subject: str, days_ago: float, fact_type: FactType = FactType.FACT) -> Fact:
+    return Fact.new(
+        type=fact_type,
+        text=f"{subject} runs on postgres",
+        subject=subject,
+        attribute="database",
+        value="postgres",
+        tier_key=TierKey.for_project(P),
+        confidence=0.9,
+        source_minute_ids=(f"src-{subject}",),
+        status=FactStatus.PROMOTED,
+        recorded_at=at(days_ago),
+    )
+
+
+def test_decayed_facts_leave_search_and_contexts_and_stats_count_what_is_left(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    old, fresh = _fact("billing", 200), _fact("ledger", 1, FactType.DECISION)
+    changes = [asserted_minute(f, minute_id=f"fa-{f.subject}", timestamp=f.recorded_at) for f in (old, fresh)]
+    store = FactStore(redis_client)
+    for change in changes:
+        store.apply(change)
+    log_minutes(redis_client, stack, [*STALE, *KEPT, *changes])
+    engine = engines.shared_engine(stack)
+    assert engine.count(P, FACT) == 2
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+
+    assert [p["id"] for p in report.pruned if p["kind"] == FACT] == [old.id] and report.facts_scored == 2
+    assert engine.count(P, FACT) == 1 and engine.count(P, FACT_PRUNED) == 1  # out of fact searches
+    assert [f.id for f in store.current([TierKey.for_project(P)])] == [fresh.id]  # out of contexts' facts
+    scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), old.id))
+    assert scores["importance"] == 0.5 and scores["composite"] < 0.3
+
+    stats = project_stats(redis_client, P)
+    assert stats["minutes"] == 8 and stats["indexed"] == 8
+    assert stats["facts"] == {
+        "total": 1,
+        "by_type": {**{t.value: 0 for t in FactType}, "decision": 1},
+        "by_tier": {"task": 0, "project": 1},
+    }
+    assert (stats["pruned"], stats["merged"], stats["chunks"], stats["episodes"]) == (4, 0, 0, 0)
+    assert stats["tokens_reclaimed"] == report.tokens_reclaimed > 0
+    kept = [msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), k.id)) for k in KEPT]
+    assert stats["average_scores"]["composite"] == pytest.approx(sum(s["composite"] for s in kept) / 3, abs=1e-3)
+    assert stats["average_scores"]["fact_composite"] == pytest.approx(0.7 * 0.5 ** (1 / 30), abs=1e-3)
+    assert stats["last_evaluated"] is not None
+
+
+def test_stats_of_a_project_never_evaluated(redis_client: redis.Redis) -> None:
+    stats = project_stats(redis_client, "nothing-here")
+    assert stats["minutes"] == 0 and stats["pruned"] == 0 and stats["last_evaluated"] is None
+    assert set(stats["average_scores"].values()) == {None}
+
+
+def test_the_cli_dry_run_prints_what_it_would_do_and_evaluate_waits_for_the_run(
+    redis_client: redis.Redis, stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    assert cli.main(["evaluate", "--project", P, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "WOULD PRUNE (3;" in out and "ev00002" in out and "WOULD RESCORE (6 composites change)" in out
+    assert cli.main(["evaluate", "--project", P, "--dry-run", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["pruned"]) == 3
+    assert not redis_client.exists(keys.evaluation_pruned(P))
+    # Without a worker, a real run is refused with what to start; queued, a worker runs it.
+    with pytest.raises(SystemExit, match="no evaluate worker"):
+        cli.main(["evaluate", "--project", P])
+    assert cli.main(["evaluate", "--project", P, "--no-wait"]) == 0
+    assert "queued" in capsys.readouterr().out
+    run_worker(redis_client, "evaluate")
+    assert cli.main(["stats", "--project", P, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pruned"] == 3
+    assert cli.main(["stats", "--project", P]) == 0
+    assert "pruned, merged    3, 0" in capsys.readouterr().out
+
+
+def test_stats_over_http_and_the_client(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    reader = ContextReader(redis_client, LogReader(stack.log_dir), engines.searcher_for(stack))  # type: ignore[arg-type]
+    app = create_app(reader, redis_client, stack.shards)
+    with TestClient(app) as http:
+        answer = http.get(f"/v1/projects/{P}/stats")
+        assert answer.status_code == 200 and answer.json() == project_stats(redis_client, P)
+        found = http.get(f"/v1/projects/{P}/search", params={"q": "dashboard colours", "include_pruned": "true"})
+        assert "ev00001" in [h["minute_id"] for h in found.json()["hits"]]
+    with serving(app) as url, PVMClient(url, "") as client:
+        assert client.stats(P)["pruned"] == 3
+        hits = client.search(P, "dashboard colours", include_pruned=True)["hits"]
+        assert "ev00001" in [h["minute_id"] for h in hits]
+        assert "ev00001" not in [h["minute_id"] for h in client.search(P, "dashboard colours")["hits"]]

@@ -112,9 +112,7 @@ def test_near_duplicates_merge_into_the_best_scored() -> None:
 
 
 def test_contradicting_recommendations_are_flagged_and_the_better_outcome_wins() -> None:
-    use = minute(
-        "decision", n=1, data={"situation": "flaky integration tests", "recommendation": "retry the test job"}
-    )
+    use = minute("decision", n=1, data={"situation": "flaky integration tests", "recommendation": "retry the test job"})
     avoid = minute(
         "decision", n=2, data={"situation": "flaky integration tests", "recommendation": "do not retry the test job"}
     )
