@@ -147,9 +147,8 @@ def judge_minutes(
             )
         for ref in evaluation.references(minute):
             target = carry if ref in in_slice else older
-            target.references[ref] = target.references.get(ref, 0) + 1
-            if evaluation.is_correction(minute, ref):
-                target.corrections[ref] = target.corrections.get(ref, 0) + 1
+            counts = target.corrections if evaluation.is_correction(minute, ref) else target.references
+            counts[ref] = counts.get(ref, 0) + 1
     older.tasks = carry.tasks
     verdict.conflicts = evaluation.contradictions(judged)
     for conflict in verdict.conflicts:

@@ -14,7 +14,9 @@ Scores (each 0..1, the design's four):
   final outcome, else the event type's prior (`workers.assessment`); minus
   `SCORE_CORRECTION_PENALTY` for each later minute that corrects it;
 - impact: the mean of min(1, later references / `SCORE_IMPACT_REFS_FULL`)
-  and whether its task succeeded (1, 0, or 0.5 unknown);
+  and whether its task succeeded (1, 0, or 0.5 unknown). A correction is not
+  an endorsement: it counts against accuracy, never as a reference, and a
+  corrected memory takes no credit from its task's outcome;
 - composite: their weighted mean (`PVM_SCORE_WEIGHTS`, equal by default).
 
 A fact's worth is its importance times its decay: 0.5 ** (days since it was
@@ -129,6 +131,8 @@ def minute_scores(
 ) -> dict[str, float]:
     """A minute's four scores and their composite, rounded to 4 places (what the payload and Redis hold)."""
     own = success_score(minute)
+    if corrections:
+        task = None  # a corrected memory was wrong: its task's success is not its own
     parts = {
         "recency": recency(at_ms, now_ms),
         "relevance": relevance(accesses),
