@@ -34,9 +34,19 @@ def test_the_embedded_engine_gets_a_periodic_optimize_and_a_qdrant_server_none(s
     assert (optimize.name, optimize.pool, optimize.func) == ("optimize", "index", "workers.index_pool.optimize")
     assert optimize.every_s == settings.optimize_every_s == 3600
     assert (evaluate.name, evaluate.pool, evaluate.func) == ("evaluate", "evaluate", keys.EVALUATE_PLAN_JOB)
+    assert evaluate.delay_first and not optimize.delay_first
     assert evaluate.every_s == settings.evaluate_every_s == 6 * 3600
     assert default_schedules(settings.with_(qdrant_url="http://qdrant:6333")) == [evaluate]
     assert default_schedules(settings.with_(optimize_every_s=0, evaluate_every_s=0)) == []
+
+
+def test_a_delayed_schedule_runs_first_one_interval_after_it_is_recorded(redis_client: redis.Redis) -> None:
+    delayed = Schedule("heavy", 60, "log", keys.LOG_JOB, delay_first=True)
+    scheduler = Scheduler(redis_client, [delayed], name="t")
+    assert scheduler.tick(now=1000.0) == []  # recorded: its cadence starts here
+    assert scheduler.tick(now=1059.0) == []
+    assert scheduler.tick(now=1060.0) == ["heavy"]
+    assert scheduler.tick(now=1061.0) == []
 
 
 def test_bad_schedules_are_refused(redis_client: redis.Redis, tmp_path: Path) -> None:
@@ -131,7 +141,7 @@ def test_scheduler_once_and_list_from_the_command_line(settings: Settings, tmp_p
     before = pvm("--list")
     assert before.returncode == 0 and "leader: none" in before.stdout and "never" in before.stdout
     once = pvm("--once", "--name", "cli-test")
-    assert once.returncode == 0 and once.stdout.strip() == "enqueued: optimize, evaluate", once.stdout + once.stderr
+    assert once.returncode == 0 and once.stdout.strip() == "enqueued: optimize", once.stdout + once.stderr
     again = pvm("--once")
     assert again.returncode == 0 and "nothing due" in again.stdout  # the lease was released: it leads, nothing due
     listed = pvm("--list")
