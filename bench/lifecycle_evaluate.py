@@ -15,8 +15,9 @@
                     merges alone at each threshold on a tuning seed, and `dedupe_heldout` the chosen default
                     (PVM_DEDUPE_AT) on another seed.
 3. context          bench/reader.py's load (the log pool's and index pool's steps, one process) to N minutes,
-                    then a real evaluation run over them (`evaluate_here`, applying: scores written onto every
-                    point, prunes), then `ContextReader.build_context` p99 with the scores present.
+                    `ContextReader.build_context` p99 (``..._before_evaluation``), then a real evaluation run
+                    over them (`evaluate_here`, applying: scores written onto every point, prunes), then
+                    build_context p99 again with the scores present: both under the same load of the machine.
                     evaluate_end_to_end_per_s is that run's memories / s (log, Redis, engine writes included).
                                                         target: context_p99_ms_100k <= 10
 
@@ -274,6 +275,9 @@ def context_with_scores(n: int, calls: int, progress: Progress) -> dict[str, Any
             reader = ContextReader(ws.connection, LogReader(ws.settings.log_dir), engines.searcher_for(ws.settings))  # type: ignore[arg-type]
             engine = engines.shared_engine(ws.settings)
             reader_bench.load(loader, minutes, 0, n, progress)
+            # The same reader before any evaluation, under the same load of the machine: what the scores cost.
+            reader_bench.optimize(engine, "unscored", progress)
+            before = reader_bench.measure(reader, calls, 5, "unscored", progress)
             progress.tick(f"evaluating {reader_bench.MAIN_PROJECT} ({n:,} minutes)", force=True)
             started = time.perf_counter()
             run = evaluate_pool.evaluate_here(
@@ -288,6 +292,8 @@ def context_with_scores(n: int, calls: int, progress: Progress) -> dict[str, Any
             out[f"context_p99_ms_{label}"] = measured["context_p99_ms_scored"]
             out[f"context_p50_ms_{label}"] = measured["context_p50_ms_scored"]
             out["context_load_avg"] = measured["load_avg_scored"]
+            out[f"context_p99_ms_{label}_before_evaluation"] = before["context_p99_ms_unscored"]
+            out[f"context_p50_ms_{label}_before_evaluation"] = before["context_p50_ms_unscored"]
             out["machine"] = machine(ws.connection)
         finally:
             engines.close_shared()
