@@ -117,6 +117,9 @@ def test_a_run_scores_prunes_stale_memories_and_never_changes_the_log(
     assert state["status"] == "done" and state["scored"] == 6 and state["pruned"] == 3
     assert redis_client.hget(keys.evaluated_projects(), P) is not None
     assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+    assert redis_client.sismember(keys.metrics_freshness_stages(), "evaluated")  # emit -> first scored
+    counters = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.metrics_evaluate()).items()}
+    assert counters["scored"] == 6 and counters["pruned"] == 3 and counters["runs"] == 1
     # A second run judges the pruned ones no more.
     again = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
     assert again.pruned == [] and again.scored == 3
