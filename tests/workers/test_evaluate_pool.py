@@ -358,6 +358,14 @@ def test_the_cli_dry_run_prints_what_it_would_do_and_evaluate_waits_for_the_run(
     assert json.loads(capsys.readouterr().out)["pruned"] == 3
     assert cli.main(["stats", "--project", P]) == 0
     assert "pruned, merged    3, 0" in capsys.readouterr().out
+    # pvm status: each project's run, its slices and its last completion.
+    assert cli.main(["status"]) == 0
+    section = capsys.readouterr().out.split("EVALUATION", 1)[1].split("\n\n", 1)[0]
+    [row] = [line.split() for line in section.splitlines() if line.startswith(P)]
+    assert row[1:5] == ["done", "full", "1/1+facts", "6"] and row[5] == "3" and "ago" in row
+    assert cli.main(["status", "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["evaluations"]
+    assert run["status"] == "done" and run["last_completed"] is not None
 
 
 def test_stats_over_http_and_the_client(redis_client: redis.Redis, stack: Settings) -> None:
