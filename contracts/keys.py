@@ -324,6 +324,7 @@ def metrics_extraction() -> str:
     """
     return f"{PREFIX}:metrics:extraction"
 
+
 # -- facts pool: the store's bookkeeping and counters (area: facts pool) ---------------------------------------
 
 
@@ -356,6 +357,7 @@ def metrics_fact_changes() -> str:
     """
     return f"{PREFIX}:metrics:facts:changes"
 
+
 # -- fact points: the index pool's fact step (area: fact-index) ---------------------------------------------------
 
 
@@ -368,3 +370,73 @@ def fact_points_lock(project_id: str | None) -> str:
     if project_id is None:
         return f"{PREFIX}:{{g}}:index:facts:lock"
     return f"{PREFIX}:{{p:{project_id}}}:index:facts:lock"
+
+
+# -- evaluate pool: scores, prunes, merges and conflicts of a project's memories (area: evaluate pool) -----------
+#
+# The evaluate pool is run by `pvm scheduler`, never fed by the log pool's fan-out: its queue is in `QUEUES`, its
+# jobs in `JOB_FUNCTIONS`, and it is not in `POOL_JOBS` (the pools the log feeds). Everything below is derived:
+# `pvm replay` of a project deletes it (pruned and merged memories come back) and rescores the project.
+
+EVALUATE_QUEUE = "pvm-evaluate"
+QUEUES["evaluate"] = EVALUATE_QUEUE
+SCHEDULED_POOLS = ("evaluate",)  # pools of `QUEUES` the scheduler (or a person) feeds, not the log pool
+
+EVALUATE_PLAN_JOB = "workers.evaluate_pool.plan"  # start an evaluation run of every project (the schedule's job)
+EVALUATE_SLICE_JOB = "workers.evaluate_pool.run_slice"  # one bounded slice of one project's run
+JOB_FUNCTIONS = JOB_FUNCTIONS | {EVALUATE_PLAN_JOB, EVALUATE_SLICE_JOB}
+
+
+def evaluation_scores(project_id: str) -> str:
+    """Hash memory id (a minute id or a fact id) -> msgpack of its scores as the last evaluation left them."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:scores"
+
+
+def evaluation_pruned(project_id: str) -> str:
+    """Hash memory id -> msgpack record of its prune (when, why, composite, tokens): the prune log of a project.
+
+    A counter-like record, not a minute: a prune is a decision about derived memory that replay undoes, so it
+    must not be replayed from the log (decision in docs/lifecycle.md).
+    """
+    return f"{PREFIX}:{{p:{project_id}}}:eval:pruned"
+
+
+def evaluation_merged(project_id: str) -> str:
+    """Hash duplicate memory id -> the id of the memory it was merged into (provenance; the survivor lists them)."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:merged"
+
+
+def evaluation_conflicts(project_id: str) -> str:
+    """Hash memory id -> the id of the memory that contradicts it and won (its outcome was better)."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:conflicts"
+
+
+def evaluation_totals(project_id: str) -> str:
+    """Hash of a project's evaluation counters: pruned, merged, conflicts, tokens_reclaimed (since its last replay)."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:totals"
+
+
+def evaluation_run(project_id: str) -> str:
+    """Hash of a project's current or last evaluation run: id, started, slices, done, scored, finished, ..."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:run"
+
+
+def evaluation_scratch(project_id: str, run_id: str, what: str) -> str:
+    """A run's working hash: what newer slices learned for older ones (``refs``, ``corrections``, ``tasks``), and
+    which slices told them (``pushed``)."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:{run_id}:{what}"
+
+
+def evaluation_lock(project_id: str) -> str:
+    """Lease of the one evaluation run of a project (invariant 8): a second run waits for the next schedule."""
+    return f"{PREFIX}:{{p:{project_id}}}:eval:lock"
+
+
+def evaluated_projects() -> str:
+    """Hash project -> Unix time its last evaluation run completed (`pvm status`, the exporter)."""
+    return f"{PREFIX}:eval:completed"
+
+
+def metrics_evaluate() -> str:
+    """Hash of the evaluate pool's counters: scored, pruned, merged, conflicts, slices, runs."""
+    return f"{PREFIX}:metrics:evaluate"

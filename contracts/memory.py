@@ -74,6 +74,7 @@ class SearchFilters:
     since_ms: int | None = None  # minute timestamp, Unix ms, inclusive
     until_ms: int | None = None  # exclusive
     min_composite: float | None = None
+    include_pruned: bool = False  # also minutes the evaluate pool pruned (they stay in the log; replay restores them)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}

@@ -195,11 +195,13 @@ class PVMClient:
         until_ms: int | None = None,
         min_composite: float | None = None,
         prefer: str | None = None,
+        include_pruned: bool = False,
     ) -> dict[str, Any]:
         """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first.
 
         `prefer`: "recent" lets recency lead, "relevant" keeps it a tie-breaker;
         None lets the query's words decide ("latest", "current", "now"...).
+        `include_pruned`: also minutes the evaluate pool pruned (they stay in the log).
         """
         params = {
             "q": query,
@@ -213,8 +215,14 @@ class PVMClient:
             "until_ms": until_ms,
             "min_composite": min_composite,
             "prefer": prefer,
+            "include_pruned": "true" if include_pruned else None,
         }
         return self._json("GET", self._project(project_id, "search"), params)
+
+    def stats(self, project_id: str) -> dict[str, Any]:
+        """The project's memory in numbers: minutes, facts by type and tier, chunks, episodes, pruned, merged,
+        tokens reclaimed and average scores (`GET /v1/projects/{p}/stats`)."""
+        return dict(self._json("GET", self._project(project_id, "stats"), {}))
 
     def recent(self, project_id: str, n: int | None = None) -> list[dict[str, Any]]:
         """The project's newest `n` minutes (the server's default: 50), oldest first."""

@@ -187,7 +187,7 @@ class Names(Kind[tuple[str, ...]]):
 
 
 class Pools(Names):
-    """Pools the log pool fans batches out to: any pool of `contracts.keys.QUEUES` but the log itself."""
+    """Pools the log pool fans batches out to: any pool of `contracts.keys.POOL_JOBS` but the log itself."""
 
     refusal = "is not a pool the log feeds"
 
@@ -202,7 +202,7 @@ class Pools(Names):
 
     @staticmethod
     def _choices() -> str:
-        return ", ".join(sorted(pool for pool in keys.QUEUES if pool != "log")) or "none yet"
+        return ", ".join(sorted(pool for pool in keys.POOL_JOBS if pool != "log")) or "none yet"
 
 
 class DottedNames(Names):
@@ -246,6 +246,12 @@ class Weights(Kind[tuple[float, float, float, float]]):
 
     def expected(self) -> str:
         return f"four comma-separated numbers ({self.legs}), each >= 0 and not all 0"
+
+
+class ScoreWeights(Weights):
+    """The evaluate pool's composite weights, `recency,relevance,accuracy,impact` (the composite is their mean)."""
+
+    legs = "recency,relevance,accuracy,impact"
 
 
 class TierSplit(Kind[tuple[float, float, float]]):
@@ -592,6 +598,46 @@ class Settings:
         defaults.REDIS_START_WAIT_S,
         "seconds a long-running command (`up`, `dispatch`, `worker`, `scheduler`, `exporter`, `serve`) waits at "
         "start for Redis before it gives up (0: not at all)",
+    )
+
+    # -- evaluate pool (area: evaluate pool; docs/lifecycle.md) --
+    evaluate_every_s: int = setting(
+        "PVM_EVALUATE_EVERY",
+        Integer(minimum=0),
+        defaults.EVALUATE_EVERY_S,
+        "seconds between the scheduler's evaluation runs (score, dedupe, prune every project; 0: never)",
+    )
+    evaluate_slice: int = setting(
+        "PVM_EVALUATE_SLICE",
+        Integer(minimum=1),
+        defaults.EVALUATE_SLICE,
+        "log minutes (or facts) one evaluation job handles: a run is one job per slice, never one per project",
+    )
+    score_weights: tuple[float, float, float, float] = setting(
+        "PVM_SCORE_WEIGHTS",
+        ScoreWeights(),
+        defaults.SCORE_WEIGHTS,
+        "weights of a memory's composite score: recency, relevance, accuracy, impact (weighted mean)",
+    )
+    prune_below: float = setting(
+        "PVM_PRUNE_BELOW",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.PRUNE_BELOW,
+        "a memory whose composite (a fact: importance x decay) is below this, and older than PVM_PRUNE_GRACE, "
+        "leaves the vector store and hot caches (never the log; `pvm replay` restores it); 0: never prune",
+    )
+    prune_grace_s: int = setting(
+        "PVM_PRUNE_GRACE",
+        Integer(minimum=0),
+        defaults.PRUNE_GRACE_S,
+        "seconds a memory is kept whatever its score (its age: since its timestamp, a fact's since recorded)",
+    )
+    dedupe_at: float = setting(
+        "PVM_DEDUPE_AT",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.DEDUPE_AT,
+        "word overlap (Jaccard) at which two minutes of one task and event type are near-duplicates and merge "
+        "into the better scored one; 1: only identical notes; measured in docs/lifecycle.md",
     )
 
     @property

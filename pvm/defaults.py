@@ -243,3 +243,31 @@ SEARCH_RECENT_WORDS = (
 # Importance is the stored scores without their recency (ranking counts recency once): the mean of these parts,
 # or the composite where a payload has only that (fact points).
 SEARCH_IMPORTANCE_PARTS = ("relevance", "accuracy", "impact")
+
+# Evaluate pool (area: evaluate pool; workers/evaluate_pool.py, docs/lifecycle.md): scores, decay, prune, dedupe
+EVALUATE_EVERY_S = 6 * 3600  # PVM_EVALUATE_EVERY: seconds between the scheduler's evaluation runs (0: never)
+EVALUATE_SLICE = 5_000  # PVM_EVALUATE_SLICE: log minutes (or facts) one job evaluates: a run of 1M is 200 jobs
+EVALUATE_JOB_TIMEOUT_S = 600  # one slice job
+EVALUATE_LOCK_S = 24 * 3600  # a run's lease on its project; released when the run completes or fails
+EVALUATE_WAIT_POLL_S = 0.2  # how often `pvm evaluate` (not a dry run) reads its run's progress
+# Scores, each 0..1 (the design): recency falls linearly to 0 over RECENCY_SPAN; relevance reaches 1 at
+# RELEVANCE_FULL reads by agents; impact is the mean of min(1, later references / IMPACT_REFS_FULL) and the task's
+# success (1 succeeded, 0 failed, 0.5 unknown); accuracy loses CORRECTION_PENALTY for each later correction.
+SCORE_RECENCY_SPAN_S = 28 * 24 * 3600
+SCORE_RELEVANCE_FULL = 5
+SCORE_IMPACT_REFS_FULL = 3
+SCORE_CORRECTION_PENALTY = 0.25
+SCORE_WEIGHTS = (1.0, 1.0, 1.0, 1.0)  # PVM_SCORE_WEIGHTS: recency, relevance, accuracy, impact (composite = mean)
+# Facts decay: 0.5 ** (days since last access (else since recorded) / half-life) + min(0.1 x reads, 0.5), capped at 1.
+FACT_HALF_LIFE_S = 30 * 24 * 3600
+FACT_ACCESS_BOOST = 0.1
+FACT_ACCESS_BOOST_MAX = 0.5
+PRUNE_BELOW = 0.3  # PVM_PRUNE_BELOW: a memory whose composite (a fact: importance x decay) is below this is pruned ...
+PRUNE_GRACE_S = 14 * 24 * 3600  # PVM_PRUNE_GRACE: ... once it is older than this
+# Near-duplicates: two minutes of one tier key (a task, else the project) and event type whose notes share this
+# much of their words (Jaccard of word sets) merge. Measured on bench/lifecycle_evaluate.py's planted set
+# (paraphrased duplicates vs distinct minutes of the same tasks): see docs/lifecycle.md for the table.
+DEDUPE_AT = 0.6  # PVM_DEDUPE_AT
+DEDUPE_MIN_WORDS = 4  # notes with fewer words are never judged duplicates (too little to tell)
+# Contradicting patterns: the losing memory's composite is multiplied by this, so the better outcome ranks first.
+CONFLICT_PENALTY = 0.5

@@ -24,7 +24,14 @@ MINUTE = "minute"
 FACT = "fact"  # a fact (`contracts.Fact`), folded from its knowledge-change minutes (workers/fact_points.py)
 FACT_PENDING = "fact_pending"  # changes to a fact whose assertion is not indexed yet: found by no search
 TIER_CLEARED = "tier_cleared"  # the task_memory_cleared minutes of one task key: found by no search
+# A minute or fact the evaluate pool pruned: out of every search but those that opt in (minutes), never written
+# by an upsert (only `VectorEngine.annotate` sets it); re-indexing the memory (`pvm replay`) restores it.
+PRUNED = "pruned"
+FACT_PRUNED = "fact_pruned"
 POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED)
+
+# The evaluate pool's annotation of a point (`VectorEngine.annotate`): always written whole, absent ones as None.
+ANNOTATION_FIELDS = ("scores", "pruned_ms", "merged_into", "merged_from", "conflict_with")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,16 @@ class VectorEngine(Protocol):
 
     def count(self, project_id: str, kind: str = MINUTE) -> int:
         """Points of one kind stored for the project (its minutes by default)."""
+        ...
+
+    def annotate(self, project_id: str, annotations: Mapping[str, Mapping[str, Any]], *, kind: str = MINUTE) -> int:
+        """Set the evaluate pool's annotation (`ANNOTATION_FIELDS`) on points that exist; returns how many did.
+
+        Keys are minute ids (`kind` MINUTE) or fact ids (`kind` FACT). ``scores``
+        replaces the point's scores (ranking reads their composite); a non-null
+        ``pruned_ms`` moves the point out of searches (kind `PRUNED` or
+        `FACT_PRUNED`). Vectors and the rest of the payload are untouched.
+        """
         ...
 
     def delete_project(self, project_id: str) -> None: ...

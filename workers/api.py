@@ -55,6 +55,7 @@ from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, j
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.fact_routes import FactRoutes
 from workers.openapi import openapi_document
+from workers.stats import project_stats
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ def filters_from_query(request: Request) -> SearchFilters:
         since_ms=int_param(request, "since_ms", 0, 0, 2**53) or None,
         until_ms=int_param(request, "until_ms", 0, 0, 2**53) or None,
         min_composite=composite,
+        include_pruned=request.query_params.get("include_pruned", "").lower() in ("1", "true", "yes"),
     )
 
 
@@ -381,6 +383,9 @@ def create_app(
         minutes = reader.get_recent(request.path_params["project_id"], int_param(request, "n", 50, 1, 1_000))
         return {"minutes": minutes}
 
+    def stats(request: Request, body: bytes) -> Any:
+        return project_stats(connection, request.path_params["project_id"])
+
     def by_ids(request: Request, body: bytes) -> Any:
         ids = list_param(request, "ids")
         if not ids:
@@ -516,6 +521,7 @@ def create_app(
             Route("/v1/projects/{project_id}/search", route(search)),
             Route("/v1/projects/{project_id}/recent", route(recent)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
+            Route("/v1/projects/{project_id}/stats", route(stats)),
             Route("/v1/projects/{project_id}/facts", scoped(facts.list_facts), methods=["GET"]),
             Route("/v1/projects/{project_id}/facts", scoped(facts.assert_fact), methods=["POST"]),
             Route("/v1/projects/{project_id}/facts/{fact_id}", scoped(facts.show)),
@@ -531,7 +537,7 @@ def create_app(
 
 
 def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tokens: TokenFile | None = None) -> None:
-    """`pvm serve`: the API under uvicorn; with the embedded engine also the index pool, in this one process.
+    """`pvm serve`: the API under uvicorn; with the embedded engine also the index and evaluate pools, in this process.
 
     The embedded engine's files belong to one process, so the process that
     answers searches is the one that indexes: the RQ worker for the index queue
@@ -572,7 +578,7 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
         if index_worker:
             from workers.runner import run_worker
 
-            run_worker(["index"], settings)
+            run_worker(["index", "evaluate"], settings)  # the evaluate pool writes scores onto the engine too
         else:
             import signal
 

@@ -268,7 +268,7 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
         if rows:
             print(_table(rows, ["schedule", "pool", "every", "last run", "next", "last job"]))
         else:
-            print("no schedules (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself)")
+            print("no schedules (PVM_OPTIMIZE_EVERY=0 or a Qdrant server, and PVM_EVALUATE_EVERY=0)")
         return 0
     if args.once:
         enqueued = scheduler.tick()
@@ -281,7 +281,8 @@ def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not scheduler.schedules:
         logging.getLogger("workers").warning(
-            "pvm scheduler: nothing to schedule (PVM_OPTIMIZE_EVERY=0, or a Qdrant server optimizes itself); idling"
+            "pvm scheduler: nothing to schedule (PVM_OPTIMIZE_EVERY=0 or a Qdrant server, and PVM_EVALUATE_EVERY=0); "
+            "idling"
         )
     _stop_on_signals(scheduler.stop_event)
     stats = scheduler.run()
@@ -309,11 +310,12 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     for pool in args.pools:
         queue_name(pool)  # an unknown pool: UnknownPool, one line
-    if "index" in args.pools and args.processes > 1 and not settings.qdrant_url:
-        raise SystemExit(
-            "pvm: the index pool runs in one process with the embedded engine (it owns the engine's files); "
-            "set PVM_QDRANT_URL to a Qdrant server to run more"
-        )
+    for pool in ("index", "evaluate"):
+        if pool in args.pools and args.processes > 1 and not settings.qdrant_url:
+            raise SystemExit(
+                f"pvm: the {pool} pool runs in one process with the embedded engine (it owns the engine's files; "
+                "`pvm serve` runs both pools); set PVM_QDRANT_URL to a Qdrant server to run more"
+            )
     # A worker rides out Redis going away, but one that never reached it would wait without a word.
     _connect_service(settings).close()
     if args.processes == 1:
@@ -457,6 +459,27 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print(_table(rows, ["stage", "p50", "p99", "minutes"]) if rows else "  nothing recorded yet")
     print("\nFACTS (what the facts pool did)")
     print("  " + ", ".join(f"{change} {count:,}" for change, count in snap.fact_changes.items()))
+    print("\nEVALUATION (the evaluate pool's runs, by project)")
+    rows = [
+        {
+            "project": run["project_id"],
+            "run": run.get("status", "-"),
+            "mode": run.get("mode", "-"),
+            "slices": f"{run.get('slices_done', 0)}/{run.get('minute_slices', 0)}+facts" if run.get("run_id") else "-",
+            "scored": run.get("scored", 0),
+            "pruned": run.get("pruned", 0),
+            "last completed": "never"
+            if run.get("last_completed") is None
+            else f"{_age(snap.taken_at - run['last_completed'])} ago",
+        }
+        for run in snap.evaluations
+    ]
+    print(
+        _table(rows, ["project", "run", "mode", "slices", "scored", "pruned", "last completed"])
+        if rows
+        else "  no run yet"
+    )
+    print("  " + ", ".join(f"{what} {count:,}" for what, count in snap.evaluate.items()))
     print(f"\nSCHEDULES (leader: {snap.scheduler_leader or 'none'})")
     rows = [
         {
@@ -565,9 +588,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     _connect_service(settings).close()
     index_worker = not settings.qdrant_url if args.index_worker == "auto" else args.index_worker == "yes"
     if index_worker and settings.qdrant_url is None:
-        where = "with the embedded engine: this process also runs the index pool"
+        where = "with the embedded engine: this process also runs the index and evaluate pools"
     elif index_worker:
-        where = "and runs an index worker"
+        where = "and runs an index and evaluate worker"
     else:
         where = "(stateless: run index workers with `pvm worker index`)"
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
@@ -792,6 +815,85 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return replay(_connect(settings), settings, None if args.all else args.project, wait=not args.no_wait)
 
 
+def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
+    """`pvm evaluate --project P [--dry-run]`: one evaluation run by hand, or what it would do."""
+    import time
+
+    from pvm import defaults
+    from workers import evaluate_pool
+    from workers.queues import live_workers, pool_queue
+
+    connection = _connect(settings)
+    if args.dry_run:
+        report = evaluate_pool.evaluate_here(connection, settings, args.project)
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2))
+            return 0
+        pruned = [p for p in report.pruned if p["why"] != "merged"]
+        print(
+            f"pvm evaluate --dry-run {args.project}: {report.scored:,} minutes and {report.facts_scored:,} facts "
+            f"scored in {report.slices} slices (nothing written)"
+        )
+        print(f"\nWOULD PRUNE ({len(pruned)}; {report.tokens_reclaimed:,} tokens reclaimed with the merges)")
+        print(_table(pruned[: args.limit], ["id", "kind", "why", "composite", "tokens"]) if pruned else "  nothing")
+        print(f"\nWOULD MERGE ({len(report.merged)} groups of near-duplicates into their best-scored memory)")
+        rows = [{**m, "absorbed": ", ".join(m["absorbed"])} for m in report.merged[: args.limit]]
+        print(_table(rows, ["survivor", "absorbed", "similarity"]) if rows else "  nothing")
+        print(f"\nCONFLICTS ({len(report.conflicts)}: the loser ranks lower)")
+        print(_table(report.conflicts[: args.limit], ["winner", "loser"]) if report.conflicts else "  none")
+        print(f"\nWOULD RESCORE ({len(report.rescored)} composites change)")
+        rows = report.rescored[: args.limit]
+        print(_table(rows, ["id", "before", "after"]) if rows else "  nothing")
+        return 0
+    queue = pool_queue("evaluate", connection)
+    if not args.no_wait and not live_workers(connection, queue.name):
+        raise SystemExit(
+            "pvm evaluate: no evaluate worker is running: start `pvm serve` (embedded engine), `pvm up`, or "
+            "`pvm worker evaluate` (Qdrant server); or pass --no-wait to queue the run, or --dry-run"
+        )
+    run_id = evaluate_pool.enqueue_run(connection, settings, args.project)
+    if run_id is None:
+        raise SystemExit(f"pvm evaluate: {args.project} is being evaluated already; see `pvm status`")
+    if args.no_wait:
+        print(f"pvm evaluate: run {run_id} of {args.project} queued")
+        return 0
+    while (state := evaluate_pool.run_state(connection, args.project)).get("status") == "running":
+        time.sleep(defaults.EVALUATE_WAIT_POLL_S)
+    if args.json:
+        print(json.dumps(state, indent=2))
+    else:
+        print(
+            f"pvm evaluate: run {run_id} of {args.project} {state.get('status')}: {state.get('scored', 0):,} "
+            f"memories scored, {state.get('pruned', 0):,} pruned or merged, in {state.get('slices_done', 0)} slices"
+        )
+    return 0 if state.get("status") == "done" else 1
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.stats import project_stats
+
+    stats = project_stats(_connect(settings), args.project)
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    facts = stats["facts"]
+    print(f"project {stats['project_id']}")
+    print(f"  minutes           {stats['minutes']:,} in the log, {stats['indexed']:,} indexed")
+    print(
+        f"  facts             {facts['total']:,} current: "
+        + ", ".join(f"{t} {n}" for t, n in {**facts["by_tier"], **facts["by_type"]}.items() if n)
+        if facts["total"]
+        else "  facts             0"
+    )
+    print(f"  chunks, episodes  {stats['chunks']:,}, {stats['episodes']:,}")
+    print(f"  pruned, merged    {stats['pruned']:,}, {stats['merged']:,} ({stats['conflicts']:,} conflicts flagged)")
+    print(f"  tokens reclaimed  {stats['tokens_reclaimed']:,}")
+    scores = stats["average_scores"]
+    shown = ", ".join(f"{k} {v:.3f}" for k, v in scores.items() if v is not None)
+    print(f"  average scores    {shown or 'none yet (no evaluation run)'}")
+    return 0
+
+
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
     from pvm import defaults
@@ -849,9 +951,10 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler = sub.add_parser(
         "scheduler",
         help="enqueue periodic maintenance jobs (one scheduler leads; others stand by)",
-        description="Enqueue periodic maintenance jobs onto the pools: today the embedded engine's optimize "
+        description="Enqueue periodic maintenance jobs onto the pools: the embedded engine's optimize "
         f"every PVM_OPTIMIZE_EVERY seconds (default {defaults.OPTIMIZE_EVERY_S}; none with a Qdrant server, "
-        "which optimizes itself). "
+        "which optimizes itself), and the evaluate pool's run over every project (score, dedupe, prune) every "
+        f"PVM_EVALUATE_EVERY seconds (default {defaults.EVALUATE_EVERY_S}). "
         "Run as many as you like: a lease in Redis makes one act and the others stand by.",
     )
     scheduler.add_argument("--name", help="scheduler name in the lease (default: <host>-<pid>)")
@@ -1003,6 +1106,26 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--all", action="store_true", help="every project in the log")
     replay_cmd.add_argument("--no-wait", action="store_true", help="enqueue the rebuild and return")
     replay_cmd.set_defaults(func=cmd_replay)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score, dedupe and prune a project's memories now (or --dry-run: print what it would do)",
+        description="One evaluation run of a project, as the scheduler starts every PVM_EVALUATE_EVERY seconds: "
+        "scores every indexed minute and fact, merges near-duplicates, flags contradictions and prunes stale "
+        "memories from the vector store and hot caches (never the log; `pvm replay` restores them). Queued for "
+        "the evaluate worker, waited for; --dry-run runs here and writes nothing.",
+    )
+    evaluate.add_argument("--project", type=_project_id, required=True, help="the project")
+    evaluate.add_argument("--dry-run", action="store_true", help="print what it would prune, merge and rescore")
+    evaluate.add_argument("--no-wait", action="store_true", help="queue the run and return")
+    evaluate.add_argument("--limit", type=int, default=20, help="rows per table of a dry run (default 20)")
+    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    stats = sub.add_parser("stats", help="a project's memory in numbers: minutes, facts, pruned, merged, scores")
+    stats.add_argument("--project", type=_project_id, required=True, help="the project")
+    stats.add_argument("--json", action="store_true", help="machine-readable output")
+    stats.set_defaults(func=cmd_stats)
 
     optimize = sub.add_parser(
         "optimize", help="optimize the embedded engine's shards (queued for the index worker that owns them)"

@@ -44,6 +44,8 @@ from workers.serializers import MsgpackSerializer
 log = logging.getLogger(__name__)
 
 SCHEDULE_FIELDS = ("last", "every", "job")  # `<name>:<field>` in keys.schedules()
+# The evaluate pool's counters (keys.metrics_evaluate), the `what` label of pvm_evaluate_total.
+EVALUATE_COUNTERS = ("scored", "pruned", "merged", "conflicts", "tokens_reclaimed", "slices", "runs")
 
 
 def _s(value: Any) -> str:
@@ -113,6 +115,8 @@ class Snapshot:
     schedules: list[ScheduleState] = field(default_factory=list)
     scheduler_leader: str | None = None  # the lease holder's name; None: no scheduler acts
     fact_changes: dict[str, int] = field(default_factory=dict)  # keys.FACT_CHANGE_COUNTERS, each from 0
+    evaluate: dict[str, int] = field(default_factory=dict)  # EVALUATE_COUNTERS, each from 0
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # per project: its run (evaluate_pool.run_state)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -298,6 +302,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         freshness[stage] = {"p50_s": _quantile(h, 0.5), "p99_s": _quantile(h, 0.99), "count": h.count}
     leader = bulk_reply(connection.get(keys.scheduler_leader()))
     counted = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_fact_changes())).items()}
+    evaluated = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_evaluate())).items()}
     return Snapshot(
         now,
         streams,
@@ -307,7 +312,23 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         schedules=_schedules(connection, now),
         scheduler_leader=None if leader is None else _s(leader),
         fact_changes={name: counted.get(name, 0) for name in keys.FACT_CHANGE_COUNTERS},
+        evaluate={name: evaluated.get(name, 0) for name in EVALUATE_COUNTERS},
+        evaluations=_evaluations(connection),
     )
+
+
+def _evaluations(connection: redis.Redis) -> list[dict[str, Any]]:
+    """Each project's current or last evaluation run and when one last completed, by project."""
+    from workers.evaluate_pool import run_state
+
+    completed = {_s(k): float(v) for k, v in hash_reply(connection.hgetall(keys.evaluated_projects())).items()}
+    projects = sorted({_s(p) for p in connection.smembers(keys.projects())} | set(completed))
+    out = []
+    for project_id in projects:
+        state = run_state(connection, project_id)
+        if state or project_id in completed:
+            out.append({"project_id": project_id, **state, "last_completed": completed.get(project_id)})
+    return out
 
 
 class PvmCollector:
@@ -422,6 +443,31 @@ class PvmCollector:
             h = read_histogram(hash_reply(self.connection.hgetall(keys.metrics_freshness(stage))), FRESHNESS_BUCKETS)
             fresh.add_metric([stage], h.buckets, h.sum)
         yield fresh
+
+        work = CounterMetricFamily(
+            "pvm_evaluate",
+            "The evaluate pool's work: memories scored, pruned, merged (near-duplicates), conflicts flagged, "
+            "tokens reclaimed (what pruned memories cost in a context), slices and runs completed.",
+            labels=["what"],
+        )
+        for what, count in snap.evaluate.items():
+            work.add_metric([what], count)
+        completed = GaugeMetricFamily(
+            "pvm_evaluation_last_completed_timestamp_seconds",
+            "Unix time a project's last evaluation run completed (no sample: it never did).",
+            labels=["project"],
+        )
+        progress = GaugeMetricFamily(
+            "pvm_evaluation_progress_ratio",
+            "Share of the log slices a project's current (or last) evaluation run has done.",
+            labels=["project"],
+        )
+        for run in snap.evaluations:
+            if run.get("last_completed") is not None:
+                completed.add_metric([run["project_id"]], run["last_completed"])
+            if run.get("minute_slices"):
+                progress.add_metric([run["project_id"]], min(1.0, run["slices_done"] / run["minute_slices"]))
+        yield from (work, completed, progress)
 
         last_run = GaugeMetricFamily(
             "pvm_schedule_last_run_timestamp_seconds",

@@ -241,6 +241,34 @@ _MINUTE_ERROR = _object(
 ENVELOPES: dict[str, dict[str, Any]] = {
     "Health": _object({"status": {"const": "ok"}}),
     "MinuteList": _object({"minutes": _array(ref("StoredMinute"))}),
+    "ProjectStats": _object(
+        {
+            "project_id": _STRING,
+            "minutes": {"type": "integer", "minimum": 0, "description": "durable minutes in the log"},
+            "indexed": {"type": "integer", "minimum": 0, "description": "minutes searchable (the index head)"},
+            "facts": _object(
+                {
+                    "total": {"type": "integer", "minimum": 0},
+                    "by_type": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                    "by_tier": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                },
+                description="current (promoted) facts of the project's task and project tiers, not pruned",
+            ),
+            "chunks": {"type": "integer", "minimum": 0, "description": "chunk summaries (the summarize pool)"},
+            "episodes": {"type": "integer", "minimum": 0, "description": "episodes (the summarize pool)"},
+            "pruned": {"type": "integer", "minimum": 0, "description": "memories pruned for a low score"},
+            "merged": {"type": "integer", "minimum": 0, "description": "near-duplicates merged into another"},
+            "conflicts": {"type": "integer", "minimum": 0, "description": "contradictions flagged"},
+            "tokens_reclaimed": {"type": "integer", "minimum": 0, "description": "context tokens pruned memories cost"},
+            "average_scores": {
+                "type": "object",
+                "additionalProperties": {"type": ["number", "null"]},
+                "description": "means over what the last evaluation kept: recency, relevance, accuracy, impact, "
+                "composite, fact_composite (null: never evaluated)",
+            },
+            "last_evaluated": {"type": ["number", "null"], "description": "Unix time of the last completed run"},
+        }
+    ),
     "SearchAnswer": _object(
         {
             "hits": _array(ref("SearchHit"), description="best first"),
@@ -567,6 +595,7 @@ def _minute_operations() -> dict[str, Operation]:
                     {"type": "string", "enum": ["relevant", "recent"]},
                     "recent: recency leads; relevant: it only breaks ties (absent: the query's words decide)",
                 ),
+                query("include_pruned", _STRING, "true: also minutes the evaluate pool pruned (the log keeps them)"),
             ],
             _answer("the hits, best first", "SearchAnswer"),
         ),
@@ -574,6 +603,12 @@ def _minute_operations() -> dict[str, Operation]:
             "The project's newest minutes, oldest first",
             [query("n", _bounded(1, 1_000, 50), "how many")],
             _answer("the minutes", "MinuteList"),
+        ),
+        "/v1/projects/{project_id}/stats": _read(
+            "The project's memory in numbers: minutes, facts by type and tier, chunks, episodes, pruned, merged, "
+            "tokens reclaimed, average scores",
+            [],
+            _answer("the numbers", "ProjectStats"),
         ),
         "/v1/projects/{project_id}/minutes": _read(
             "Minutes by id (the Redis cache, then the durable log), in the order asked",

@@ -42,6 +42,7 @@ from pvm.connection import bulk_reply
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.facts import FactStore, Outcome
 from pvm.stores.log import LogReader
+from workers import evaluate_pool
 from workers.failed_jobs import job_error
 from workers.heads import advance_script
 from workers.queues import live_workers, pool_queue
@@ -311,7 +312,13 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
         FactStore(connection).reset_global()  # every project's changes to it are applied again below
     for p in projects:
         replay_facts(connection, settings, p)
+        evaluate_pool.forget(connection, p)  # pruned and merged memories come back with the index
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
+    for rebuilt in enqueued:
+        # The scores come back too: a rescoring run (no prune, no merge) once the project's index is rebuilt.
+        after = rebuilt.index_ids[-1] if rebuilt.index_ids else rebuilt.reset_id
+        if evaluate_pool.enqueue_run(connection, settings, rebuilt.project_id, evaluate_pool.RESCORE, after) is None:
+            print(f"pvm replay: {rebuilt.project_id} is being evaluated; the next evaluation rebuilds its scores")
     total = sum(p.minutes for p in enqueued)
     if wait:
         try:

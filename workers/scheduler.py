@@ -15,8 +15,11 @@ queued or running is skipped, so a slow pool never piles up maintenance jobs.
 
 Schedules today: ``optimize`` (the embedded engine's segment merge and HNSW
 build, every `PVM_OPTIMIZE_EVERY` seconds; a Qdrant server optimizes itself,
-so there is none with `PVM_QDRANT_URL`). The evaluate pool's scoring and
-pruning will join here.
+so there is none with `PVM_QDRANT_URL`) and ``evaluate`` (the evaluate pool's
+run over every project, every `PVM_EVALUATE_EVERY` seconds: one small job that
+starts a chain of bounded slice jobs per project, `workers.evaluate_pool`;
+its first run comes one interval after a scheduler first records it, not
+with the stack's start).
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ class Schedule:
     func: str
     args: tuple[Any, ...] = ()
     timeout_s: int = defaults.JOB_TIMEOUT_S
+    # Run first one interval after a scheduler first records the schedule, not at once: a heavy run (the
+    # evaluate pool's over every project) should not start with the stack.
+    delay_first: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name:
@@ -98,6 +104,10 @@ def default_schedules(settings: Settings) -> list[Schedule]:
                 (None,),
                 defaults.OPTIMIZE_JOB_TIMEOUT_S,
             )
+        )
+    if settings.evaluate_every_s:
+        schedules.append(
+            Schedule("evaluate", settings.evaluate_every_s, "evaluate", keys.EVALUATE_PLAN_JOB, delay_first=True)
         )
     return schedules
 
@@ -219,6 +229,11 @@ class Scheduler:
             try:
                 pipe.watch(key)
                 last = bulk_reply(pipe.hget(key, f"{schedule.name}:last"))
+                if last is None and schedule.delay_first:
+                    pipe.multi()  # its cadence starts now: the first run is one interval away
+                    pipe.hset(key, f"{schedule.name}:last", repr(now))
+                    pipe.execute()
+                    return False
                 if last is not None and now - float(last) < schedule.every_s:
                     return False
                 previous = bulk_reply(pipe.hget(key, f"{schedule.name}:job"))

@@ -18,7 +18,7 @@ from workers.embedded import EmbeddedRedis
 log = logging.getLogger(__name__)
 
 # Pools `pvm up` runs as worker processes, in start order. Later pools join here as they land.
-# The index pool runs inside `pvm serve` with the embedded engine (one process owns its files).
+# The index and evaluate pools run inside `pvm serve` with the embedded engine (one process owns its files).
 STACK_POOLS = ("log", "facts")
 
 
@@ -87,15 +87,17 @@ class Stack:
         api_port: int | None = defaults.API_PORT,
     ) -> None:
         processes = dict(processes or {})
-        if "index" in processes and not settings.qdrant_url:
-            raise ValueError(
-                "the index pool cannot have extra processes with the embedded engine (one process owns its files); "
-                "set PVM_QDRANT_URL to a Qdrant server to scale it"
-            )
+        for pool in ("index", "evaluate"):
+            if pool in processes and not settings.qdrant_url:
+                raise ValueError(
+                    f"the {pool} pool cannot have extra processes with the embedded engine (one process owns its "
+                    "files); set PVM_QDRANT_URL to a Qdrant server to scale it"
+                )
         self.settings = settings
         self.processes = {pool: 1 for pool in STACK_POOLS}
         if settings.qdrant_url:
             self.processes["index"] = 1
+            self.processes["evaluate"] = 1  # with the embedded engine, `pvm serve` runs it beside the index pool
         self.processes.update(processes)
         self.dispatchers = dispatchers
         self.api_port = api_port

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeGuard
@@ -31,7 +31,17 @@ from typing import Any, Literal, TypeGuard
 from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm import defaults
-from pvm.protocols import FACT, MINUTE, POINT_KINDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import (
+    FACT,
+    FACT_PRUNED,
+    MINUTE,
+    POINT_KINDS,
+    PRUNED,
+    Candidate,
+    FactFilters,
+    MemoryPoint,
+    StoredPoint,
+)
 
 # Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
 # on the same point, so re-indexing it is an overwrite, never a duplicate.
@@ -260,7 +270,22 @@ class Empty:
     key: str
 
 
-Condition = Match | MatchAny | Range | Empty
+@dataclass(frozen=True, slots=True)
+class EmptyOr:
+    """Payload field absent, or equal to `value` (a minute, or a pruned minute when a search opts in)."""
+
+    key: str
+    value: str
+
+
+Condition = Match | MatchAny | Range | Empty | EmptyOr
+
+
+def annotation_kind(kind: str, annotation: Mapping[str, Any]) -> str | None:
+    """The kind a point takes with an annotation: pruned (`PRUNED`, `FACT_PRUNED`) or its own (None: a minute)."""
+    if annotation.get("pruned_ms") is not None:
+        return PRUNED if kind == MINUTE else FACT_PRUNED
+    return None if kind == MINUTE else FACT
 
 
 def conditions(project_id: str, filters: SearchFilters, facts: FactFilters | None = None) -> list[Condition]:
@@ -274,7 +299,7 @@ def conditions(project_id: str, filters: SearchFilters, facts: FactFilters | Non
     out: list[Condition] = [Match("project_id", require_project(project_id))]
     if facts is not None:
         return out + _fact_conditions(filters, facts)
-    out.append(Empty(KIND))
+    out.append(EmptyOr(KIND, PRUNED) if filters.include_pruned else Empty(KIND))
     for key, values in (
         ("category", filters.categories),
         ("event_type", filters.event_types),

@@ -75,7 +75,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +87,7 @@ from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.extras import ServerExtraMissing
 from pvm.fsync import fsync_dir
-from pvm.protocols import MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 from pvm.vectors import (
     DENSE,
     FACT_PAYLOAD_FIELDS,
@@ -100,6 +100,7 @@ from pvm.vectors import (
     RRF_K,
     Condition,
     Empty,
+    EmptyOr,
     Fusion,
     Hit,
     Match,
@@ -108,6 +109,7 @@ from pvm.vectors import (
     ShardLockedError,
     VectorConfigError,
     VectorStoreError,
+    annotation_kind,
     check_dense,
     check_fusion,
     check_limit,
@@ -153,6 +155,9 @@ STORED_KEYS = {"scores.composite": COMPOSITE_FIELD}
 # The point's importance without recency (`pvm.vectors.importance` of its scores), stored flat for ranking;
 # points written before it rank by their composite until re-indexed.
 IMPORTANCE_FIELD = "_importance"  # a filter's payload key -> the key it is stored under
+# The evaluate pool's annotation (`VectorEngine.annotate`), packed like PACKED_FIELD (base64 msgpack): on read it
+# overrides what the point was written with (its scores, at index time).
+ANNOTATION_FIELD = "_eval"  # a filter's payload key -> the key it is stored under
 _DIRECT = frozenset(DIRECT_FIELDS)
 _OWN = frozenset(("project_id", "minute_id"))  # payload keys `_pack` takes from the point itself
 # RANKING_FIELDS as stored: the minute id is read from the front of PACKED_FIELD (or a legacy _packed JSON).
@@ -355,6 +360,42 @@ class EdgeEngine:
             )
             flt = qe.Filter(must=[qe.FieldCondition("project_id", match=qe.MatchValue(project_id)), of_kind])
             return shard.count(qe.CountRequest(exact=True, filter=flt))
+
+    def annotate(self, project_id: str, annotations: Mapping[str, Mapping[str, Any]], *, kind: str = MINUTE) -> int:
+        """Set the evaluate pool's annotation on points that exist (see `VectorEngine.annotate`); returns how many.
+
+        One set_payload per point (~11 us): each point's annotation differs. A point
+        that is not there (a minute not indexed yet) is skipped: qdrant-edge refuses
+        the whole operation for an unknown id, so they are not batched.
+        """
+        project_id = require_project(project_id)
+        if not annotations:
+            return 0
+        done = 0
+        with self._shard(project_id, create=False) as shard:
+            if shard is None:
+                return 0
+            for key, annotation in annotations.items():
+                pid = point_id(project_id, key) if kind == MINUTE else fact_point_id(key)
+                packed = msgpack.packb({f: annotation.get(f) for f in ANNOTATION_FIELDS})
+                stored: dict[str, Any] = {
+                    ANNOTATION_FIELD: binascii.b2a_base64(packed, newline=False).decode("ascii"),
+                    KIND: annotation_kind(kind, annotation),
+                }
+                scores = annotation.get("scores")
+                if isinstance(scores, Mapping) and isinstance(scores.get("composite"), int | float):
+                    stored[COMPOSITE_FIELD] = float(scores["composite"])
+                worth = importance(dict(scores)) if isinstance(scores, Mapping) else None
+                if worth is not None:
+                    stored[IMPORTANCE_FIELD] = worth  # ranking reads it flat: the new scores, not index time's
+                try:
+                    shard.update(qe.UpdateOperation.set_payload([pid], stored))
+                except Exception as exc:
+                    if "No point with id" not in str(exc):
+                        raise _edge_error(self.path / project_id, exc) from exc
+                    continue
+                done += 1
+        return done
 
     def delete_project(self, project_id: str) -> None:
         """Remove every point of the project (its shard directory), waiting for queries in flight on it."""
@@ -645,6 +686,10 @@ def _edge_filter(conds: list[Condition]) -> qe.Filter:
             must.append(qe.FieldCondition(key, range=qe.RangeFloat(gte=c.gte, lt=c.lt)))
         elif isinstance(c, Empty):
             must.append(qe.IsEmptyCondition(key))
+        elif isinstance(c, EmptyOr):
+            must.append(
+                qe.Filter(should=[qe.IsEmptyCondition(key), qe.FieldCondition(key, match=qe.MatchValue(c.value))])
+            )
     return qe.Filter(must=must)
 
 
@@ -735,6 +780,12 @@ def _unpack(stored: dict[str, Any] | None) -> dict[str, Any]:
     legacy = payload.pop(JSON_PACKED_FIELD, None)
     if legacy is not None:
         payload.update(json.loads(legacy))
+    annotation = payload.pop(ANNOTATION_FIELD, None)
+    if annotation is not None:
+        fields = msgpack.unpackb(base64.b64decode(annotation), strict_map_key=False)
+        payload.update({k: v for k, v in fields.items() if v is not None})
+    if payload.get(KIND) is None:
+        payload.pop(KIND, None)  # a minute restored from pruned by an annotation without `pruned_ms`
     return payload
 
 

@@ -28,12 +28,12 @@ same API (brute force, payload indexes ignored, per-tenant IDF honoured).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contracts.memory import SearchFilters
 from pvm.extras import ServerExtraMissing
-from pvm.protocols import MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
@@ -44,12 +44,14 @@ from pvm.vectors import (
     RRF_K,
     Condition,
     Empty,
+    EmptyOr,
     Fusion,
     Hit,
     Match,
     MatchAny,
     Range,
     VectorConfigError,
+    annotation_kind,
     check_dense,
     check_fusion,
     check_limit,
@@ -278,6 +280,33 @@ class ServerEngine:
         flt = models.Filter(must=[_project_condition(project_id), of_kind])
         return self.client.count(self.collection, count_filter=flt, exact=True).count
 
+    def annotate(self, project_id: str, annotations: Mapping[str, Mapping[str, Any]], *, kind: str = MINUTE) -> int:
+        """Set the evaluate pool's annotation on points that exist (see `VectorEngine.annotate`); returns how many.
+
+        Which points exist is read first (one scroll), then every annotation goes in one batch request: the
+        server refuses a batch that names an unknown point.
+        """
+        project_id = require_project(project_id)
+        if not annotations:
+            return 0
+        self._ensure()
+        ids = {str(point_id(project_id, key) if kind == MINUTE else fact_point_id(key)): key for key in annotations}
+        flt = models.Filter(must=[_project_condition(project_id), models.HasIdCondition(has_id=list(ids))])
+        records, _ = self.client.scroll(
+            self.collection, scroll_filter=flt, limit=len(ids), with_payload=False, with_vectors=False
+        )
+        operations: list[Any] = []
+        for record in records:
+            annotation = annotations[ids[str(record.id)]]
+            payload: dict[str, Any] = {f: annotation.get(f) for f in ANNOTATION_FIELDS}
+            payload[KIND] = annotation_kind(kind, annotation)
+            operations.append(
+                models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[record.id]))
+            )
+        if operations:
+            self.client.batch_update_points(self.collection, update_operations=operations, wait=True)
+        return len(operations)
+
     def delete_project(self, project_id: str) -> None:
         """Remove every point of the project."""
         project_id = require_project(project_id)
@@ -405,6 +434,15 @@ def _server_filter(conds: list[Condition]) -> models.Filter:
             must.append(models.FieldCondition(key=c.key, range=models.Range(gte=c.gte, lt=c.lt)))
         elif isinstance(c, Empty):
             must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key)))
+        elif isinstance(c, EmptyOr):
+            must.append(
+                models.Filter(
+                    should=[
+                        models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key)),
+                        models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value)),
+                    ]
+                )
+            )
     return models.Filter(must=must)
 
 

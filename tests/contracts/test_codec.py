@@ -465,6 +465,7 @@ NOT_MINUTES = {
     "pvm/stores/log.py": "the log's record frames (seq, id, stream id, time, and the minute's bytes untouched)",
     "pvm/vectors/edge.py": "point payloads the engine stores",
     "workers/serializers.py": "RQ job data",
+    "workers/evaluate_pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
 }
 
 

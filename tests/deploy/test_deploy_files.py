@@ -76,12 +76,15 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_facts_changes_total": ("counter", frozenset({"change"})),
     "pvm_fact_extraction_chunks_total": ("counter", frozenset({"extractor", "outcome"})),
     "pvm_fact_extraction_items_total": ("counter", frozenset({"extractor", "outcome"})),
+    "pvm_evaluate_total": ("counter", frozenset({"what"})),
+    "pvm_evaluation_last_completed_timestamp_seconds": ("gauge", frozenset({"project"})),
+    "pvm_evaluation_progress_ratio": ("gauge", frozenset({"project"})),
 }
 # Every label the exporter puts on a series.
 METRIC_LABELS = frozenset(
     {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule"),
-        *("scheduler", "reason", "change", "extractor"),
+        *("scheduler", "reason", "change", "extractor", "what", "project"),
     }
 )
 # Series Prometheus adds itself for every target.
@@ -690,6 +693,21 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
             ("220m", "PVMScheduleLate", []),
             ("200m", "PVMSchedulerDown", []),
         ),
+        # The evaluate schedule (hourly) is enqueued on time, but the runs it starts stop completing: project
+        # `b` last completed at 0 while `a` keeps completing. Late once b's completion is 3 intervals old.
+        _case(
+            "1m",
+            [
+                up,
+                _series("pvm_scheduler_leader", "1x240", scheduler="sched-a"),
+                _series("pvm_schedule_interval_seconds", "3600x240", schedule="evaluate"),
+                _series("pvm_schedule_last_run_timestamp_seconds", _every(3600, 240), schedule="evaluate"),
+                _series("pvm_evaluation_last_completed_timestamp_seconds", _every(3600, 240), project="a"),
+                _series("pvm_evaluation_last_completed_timestamp_seconds", "0x240", project="b"),
+            ],
+            ("185m", "PVMScheduleLate", []),
+            ("200m", "PVMScheduleLate", [warn(schedule="evaluate")]),
+        ),
         # The scheduler stops at 10m: its lease (and the leader series) is gone, the schedules are still recorded.
         _case(
             "1m",
@@ -769,6 +787,9 @@ def _exporter_families(redis_client: redis.Redis, settings: Settings) -> list[Me
     # What a leading `pvm scheduler` keeps: a schedule that ran, and its lease.
     redis_client.hset(keys.schedules(), mapping={"optimize:every": "3600.0", "optimize:last": "1700000000.0"})
     redis_client.set(keys.scheduler_leader(), "deploy-test-scheduler", px=60_000)
+    # What an evaluation run leaves: a project's run, its completion.
+    redis_client.hset(keys.evaluation_run("p1"), mapping={"run_id": "r", "minute_slices": 2, "slices_done": 1})
+    redis_client.hset(keys.evaluated_projects(), "p1", "1700000000.0")
     return list(PvmCollector(redis_client, settings).collect())
 
 
@@ -969,10 +990,22 @@ def test_the_log_pool_shares_one_persistent_volume() -> None:
     term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"] == log["spec"]["selector"]["matchLabels"]
-    # No other workload mounts the log volume elsewhere (a second writer on another node).
+    # No other workload writes the log volume or mounts it on another node: the evaluate pool reads the log,
+    # read-only, on the log's node.
     for name, d in k8s_objects("Deployment").items():
-        if name != "pvm-log":
-            assert not any("persistentVolumeClaim" in v for v in d["spec"]["template"]["spec"].get("volumes", []))
+        spec = d["spec"]["template"]["spec"]
+        claimed = [v for v in spec.get("volumes", []) if "persistentVolumeClaim" in v]
+        if name == "pvm-log" or not claimed:
+            continue
+        assert name == "pvm-evaluate", name
+        assert all(v["persistentVolumeClaim"].get("readOnly") for v in claimed), name
+        assert all(
+            m.get("readOnly")
+            for m in spec["containers"][0]["volumeMounts"]
+            if m["name"] in {v["name"] for v in claimed}
+        ), name
+        term = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert term["labelSelector"]["matchLabels"] == log["spec"]["selector"]["matchLabels"], name
 
 
 def test_every_container_runs_a_pvm_command_with_the_shared_settings() -> None:

@@ -50,6 +50,12 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_LLM_TEMPERATURE": ["-0.1", "2.5", "nan", "hot"],
     "PVM_FACT_PROMOTE_AT": ["-0.1", "1.5", "nan", "high"],
     "PVM_FACT_TIER_SPLIT": ["40,40", "0,0,0", "-1,1,1", "a,b,c", "inf,1,1", "40,40,10,10"],
+    "PVM_EVALUATE_EVERY": ["-1", "daily"],
+    "PVM_EVALUATE_SLICE": ["0", "many"],
+    "PVM_SCORE_WEIGHTS": ["1,1,1", "0,0,0,0", "-1,1,1,1", "a,b,c,d"],
+    "PVM_PRUNE_BELOW": ["-0.1", "1.5", "low"],
+    "PVM_PRUNE_GRACE": ["-1", "a week"],
+    "PVM_DEDUPE_AT": ["1.1", "-1", "close"],
 }
 FREE_TEXT = {
     "PVM_HOME",
@@ -88,7 +94,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "home": _path,
     "log_dir": _path,
     "spool_dir": _path,
-    "downstream": st.lists(st.sampled_from(sorted(set(keys.QUEUES) - {"log"})), max_size=3).map(tuple),
+    "downstream": st.lists(st.sampled_from(sorted(set(keys.POOL_JOBS) - {"log"})), max_size=3).map(tuple),
     "recent_window": st.integers(1, 10**6),
     "minute_cache_size": st.integers(1, 10**7),
     "dispatch_batch": st.integers(1, 10**5),
@@ -121,6 +127,12 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "llm_temperature": st.floats(min_value=0, max_value=2, allow_nan=False),
     "fact_promote_at": st.floats(min_value=0, max_value=1, allow_nan=False),
     "fact_tier_split": st.tuples(_weight, _weight, _weight).filter(lambda w: sum(w) > 0),
+    "evaluate_every_s": st.integers(0, 10**7),
+    "evaluate_slice": st.integers(1, 10**7),
+    "score_weights": st.tuples(_weight, _weight, _weight, _weight).filter(lambda w: sum(w) > 0),
+    "prune_below": st.floats(min_value=0, max_value=1, allow_nan=False),
+    "prune_grace_s": st.integers(0, 10**9),
+    "dedupe_at": st.floats(min_value=0, max_value=1, allow_nan=False),
 }
 
 

@@ -251,7 +251,12 @@ def test_status_counts_jobs_dequeued_and_never_started(
     header, *rows = out.split("POOLS\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert header.split()[:5] == ["POOL", "QUEUE", "QUEUED", "DEQUEUED", "RUNNING"]
     pools = {row.split()[0]: row.split()[2:5] for row in rows}
-    assert pools == {"log": ["1", "1", "0"], "index": ["0", "0", "0"], "facts": ["0", "0", "0"]}
+    assert pools == {
+        "log": ["1", "1", "0"],
+        "index": ["0", "0", "0"],
+        "facts": ["0", "0", "0"],
+        "evaluate": ["0", "0", "0"],
+    }
 
     assert main(["status", "--json"]) == 0
     snap = json.loads(capsys.readouterr().out)
@@ -631,6 +636,8 @@ def _redis_down_argv(port: str) -> dict[str, list[str]]:
         "serve": ["serve", "--port", port, "--index-worker", "no"],
         "replay": ["replay", "--all"],
         "optimize": ["optimize"],
+        "evaluate": ["evaluate", "--project", "p1", "--dry-run"],
+        "stats": ["stats", "--project", "p1"],
         "demo": ["demo", "--minutes", "5"],
     }
 

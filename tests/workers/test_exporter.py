@@ -112,7 +112,7 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
     assert labels <= {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"),
-        *("schedule", "scheduler", "reason", "change"),
+        *("schedule", "scheduler", "reason", "change", "what", "project"),
     }
 
 
@@ -302,6 +302,8 @@ def test_dequeued_jobs_and_the_reapers_requeues_are_served(redis_client: redis.R
         ("pvm-index", "stranded"): 0.0,
         ("pvm-facts", "dead_worker"): 0.0,
         ("pvm-facts", "stranded"): 0.0,
+        ("pvm-evaluate", "dead_worker"): 0.0,
+        ("pvm-evaluate", "stranded"): 0.0,
     }
     log_state = next(q for q in snapshot(redis_client, settings).queues if q.pool == "log")
     assert (log_state.dequeued, log_state.requeued) == (0, {"dead_worker": 0, "stranded": 1})

@@ -243,6 +243,7 @@ PROJECT_READS = {
     "/v1/projects/{project_id}/search": {"q": "conflict resolved"},
     "/v1/projects/{project_id}/recent": {"n": 5},
     "/v1/projects/{project_id}/minutes": {"ids": "nosuchid"},
+    "/v1/projects/{project_id}/stats": {},
 }
 GOOD = {"project_id": "apollo", "event_type": "decision", "agent_id": "planner", "memory_note": "ship friday"}
 BAD = {"project_id": "apollo", "event_type": "task_completed", "data": {"success_criteria_met": 250}}

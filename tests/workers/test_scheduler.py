@@ -30,11 +30,23 @@ def drain(redis_client: redis.Redis, pool: str = "log") -> None:
 
 
 def test_the_embedded_engine_gets_a_periodic_optimize_and_a_qdrant_server_none(settings: Settings) -> None:
-    [optimize] = default_schedules(settings)
+    [optimize, evaluate] = default_schedules(settings)
     assert (optimize.name, optimize.pool, optimize.func) == ("optimize", "index", "workers.index_pool.optimize")
     assert optimize.every_s == settings.optimize_every_s == 3600
-    assert default_schedules(settings.with_(qdrant_url="http://qdrant:6333")) == []
-    assert default_schedules(settings.with_(optimize_every_s=0)) == []
+    assert (evaluate.name, evaluate.pool, evaluate.func) == ("evaluate", "evaluate", keys.EVALUATE_PLAN_JOB)
+    assert evaluate.delay_first and not optimize.delay_first
+    assert evaluate.every_s == settings.evaluate_every_s == 6 * 3600
+    assert default_schedules(settings.with_(qdrant_url="http://qdrant:6333")) == [evaluate]
+    assert default_schedules(settings.with_(optimize_every_s=0, evaluate_every_s=0)) == []
+
+
+def test_a_delayed_schedule_runs_first_one_interval_after_it_is_recorded(redis_client: redis.Redis) -> None:
+    delayed = Schedule("heavy", 60, "log", keys.LOG_JOB, delay_first=True)
+    scheduler = Scheduler(redis_client, [delayed], name="t")
+    assert scheduler.tick(now=1000.0) == []  # recorded: its cadence starts here
+    assert scheduler.tick(now=1059.0) == []
+    assert scheduler.tick(now=1060.0) == ["heavy"]
+    assert scheduler.tick(now=1061.0) == []
 
 
 def test_bad_schedules_are_refused(redis_client: redis.Redis, tmp_path: Path) -> None:

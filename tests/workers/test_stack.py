@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from pvm.config import Settings
 from workers.stack import Stack
 
@@ -84,7 +86,9 @@ def test_a_worker_group_slows_a_crash_loop_down_too(settings: Settings) -> None:
 
 
 def test_pvm_up_runs_the_log_and_facts_pools_and_the_index_pool_with_a_qdrant_server(settings: Settings) -> None:
-    # With the embedded engine the index pool runs inside `pvm serve` (one process owns its files).
+    # With the embedded engine the index and evaluate pools run inside `pvm serve` (one process owns its files).
     assert Stack(settings, api_port=None).processes == {"log": 1, "facts": 1}
     served = Stack(settings.with_(qdrant_url="http://qdrant:6333"), {"facts": 3}, api_port=None)
-    assert served.processes == {"log": 1, "facts": 3, "index": 1}
+    assert served.processes == {"log": 1, "facts": 3, "index": 1, "evaluate": 1}
+    with pytest.raises(ValueError, match="evaluate pool cannot have extra processes"):
+        Stack(settings, {"evaluate": 2}, api_port=None)

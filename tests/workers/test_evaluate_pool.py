@@ -1,0 +1,385 @@
+"""The evaluate pool against real Valkey, RQ, the durable log and qdrant-edge: runs, slices, prune, replay, dry run."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from contracts import Minute, keys
+from contracts.fact_changes import asserted_minute
+from contracts.facts import Fact, FactStatus, FactType, TierKey
+from contracts.memory import SearchFilters
+from pvm import engines
+from pvm.client import PVMClient
+from pvm.config import Settings
+from pvm.protocols import FACT, FACT_PRUNED
+from pvm.reader import ContextReader
+from pvm.search import HybridSearch
+from pvm.stores.facts import FactStore
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes, use_settings
+from tests.pvm.test_client import serving
+from workers import cli, evaluate_pool, replay
+from workers.api import create_app
+from workers.queues import pool_queue
+from workers.runner import PvmWorker
+from workers.scheduler import Scheduler, default_schedules
+from workers.stats import project_stats
+
+NOW = datetime.now(UTC)
+P = "evalp"
+
+
+def at(days_ago: float) -> str:
+    return (NOW - timedelta(days=days_ago)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def m(n: int, event_type: str = "message", days_ago: float = 0.0, **fields: Any) -> Minute:
+    fields.setdefault("agent_id", "a1")
+    return Minute(project_id=P, event_type=event_type, id=f"ev{n:05d}", timestamp=at(days_ago), **fields)
+
+
+STALE = [
+    m(1, days_ago=60, memory_note="looked at the dashboard colours for the quarterly report"),
+    m(2, days_ago=50, memory_note="someone asked about lunch options near the office"),
+    m(3, days_ago=45, memory_note="the printer on floor three jammed twice this morning"),
+]
+KEPT = [
+    m(
+        4,
+        "task_completed",
+        days_ago=60,
+        data={"task_id": "mig-1", "success_criteria_met": 100},
+        memory_note="migrated the billing schema with zero downtime",
+    ),
+    m(5, days_ago=1, memory_note="reviewing the payments retry policy for the checkout flow"),
+    m(6, "decision", days_ago=2, memory_note="we keep the nightly backup window at two am"),
+]
+
+
+@pytest.fixture
+def stack(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    use_settings(settings, monkeypatch)
+    yield settings
+    engines.close_shared()
+
+
+def log_bytes(settings: Settings) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(Path(settings.log_dir).rglob("*")) if p.is_file()}
+
+
+def search(settings: Settings, text: str, include_pruned: bool = False) -> list[str]:
+    searcher = engines.searcher_for(settings)
+    assert isinstance(searcher, HybridSearch)
+    hits = searcher.search(P, text, SearchFilters(include_pruned=include_pruned), 10)
+    return [h.minute_id for h in hits]
+
+
+def run_worker(connection: redis.Redis, *pools: str) -> None:
+    PvmWorker([pool_queue(p, connection) for p in pools], connection).work(burst=True)
+
+
+def test_a_run_scores_prunes_stale_memories_and_never_changes_the_log(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    before = log_bytes(stack)
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert sorted(p["id"] for p in report.pruned) == ["ev00001", "ev00002", "ev00003"]
+    assert report.scored == 6 and report.tokens_reclaimed > 0
+    assert log_bytes(stack) == before  # the log is never changed
+    # Out of search, out of the hot caches; found by a search that opts in.
+    assert "ev00001" not in search(stack, "dashboard colours quarterly report")
+    assert "ev00001" in search(stack, "dashboard colours quarterly report", include_pruned=True)
+    assert redis_client.hget(keys.minute_by_id(P), "ev00001") is None
+    assert redis_client.zscore(keys.recent_window(P), "ev00001") is None
+    assert redis_client.hget(keys.minute_by_id(P), "ev00005") is not None
+    # Recorded: each prune, the totals; the scores in Redis and on the points ranking reads.
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), "ev00002"))
+    assert record["why"] == "score" and record["composite"] < 0.3 and record["tokens"] > 0
+    totals = {k.decode(): float(v) for k, v in redis_client.hgetall(keys.evaluation_totals(P)).items()}
+    assert totals["pruned"] == 3 and totals["tokens_reclaimed"] == report.tokens_reclaimed
+    scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00004"))
+    assert scores["accuracy"] == 1.0 and scores["recency"] == 0.0 and scores["composite"] >= 0.3
+    [point] = engines.shared_engine(stack).retrieve(P, ["ev00004"])
+    assert point.payload["scores"] == scores
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["status"] == "done" and state["scored"] == 6 and state["pruned"] == 3
+    assert redis_client.hget(keys.evaluated_projects(), P) is not None
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+    assert redis_client.sismember(keys.metrics_freshness_stages(), "evaluated")  # emit -> first scored
+    counters = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.metrics_evaluate()).items()}
+    assert counters["scored"] == 6 and counters["pruned"] == 3 and counters["runs"] == 1
+    # A second run judges the pruned ones no more.
+    again = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert again.pruned == [] and again.scored == 3
+
+
+def test_a_dry_run_reports_and_writes_nothing(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    report = evaluate_pool.evaluate_here(redis_client, stack, P)
+    assert sorted(p["id"] for p in report.pruned) == ["ev00001", "ev00002", "ev00003"]
+    assert len(report.rescored) == 6  # never scored before: every composite is new
+    assert not redis_client.exists(keys.evaluation_scores(P), keys.evaluation_pruned(P), keys.evaluation_run(P))
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+
+
+def test_replay_restores_pruned_memories_and_rebuilds_their_scores(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert "ev00001" not in search(stack, "dashboard colours quarterly report")
+    scored = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00001"))
+
+    assert replay.replay(redis_client, stack, P, wait=False) == 0
+    run_worker(redis_client, "index", "evaluate")
+
+    assert "ev00001" in search(stack, "dashboard colours quarterly report")
+    assert redis_client.hlen(keys.evaluation_pruned(P)) == 0
+    assert not redis_client.hexists(keys.evaluation_totals(P), "pruned")
+    assert redis_client.hget(keys.minute_by_id(P), "ev00001") is not None
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["mode"] == evaluate_pool.RESCORE and state["status"] == "done"
+    rebuilt = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), "ev00001"))
+    assert rebuilt["composite"] == pytest.approx(scored["composite"], abs=0.01)  # recency moved a few ms
+    [point] = engines.shared_engine(stack).retrieve(P, ["ev00001"])
+    assert point.payload["scores"]["composite"] == rebuilt["composite"]
+
+
+def test_the_scheduler_starts_runs_that_go_slice_by_slice(
+    redis_client: redis.Redis, stack: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = stack.with_(evaluate_slice=4, evaluate_every_s=60)
+    use_settings(small, monkeypatch)
+    cited = m(1, days_ago=40, memory_note="the cache key must include the tenant id")
+    later = [
+        m(n, days_ago=1, memory_note=f"following up on the cache key note {n}", context_references=(cited.id,))
+        for n in range(2, 11)
+    ]
+    log_minutes(redis_client, small, [cited, *later])
+    redis_client.sadd(keys.projects(), P)
+    [schedule] = [s for s in default_schedules(small) if s.name == "evaluate"]
+    assert schedule.pool == "evaluate" and schedule.func == keys.EVALUATE_PLAN_JOB
+    scheduler = Scheduler(redis_client, [schedule], name="t")
+    assert scheduler.tick(now=1000.0) == []  # not with the stack's start: one interval later
+    assert scheduler.tick(now=1060.0) == ["evaluate"]
+
+    run_worker(redis_client, "evaluate")
+
+    state = evaluate_pool.run_state(redis_client, P)
+    assert state["status"] == "done" and state["minute_slices"] == 3  # 10 minutes in slices of 4
+    assert state["slices_done"] == 3 and state["scored"] == 10
+    finished = pool_queue("evaluate", redis_client).finished_job_registry.get_job_ids()
+    assert len(finished) == 1 + 3 + 1  # the plan, three log slices, one page of facts
+    # The oldest slice saw the references of the newest: the same scores as one slice of everything.
+    sliced = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), cited.id))
+    assert sliced["impact"] == 0.75  # min(1, 9 / 3) references, task unknown
+    whole = evaluate_pool.evaluate_here(redis_client, small.with_(evaluate_slice=100), P)
+    assert whole.slices == 2 and cited.id not in [r["id"] for r in whole.rescored]  # one slice: the same score
+    assert not redis_client.exists(keys.evaluation_lock(P))
+
+
+def test_one_run_per_project_at_a_time(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, KEPT, index=False)
+    first = evaluate_pool.enqueue_run(redis_client, stack, P)
+    assert first is not None
+    assert evaluate_pool.enqueue_run(redis_client, stack, P) is None
+    run_worker(redis_client, "evaluate")
+    assert evaluate_pool.run_state(redis_client, P)["status"] == "done"
+    assert evaluate_pool.enqueue_run(redis_client, stack, P) is not None
+
+
+def test_near_duplicates_merge_with_provenance(redis_client: redis.Redis, stack: Settings) -> None:
+    task = {"task_id": "deploy-7"}
+    dupes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(
+            2,
+            days_ago=2,
+            data=task,
+            memory_note="payments service deploy failed on the canary host",
+            context_references=(),
+        ),
+        m(3, days_ago=1, data=task, memory_note="deploy of payments service failed on canary host again"),
+        m(4, days_ago=1, data=task, memory_note="rotated the database credentials for the reporting job"),
+    ]
+    reads = {"ev00002": 4}
+    log_minutes(redis_client, stack, dupes)
+    for memory_id, n in reads.items():
+        redis_client.hset(keys.access_counts(P), memory_id, n)
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert report.merged == [
+        {"survivor": "ev00002", "absorbed": ["ev00001", "ev00003"], "similarity": report.merged[0]["similarity"]}
+    ]
+    assert {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.evaluation_merged(P)).items()} == {
+        "ev00001": "ev00002",
+        "ev00003": "ev00002",
+    }
+    [survivor] = engines.shared_engine(stack).retrieve(P, ["ev00002"])
+    assert survivor.payload["merged_from"] == ["ev00001", "ev00003"]
+    found = search(stack, "payments deploy canary")
+    assert "ev00002" in found and "ev00001" not in found and "ev00003" not in found
+    assert "ev00001" in search(stack, "payments deploy canary", include_pruned=True)
+    assert int(redis_client.hget(keys.evaluation_totals(P), "merged")) == 2
+
+
+def test_contradicting_patterns_are_flagged_and_the_better_outcome_ranks_first(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    worse = m(
+        1,
+        "decision",
+        days_ago=1,
+        data={
+            "situation": "flaky integration tests",
+            "success_criteria_met": 20,
+            "recommendation": "retry the integration test job",
+        },
+        memory_note="for flaky integration tests: retry the integration test job",
+    )
+    better = m(
+        2,
+        "decision",
+        days_ago=1,
+        data={
+            "situation": "flaky integration tests",
+            "success_criteria_met": 90,
+            "recommendation": "do not retry the integration test job",
+        },
+        memory_note="for flaky integration tests: do not retry the integration test job, quarantine it",
+    )
+    log_minutes(redis_client, stack, [worse, better])
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+
+    assert report.conflicts == [{"winner": better.id, "loser": worse.id}]
+    assert redis_client.hget(keys.evaluation_conflicts(P), worse.id) == better.id.encode()
+    [loser] = engines.shared_engine(stack).retrieve(P, [worse.id])
+    assert loser.payload["conflict_with"] == better.id
+    [winner] = engines.shared_engine(stack).retrieve(P, [better.id])
+    assert loser.payload["scores"]["composite"] < winner.payload["scores"]["composite"] / 2
+    assert search(stack, "retry the integration test job")[0] == better.id
+
+
+def test_settings_refuse_bad_evaluate_values() -> None:
+    with pytest.raises(ValueError, match="PVM_SCORE_WEIGHTS"):
+        Settings.from_env({"PVM_SCORE_WEIGHTS": "1,1,1"})
+    with pytest.raises(ValueError, match="PVM_PRUNE_BELOW"):
+        Settings.from_env({"PVM_PRUNE_BELOW": "2"})
+    assert Settings.from_env({"PVM_EVALUATE_EVERY": "0"}).evaluate_every_s == 0
+    assert not [s for s in default_schedules(Settings(evaluate_every_s=0)) if s.name == "evaluate"]
+
+
+def _fact(subject: str, days_ago: float, fact_type: FactType = FactType.FACT) -> Fact:
+    return Fact.new(
+        type=fact_type,
+        text=f"{subject} runs on postgres",
+        subject=subject,
+        attribute="database",
+        value="postgres",
+        tier_key=TierKey.for_project(P),
+        confidence=0.9,
+        source_minute_ids=(f"src-{subject}",),
+        status=FactStatus.PROMOTED,
+        recorded_at=at(days_ago),
+    )
+
+
+def test_decayed_facts_leave_search_and_contexts_and_stats_count_what_is_left(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    old, fresh = _fact("billing", 200), _fact("ledger", 1, FactType.DECISION)
+    changes = [asserted_minute(f, minute_id=f"fa-{f.subject}", timestamp=f.recorded_at) for f in (old, fresh)]
+    store = FactStore(redis_client)
+    for change in changes:
+        store.apply(change)
+    log_minutes(redis_client, stack, [*STALE, *KEPT, *changes])
+    engine = engines.shared_engine(stack)
+    assert engine.count(P, FACT) == 2
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+
+    assert [p["id"] for p in report.pruned if p["kind"] == FACT] == [old.id] and report.facts_scored == 2
+    assert engine.count(P, FACT) == 1 and engine.count(P, FACT_PRUNED) == 1  # out of fact searches
+    assert [f.id for f in store.current([TierKey.for_project(P)])] == [fresh.id]  # out of contexts' facts
+    scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), old.id))
+    assert scores["importance"] == 0.5 and scores["composite"] < 0.3
+
+    stats = project_stats(redis_client, P)
+    assert stats["minutes"] == 8 and stats["indexed"] == 8
+    assert stats["facts"] == {
+        "total": 1,
+        "by_type": {**{t.value: 0 for t in FactType}, "decision": 1},
+        "by_tier": {"task": 0, "project": 1},
+    }
+    assert (stats["pruned"], stats["merged"], stats["chunks"], stats["episodes"]) == (4, 0, 0, 0)
+    assert stats["tokens_reclaimed"] == report.tokens_reclaimed > 0
+    kept = [msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), k.id)) for k in KEPT]
+    assert stats["average_scores"]["composite"] == pytest.approx(sum(s["composite"] for s in kept) / 3, abs=1e-3)
+    assert stats["average_scores"]["fact_composite"] == pytest.approx(0.7 * 0.5 ** (1 / 30), abs=1e-3)
+    assert stats["last_evaluated"] is not None
+
+
+def test_stats_of_a_project_never_evaluated(redis_client: redis.Redis) -> None:
+    stats = project_stats(redis_client, "nothing-here")
+    assert stats["minutes"] == 0 and stats["pruned"] == 0 and stats["last_evaluated"] is None
+    assert set(stats["average_scores"].values()) == {None}
+
+
+def test_the_cli_dry_run_prints_what_it_would_do_and_evaluate_waits_for_the_run(
+    redis_client: redis.Redis, stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    assert cli.main(["evaluate", "--project", P, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "WOULD PRUNE (3;" in out and "ev00002" in out and "WOULD RESCORE (6 composites change)" in out
+    assert cli.main(["evaluate", "--project", P, "--dry-run", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["pruned"]) == 3
+    assert not redis_client.exists(keys.evaluation_pruned(P))
+    # Without a worker, a real run is refused with what to start; queued, a worker runs it.
+    with pytest.raises(SystemExit, match="no evaluate worker"):
+        cli.main(["evaluate", "--project", P])
+    assert cli.main(["evaluate", "--project", P, "--no-wait"]) == 0
+    assert "queued" in capsys.readouterr().out
+    run_worker(redis_client, "evaluate")
+    assert cli.main(["stats", "--project", P, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pruned"] == 3
+    assert cli.main(["stats", "--project", P]) == 0
+    assert "pruned, merged    3, 0" in capsys.readouterr().out
+    # pvm status: each project's run, its slices and its last completion.
+    assert cli.main(["status"]) == 0
+    section = capsys.readouterr().out.split("EVALUATION", 1)[1].split("\n\n", 1)[0]
+    [row] = [line.split() for line in section.splitlines() if line.startswith(P)]
+    assert row[1:5] == ["done", "full", "1/1+facts", "6"] and row[5] == "3" and "ago" in row
+    assert cli.main(["status", "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["evaluations"]
+    assert run["status"] == "done" and run["last_completed"] is not None
+
+
+def test_stats_over_http_and_the_client(redis_client: redis.Redis, stack: Settings) -> None:
+    log_minutes(redis_client, stack, [*STALE, *KEPT])
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    reader = ContextReader(redis_client, LogReader(stack.log_dir), engines.searcher_for(stack))  # type: ignore[arg-type]
+    app = create_app(reader, redis_client, stack.shards)
+    with TestClient(app) as http:
+        answer = http.get(f"/v1/projects/{P}/stats")
+        assert answer.status_code == 200 and answer.json() == project_stats(redis_client, P)
+        found = http.get(f"/v1/projects/{P}/search", params={"q": "dashboard colours", "include_pruned": "true"})
+        assert "ev00001" in [h["minute_id"] for h in found.json()["hits"]]
+    with serving(app) as url, PVMClient(url, "") as client:
+        assert client.stats(P)["pruned"] == 3
+        hits = client.search(P, "dashboard colours", include_pruned=True)["hits"]
+        assert "ev00001" in [h["minute_id"] for h in hits]
+        assert "ev00001" not in [h["minute_id"] for h in client.search(P, "dashboard colours")["hits"]]

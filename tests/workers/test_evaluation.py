@@ -1,0 +1,126 @@
+"""The evaluate pool's rules (pure): scores, fact decay, prune, near-duplicates and contradictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from pvm import defaults
+from tests.workers.minutes import minute
+from workers import evaluation
+from workers.evaluation import Judged, ScorePolicy, TaskOutcome
+
+DAY_MS = 24 * 3600 * 1000
+NOW = 1_795_687_200_000
+
+
+def test_recency_is_linear_over_four_weeks() -> None:
+    assert evaluation.recency(NOW, NOW) == 1.0
+    assert evaluation.recency(NOW - 7 * DAY_MS, NOW) == pytest.approx(0.75)
+    assert evaluation.recency(NOW - 14 * DAY_MS, NOW) == pytest.approx(0.5)
+    assert evaluation.recency(NOW - 28 * DAY_MS, NOW) == 0.0
+    assert evaluation.recency(NOW - 90 * DAY_MS, NOW) == 0.0
+    assert evaluation.recency(NOW + DAY_MS, NOW) == 1.0  # a clock ahead counts as now
+
+
+def test_relevance_grows_with_reads_and_saturates() -> None:
+    assert evaluation.relevance(0) == 0.0
+    assert evaluation.relevance(1) == pytest.approx(1 / defaults.SCORE_RELEVANCE_FULL)
+    assert evaluation.relevance(500) == 1.0
+
+
+def test_accuracy_from_own_outcome_else_task_else_prior_less_corrections() -> None:
+    assert evaluation.accuracy(0.9, 0.1, "task_completed", 0) == 0.9
+    assert evaluation.accuracy(None, 0.2, "message", 0) == 0.2
+    assert evaluation.accuracy(None, None, "decision", 0) == 0.6  # the event type's prior
+    assert evaluation.accuracy(None, None, "decision", 1) == pytest.approx(0.35)
+    assert evaluation.accuracy(0.3, None, "decision", 5) == 0.0
+
+
+def test_impact_mixes_later_references_and_task_success() -> None:
+    assert evaluation.impact(0, None) == 0.25
+    assert evaluation.impact(3, True) == 1.0
+    assert evaluation.impact(0, False) == 0.0
+    assert evaluation.impact(1, True) == pytest.approx((1 / 3 + 1) / 2)
+
+
+def test_composite_is_the_weighted_mean() -> None:
+    parts = {"recency": 1.0, "relevance": 0.0, "accuracy": 0.5, "impact": 0.5}
+    assert evaluation.composite(parts, (1, 1, 1, 1)) == 0.5
+    assert evaluation.composite(parts, (2, 0, 0, 0)) == 1.0
+    assert evaluation.composite(parts, (0, 1, 0, 1)) == 0.25
+
+
+def test_minute_scores_read_success_criteria_and_the_task() -> None:
+    m = minute("task_completed", data={"task_id": "T-1", "success_criteria_met": 80})
+    scores = evaluation.minute_scores(
+        m, NOW - 14 * DAY_MS, NOW, accesses=5, later_references=3, corrections=0, task=TaskOutcome(True, 0.8)
+    )
+    assert scores == {"recency": 0.5, "relevance": 1.0, "accuracy": 0.8, "impact": 1.0, "composite": 0.825}
+    note = minute("message", data={"task_id": "T-1"})
+    failed = evaluation.minute_scores(
+        note, NOW, NOW, accesses=0, later_references=0, corrections=0, task=TaskOutcome(False, 0.0)
+    )
+    assert failed["accuracy"] == 0.0 and failed["impact"] == 0.0
+
+
+def test_fact_decay_halves_every_thirty_days_with_a_capped_read_boost() -> None:
+    assert evaluation.fact_decay(NOW, 0, NOW) == 1.0
+    assert evaluation.fact_decay(NOW - 30 * DAY_MS, 0, NOW) == pytest.approx(0.5)
+    assert evaluation.fact_decay(NOW - 60 * DAY_MS, 0, NOW) == pytest.approx(0.25)
+    assert evaluation.fact_decay(NOW - 60 * DAY_MS, 2, NOW) == pytest.approx(0.45)
+    assert evaluation.fact_decay(NOW - 60 * DAY_MS, 50, NOW) == pytest.approx(0.75)  # the boost stops at 0.5
+    assert evaluation.fact_decay(NOW - 10 * DAY_MS, 50, NOW) == 1.0  # capped
+    scores = evaluation.fact_scores(0.8, NOW - 30 * DAY_MS, 0, NOW)
+    assert scores == {"importance": 0.8, "decay": 0.5, "composite": 0.4}
+
+
+def test_prune_needs_a_low_score_and_an_age_past_the_grace() -> None:
+    policy = ScorePolicy(prune_below=0.3, prune_grace_s=10.0)
+    assert evaluation.prunable(0.29, 11.0, policy)
+    assert not evaluation.prunable(0.29, 9.0, policy)
+    assert not evaluation.prunable(0.3, 11.0, policy)
+    assert not evaluation.prunable(0.0, 11.0, ScorePolicy(prune_below=0.0, prune_grace_s=0.0))
+
+
+def test_corrections_and_references() -> None:
+    later = minute("task_failed", n=2, context_references=("id00001",))
+    assert evaluation.is_correction(later, "id00001")
+    said = minute("message", n=3, data={"corrects": "id00001"})
+    assert list(evaluation.references(said)) == ["id00001"] and evaluation.is_correction(said, "id00001")
+    cited = minute("message", n=4, context_references=("id00001",))
+    assert not evaluation.is_correction(cited, "id00001")
+
+
+def _judged(memory_id: str, text: str, composite: float, group: str = "task:T|message") -> Judged:
+    m = minute("message", memory_note=text)
+    return Judged(memory_id, group, evaluation.note_words(m), composite, 0, 0.5)
+
+
+def test_near_duplicates_merge_into_the_best_scored() -> None:
+    items = [
+        _judged("a", "deploy of the payments service failed on the canary host", 0.4),
+        _judged("b", "the payments service deploy failed on a canary host", 0.7),
+        _judged("c", "payments service deploy failed on canary host again", 0.5),
+        _judged("d", "rotated the database credentials for the reporting job", 0.9),
+        _judged("e", "deploy of the payments service failed on the canary host", 0.9, group="task:U|message"),
+    ]
+    merges = evaluation.near_duplicates(items, 0.6)
+    assert len(merges) == 1
+    assert merges[0].survivor == "b" and sorted(merges[0].absorbed) == ["a", "c"]
+    assert merges[0].similarity >= 0.6
+    assert evaluation.near_duplicates(items, 1.01) == []
+
+
+def test_contradicting_recommendations_are_flagged_and_the_better_outcome_wins() -> None:
+    use = minute("decision", n=1, data={"situation": "flaky integration tests", "recommendation": "retry the test job"})
+    avoid = minute(
+        "decision", n=2, data={"situation": "flaky integration tests", "recommendation": "do not retry the test job"}
+    )
+    other = minute("decision", n=3, data={"situation": "slow builds", "recommendation": "do not retry the test job"})
+    judged = []
+    for m, acc in ((use, 0.2), (avoid, 0.9), (other, 0.1)):
+        situation, action, negative = evaluation.recommended_action(m) or ("", frozenset(), False)
+        judged.append(Judged(m.id, "g", frozenset(), 0.5, 0, acc, situation, action, negative))
+    conflicts = evaluation.contradictions(judged)
+    assert [(c.winner, c.loser) for c in conflicts] == [(avoid.id, use.id)]
+    assert evaluation.recommended_action(minute("decision", memory_note="retry it")) is None  # no situation named
