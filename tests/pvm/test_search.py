@@ -801,3 +801,20 @@ def search_facts(engine: Any, project: str, query: str, tiers: tuple[str, ...]) 
     hits = HybridSearch(engine).search(project, query, k=50, kinds=("fact",), tiers=tiers, now_ms=NOW)
     assert all(isinstance(h, FactHit) for h in hits)
     return [h for h in hits if isinstance(h, FactHit)]
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_an_evaluation_annotation_sets_the_importance_ranking_reads(tmp_path: Path, kind: str) -> None:
+    # Indexed with high scores; the evaluate pool then scores it low. Ranking must read the new scores,
+    # not the ones the point was written with.
+    points = [memory_point("alpha", "rescored", "deploy note", composite=0.8)]
+    engine: Any = EdgeEngine(tmp_path / "v") if kind == "edge" else ServerEngine(QdrantClient(":memory:"))
+    try:
+        engine.upsert(points)
+        before = HybridSearch(engine).search("alpha", "deploy note", now_ms=NOW)[0].parts["importance"]
+        scores = {"composite": 0.1, "recency": 0.1, "relevance": 0.1, "accuracy": 0.1, "impact": 0.1}
+        assert engine.annotate("alpha", {"rescored": {"scores": scores}}) == 1
+        after = HybridSearch(engine).search("alpha", "deploy note", now_ms=NOW)[0].parts["importance"]
+        assert before > 0.3 and after == pytest.approx(0.1)
+    finally:
+        engine.close()
