@@ -228,7 +228,7 @@ API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts 
 
 # Retrieval ranking, pvm/search.py (area: retrieval, issue 12). Chosen on bench/retrieval.py's sessions and timeline
 # sets; the multi-hop set is held out (docs/search.md has the numbers).
-SEARCH_FUSION = "minmax"  # how the legs are put on one scale: max | minmax | engine | rrf (docs/search.md)
+SEARCH_FUSION = "agree"  # how the legs are fused: agree | max | minmax | engine | rrf (docs/search.md)
 SEARCH_RRF_K = 10  # fusion "rrf": each leg adds weight / (k + rank)
 # Recency and importance are a prior: together at most this share of a score, so they order near-ties of relevance
 # and never lift a minute that matches worse by more than this over one that matches better.
@@ -243,3 +243,12 @@ SEARCH_RECENT_WORDS = (
 # Importance is the stored scores without their recency (ranking counts recency once): the mean of these parts,
 # or the composite where a payload has only that (fact points).
 SEARCH_IMPORTANCE_PARTS = ("relevance", "accuracy", "impact")
+
+# Fusion "agree" (area: retrieval, issue 12 follow-up): min-max legs whose dense share of relevance follows the legs'
+# agreement on the query, |top-N lexical & top-N dense| / N with N = SEARCH_AGREE_DEPTH. At SEARCH_AGREE_FULL or more
+# the configured semantic : keyword weights hold; at no agreement the dense leg has SEARCH_AGREE_FLOOR of relevance
+# (a configured share below the floor is kept). Chosen on bench/retrieval.py's sessions and timeline sets with
+# MiniLM and hashing embeddings and on bench/fusion.py's good / weak / noise dense legs; multihop held out.
+SEARCH_AGREE_DEPTH = 10
+SEARCH_AGREE_FULL = 0.5
+SEARCH_AGREE_FLOOR = 0.4

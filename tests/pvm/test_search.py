@@ -801,3 +801,50 @@ def search_facts(engine: Any, project: str, query: str, tiers: tuple[str, ...]) 
     hits = HybridSearch(engine).search(project, query, k=50, kinds=("fact",), tiers=tiers, now_ms=NOW)
     assert all(isinstance(h, FactHit) for h in hits)
     return [h for h in hits if isinstance(h, FactHit)]
+
+
+def test_a_dense_leg_that_disagrees_with_the_words_does_not_outvote_them(dense_engine: EdgeEngine) -> None:
+    # The dense leg knows nothing here (it points every query at minutes the words do not name): with the default
+    # weights (semantic 0.6 : keyword 0.1) it would bury the only minutes that say "rollback". The legs share none of
+    # their top candidates, so the default fusion gives the dense leg no more than SEARCH_AGREE_FLOOR of relevance.
+    noise = [0.0] * DIMS
+    noise[7] = 1.0
+    points = [memory_point("alpha", f"r{i}", f"rollback of release {i}", dense=[1.0] + [0.0] * (DIMS - 1))
+              for i in range(3)]  # fmt: skip
+    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=noise) for i in range(12)]
+    dense_engine.upsert(points)
+
+    class NoiseEmbedder:
+        dimensions = DIMS
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [noise for _ in texts]
+
+    search = HybridSearch(dense_engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+    hits = search.search("alpha", "rollback", k=3, now_ms=NOW)
+    assert {h.minute_id for h in hits} == {"r0", "r1", "r2"}
+    assert all(h.parts["agreement"] == 0.0 for h in hits)
+
+
+def test_legs_that_agree_keep_the_configured_weights(dense_engine: EdgeEngine) -> None:
+    # Ten minutes both legs find, in different orders: agreement 1, so relevance is the configured semantic : keyword.
+    axes = {"rollback": 0}
+    embedder = WordEmbedder(axes)
+    points = []
+    for i in range(10):
+        vector = [0.0] * DIMS
+        vector[0], vector[1 + i % (DIMS - 1)] = 1.0 + i / 10, 1.0
+        points.append(memory_point("alpha", f"m{i}", "rollback " + "plan " * i, dense=vector))
+    dense_engine.upsert(points)
+    weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)
+    for hit in HybridSearch(dense_engine, embedder, weights).search("alpha", "rollback", k=10, now_ms=NOW):
+        p = hit.parts
+        assert p["agreement"] == 1.0
+        relevance = (weights.semantic * p["semantic"] + weights.keyword * p["keyword"]) / (
+            weights.semantic + weights.keyword
+        )
+        prior = (weights.recency * p["recency"] + weights.importance * p["importance"]) / (
+            weights.recency + weights.importance
+        )
+        share = defaults.SEARCH_PRIOR_SHARE
+        assert hit.score == pytest.approx((1 - share) * relevance + share * prior)
