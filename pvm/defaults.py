@@ -252,3 +252,8 @@ SEARCH_IMPORTANCE_PARTS = ("relevance", "accuracy", "impact")
 SEARCH_AGREE_DEPTH = 10
 SEARCH_AGREE_FULL = 0.5
 SEARCH_AGREE_FLOOR = 0.4
+# Multi-hop (area: retrieval, issue 12 item 5): the minutes of a top hit's thread that are among the candidates
+# rank at least that hit's score times SEARCH_THREAD_DECAY, for the best SEARCH_THREAD_HITS candidates. Chosen on
+# the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).
+SEARCH_THREAD_HITS = 5
+SEARCH_THREAD_DECAY = 0.97

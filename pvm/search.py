@@ -429,6 +429,7 @@ class HybridSearch:
                 score = (1 - defaults.SEARCH_RECENT_SHARE) * score + defaults.SEARCH_RECENT_SHARE * newness
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
+        scored = _thread_lifted(scored)
         return [(score, c, parts) for score, _, _, c, parts in scored]
 
     def _relevance(
@@ -557,6 +558,34 @@ def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
         return filters
     until = as_of_ms + 1 if filters.until_ms is None else min(filters.until_ms, as_of_ms + 1)
     return replace(filters, until_ms=until)
+
+
+def _thread_lifted(
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
+) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
+    """`scored` (best first) with the candidates of a top hit's thread lifted to that hit's score times a decay.
+
+    An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix) often
+    has one minute that says the question's words and others that do not: the best `SEARCH_THREAD_HITS`
+    candidates bring their thread's other candidates up to `SEARCH_THREAD_DECAY` of their own score (parts
+    "thread"), never down. Re-sorted best first.
+    """
+    lift: dict[str, float] = {}
+    for score, _, _, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
+        thread = c.payload.get("thread_id")
+        if isinstance(thread, str) and thread and thread not in lift:
+            lift[thread] = score * defaults.SEARCH_THREAD_DECAY
+    if not lift:
+        return scored
+    out = []
+    for score, timestamp, minute_id, c, parts in scored:
+        lifted = lift.get(c.payload.get("thread_id") or "", 0.0)
+        if lifted > score:
+            parts["thread"] = lifted
+            score = lifted
+        out.append((score, timestamp, minute_id, c, parts))
+    out.sort(key=lambda s: (-s[0], -s[1], s[2]))
+    return out
 
 
 def _agreement(candidates: Sequence[Candidate], depth: int) -> float:

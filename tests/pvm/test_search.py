@@ -848,3 +848,21 @@ def test_legs_that_agree_keep_the_configured_weights(dense_engine: EdgeEngine) -
         )
         share = defaults.SEARCH_PRIOR_SHARE
         assert hit.score == pytest.approx((1 - share) * relevance + share * prior)
+
+
+def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
+    # Multi-hop: the answer spans two minutes of a thread, and only the first says the question's words.
+    def threaded(minute_id: str, text: str, thread: str | None) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text)
+        point.payload["thread_id"] = thread
+        return point
+
+    points = [
+        threaded("a", "vendor contract blocked the deploy", "t1"),
+        threaded("b", "deploy resumed after the signature", "t1"),
+    ]
+    points += [threaded(f"c{i}", f"vendor deploy notes {i}", None) for i in range(8)]
+    engine.upsert(points)
+    hits = HybridSearch(engine).search("alpha", "vendor contract deploy", k=2, now_ms=NOW)
+    assert [h.minute_id for h in hits] == ["a", "b"]
+    assert hits[1].parts["thread"] == pytest.approx(hits[0].score * defaults.SEARCH_THREAD_DECAY)
