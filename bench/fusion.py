@@ -17,15 +17,18 @@ The dense leg comes from an embedder written here, in three qualities:
 - noise: a random vector per text (the leg knows nothing).
 
 Each fusion runs through the real path (EdgeEngine on a temporary directory,
-`HybridSearch` with the default weights; every minute has the same timestamp
-and composite score, so recency and importance do not move the ranking):
+`HybridSearch` with PVM's default weights with embeddings,
+`SEARCH_WEIGHTS_WITH_EMBEDDINGS`; every minute has the same timestamp and
+composite score, so recency and importance do not move the ranking):
 
-- max:         weighted sum of per-leg scores divided by each leg's best (PVM's default)
+- agree:       min-max legs, the dense share set by the legs' agreement (PVM's default, `SEARCH_FUSION`)
+- max:         weighted sum of per-leg scores divided by each leg's best
 - minmax:      weighted sum of per-leg min-max normalized scores
 - engine_rrf:  Qdrant's RRF fusion, k=60 (prefetch + fusion in the engine)
 - engine_dbsf: Qdrant's distribution-based score fusion
 
-plus `lexical_only` (no embedder) and `dense_only` (keyword weight 0) as the bounds.
+plus `lexical_only` (no embedder) and `dense_only` (keyword weight 0) as the bounds;
+`hybrid_minus_best_leg` is the default fusion's recall@10 minus the better bound's.
 
     .venv/bin/python bench/fusion.py --json
 """
@@ -50,6 +53,7 @@ if __package__ in (None, ""):
 
 from bench.machine import machine
 from contracts.memory import RankWeights
+from pvm import defaults
 from pvm.protocols import MemoryPoint
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
@@ -174,7 +178,7 @@ def _engine(directory: Path, data: LabeledSet, embedder: BenchEmbedder, fusion: 
 def run(seed: int = 7) -> dict[str, Any]:
     """Recall of every fusion for every dense-leg quality."""
     data = labeled_set(seed)
-    weights = RankWeights()
+    weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)
     out: dict[str, Any] = {
         "minutes": len(data.minutes),
         "queries": len(data.queries),
@@ -193,6 +197,7 @@ def run(seed: int = 7) -> dict[str, Any]:
                 dense_only = RankWeights(semantic=1.0, keyword=0.0, recency=0.0, importance=0.0)
                 out[quality] = {
                     "dense_only": _recall(HybridSearch(rrf, embedder, dense_only), data.queries),
+                    "agree": _recall(HybridSearch(rrf, embedder, weights, fusion="agree"), data.queries),
                     "max": _recall(HybridSearch(rrf, embedder, weights, fusion="max"), data.queries),
                     "minmax": _recall(HybridSearch(rrf, embedder, weights, fusion="minmax"), data.queries),
                     "engine_rrf": _recall(HybridSearch(rrf, embedder, weights, fusion="engine"), data.queries),
@@ -201,6 +206,10 @@ def run(seed: int = 7) -> dict[str, Any]:
             finally:
                 rrf.close()
                 dbsf.close()
+                best = max(out["lexical_only"]["recall_at_10"], out[quality]["dense_only"]["recall_at_10"])
+                hybrid = out[quality][defaults.SEARCH_FUSION]["recall_at_10"]
+                out[quality]["hybrid_minus_best_leg"] = round(hybrid - best, 3)
+    out["fusion"] = defaults.SEARCH_FUSION
     out["seconds"] = round(time.perf_counter() - started, 2)
     out["machine"] = machine()
     return out
@@ -220,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'lexical only':<14} {'':<8} recall@5 {lex['recall_at_5']:.3f}  recall@10 {lex['recall_at_10']:.3f}")
     for quality in QUALITIES:
         for name, r in result[quality].items():
+            if not isinstance(r, dict):
+                print(f"{name:<14} {quality:<8} {r:+.3f}")
+                continue
             print(f"{name:<14} {quality:<8} recall@5 {r['recall_at_5']:.3f}  recall@10 {r['recall_at_10']:.3f}")
     return 0
 

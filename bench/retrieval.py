@@ -72,7 +72,7 @@ DEPTHS = (5, 10)
 HASH_DIMENSIONS = 64  # the test server's default
 INDEX_BATCH = defaults.DISPATCH_BATCH_SIZE  # minutes per index pool batch, as the dispatcher makes them
 # The candidates measured with --variants (issue 12): every fusion at these (semantic, keyword) weights.
-FUSION_CANDIDATES = ("max", "minmax", "rrf", "engine")
+FUSION_CANDIDATES = ("agree", "max", "minmax", "rrf", "engine")
 WEIGHT_CANDIDATES = ((0.6, 0.1), (0.4, 0.3), (0.35, 0.35), (0.3, 0.4))
 # Defaults are chosen on every set but these; they are reported all the same.
 HELD_OUT = frozenset({"multihop"})
@@ -300,10 +300,10 @@ def _random_unit(rng: random.Random, dimensions: int) -> list[float]:
     return [x / norm for x in v]
 
 
-def run(embedder_name: str, seed: int, scale: float, with_variants: bool, p99_points: int) -> dict[str, Any]:
-    end_ms = int(time.time() * 1000)
-    now_ms = end_ms + 60_000
-    sets = labeled_sets(seed, scale, end_ms)
+def run_embedder(
+    embedder_name: str, sets: dict[str, LabeledSession], now_ms: int, with_variants: bool
+) -> tuple[dict[str, Any], Any, int]:
+    """Every set with one dense leg: the per-set results, the embedder's request stats and its dimensions."""
     server = start_server(embedder_name)
     try:
         model = "all-MiniLM-L6-v2" if embedder_name == "minilm" else "hash-embed"
@@ -319,12 +319,30 @@ def run(embedder_name: str, seed: int, scale: float, with_variants: bool, p99_po
     box = machine()
     for result in per_set.values():
         result["machine"] = box
+    return per_set, stats, size
+
+
+def run(
+    embedder_name: str, seed: int, scale: float, with_variants: bool, p99_points: int, second: str | None = None
+) -> dict[str, Any]:
+    end_ms = int(time.time() * 1000)
+    now_ms = end_ms + 60_000
+    sets = labeled_sets(seed, scale, end_ms)
+    model = "all-MiniLM-L6-v2" if embedder_name == "minilm" else "hash-embed"
+    per_set, stats, size = run_embedder(embedder_name, sets, now_ms, with_variants)
+    box = machine()
     tuned = [r for n, r in per_set.items() if n not in HELD_OUT]
     out: dict[str, Any] = {"sets": per_set}
     for key in ("lexical_recall_at_10", "dense_recall_at_10", "hybrid_recall_at_10", "hybrid_minus_best_leg"):
         out[key] = round(sum(r[key] for r in per_set.values()) / len(per_set), 3)
         out[f"{key}_tuned_sets"] = round(sum(r[key] for r in tuned) / len(tuned), 3)
     out["hybrid_minus_best_leg_worst"] = min(r["hybrid_minus_best_leg"] for r in per_set.values())
+    if second:
+        # The same sets with a second dense leg: with hashing embeddings the lexical leg is the stronger one.
+        say(f"retrieval bench: the sets again with the {second} embedder")
+        other, _, _ = run_embedder(second, sets, now_ms, with_variants)
+        out[f"sets_{second}"] = other
+        out[f"hybrid_minus_best_leg_worst_{second}"] = min(r["hybrid_minus_best_leg"] for r in other.values())
     for key in ("multihop_recall_at_10", "old_answer_recall_at_10"):
         values = [(r[key], r["queries"]) for r in per_set.values() if r[key] is not None]
         out[key] = round(sum(v for v, _ in values) / len(values), 3) if values else None
@@ -392,6 +410,23 @@ def table(result: dict[str, Any]) -> str:
             f"latency at {lat['points']:,} minutes: lexical p99 {lat['lexical_p99_ms']} ms, "
             f"hybrid (cached query vector) p99 {lat['hybrid_cached_vector_p99_ms']} ms"
         )
+    for key in result:
+        if key.startswith("sets_"):
+            lines.append("")
+            lines.append(f"with the {key[5:]} embedder:")
+            for name, r in result[key].items():
+                lines.append(
+                    f"{name + ('*' if r['held_out'] else ''):<10}"
+                    + "".join(
+                        f"{r[k]:.3f}".rjust(w)
+                        for k, w in (
+                            ("lexical_recall_at_10", 12),
+                            ("dense_recall_at_10", 10),
+                            ("hybrid_recall_at_10", 11),
+                            ("hybrid_minus_best_leg", 10),
+                        )
+                    )
+                )
     lines.append("")
     lines.append(machine_line(result["machine"], server=False))
     return "\n".join(lines)
@@ -404,6 +439,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--embedder", choices=("minilm", "hash"), default=default,
         help=f"dense leg: minilm (all-MiniLM-L6-v2) or hash (the tests' hashing server); default here: {default}",
     )  # fmt: skip
+    parser.add_argument(
+        "--second-embedder",
+        choices=("hash", "none"),
+        default="hash",
+        help="run the sets again with this dense leg (hash: a leg weaker than the lexical one); default hash",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the size of every set (default 1)")
     parser.add_argument("--variants", action="store_true", help="also measure every fusion and weight candidate")
@@ -421,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--scale must be positive")
     started = time.monotonic()
     with measuring("retrieval bench") as outcome:
-        result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points)
+        second = None if args.second_embedder in ("none", args.embedder) else args.second_embedder
+        result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points, second)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)

@@ -228,7 +228,7 @@ API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts 
 
 # Retrieval ranking, pvm/search.py (area: retrieval, issue 12). Chosen on bench/retrieval.py's sessions and timeline
 # sets; the multi-hop set is held out (docs/search.md has the numbers).
-SEARCH_FUSION = "minmax"  # how the legs are put on one scale: max | minmax | engine | rrf (docs/search.md)
+SEARCH_FUSION = "agree"  # how the legs are fused: agree | max | minmax | engine | rrf (docs/search.md)
 SEARCH_RRF_K = 10  # fusion "rrf": each leg adds weight / (k + rank)
 # Recency and importance are a prior: together at most this share of a score, so they order near-ties of relevance
 # and never lift a minute that matches worse by more than this over one that matches better.
@@ -271,3 +271,16 @@ DEDUPE_AT = 0.6  # PVM_DEDUPE_AT
 DEDUPE_MIN_WORDS = 4  # notes with fewer words are never judged duplicates (too little to tell)
 # Contradicting patterns: the losing memory's composite is multiplied by this, so the better outcome ranks first.
 CONFLICT_PENALTY = 0.5
+# Fusion "agree" (area: retrieval, issue 12 follow-up): min-max legs whose dense share of relevance follows the legs'
+# agreement on the query, |top-N lexical & top-N dense| / N with N = SEARCH_AGREE_DEPTH. At SEARCH_AGREE_FULL or more
+# the configured semantic : keyword weights hold; at no agreement the dense leg has SEARCH_AGREE_FLOOR of relevance
+# (a configured share below the floor is kept). Chosen on bench/retrieval.py's sessions and timeline sets with
+# MiniLM and hashing embeddings and on bench/fusion.py's good / weak / noise dense legs; multihop held out.
+SEARCH_AGREE_DEPTH = 10
+SEARCH_AGREE_FULL = 0.5
+SEARCH_AGREE_FLOOR = 0.4
+# Multi-hop (area: retrieval, issue 12 item 5): the minutes of a top hit's thread that are among the candidates
+# rank at least that hit's score times SEARCH_THREAD_DECAY, for the best SEARCH_THREAD_HITS candidates. Chosen on
+# the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).
+SEARCH_THREAD_HITS = 5
+SEARCH_THREAD_DECAY = 0.97

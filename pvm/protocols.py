@@ -97,6 +97,7 @@ RANKING_FIELDS = (
     "scores.relevance",
     "scores.accuracy",
     "scores.impact",
+    "thread_id",  # a top hit lifts the candidates of its thread (`pvm.search`, multi-hop)
 )
 
 

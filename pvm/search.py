@@ -88,12 +88,13 @@ log = logging.getLogger(__name__)
 HALF_LIFE_MS = defaults.SEARCH_HALF_LIFE_MS
 
 # How the lexical and dense legs are put on 0..1 before weighting (see the module docstring):
+# "agree" (the default) is "minmax" with the dense leg's share set by the legs' agreement on the query (`_agreement`),
 # "max" divides each leg by its best score, "minmax" stretches each leg over 0..1,
 # "engine" uses Qdrant's fused score (RRF k=60 or DBSF, as the engine was built) for both legs' share.
 # "rrf" sums each leg's 1 / (k + rank) with k = SEARCH_RRF_K (small: the top ranks decide), weighted by the legs'
 # weights, over the best possible sum.
-FusionMode = Literal["max", "minmax", "engine", "rrf"]
-FUSION_MODES: tuple[str, ...] = ("max", "minmax", "engine", "rrf")
+FusionMode = Literal["agree", "max", "minmax", "engine", "rrf"]
+FUSION_MODES: tuple[str, ...] = ("agree", "max", "minmax", "engine", "rrf")
 DEFAULT_FUSION: FusionMode = defaults.SEARCH_FUSION  # type: ignore[assignment]
 
 # What a search ranks by besides relevance (`prefer`): None reads the query ("latest", "current", "now"...),
@@ -396,7 +397,7 @@ class HybridSearch:
         limit = limit or len(candidates)
         dense_leg = any(c.semantic or "semantic_rank" in c.extra for c in candidates)
         w_sem = w.semantic if dense_leg else 0.0
-        relevance, keyword, semantic = self._relevance(candidates, limit, dense_leg)
+        relevance, keyword, semantic, agreement = self._relevance(candidates, limit, dense_leg)
         timestamps = [_timestamp_ms(c) for c in candidates]
         known = [t for t in timestamps if t is not None]
         oldest, newest = (min(known), max(known)) if known else (0, 0)
@@ -414,6 +415,8 @@ class HybridSearch:
                 parts["semantic"] = semantic[i]
             if self.fusion in ("engine", "rrf"):
                 parts["fused"] = relevance[i]
+            if agreement is not None:
+                parts["agreement"] = agreement
             prior = (
                 (w.recency * parts["recency"] + w.importance * parts["importance"]) / prior_total
                 if prior_total
@@ -426,21 +429,31 @@ class HybridSearch:
                 score = (1 - defaults.SEARCH_RECENT_SHARE) * score + defaults.SEARCH_RECENT_SHARE * newness
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
+        scored = _thread_lifted(scored)
         return [(score, c, parts) for score, _, _, c, parts in scored]
 
     def _relevance(
         self, candidates: Sequence[Candidate], limit: int, dense_leg: bool
-    ) -> tuple[list[float], list[float], list[float]]:
-        """How well each candidate matches the query, 0..1, by the fusion of the legs; and each leg's scores on 0..1."""
+    ) -> tuple[list[float], list[float], list[float], float | None]:
+        """How well each candidate matches the query, 0..1, by the fusion of the legs; each leg's scores on 0..1;
+        and with fusion "agree" and both legs, how far the legs agree (else None)."""
         w = self.weights
         w_sem = w.semantic if dense_leg else 0.0
         keyword = self._leg(candidates, "keyword", limit)
         semantic = self._leg(candidates, "semantic", limit) if dense_leg else [0.0] * len(candidates)
         total = w.keyword + w_sem
         if total <= 0:
-            return [0.0] * len(candidates), keyword, semantic
+            return [0.0] * len(candidates), keyword, semantic, None
         if self.fusion == "engine":
-            return _max_normalized([c.fused for c in candidates]), keyword, semantic
+            return _max_normalized([c.fused for c in candidates]), keyword, semantic, None
+        if self.fusion == "agree" and dense_leg:
+            agreement = _agreement(candidates, defaults.SEARCH_AGREE_DEPTH)
+            share = w_sem / total
+            floor = defaults.SEARCH_AGREE_FLOOR
+            if floor < share < 1:  # weights of semantic only (keyword 0) ask for the dense leg alone
+                share = floor + (share - floor) * min(1.0, agreement / defaults.SEARCH_AGREE_FULL)
+            fused = [share * sem + (1 - share) * kw for kw, sem in zip(keyword, semantic, strict=True)]
+            return fused, keyword, semantic, agreement
         if self.fusion == "rrf":
             k = defaults.SEARCH_RRF_K
             missed = limit + 1
@@ -450,9 +463,9 @@ class HybridSearch:
                 if dense_leg:
                     value += w_sem / (k + c.extra.get("semantic_rank", missed))
                 sums.append(value / (total / (k + 1)))
-            return sums, keyword, semantic
+            return sums, keyword, semantic, None
         fused = [(w.keyword * kw + w_sem * sem) / total for kw, sem in zip(keyword, semantic, strict=True)]
-        return fused, keyword, semantic
+        return fused, keyword, semantic, None
 
     def _leg(self, candidates: Sequence[Candidate], leg: str, limit: int) -> list[float]:
         """One leg's scores on 0..1 for every candidate, missed candidates included."""
@@ -466,7 +479,7 @@ class HybridSearch:
         deepest = max((c.extra.get(rank_key, 0.0) for c in candidates), default=0.0)
         floor = min(found) if deepest >= limit else 0.0
         filled = [floor if s is None else s for s in scores]
-        if self.fusion == "minmax":
+        if self.fusion in ("minmax", "agree"):
             return _minmax_normalized(filled)
         return _max_normalized(filled)
 
@@ -545,6 +558,45 @@ def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
         return filters
     until = as_of_ms + 1 if filters.until_ms is None else min(filters.until_ms, as_of_ms + 1)
     return replace(filters, until_ms=until)
+
+
+def _thread_lifted(
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
+) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
+    """`scored` (best first) with the candidates of a top hit's thread lifted to that hit's score times a decay.
+
+    An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix) often
+    has one minute that says the question's words and others that do not: the best `SEARCH_THREAD_HITS`
+    candidates bring their thread's other candidates up to `SEARCH_THREAD_DECAY` of their own score (parts
+    "thread"), never down. Re-sorted best first.
+    """
+    lift: dict[str, float] = {}
+    for score, _, _, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
+        thread = c.payload.get("thread_id")
+        if isinstance(thread, str) and thread and thread not in lift:
+            lift[thread] = score * defaults.SEARCH_THREAD_DECAY
+    if not lift:
+        return scored
+    out = []
+    for score, timestamp, minute_id, c, parts in scored:
+        lifted = lift.get(c.payload.get("thread_id") or "", 0.0)
+        if lifted > score:
+            parts["thread"] = lifted
+            score = lifted
+        out.append((score, timestamp, minute_id, c, parts))
+    out.sort(key=lambda s: (-s[0], -s[1], s[2]))
+    return out
+
+
+def _agreement(candidates: Sequence[Candidate], depth: int) -> float:
+    """How far the legs agree on the query: the share of the lexical leg's top `depth` that is in the dense leg's.
+
+    A dense leg that knows nothing about the query shares none of the words' best candidates (and words that miss
+    the question share none of a good dense leg's): where the legs disagree, neither outvotes the other.
+    """
+    lexical = {c.minute_id for c in candidates if c.extra.get("keyword_rank", depth + 1) <= depth}
+    dense = {c.minute_id for c in candidates if c.extra.get("semantic_rank", depth + 1) <= depth}
+    return len(lexical & dense) / depth
 
 
 def _max_normalized(values: list[float]) -> list[float]:

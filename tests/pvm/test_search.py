@@ -818,3 +818,68 @@ def test_an_evaluation_annotation_sets_the_importance_ranking_reads(tmp_path: Pa
         assert before > 0.3 and after == pytest.approx(0.1)
     finally:
         engine.close()
+
+
+def test_a_dense_leg_that_disagrees_with_the_words_does_not_outvote_them(dense_engine: EdgeEngine) -> None:
+    # The dense leg knows nothing here (it points every query at minutes the words do not name): with the default
+    # weights (semantic 0.6 : keyword 0.1) it would bury the only minutes that say "rollback". The legs share none of
+    # their top candidates, so the default fusion gives the dense leg no more than SEARCH_AGREE_FLOOR of relevance.
+    noise = [0.0] * DIMS
+    noise[7] = 1.0
+    points = [memory_point("alpha", f"r{i}", f"rollback of release {i}", dense=[1.0] + [0.0] * (DIMS - 1))
+              for i in range(3)]  # fmt: skip
+    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=noise) for i in range(12)]
+    dense_engine.upsert(points)
+
+    class NoiseEmbedder:
+        dimensions = DIMS
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [noise for _ in texts]
+
+    search = HybridSearch(dense_engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+    hits = search.search("alpha", "rollback", k=3, now_ms=NOW)
+    assert {h.minute_id for h in hits} == {"r0", "r1", "r2"}
+    assert all(h.parts["agreement"] == 0.0 for h in hits)
+
+
+def test_legs_that_agree_keep_the_configured_weights(dense_engine: EdgeEngine) -> None:
+    # Ten minutes both legs find, in different orders: agreement 1, so relevance is the configured semantic : keyword.
+    axes = {"rollback": 0}
+    embedder = WordEmbedder(axes)
+    points = []
+    for i in range(10):
+        vector = [0.0] * DIMS
+        vector[0], vector[1 + i % (DIMS - 1)] = 1.0 + i / 10, 1.0
+        points.append(memory_point("alpha", f"m{i}", "rollback " + "plan " * i, dense=vector))
+    dense_engine.upsert(points)
+    weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)
+    for hit in HybridSearch(dense_engine, embedder, weights).search("alpha", "rollback", k=10, now_ms=NOW):
+        p = hit.parts
+        assert p["agreement"] == 1.0
+        relevance = (weights.semantic * p["semantic"] + weights.keyword * p["keyword"]) / (
+            weights.semantic + weights.keyword
+        )
+        prior = (weights.recency * p["recency"] + weights.importance * p["importance"]) / (
+            weights.recency + weights.importance
+        )
+        share = defaults.SEARCH_PRIOR_SHARE
+        assert hit.score == pytest.approx((1 - share) * relevance + share * prior)
+
+
+def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
+    # Multi-hop: the answer spans two minutes of a thread, and only the first says the question's words.
+    def threaded(minute_id: str, text: str, thread: str | None) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text)
+        point.payload["thread_id"] = thread
+        return point
+
+    points = [
+        threaded("a", "vendor contract blocked the deploy", "t1"),
+        threaded("b", "deploy resumed after the signature", "t1"),
+    ]
+    points += [threaded(f"c{i}", f"vendor deploy notes {i}", None) for i in range(8)]
+    engine.upsert(points)
+    hits = HybridSearch(engine).search("alpha", "vendor contract deploy", k=2, now_ms=NOW)
+    assert [h.minute_id for h in hits] == ["a", "b"]
+    assert hits[1].parts["thread"] == pytest.approx(hits[0].score * defaults.SEARCH_THREAD_DECAY)

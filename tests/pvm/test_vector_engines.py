@@ -615,8 +615,10 @@ def test_candidates_without_payload_carry_what_ranking_reads(engine: Any) -> Non
                 "scores.relevance",
                 "scores.accuracy",
                 "scores.impact",
+                "thread_id",
             }
-            assert {k: v for k, v in c.payload.items() if k != "scores"} == {
+            assert c.payload.get("thread_id") == p.get("thread_id")
+            assert {k: v for k, v in c.payload.items() if k not in ("scores", "thread_id")} == {
                 "project_id": "alpha",
                 "minute_id": p["minute_id"],
                 "timestamp_ms": p["timestamp_ms"],
