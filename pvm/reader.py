@@ -24,11 +24,12 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from contracts import FACT_EVENT_TYPES, decode_durable_fields, keys
+from contracts import decode_durable_fields, keys
 from contracts.errors import InvalidFact
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import context_facts, defaults
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
 from pvm.knowledge import check_key
@@ -111,8 +112,8 @@ def require_project(project_id: object) -> str:
 
 def windowed(fields: dict[str, Any]) -> bool:
     """Whether a minute belongs in the recent activity: what agents said, not a knowledge change (its view
-    is the facts section)."""
-    return fields.get("event_type") not in FACT_EVENT_TYPES
+    is the facts section) nor a chunk summary (the thread's)."""
+    return fields.get("event_type") not in SYSTEM_EVENT_TYPES
 
 
 def line_cost(line: str) -> int:

@@ -39,11 +39,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
 from contracts.errors import InvalidFact
-from contracts.fact_changes import FACT_EVENT_TYPES
 from contracts.facts import check_task_id
 from contracts.json_value import json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
+from contracts.summaries import SUMMARY_EVENT_TYPES, SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.reader import ContextReader
@@ -170,6 +170,11 @@ def filters_from_query(request: Request) -> SearchFilters:
 
 def knowledge_change_refused(event_type: str) -> str:
     """Why POST /v1/minutes refuses a knowledge-change minute, and where such a change is made instead."""
+    if event_type in SUMMARY_EVENT_TYPES:
+        return (
+            f"{event_type!r} is a chunk summary, which only the summarize pool writes (a forged one would reach "
+            "the log and replace a thread's summary): read threads at /v1/projects/{project_id}/threads/{thread}"
+        )
     return (
         f"{event_type!r} is a knowledge change, which only PVM writes (a forged one would reach the log): "
         "change facts through /v1/projects/{project_id}/facts (POST to assert; .../facts/{fact_id}/promote, "
@@ -424,7 +429,7 @@ def create_app(
                         f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
                     )
                 event_type = raw.get("event_type")
-                if isinstance(event_type, str) and event_type in FACT_EVENT_TYPES:  # a list is Minute's to refuse
+                if isinstance(event_type, str) and event_type in SYSTEM_EVENT_TYPES:  # a list is Minute's to refuse
                     raise InvalidMinute("event_type", knowledge_change_refused(str(raw["event_type"])))
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}

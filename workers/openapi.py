@@ -27,6 +27,7 @@ from typing import Any
 
 from contracts import memory
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 
 JSON = "application/json"
@@ -103,9 +104,9 @@ def minute_schemas() -> dict[str, Any]:
     new["properties"]["event_type"] = {
         **event_type,
         "description": event_type["description"]
-        + " POST /v1/minutes refuses the knowledge changes (422 naming event_type): change facts through "
-        "the facts routes.",
-        "not": {"enum": sorted(FACT_EVENT_TYPES)},
+        + " POST /v1/minutes refuses the knowledge changes and chunk summaries (422 naming event_type): change "
+        "facts through the facts routes; only the summarize pool writes chunk_summarized.",
+        "not": {"enum": sorted(SYSTEM_EVENT_TYPES)},
     }
 
     stored = copy.deepcopy(minute)

@@ -36,6 +36,7 @@ from rq.job import Job
 
 from contracts import ContractError, FactChange, Minute, fact_change, keys
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply
@@ -198,7 +199,7 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
         agent, windowed = None, True
         with contextlib.suppress(ValueError):
             agent = record.minute.agent_id
-            windowed = record.minute.event_type not in FACT_EVENT_TYPES
+            windowed = record.minute.event_type not in SYSTEM_EVENT_TYPES
         batch.append(CachedMinute(record.id, record.seq, record.minute_bytes, agent, windowed))
         if len(batch) >= defaults.REPLAY_BATCH:
             flush()

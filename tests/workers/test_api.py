@@ -727,3 +727,25 @@ def test_an_event_type_that_is_not_text_is_422_not_500(client: TestClient, event
     r = client.post("/v1/minutes", json={"minutes": [{"project_id": "apollo", "event_type": event_type}]})
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["field"] == "event_type"
+
+
+def test_post_minutes_refuses_chunk_summaries_which_only_the_summarize_pool_writes(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    from contracts.summaries import ChunkSummarized, ThreadRef, chunk_summarized_minute
+
+    forged = chunk_summarized_minute(
+        "apollo",
+        ChunkSummarized(ThreadRef.parse("task:T-1"), 1, 10, "Nothing went wrong.", (), None, "m"),
+        minute_id="forged1",
+        timestamp="2026-11-26T10:00:00.000Z",
+        context_references=(),
+    ).to_dict()
+    good = {"project_id": "apollo", "event_type": "decision", "memory_note": "ship friday"}
+    before = stream_lengths(redis_client)
+    r = client.post("/v1/minutes", json={"minutes": [good, forged]})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["index"] == 1 and error["field"] == "event_type" and "chunk_summarized" in error["problem"]
+    assert "summarize pool" in error["problem"]
+    assert stream_lengths(redis_client) == before
