@@ -328,6 +328,7 @@ def metrics_extraction() -> str:
     """
     return f"{PREFIX}:metrics:extraction"
 
+
 # -- facts pool: the store's bookkeeping and counters (area: facts pool) ---------------------------------------
 
 
@@ -359,6 +360,7 @@ def metrics_fact_changes() -> str:
     ``contradicted``); and change minutes from the log it ``refused``.
     """
     return f"{PREFIX}:metrics:facts:changes"
+
 
 # -- fact points: the index pool's fact step (area: fact-index) ---------------------------------------------------
 

@@ -222,3 +222,29 @@ API_FACTS_MAX = 1_000  # the largest `limit`
 API_FACTS_MAX_OFFSET = 100_000  # the largest `offset`
 API_FACTS_SEARCH_MAX = 1_000  # with `q`, facts ranked at most (offset + limit past it: no further page)
 API_FACTS_LEASE_WAIT_S = 5.0  # an assertion waits this long for a slot a facts worker decides, then answers 503
+
+# Summarize pool, workers/summarize_pool.py and workers/summarizers.py (area: summarize pool).
+THREAD_BY = ("thread", "task", "project")  # PVM_THREAD_BY: what names a minute's thread, first found first
+SUMMARY_RECENT = 20  # PVM_SUMMARY_RECENT: a thread's newest minutes, kept verbatim
+SUMMARY_CHUNK = 10  # PVM_SUMMARY_CHUNK: minutes per chunk, in log order
+SUMMARY_MAX_CHUNKS = 25  # PVM_SUMMARY_MAX_CHUNKS: past this the two oldest chunks merge ("Earlier: ... Then: ...")
+SUMMARIZER = "extractive"  # PVM_SUMMARIZER: extractive, or llm (PVM_LLM_MODEL)
+# PVM_SUMMARY_RATIO: an extractive summary's tokens aim at this share of its chunk's (issue 11 asks <= 0.2);
+# decisions are kept beyond it.
+SUMMARY_RATIO = 0.15
+SUMMARY_MIN_TOKENS = 24  # ... but a summary may always take this many
+SUMMARY_SENTENCE_WORDS = 30  # a longer sentence is cut to this many words
+SUMMARY_TOPICS = 5  # key topics per chunk
+SUMMARY_MERGED_SHARE = 0.5  # a merged chunk's "Earlier:" part keeps this share of the summary's room
+SUMMARY_MAX_EPISODES = 64  # episodes kept per thread; past it the least significant (then oldest) goes
+SUMMARY_OPEN_PATTERNS = 64  # failures waiting for their task's completion, decisions by topic, per thread
+SUMMARY_LLM_MAX_FIELD_CHARS = 1_000  # characters of one text field of a minute in the summary prompt
+SUMMARY_MODEL_NAME_CHARS = 128
+SUMMARIZE_LOCK_MS = 30_000  # a summarize worker's lease on a project while it works a batch
+SUMMARIZE_LOCK_WAIT_S = 30.0  # a batch waits this long for a project another worker holds, then fails (retried)
+SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0.2 s
+# A context built for a thread (pvm/reader.py): the thread's newest minutes may use this share of the budget
+# (PVM_CONTEXT_RECENT_SHARE); its chunk summaries, then its episodes, this share plus what the recent minutes left
+# (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
+CONTEXT_RECENT_SHARE = 0.6
+CONTEXT_RETRIEVED_SHARE = 0.4
