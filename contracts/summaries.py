@@ -510,3 +510,30 @@ def chunk_summarized(minute: Minute) -> ChunkSummarized:
         ).check(minute.project_id)
     except SummaryError as exc:
         raise InvalidMinute(f"data.{exc.field}", exc.problem) from None
+
+
+# -- prompt text -------------------------------------------------------------------------------------------------
+
+
+def chunk_line(chunk: dict[str, Any]) -> str:
+    """One chunk (`Chunk.to_dict()`) as one prompt line: its seq span, summary, topics and outcome."""
+    span = f"seq {chunk.get('first_seq')}-{chunk.get('last_seq')}"
+    if int(chunk.get("merged") or 1) > 1:
+        span += f", {chunk['merged']} chunks"
+    extras = []
+    if chunk.get("key_topics"):
+        extras.append("topics: " + ", ".join(chunk["key_topics"]))
+    if chunk.get("outcome"):
+        extras.append(f"outcome: {chunk['outcome']}")
+    tail = f" ({'; '.join(extras)})" if extras else ""
+    return f"- [{span}] {chunk.get('summary', '')}{tail}"
+
+
+def episode_line(episode: dict[str, Any]) -> str:
+    """One episode (`Episode.to_dict()`) as one prompt line: kinds, title, outcome, significance and valence."""
+    kinds = ", ".join(episode.get("kinds") or ())
+    outcome = f" -> {episode['outcome']}" if episode.get("outcome") else ""
+    return (
+        f"- [{kinds}] {episode.get('title', '')}{outcome} "
+        f"(significance {float(episode.get('significance', 0)):.2f}, valence {float(episode.get('valence', 0)):+.2f})"
+    )
