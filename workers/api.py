@@ -366,7 +366,7 @@ def create_app(
             task_id=task_id,
             tags=list_param(request, "tag"),
             include_global=scope is not None and scope.allows_global,  # the global tier only with the grant
-            thread=thread_param(request),
+            thread=None if (thread := thread_param(request)) is None else str(thread),
         )
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
