@@ -151,6 +151,13 @@ def replay_facts(connection: redis.Redis, settings: Settings, project_id: str) -
     return done
 
 
+def replay_summaries(connection: redis.Redis, settings: Settings, project_id: str) -> object:
+    """Rebuild a project's threads from its log (`workers.summarize_pool.replay_summaries`)."""
+    from workers.summarize_pool import replay_summaries as rebuild
+
+    return rebuild(connection, settings, project_id)
+
+
 def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
     """Clear one project's caches, refill them from its log and enqueue its reset and index jobs."""
     log = LogReader(settings.log_dir)
@@ -312,6 +319,7 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
         FactStore(connection).reset_global()  # every project's changes to it are applied again below
     for p in projects:
         replay_facts(connection, settings, p)
+        replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
     total = sum(p.minutes for p in enqueued)
     if wait:
