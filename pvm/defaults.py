@@ -17,7 +17,7 @@ EMIT_SOCKET_TIMEOUT_S = 2.0
 SPOOL_DIR = "var/spool"
 
 # Pools the log pool feeds with every durable batch.
-DOWNSTREAM = ("index", "facts")
+DOWNSTREAM = ("index", "facts", "summarize")
 # Their jobs may call providers that retry with backoff (embeddings: up to 6 tries of 30 s).
 DOWNSTREAM_JOB_TIMEOUT_S = 600
 

@@ -296,12 +296,9 @@ def test_dequeued_jobs_and_the_reapers_requeues_are_served(redis_client: redis.R
     assert (jobs["log", "dequeued"], jobs["log", "queued"]) == (0, 1)
     assert (jobs["index", "started"], jobs["index", "queued"]) == (0, 1)
     assert requeued == {
-        ("pvm-log", "dead_worker"): 0.0,
+        **{(q, reason): 0.0 for q in keys.QUEUES.values() for reason in keys.REAPER_REASONS},
         ("pvm-log", "stranded"): 1.0,
         ("pvm-index", "dead_worker"): 1.0,
-        ("pvm-index", "stranded"): 0.0,
-        ("pvm-facts", "dead_worker"): 0.0,
-        ("pvm-facts", "stranded"): 0.0,
     }
     log_state = next(q for q in snapshot(redis_client, settings).queues if q.pool == "log")
     assert (log_state.dequeued, log_state.requeued) == (0, {"dead_worker": 0, "stranded": 1})
