@@ -457,6 +457,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print(_table(rows, ["stage", "p50", "p99", "minutes"]) if rows else "  nothing recorded yet")
     print("\nFACTS (what the facts pool did)")
     print("  " + ", ".join(f"{change} {count:,}" for change, count in snap.fact_changes.items()))
+    print("\nSUMMARIES (what the summarize pool did)")
+    print("  " + ", ".join(f"{what} {count:,}" for what, count in snap.summaries.items()))
     print(f"\nSCHEDULES (leader: {snap.scheduler_leader or 'none'})")
     rows = [
         {

@@ -363,6 +363,7 @@ def _count(done: Advanced, counts: Counter[str]) -> None:
     counts["merged"] += done.merged
     counts["episodes"] += done.episodes
     counts["llm_summaries"] += sum(1 for _, text in done.made if text.by_model)
+    counts["llm_fallbacks"] += sum(1 for _, text in done.made if text.fell_back)
 
 
 def _summary_minute(

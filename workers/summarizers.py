@@ -30,7 +30,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts import Minute
@@ -89,6 +89,7 @@ class ChunkText:
     summarizer: str = EXTRACTIVE
     participants: tuple[str, ...] = ()
     tokens: int = 0  # what the chunk's minutes cost verbatim
+    fell_back: bool = False  # a model was asked and failed: this is the extractive summary in its place
 
     @property
     def by_model(self) -> bool:
@@ -297,7 +298,7 @@ class LLMSummarizer:
             self._count(_outcome(error))
             level = logging.ERROR if isinstance(error, LLMConfigError) else logging.WARNING
             log.log(level, "LLM summary of a chunk of %s/%s fell back to extractive: %s", project_id, thread, error)
-            return self.fallback.summarize(project_id, thread, minutes)
+            return replace(self.fallback.summarize(project_id, thread, minutes), fell_back=True)
         self._count("answered")
         data = result.data
         topics = tuple(dict.fromkeys(t.strip() for t in data["key_topics"] if t.strip()))
@@ -305,7 +306,7 @@ class LLMSummarizer:
         summary = data["summary"].strip()
         if not summary:
             self._count("rejected")
-            return self.fallback.summarize(project_id, thread, minutes)
+            return replace(self.fallback.summarize(project_id, thread, minutes), fell_back=True)
         return ChunkText(
             summary=summary,
             key_topics=topics,

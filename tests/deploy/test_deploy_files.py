@@ -74,6 +74,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_scheduler_leader": ("gauge", frozenset({"scheduler"})),
     "pvm_exporter_scrape_errors_total": ("counter", frozenset()),
     "pvm_facts_changes_total": ("counter", frozenset({"change"})),
+    "pvm_summaries_total": ("counter", frozenset({"what"})),
     "pvm_fact_extraction_chunks_total": ("counter", frozenset({"extractor", "outcome"})),
     "pvm_fact_extraction_items_total": ("counter", frozenset({"extractor", "outcome"})),
 }
@@ -81,7 +82,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
 METRIC_LABELS = frozenset(
     {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "schedule"),
-        *("scheduler", "reason", "change", "extractor"),
+        *("scheduler", "reason", "change", "extractor", "what"),
     }
 )
 # Series Prometheus adds itself for every target.

@@ -112,7 +112,7 @@ def test_metrics_follow_prometheus_conventions_and_carry_recorded_numbers(
     labels = {k for samples in m.values() for lbls, _ in samples for k in lbls}
     assert labels <= {
         *("shard", "group", "queue", "pool", "stage", "status", "provider", "kind", "outcome", "le"),
-        *("schedule", "scheduler", "reason", "change"),
+        *("schedule", "scheduler", "reason", "change", "what"),
     }
 
 
@@ -141,6 +141,24 @@ def test_the_facts_pools_change_counters_are_served_every_one_from_zero(
         "refused",
     )
     assert snapshot(redis_client, settings).fact_changes["asserted"] == 7
+
+
+def test_the_summarize_pools_counters_are_served_every_one_from_zero(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    def served() -> dict[str, float]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            m = scrape(port)
+        finally:
+            server.shutdown()
+        return {labels["what"]: value for labels, value in m["pvm_summaries_total"]}
+
+    assert served() == dict.fromkeys(keys.SUMMARY_COUNTERS, 0.0)
+    redis_client.hset(keys.metrics_summaries(), mapping={"chunks": 11, "episodes": 4, "llm_fallbacks": 1})
+    assert served() == {**dict.fromkeys(keys.SUMMARY_COUNTERS, 0.0), "chunks": 11, "episodes": 4, "llm_fallbacks": 1}
+    assert snapshot(redis_client, settings).summaries["chunks"] == 11
 
 
 def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
@@ -333,6 +351,7 @@ def test_status_and_dead_letter_commands(
     out = capsys.readouterr().out
     assert "POOLS" in out and "pvm-log" in out and "1 dead letters" in out
     assert "pvm-facts" in out and "FACTS (what the facts pool did)" in out and "asserted 0" in out
+    assert "pvm-summarize" in out and "SUMMARIES (what the summarize pool did)" in out and "chunks 0" in out
     assert main(["dead", "list", "--json"]) == 0
     import json
 

@@ -326,7 +326,9 @@ def test_a_failing_model_leaves_the_chunk_to_the_extractive_summarizer(
     summarizer = LLMSummarizer(llm)
     ctx = SummarizeContext.build(redis_client, settings, summarizer=summarizer)
     fault(openai_server)
-    summarize_batch(ctx, redis_client, records(conversation(30)))
+    result = summarize_batch(ctx, redis_client, records(conversation(30)))
+    assert result["counts"]["llm_fallbacks"] == 1 and result["counts"]["llm_summaries"] == 0
+    assert redis_client.hget(keys.metrics_summaries(), "llm_fallbacks") == b"1"
     (chunk,) = view(redis_client).chunks
     assert chunk.summarizer == "extractive"
     assert chunk.summary == ExtractiveSummarizer().summarize("p1", THREAD, logged(conversation(10))).summary
@@ -375,3 +377,98 @@ def test_replay_takes_model_summaries_from_the_log_and_calls_no_model(
     assert counting.firsts == [21]  # only the chunk no model summarized; the others come from the log
     assert view(redis_client) == live
     assert len(openai_server.chat_requests()) == calls  # no request during replay
+
+
+# -- the pool as deployed: `pvm worker summarize`, the log pool's fan-out, `pvm replay` ---------------------------
+
+
+@pytest.fixture
+def pool_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """The workers' environment with the default PVM_DOWNSTREAM (the log pool fans out to the summarize pool)."""
+    from workers import log_pool, summarize_pool
+
+    for k, v in settings.to_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("PVM_DOWNSTREAM", raising=False)
+    log_pool._context.cache_clear()
+    summarize_pool._context.cache_clear()
+    yield settings
+    log_pool._context.cache_clear()
+    summarize_pool._context.cache_clear()
+
+
+def test_pvm_worker_summarize_serves_its_queue_and_records_its_stage_freshness_and_counters(
+    redis_client: redis.Redis, pool_env: Settings
+) -> None:
+    from workers.cli import main
+    from workers.exporter import snapshot
+    from workers.queues import pool_queue
+
+    job = pool_queue("summarize", redis_client).enqueue(keys.SUMMARIZE_JOB, records(conversation(40)))
+    assert job.origin == keys.SUMMARIZE_QUEUE == "pvm-summarize"
+    assert main(["worker", "summarize", "--burst"]) == 0
+    assert job.get_status(refresh=True) == "finished", job.latest_result()
+    assert [c.seq_ranges for c in view(redis_client).chunks] == [((1, 10),), ((11, 20),)]
+    snap = snapshot(redis_client, pool_env)
+    assert snap.stages["summarize"]["minutes"] == 40 and snap.stages["summarize"]["batches"] == 1
+    assert snap.freshness["summarize"]["count"] == 40  # every minute reached the stage once
+    counted = job.return_value()["counts"]
+    assert snap.summaries == {name: counted.get(name, 0) for name in keys.SUMMARY_COUNTERS}
+    assert snap.summaries["chunks"] == 2 and snap.summaries["episodes"] >= len(view(redis_client).episodes) > 0
+
+
+def pipeline_rounds(connection: redis.Redis, settings: Settings, rounds: int = 3) -> None:
+    """Dispatcher -> log pool -> summarize pool, again, until the chunk_summarized minutes came back through the log."""
+    from workers.dispatcher import Dispatcher
+    from workers.queues import pool_queue
+    from workers.runner import PvmWorker
+
+    dispatcher = Dispatcher(connection, settings, consumer="t", block_ms=10)
+    dispatcher.ensure_groups()
+    for _ in range(rounds):
+        dispatcher.poll_once()
+        dispatcher.flush_gathered()
+        PvmWorker([pool_queue(p, connection) for p in ("log", "summarize")], connection).work(burst=True)
+
+
+@pytest.mark.slow
+def test_pvm_replay_rebuilds_equal_chunks_and_episodes_and_never_calls_the_model(
+    redis_client: redis.Redis,
+    pool_env: Settings,
+    openai_server: OpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pvm.stores.log import LogReader
+    from workers import summarize_pool
+    from workers.cli import main
+
+    with_model = pool_env.with_(
+        summarizer="llm", llm_model="test-chat", llm_base_url=openai_server.base_url, llm_api_key="sk-test"
+    )
+    for k, v in with_model.to_env().items():
+        monkeypatch.setenv(k, v)
+    summarize_pool._context.cache_clear()
+    minutes = conversation(70)  # 50 minutes past the newest 20: five chunks
+    openai_server.queue_chat_reply(*(answer(n) for n in range(1, 6)))
+    stream = keys.stream(keys.shard_of("p1", with_model.shards))
+    for m in minutes:
+        redis_client.xadd(stream, {keys.MINUTE_FIELD: encode_minute(m)})
+    pipeline_rounds(redis_client, with_model)
+
+    logged = [r.minute for r in LogReader(with_model.log_dir).history("p1")]
+    assert [m.id for m in logged[:70]] == [m.id for m in minutes]
+    assert [m.event_type for m in logged[70:]] == ["chunk_summarized"] * 5  # the model's words are in the log
+    live = view(redis_client)
+    assert [c.summarizer for c in live.chunks] == ["llm:test-chat"] * 5 and live.episodes
+    assert [c.summary for c in live.chunks] == [answer(n)["summary"] for n in range(1, 6)]
+    calls = len(openai_server.chat_requests())
+    assert calls == 5
+
+    SummaryStore(redis_client).reset_project("p1")  # what replay rebuilds from: the log alone
+    assert view(redis_client).chunks == ()
+    assert main(["replay", "--project", "p1", "--no-wait"]) == 0
+    assert "75 minutes of 1 project(s) queued for rebuilding" in capsys.readouterr().out
+    assert view(redis_client) == live
+    assert len(openai_server.chat_requests()) == calls  # replay asked the model nothing
+    assert redis_client.hget(keys.summarize_head("p1"), "seq") == b"75"
