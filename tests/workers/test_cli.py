@@ -251,7 +251,7 @@ def test_status_counts_jobs_dequeued_and_never_started(
     header, *rows = out.split("POOLS\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert header.split()[:5] == ["POOL", "QUEUE", "QUEUED", "DEQUEUED", "RUNNING"]
     pools = {row.split()[0]: row.split()[2:5] for row in rows}
-    assert pools == {"log": ["1", "1", "0"], "index": ["0", "0", "0"], "facts": ["0", "0", "0"]}
+    assert pools == {**{pool: ["0", "0", "0"] for pool in keys.QUEUES}, "log": ["1", "1", "0"]}
 
     assert main(["status", "--json"]) == 0
     snap = json.loads(capsys.readouterr().out)
@@ -598,6 +598,7 @@ NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
     "facts retract",
     "learn",
     "recall",
+    "thread show",
 }
 
 
