@@ -38,6 +38,8 @@ MAX_TITLE_CHARS = 160
 MAX_SEQ_RANGES = 64  # past this a merged chunk joins its two oldest ranges into one span
 MAX_EPISODE_MINUTES = 64  # minute ids one episode links (the first and the newest ones are kept)
 MAX_MODEL_CHARS = 128
+MAX_DECISIONS = 32  # decisions one chunk names (a merged chunk keeps its newest)
+MAX_DECISION_CHARS = 300
 
 SUMMARY_EVENT_TYPES = frozenset({EventType.CHUNK_SUMMARIZED.value})
 # Event types only PVM writes (the facts pool's changes, the summarize pool's summaries): producers may not send
@@ -224,6 +226,7 @@ class Chunk:
     summarizer: str = "extractive"
     tokens: int = 0
     merged: int = 1
+    decisions: tuple[str, ...] = ()  # what its decision minutes decided, one line each, in log order
 
     def __post_init__(self) -> None:
         try:
@@ -238,6 +241,7 @@ class Chunk:
             self, "participants", _texts(self.participants, "participants", MAX_PARTICIPANTS, MAX_NAME_LENGTH)
         )
         object.__setattr__(self, "outcome", _text(self.outcome, "outcome", MAX_OUTCOME_CHARS, optional=True))
+        object.__setattr__(self, "decisions", _texts(self.decisions, "decisions", MAX_DECISIONS, MAX_DECISION_CHARS))
         _text(self.summarizer, "summarizer", MAX_MODEL_CHARS + 4)
         for name in ("minute_count", "tokens", "merged"):
             value = getattr(self, name)
@@ -273,6 +277,7 @@ class Chunk:
             "summarizer": self.summarizer,
             "tokens": self.tokens,
             "merged": self.merged,
+            "decisions": list(self.decisions),
         }
 
     @classmethod
@@ -292,6 +297,7 @@ class Chunk:
                 summarizer=raw.get("summarizer", "extractive"),
                 tokens=raw.get("tokens", 0),
                 merged=raw.get("merged", 1),
+                decisions=raw.get("decisions") or (),
             )
         except KeyError as missing:
             raise SummaryError(str(missing.args[0]), "is required") from None
@@ -516,10 +522,15 @@ def chunk_summarized(minute: Minute) -> ChunkSummarized:
 
 
 def chunk_line(chunk: dict[str, Any]) -> str:
-    """One chunk (`Chunk.to_dict()`) as one prompt line: its seq span, summary, topics and outcome."""
+    """One chunk (`Chunk.to_dict()`) as one prompt line: its seq span, summary, topics and outcome.
+
+    A chunk marked ``compact`` (a context too small for its summary) is its span and its decisions only.
+    """
     span = f"seq {chunk.get('first_seq')}-{chunk.get('last_seq')}"
     if int(chunk.get("merged") or 1) > 1:
         span += f", {chunk['merged']} chunks"
+    if chunk.get("compact"):
+        return f"- [{span}] decided: " + "; ".join(chunk.get("decisions") or ())
     extras = []
     if chunk.get("key_topics"):
         extras.append("topics: " + ", ".join(chunk["key_topics"]))

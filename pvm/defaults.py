@@ -235,6 +235,7 @@ SUMMARY_RATIO = 0.15
 SUMMARY_MIN_TOKENS = 24  # ... but a summary may always take this many
 SUMMARY_SENTENCE_WORDS = 30  # a longer sentence is cut to this many words
 SUMMARY_TOPICS = 5  # key topics per chunk
+SUMMARY_DECISION_WORDS = 24  # a chunk's decision line: its decision minute's first sentence, cut to this many words
 SUMMARY_MERGED_SHARE = 0.5  # a merged chunk's "Earlier:" part keeps this share of the summary's room
 SUMMARY_MAX_EPISODES = 64  # episodes kept per thread; past it the least significant (then oldest) goes
 SUMMARY_OPEN_PATTERNS = 64  # failures waiting for their task's completion, decisions by topic, per thread

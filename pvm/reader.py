@@ -29,7 +29,7 @@ from contracts.errors import InvalidFact
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
-from contracts.summaries import SYSTEM_EVENT_TYPES, SummaryError, ThreadRef, chunk_line, episode_line
+from contracts.summaries import SYSTEM_EVENT_TYPES, Chunk, SummaryError, ThreadRef, chunk_line, episode_line
 from pvm import context_facts, defaults
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
 from pvm.knowledge import check_key
@@ -415,7 +415,7 @@ class ContextReader:
             facts=tuple(k.record for k in kept["facts"]),
             rules=tuple(k.record for k in kept["rules"]),
             thread=None if thread_ref is None else str(thread_ref),
-            summaries=tuple(c.to_dict() for c in kept.get("summaries", ())),
+            summaries=tuple(kept.get("summaries", ())),
             episodes=tuple(e.to_dict() for e in kept.get("episodes", ())),
         )
 
@@ -423,14 +423,19 @@ class ContextReader:
         self, view: ThreadView, recent: list[dict[str, Any]], before: list[_Section], budget_tokens: int
     ) -> list[_Section]:
         """A thread's sections: its newest minutes within the recent share, then its chunk summaries (newest first)
-        and episodes (most significant first) within the retrieved share plus what the recent minutes left."""
+        and episodes (most significant first) within the retrieved share plus what the recent minutes left.
+
+        When not every summary fits, the newest chunks keep theirs and the older ones are shown by their
+        decisions only (``compact``), as many in full as leave room for the decisions of the rest; a chunk
+        that decided nothing is then cut."""
         newest_first = list(reversed(recent))
         recent_room = math.floor(budget_tokens * self.recent_share)
         thread_recent = _Section("recent", newest_first, [minute_line(m) for m in newest_first], limit=recent_room)
         fitted = fit_budget([*before, thread_recent], budget_tokens)[1]
         retrieved_room = math.floor(budget_tokens * self.retrieved_share) + recent_room - fitted.sections["recent"]
-        chunks = list(reversed(view.chunks))
-        summaries = _Section("summaries", chunks, [chunk_line(c.to_dict()) for c in chunks], limit=retrieved_room)
+        room = min(retrieved_room, budget_tokens - fitted.used_tokens)
+        chunks, lines = _chunk_lines(list(reversed(view.chunks)), room)
+        summaries = _Section("summaries", chunks, lines, limit=retrieved_room, dropped=len(view.chunks) - len(chunks))
         used = fit_budget([*before, thread_recent, summaries], budget_tokens)[1].sections["summaries"]
         episodes = sorted(view.episodes, key=lambda e: (-e.significance, -e.last_seq))
         return [
@@ -509,6 +514,28 @@ def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float)
             "gaps": gaps,
         },
     }
+
+
+def _chunk_lines(newest_first: Sequence[Chunk], room: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chunks a thread context shows, newest first, and their lines: the newest `k` in full and the older ones
+    that decided something by their decisions (``compact``), `k` the most for which all of it fits in `room`."""
+    full = [c.to_dict() for c in newest_first]
+    compact = [{**d, "compact": True} for d in full]
+    full_lines = [chunk_line(d) for d in full]
+    compact_lines = [chunk_line(d) if d["decisions"] else "" for d in compact]
+    compact_after = [0] * (len(full) + 1)  # compact_after[k]: what the compact lines of chunks k.. cost
+    for i in range(len(full) - 1, -1, -1):
+        compact_after[i] = compact_after[i + 1] + (line_cost(compact_lines[i]) if compact_lines[i] else 0)
+    k, spent = 0, 0
+    for i, line in enumerate(full_lines):
+        spent += line_cost(line)
+        if spent + compact_after[i + 1] > room:
+            break
+        k = i + 1
+    if k == len(full):
+        return full, full_lines
+    items = full[:k] + [d for d, line in zip(compact[k:], compact_lines[k:], strict=True) if line]
+    return items, full_lines[:k] + [line for line in compact_lines[k:] if line]
 
 
 def _thread_ref(thread: str | None) -> ThreadRef | None:

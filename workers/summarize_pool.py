@@ -349,6 +349,7 @@ def _apply_logged_summary(state: ThreadState, minute: Minute, summary: ChunkSumm
                 outcome=summary.outcome,
                 summarizer=f"llm:{summary.model}"[: defaults.SUMMARY_MODEL_NAME_CHARS],
                 tokens=chunk.tokens,
+                decisions=chunk.decisions,
             )
             return
     log.info(

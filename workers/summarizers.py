@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts import Minute
 from contracts.memory import minute_line
-from contracts.summaries import MAX_OUTCOME_CHARS, MAX_SUMMARY_CHARS, MAX_TOPIC_CHARS, MAX_TOPICS, ThreadRef
+from contracts.summaries import (
+    MAX_DECISION_CHARS,
+    MAX_DECISIONS,
+    MAX_OUTCOME_CHARS,
+    MAX_SUMMARY_CHARS,
+    MAX_TOPIC_CHARS,
+    MAX_TOPICS,
+    ThreadRef,
+)
 from pvm import defaults
 from pvm.llm import LLMConfigError, LLMError, llm_from_settings
 from pvm.reader import estimate_tokens
@@ -118,6 +126,21 @@ def minute_texts(minute: Minute) -> list[str]:
 def participants(minutes: Sequence[Logged]) -> tuple[str, ...]:
     """The agents of the chunk, in order of first appearance."""
     return tuple(dict.fromkeys(m.minute.agent_id for m in minutes if m.minute.agent_id))[:32]
+
+
+def decision_lines(minutes: Sequence[Logged], most_words: int = defaults.SUMMARY_DECISION_WORDS) -> tuple[str, ...]:
+    """What the chunk's decision minutes decided, one line each in log order: the first sentence of each one's note
+    (else of its ``data.decision``), cut to `most_words` words. From the minutes alone, whoever summarizes."""
+    out: list[str] = []
+    for logged in minutes:
+        m = logged.minute
+        if m.event_type != "decision":
+            continue
+        said = m.memory_note or m.data.get("decision")
+        if isinstance(said, str) and said.strip():
+            first = next((s.strip() for s in _SENTENCE.split(said.strip()) if s.strip()), said.strip())
+            out.append(_clip(first, most_words)[:MAX_DECISION_CHARS])
+    return tuple(out[-MAX_DECISIONS:])
 
 
 def chunk_tokens(minutes: Sequence[Logged]) -> int:

@@ -7,7 +7,10 @@ summarize head (every seq at or below it has reached the pool), and:
 2. while the thread has at least ``recent + chunk`` minutes at or below the head that are not in a
    chunk, folds the oldest ``chunk`` of them into a `Chunk` (the newest ``recent`` stay verbatim);
 3. while it has more than ``max_chunks`` chunks, merges the two oldest ("Earlier: … Then: …"),
-   keeping both seq ranges.
+   keeping both seq ranges (and both chunks' decisions, the newest `MAX_DECISIONS`).
+
+Each chunk also names what its decision minutes decided (`decision_lines`), from the minutes whoever
+summarized it: a context too small for every summary still shows every decision.
 
 Only minutes at or below the head are ever chunked or read for episodes, so a minute that reaches the
 pool late (a second worker, a retried job) can never land before a boundary already drawn: boundaries
@@ -22,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contracts.summaries import (
+    MAX_DECISIONS,
     MAX_PARTICIPANTS,
     MAX_SEQ_RANGES,
     MAX_SUMMARY_CHARS,
@@ -34,7 +38,7 @@ from contracts.summaries import (
 )
 from pvm import defaults
 from workers.episodes import OpenPatterns, add, observe
-from workers.summarizers import ChunkText, Logged, Summarizer, chunk_tokens, participants
+from workers.summarizers import ChunkText, Logged, Summarizer, chunk_tokens, decision_lines, participants
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +124,7 @@ def advance(
             outcome=text.outcome,
             summarizer=text.summarizer,
             tokens=text.tokens,
+            decisions=decision_lines(piece),
         )
         state.chunks.append(chunk)
         state.chunked_seq = last
@@ -167,4 +172,5 @@ def merge_chunks(earlier: Chunk, then: Chunk) -> Chunk:
         summarizer=then.summarizer if then.summarizer == earlier.summarizer else "mixed",
         tokens=earlier.tokens + then.tokens,
         merged=earlier.merged + then.merged,
+        decisions=(*earlier.decisions, *then.decisions)[-MAX_DECISIONS:],
     )

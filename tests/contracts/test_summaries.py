@@ -75,8 +75,9 @@ def chunk(**fields: Any) -> Chunk:
 
 
 def test_a_chunk_round_trips_and_names_its_range() -> None:
-    c = chunk(seq_ranges=((1, 12), (15, 30)), merged=2, minute_count=20)
+    c = chunk(seq_ranges=((1, 12), (15, 30)), merged=2, minute_count=20, decisions=("Use Postgres.", "Ship Friday."))
     assert Chunk.from_dict(c.to_dict()) == c
+    assert Chunk.from_dict({k: v for k, v in c.to_dict().items() if k != "decisions"}).decisions == ()
     assert (c.first_seq, c.last_seq) == (1, 30)
     assert c.id == chunk_id("p1", c.thread, 1, 30) != chunk_id("p1", c.thread, 1, 29)
     assert c.to_dict()["thread"] == "task:T-1"
@@ -95,6 +96,9 @@ def test_a_chunk_round_trips_and_names_its_range() -> None:
         ({"minute_count": 0}, "minute_count"),
         ({"project_id": "no/slash"}, "project_id"),
         ({"thread": ""}, "thread"),
+        ({"decisions": ("",)}, "decisions[0]"),
+        ({"decisions": ("Use it.",) * 33}, "decisions"),
+        ({"decisions": ("x" * 301,)}, "decisions[0]"),
     ],
 )
 def test_a_chunk_refuses_what_breaks_its_rules_naming_the_field(fields: dict[str, Any], field: str) -> None:

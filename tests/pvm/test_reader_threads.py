@@ -53,7 +53,8 @@ def test_the_budget_splits_recent_sixty_retrieved_forty_and_says_what_each_secti
     assert episodes == cost([episode_line(e) for e in pkg.episodes])
     # summaries take the retrieved share and what the recent minutes left of theirs; episodes what summaries left
     assert summaries + episodes <= math.floor(budget * 0.4) + math.floor(budget * 0.6) - recent
-    assert report.cut["summaries"] + len(pkg.summaries) == 23  # every chunk is either in, or counted as cut
+    # every chunk is in (in full, or by its decisions), or counted as cut
+    assert report.cut.get("summaries", 0) + len(pkg.summaries) == 23
     assert report.cut.get("episodes", 0) + len(pkg.episodes) > 0
     newest_first = [c["last_seq"] for c in pkg.summaries]
     assert newest_first == sorted(newest_first, reverse=True) and newest_first[0] == 230
@@ -63,7 +64,9 @@ def test_the_split_is_configurable(redis_client: redis.Redis, settings: Settings
     narrow = ContextReader(redis_client, LogReader(settings.log_dir), recent_share=0.2, retrieved_share=0.8)
     pkg = narrow.build_context("p1", "a1", budget_tokens=2_000, thread="deploy-42")
     assert pkg.budget.sections["recent"] <= 400 and pkg.budget.cut["recent"] > 0
-    assert len(pkg.summaries) > len(reader.build_context("p1", "a1", budget_tokens=2_000, thread="deploy-42").summaries)
+    default = reader.build_context("p1", "a1", budget_tokens=2_000, thread="deploy-42")
+    in_full = [len([c for c in p.summaries if not c.get("compact")]) for p in (pkg, default)]
+    assert in_full[0] > in_full[1] and pkg.budget.sections["summaries"] > default.budget.sections["summaries"]
     with pytest.raises(ValueError, match="recent_share"):
         ContextReader(redis_client, LogReader(settings.log_dir), recent_share=1.5)
 
@@ -98,3 +101,29 @@ def test_a_thread_name_that_names_none_is_refused_naming_thread(reader: ContextR
         reader.build_context("p1", "a1", thread="task:")
     unknown = reader.build_context("p1", "a1", thread="never-seen")
     assert unknown.recent == () and unknown.summaries == ()
+
+
+def test_a_250_minute_thread_in_2000_tokens_names_every_decision_older_chunks_by_their_decisions(
+    reader: ContextReader,
+) -> None:
+    import re
+
+    from tests.workers.test_summarize_pool import conversation
+
+    decided = [m.memory_note for m in conversation(250) if m.event_type == "decision"]
+    assert len(decided) == 35
+    pkg = reader.build_context("p1", "a1", budget_tokens=2_000, thread="deploy-42")
+    text = pkg.render()
+    assert pkg.budget.used_tokens <= 2_000
+    missing = [d for d in decided if not re.search(re.escape(str(d)), text)]
+    assert missing == []
+    full = [c for c in pkg.summaries if not c.get("compact")]
+    compact = [c for c in pkg.summaries if c.get("compact")]
+    assert full and compact  # the newest chunks in full, the older ones by their decisions
+    assert max(c["last_seq"] for c in compact) < min(c["first_seq"] for c in full)
+    assert all(c["decisions"] for c in compact) and "decided: " in chunk_line(compact[0])
+    # a chunk is in full, by its decisions, or counted as cut (it had none)
+    assert len(full) + len(compact) + pkg.budget.cut.get("summaries", 0) == 23
+    # with room for everything, every chunk is in full
+    roomy = reader.build_context("p1", "a1", budget_tokens=100_000, thread="deploy-42")
+    assert len(roomy.summaries) == 23 and not any(c.get("compact") for c in roomy.summaries)

@@ -31,7 +31,7 @@ from tests.openai_server import (
 )
 from workers.episodes import OpenPatterns, add, observe
 from workers.summarize_pool import SummarizeContext, replay_summaries, summarize_batch
-from workers.summarizers import ExtractiveSummarizer, LLMSummarizer, Logged, chunk_tokens
+from workers.summarizers import ExtractiveSummarizer, LLMSummarizer, Logged, chunk_tokens, decision_lines
 from workers.threads import DEFAULT_SHAPE, ThreadShape, ThreadState, advance
 
 T0 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
@@ -128,6 +128,23 @@ def test_past_max_chunks_the_oldest_merge_keeping_their_seq_ranges() -> None:
     assert oldest.summary.startswith("Earlier: ") and " Then: " in oldest.summary
     assert [c.seq_ranges for c in state.chunks[1:]] == [((7, 8),), ((9, 10),)]
     assert oldest.tokens == sum(chunk_tokens(logged(conversation(2, first)[:2], first)) for first in (1, 3, 5))
+    merged = run_core(logged(conversation(14)), [14], ThreadShape(recent=4, chunk=2, max_chunks=2)).chunks[0]
+    assert merged.merged == 4 and merged.decisions == ("Decided to pin the cache layer to version 7 for the canary.",)
+
+
+def test_a_chunk_names_what_its_decision_minutes_decided_whoever_summarized_it() -> None:
+    state = run_core(logged(conversation(50)), [50])
+    assert [c.decisions for c in state.chunks] == [
+        ("Decided to pin the cache layer to version 7 for the canary.",),
+        ("Decided to pin the cache layer to version 14 for the canary.",),
+        (
+            "Decided to pin the cache layer to version 21 for the canary.",
+            "Decided to pin the cache layer to version 28 for the canary.",
+        ),
+    ]
+    long = said(3, "decision", "Decided to " + " ".join(["move"] * 40) + ". Then more.")
+    (line,) = decision_lines([Logged(3, long)])
+    assert line.endswith(" …") and len(line.split()) == 25  # the first sentence, cut to 24 words
 
 
 def test_merging_stays_bounded_however_often_it_happens() -> None:
