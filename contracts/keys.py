@@ -23,10 +23,12 @@ MINUTE_FIELD = b"m"
 # RQ queues, one per pool. Later pools add theirs here.
 LOG_QUEUE = "pvm-log"
 FACTS_QUEUE = "pvm-facts"
+SUMMARIZE_QUEUE = "pvm-summarize"
 QUEUES = {
     "log": LOG_QUEUE,
     "index": "pvm-index",
     "facts": FACTS_QUEUE,
+    "summarize": SUMMARIZE_QUEUE,
 }
 
 
@@ -198,15 +200,17 @@ INDEX_JOB = "workers.index_pool.run"  # one batch of durable minutes into the ve
 INDEX_RESET_JOB = "workers.index_pool.reset_project"  # forget a project's derived memory before a replay
 INDEX_OPTIMIZE_JOB = "workers.index_pool.optimize"  # optimize the embedded engine's shards
 FACTS_JOB = "workers.facts_pool.run"  # one fanned-out batch of durable minutes into the facts store
+SUMMARIZE_JOB = "workers.summarize_pool.run"  # one fanned-out batch of durable minutes into threads' chunks
 
 # The job each pool runs on a batch the log pool fans out to it, by pool name (the keys of `QUEUES`).
 POOL_JOBS = {
     "log": LOG_JOB,
     "index": INDEX_JOB,
     "facts": FACTS_JOB,
+    "summarize": SUMMARIZE_JOB,
 }
 
-JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB, FACTS_JOB})
+JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB, FACTS_JOB, SUMMARIZE_JOB})
 """Dotted names of every function a PVM worker may run, and nothing else.
 
 A worker checks a job's function name against this set before it imports or
@@ -440,3 +444,63 @@ def evaluated_projects() -> str:
 def metrics_evaluate() -> str:
     """Hash of the evaluate pool's counters: scored, pruned, merged, conflicts, slices, runs."""
     return f"{PREFIX}:metrics:evaluate"
+
+
+# -- summarize pool: threads, chunks and episodes (area: summarize pool) ------------------------------------------
+#
+# The queue (`SUMMARIZE_QUEUE`) and the job (`SUMMARIZE_JOB`) are named above with the other pools'. Every key
+# below is a projection of the log (replay rebuilds it) and carries the project's tag; a thread is named by
+# `contracts.summaries.ThreadRef.digest` (thread ids are free text).
+
+
+def summary_threads(project_id: str) -> str:
+    """Hash thread digest -> the thread's name (``thread:<id>``, ``task:<id>``, ``project``): a project's threads."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:threads"
+
+
+def thread_state(project_id: str, digest: str) -> str:
+    """Hash of one thread's summaries: ``chunks`` and ``episodes`` (msgpack lists of their records), ``open``
+    (the episode patterns waiting for a later minute), ``final_seq`` (seqs up to it were read for episodes),
+    ``chunked_seq`` (the last seq in a chunk) and ``minutes`` (how many minutes the thread has had)."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:thread:{digest}"
+
+
+def thread_pending(project_id: str, digest: str) -> str:
+    """Sorted set of one thread's minute ids not in a chunk yet, scored by log seq: its newest ones, verbatim."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:thread:{digest}:pending"
+
+
+def thread_bodies(project_id: str, digest: str) -> str:
+    """Hash minute id -> msgpack minute, for the ids in `thread_pending` (what a chunk is made from)."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:thread:{digest}:bodies"
+
+
+def summary_dirty(project_id: str) -> str:
+    """Set of the digests of a project's threads holding minutes above the summarize head (not final yet)."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:dirty"
+
+
+def summary_lock(project_id: str) -> str:
+    """Lease (SET NX PX) of the one summarize worker changing a project's threads (invariant 8)."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:lock"
+
+
+def summarize_head(project_id: str) -> str:
+    """Hash of how far a project's threads have caught up with its log: a contiguous watermark like `index_head`
+    (``seq``, ``summarized_at``, ``max_seq``, ``gaps``); chunk boundaries are drawn only at or below ``seq``."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:head"
+
+
+def summarize_done(project_id: str) -> str:
+    """Bitmap over a project's log sequence: bit n is set once minute n reached the summarize pool."""
+    return f"{PREFIX}:{{p:{project_id}}}:summ:done"
+
+
+# The summarize pool's counters: the fields of `metrics_summaries`, the `what` label of pvm_summaries_total.
+SUMMARY_COUNTERS = ("chunks", "merged", "episodes", "llm_summaries", "llm_fallbacks", "refused")
+
+
+def metrics_summaries() -> str:
+    """Hash of the summarize pool's counters (`SUMMARY_COUNTERS`): chunks made, chunks merged, episodes made,
+    chunks a model summarized, chunks the extractive summarizer took over from it, ``chunk_summarized`` refused."""
+    return f"{PREFIX}:metrics:summaries"

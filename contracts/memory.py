@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from contracts.summaries import chunk_line, episode_line
+
 
 class Category(StrEnum):
     """What a minute teaches, for filtering and for the agent's context."""
@@ -221,6 +223,12 @@ class ContextPackage:
     # Procedure facts (Fact.to_dict()) whose condition (subject) matches the task: do the action (value); highest
     # priority (importance) first.
     rules: tuple[dict[str, Any], ...] = ()
+    # A context built for a thread (`thread`, its name): `recent` is then the thread's newest minutes, followed by
+    # its chunk summaries (Chunk.to_dict(), newest first) and its episodes (Episode.to_dict(), most significant
+    # first).
+    thread: str | None = None
+    summaries: tuple[dict[str, Any], ...] = ()
+    episodes: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,6 +244,9 @@ class ContextPackage:
             "full_log_available": self.full_log_available,
             "facts": list(self.facts),
             "rules": list(self.rules),
+            "thread": self.thread,
+            "summaries": list(self.summaries),
+            "episodes": list(self.episodes),
         }
 
     @classmethod
@@ -253,6 +264,9 @@ class ContextPackage:
             full_log_available=bool(raw["full_log_available"]),
             facts=tuple(raw.get("facts") or ()),
             rules=tuple(raw.get("rules") or ()),
+            thread=raw.get("thread"),
+            summaries=tuple(raw.get("summaries") or ()),
+            episodes=tuple(raw.get("episodes") or ()),
         )
 
     def render(self) -> str:
@@ -276,7 +290,14 @@ class ContextPackage:
         if self.relevant_experience:
             out.append("\n## Relevant past experience")
             out.extend(hit_line(h) for h in self.relevant_experience)
-        out.append(f"\n## Recent activity (newest {len(self.recent)}, oldest first)")
+        if self.episodes:
+            out.append("\n## Episodes of this thread")
+            out.extend(episode_line(e) for e in self.episodes)
+        if self.summaries:
+            out.append("\n## Earlier in this thread (summaries, newest first)")
+            out.extend(chunk_line(c) for c in self.summaries)
+        where = f" in thread {self.thread}" if self.thread else ""
+        out.append(f"\n## Recent activity{where} (newest {len(self.recent)}, oldest first)")
         out.extend(minute_line(m) for m in self.recent)
         if self.referenced:
             out.append("\n## Referenced earlier minutes")

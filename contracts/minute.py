@@ -31,6 +31,8 @@ class EventType(StrEnum):
 
     The knowledge changes (``fact_*``, ``task_memory_cleared``) are what the facts
     pool writes to long-term memory; their payloads are `contracts.fact_changes`.
+    ``chunk_summarized`` is what the summarize pool writes for a model's chunk
+    summary (`contracts.summaries`).
     """
 
     TASK_ASSIGNED = "task_assigned"
@@ -57,6 +59,9 @@ class EventType(StrEnum):
     FACT_EDITED = "fact_edited"
     FACT_LEARNED = "fact_learned"
     TASK_MEMORY_CLEARED = "task_memory_cleared"
+    # A chunk summary a model wrote (the summarize pool): replay reads it instead of calling the model again.
+    # Payload and parser: contracts/summaries.py.
+    CHUNK_SUMMARIZED = "chunk_summarized"
 
 
 KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)

@@ -144,10 +144,12 @@ class PVMClient:
         *,
         task_id: str | None = None,
         tags: Sequence[str] = (),
+        thread: str | None = None,
     ) -> dict[str, Any]:
         """An agent's context package (recent, referenced, own track record, what we know, the rules that apply,
         relevant experience for `task`). `task_id` adds that task's facts; `tags` match rules too. Global facts
-        come with a token that grants them.
+        come with a token that grants them. `thread` (a thread id, ``task:<id>`` or ``project``) builds it for one
+        thread: its newest minutes, then its chunk summaries and episodes.
 
         `contracts.memory.ContextPackage.from_dict()` turns it into the typed record.
         """
@@ -156,9 +158,18 @@ class PVMClient:
             "task": task,
             "budget_tokens": budget_tokens,
             "task_id": task_id,
+            "thread": thread,
         }
         params["tag"] = _tags(tags)
         return self._json("GET", self._project(project_id, "context"), params)
+
+    def thread(self, project_id: str, thread: str, recent: int | None = None) -> dict[str, Any]:
+        """One thread of a project (a thread id, ``task:<id>`` or ``project``): its newest minutes, its chunk
+        summaries and its episodes (`pvm.stores.summaries.ThreadView.to_dict()`); empty for a thread not seen yet."""
+        if not isinstance(thread, str) or not thread.strip():
+            raise ValueError("thread is required: a thread id, 'task:<task id>' or 'project'")
+        path = self._project(project_id, "threads/" + quote(thread.strip(), safe=":"))
+        return self._json("GET", path, {"recent": recent})
 
     def context_text(
         self,

@@ -205,6 +205,47 @@ class Pools(Names):
         return ", ".join(sorted(pool for pool in keys.POOL_JOBS if pool != "log")) or "none yet"
 
 
+class ThreadSources(Names):
+    """What names a minute's thread, in the order it is looked for: `thread`, `task`, `project`, each at most once."""
+
+    refusal = "is not one of thread, task, project"
+    empty_is_unset = True  # no thread at all would switch the pool off: PVM_DOWNSTREAM does that
+
+    def accepts(self, name: str) -> bool:
+        return name in defaults.THREAD_BY
+
+    def parse(self, raw: str) -> tuple[str, ...]:
+        names = super().parse(raw)
+        if not names or len(set(names)) != len(names):
+            raise _Refused("must name some of thread, task, project, each once")
+        return names
+
+    def range(self) -> str:
+        return "comma-separated, from: thread, task, project (first found first)"
+
+    def expected(self) -> str:
+        return "some of thread, task, project, comma-separated, each once (e.g. thread,task,project)"
+
+
+class Choice(Kind[str]):
+    """One of a few words."""
+
+    def __init__(self, *choices: str) -> None:
+        self.choices = choices
+
+    def parse(self, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in self.choices:
+            raise _Refused("is not one of " + ", ".join(self.choices))
+        return value
+
+    def range(self) -> str:
+        return ", ".join(self.choices)
+
+    def expected(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+
 class DottedNames(Names):
     """Exact dotted names of functions (package.module.function)."""
 
@@ -591,6 +632,51 @@ class Settings:
         defaults.FACT_TIER_SPLIT,
         "how a context's facts section splits its tokens across the task, project and global tiers (weights); "
         "a tier not read, or needing less, leaves its share to the others",
+    )
+    thread_by: tuple[str, ...] = setting(
+        "PVM_THREAD_BY",
+        ThreadSources(),
+        defaults.THREAD_BY,
+        "what names a minute's thread for the summarize pool, first found first: its `thread_id`, its task "
+        "(`data.task_id`), its project",
+    )
+    summarizer: str = setting(
+        "PVM_SUMMARIZER",
+        Choice("extractive", "llm"),
+        defaults.SUMMARIZER,
+        "how the summarize pool summarizes a chunk: extractive (offline, deterministic) or llm (PVM_LLM_MODEL; "
+        "extractive where a call fails)",
+    )
+    summary_recent: int = setting(
+        "PVM_SUMMARY_RECENT", Integer(minimum=1), defaults.SUMMARY_RECENT, "a thread's newest minutes kept verbatim"
+    )
+    summary_chunk: int = setting(
+        "PVM_SUMMARY_CHUNK", Integer(minimum=1, maximum=100), defaults.SUMMARY_CHUNK, "minutes per chunk of a thread"
+    )
+    summary_max_chunks: int = setting(
+        "PVM_SUMMARY_MAX_CHUNKS",
+        Integer(minimum=2),
+        defaults.SUMMARY_MAX_CHUNKS,
+        "chunks a thread keeps; past it the two oldest merge into one",
+    )
+    summary_ratio: float = setting(
+        "PVM_SUMMARY_RATIO",
+        Number(minimum=0.01, maximum=1.0),
+        defaults.SUMMARY_RATIO,
+        "share of its chunk's tokens an extractive summary aims at (decisions are kept beyond it)",
+    )
+    context_recent_share: float = setting(
+        "PVM_CONTEXT_RECENT_SHARE",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.CONTEXT_RECENT_SHARE,
+        "share of a thread's context budget its newest minutes may use",
+    )
+    context_retrieved_share: float = setting(
+        "PVM_CONTEXT_RETRIEVED_SHARE",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.CONTEXT_RETRIEVED_SHARE,
+        "share of a thread's context budget its chunk summaries and episodes may use, besides what the newest "
+        "minutes leave",
     )
     redis_start_wait_s: float = setting(
         "PVM_REDIS_START_WAIT",

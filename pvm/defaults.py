@@ -17,7 +17,7 @@ EMIT_SOCKET_TIMEOUT_S = 2.0
 SPOOL_DIR = "var/spool"
 
 # Pools the log pool feeds with every durable batch.
-DOWNSTREAM = ("index", "facts")
+DOWNSTREAM = ("index", "facts", "summarize")
 # Their jobs may call providers that retry with backoff (embeddings: up to 6 tries of 30 s).
 DOWNSTREAM_JOB_TIMEOUT_S = 600
 
@@ -284,3 +284,30 @@ SEARCH_AGREE_FLOOR = 0.4
 # the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).
 SEARCH_THREAD_HITS = 5
 SEARCH_THREAD_DECAY = 0.97
+
+# Summarize pool, workers/summarize_pool.py and workers/summarizers.py (area: summarize pool).
+THREAD_BY = ("thread", "task", "project")  # PVM_THREAD_BY: what names a minute's thread, first found first
+SUMMARY_RECENT = 20  # PVM_SUMMARY_RECENT: a thread's newest minutes, kept verbatim
+SUMMARY_CHUNK = 10  # PVM_SUMMARY_CHUNK: minutes per chunk, in log order
+SUMMARY_MAX_CHUNKS = 25  # PVM_SUMMARY_MAX_CHUNKS: past this the two oldest chunks merge ("Earlier: ... Then: ...")
+SUMMARIZER = "extractive"  # PVM_SUMMARIZER: extractive, or llm (PVM_LLM_MODEL)
+# PVM_SUMMARY_RATIO: an extractive summary's tokens aim at this share of its chunk's (issue 11 asks <= 0.2);
+# decisions are kept beyond it.
+SUMMARY_RATIO = 0.15
+SUMMARY_MIN_TOKENS = 24  # ... but a summary may always take this many
+SUMMARY_SENTENCE_WORDS = 30  # a longer sentence is cut to this many words
+SUMMARY_TOPICS = 5  # key topics per chunk
+SUMMARY_DECISION_WORDS = 24  # a chunk's decision line: its decision minute's first sentence, cut to this many words
+SUMMARY_MERGED_SHARE = 0.5  # a merged chunk's "Earlier:" part keeps this share of the summary's room
+SUMMARY_MAX_EPISODES = 64  # episodes kept per thread; past it the least significant (then oldest) goes
+SUMMARY_OPEN_PATTERNS = 64  # failures waiting for their task's completion, decisions by topic, per thread
+SUMMARY_LLM_MAX_FIELD_CHARS = 1_000  # characters of one text field of a minute in the summary prompt
+SUMMARY_MODEL_NAME_CHARS = 128
+SUMMARIZE_LOCK_MS = 30_000  # a summarize worker's lease on a project while it works a batch
+SUMMARIZE_LOCK_WAIT_S = 30.0  # a batch waits this long for a project another worker holds, then fails (retried)
+SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0.2 s
+# A context built for a thread (pvm/reader.py): the thread's newest minutes may use this share of the budget
+# (PVM_CONTEXT_RECENT_SHARE); its chunk summaries, then its episodes, this share plus what the recent minutes left
+# (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
+CONTEXT_RECENT_SHARE = 0.6
+CONTEXT_RETRIEVED_SHARE = 0.4

@@ -24,11 +24,12 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from contracts import FACT_EVENT_TYPES, decode_durable_fields, keys
+from contracts import decode_durable_fields, keys
 from contracts.errors import InvalidFact
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
+from contracts.summaries import SYSTEM_EVENT_TYPES, Chunk, SummaryError, ThreadRef, chunk_line, episode_line
 from pvm import context_facts, defaults
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
 from pvm.knowledge import check_key
@@ -36,6 +37,7 @@ from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
+from pvm.stores.summaries import THREAD_READ, ThreadView, parse_thread_read, thread_keys
 
 if TYPE_CHECKING:
     from pvm.search import SearchResult
@@ -111,8 +113,8 @@ def require_project(project_id: object) -> str:
 
 def windowed(fields: dict[str, Any]) -> bool:
     """Whether a minute belongs in the recent activity: what agents said, not a knowledge change (its view
-    is the facts section)."""
-    return fields.get("event_type") not in FACT_EVENT_TYPES
+    is the facts section) nor a chunk summary (the thread's)."""
+    return fields.get("event_type") not in SYSTEM_EVENT_TYPES
 
 
 def line_cost(line: str) -> int:
@@ -169,8 +171,16 @@ class ContextReader:
         recent_n: int = defaults.CONTEXT_RECENT,
         experience_k: int = defaults.CONTEXT_EXPERIENCE_K,
         fact_tier_split: Sequence[float] = defaults.FACT_TIER_SPLIT,
+        thread_recent: int = defaults.SUMMARY_RECENT,
+        recent_share: float = defaults.CONTEXT_RECENT_SHARE,
+        retrieved_share: float = defaults.CONTEXT_RETRIEVED_SHARE,
     ) -> None:
-        """`fact_tier_split`: the task, project and global weights of the facts section (`PVM_FACT_TIER_SPLIT`)."""
+        """`fact_tier_split`: the task, project and global weights of the facts section (`PVM_FACT_TIER_SPLIT`).
+
+        A context built for a thread shows its `thread_recent` newest minutes (PVM_SUMMARY_RECENT) within
+        `recent_share` of the budget (PVM_CONTEXT_RECENT_SHARE), then its chunk summaries and episodes within
+        `retrieved_share` (PVM_CONTEXT_RETRIEVED_SHARE) plus what the recent minutes left.
+        """
         self.connection = connection
         self.cache = MinuteCache(connection)
         self.log = log
@@ -185,6 +195,13 @@ class ContextReader:
                 f"such as {defaults.FACT_TIER_SPLIT}; got {fact_tier_split!r} (PVM_FACT_TIER_SPLIT)"
             )
         self.fact_tier_split = split
+        for name, share in (("recent_share", recent_share), ("retrieved_share", retrieved_share)):
+            if not (math.isfinite(share) and 0 <= share <= 1):
+                raise ValueError(f"{name} must be a share of the budget from 0 to 1, got {share!r}")
+        self.thread_recent = thread_recent
+        self.recent_share = recent_share
+        self.retrieved_share = retrieved_share
+        self._thread_read = connection.register_script(THREAD_READ)
         self._context_read = connection.register_script(_CONTEXT_READ)
         self._current_read = connection.register_script(CURRENT_READ)
         self._facts = FactMemo(line_cost)
@@ -284,6 +301,7 @@ class ContextReader:
         task_id: str | None = None,
         tags: Sequence[str] = (),
         include_global: bool = False,
+        thread: str | None = None,
     ) -> ContextPackage:
         """Assemble an agent's context under a token budget.
 
@@ -291,7 +309,10 @@ class ContextReader:
         task tier) join the project's; `tags` are the task's tags, which rules
         match too. The global tier is read only with `include_global` (the
         caller is granted it: the API passes its token's grant), so tenancy
-        fails closed.
+        fails closed. `thread` (a thread id, ``task:<id>`` or ``project``) builds
+        the context for one thread: its newest minutes verbatim stand for the
+        project's, followed by its chunk summaries, newest first, and its
+        episodes, most significant first (the budget split in `__init__`).
 
         Two Redis round trips besides the search: one pipeline reads the recent
         window, its cached minutes, both heads, the agent's memory and the
@@ -307,6 +328,7 @@ class ContextReader:
         if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
             raise ValueError(f"tags must be a list of strings, such as ['deploy', 'payments']; got {tags!r}")
         tier_keys = _tier_keys(project_id, task_id, include_global)
+        thread_ref = _thread_ref(thread)
         read_at = time.time()
         context_keys = [
             keys.recent_window(project_id),
@@ -318,8 +340,11 @@ class ContextReader:
         ]
         calls = [(self._context_read, context_keys, [max(0, self.recent_n)])]
         calls += [(self._current_read, k, [PROMOTED_MARKER]) for k in context_facts.read_keys(tier_keys)]
+        if thread_ref is not None:  # in the same round trip
+            calls.append((self._thread_read, thread_keys(project_id, thread_ref), [max(0, self.thread_recent)]))
         (bodies, log_head, index_head, memory_hash, capabilities), *fact_replies = self._run_scripts(calls)
-        recent = self._recent(project_id, self.recent_n, bodies)
+        view = parse_thread_read(project_id, thread_ref, fact_replies.pop()) if thread_ref is not None else None
+        recent = list(view.recent) if view is not None else self._recent(project_id, self.recent_n, bodies)
         freshness = _freshness(_decoded(_hash(log_head)), _decoded(_hash(index_head)), read_at)
         memory = AgentMemoryStore.parse(agent_id, _hash(memory_hash), capabilities)
         current = [
@@ -355,6 +380,8 @@ class ContextReader:
                 "rules", rules, [k.line for k in rules], limit=math.floor(budget_tokens * defaults.CONTEXT_RULE_SHARE)
             ),
         ]
+        if view is not None:
+            sections += self._thread_sections(view, recent, sections, budget_tokens)
         room = min(
             math.floor(budget_tokens * defaults.CONTEXT_FACT_SHARE),
             budget_tokens - fit_budget(sections, budget_tokens)[1].used_tokens,
@@ -381,10 +408,9 @@ class ContextReader:
         cached = {i: b for i, b in zip(wanted, replies[0], strict=True) if b is not None} if wanted else {}
         referenced = self._by_ids(project_id, wanted, cached) if wanted else []
         newest_first = list(reversed(recent))
-        sections += [
-            _Section("recent", newest_first, [minute_line(m) for m in newest_first]),
-            _Section("referenced", referenced, [minute_line(m) for m in referenced]),
-        ]
+        if view is None:
+            sections.append(_Section("recent", newest_first, [minute_line(m) for m in newest_first]))
+        sections.append(_Section("referenced", referenced, [minute_line(m) for m in referenced]))
         kept, report = fit_budget(sections, budget_tokens)
         report = replace(report, tiers=chosen.tokens, tier_cut=chosen.cut)
         if search_error:
@@ -404,7 +430,35 @@ class ContextReader:
             full_log_available=self.log.has_project(project_id),
             facts=tuple(k.record for k in kept["facts"]),
             rules=tuple(k.record for k in kept["rules"]),
+            thread=None if thread_ref is None else str(thread_ref),
+            summaries=tuple(kept.get("summaries", ())),
+            episodes=tuple(e.to_dict() for e in kept.get("episodes", ())),
         )
+
+    def _thread_sections(
+        self, view: ThreadView, recent: list[dict[str, Any]], before: list[_Section], budget_tokens: int
+    ) -> list[_Section]:
+        """A thread's sections: its newest minutes within the recent share, then its chunk summaries (newest first)
+        and episodes (most significant first) within the retrieved share plus what the recent minutes left.
+
+        When not every summary fits, the newest chunks keep theirs and the older ones are shown by their
+        decisions only (``compact``), as many in full as leave room for the decisions of the rest; a chunk
+        that decided nothing is then cut."""
+        newest_first = list(reversed(recent))
+        recent_room = math.floor(budget_tokens * self.recent_share)
+        thread_recent = _Section("recent", newest_first, [minute_line(m) for m in newest_first], limit=recent_room)
+        fitted = fit_budget([*before, thread_recent], budget_tokens)[1]
+        retrieved_room = math.floor(budget_tokens * self.retrieved_share) + recent_room - fitted.sections["recent"]
+        room = min(retrieved_room, budget_tokens - fitted.used_tokens)
+        chunks, lines = _chunk_lines(list(reversed(view.chunks)), room)
+        summaries = _Section("summaries", chunks, lines, limit=retrieved_room, dropped=len(view.chunks) - len(chunks))
+        used = fit_budget([*before, thread_recent, summaries], budget_tokens)[1].sections["summaries"]
+        episodes = sorted(view.episodes, key=lambda e: (-e.significance, -e.last_seq))
+        return [
+            thread_recent,
+            summaries,
+            _Section("episodes", episodes, [episode_line(e.to_dict()) for e in episodes], limit=retrieved_room - used),
+        ]
 
     def _run_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run registered scripts in one pipeline (one round trip) and return their replies, in order.
@@ -476,6 +530,38 @@ def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float)
             "gaps": gaps,
         },
     }
+
+
+def _chunk_lines(newest_first: Sequence[Chunk], room: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chunks a thread context shows, newest first, and their lines: the newest `k` in full and the older ones
+    that decided something by their decisions (``compact``), `k` the most for which all of it fits in `room`."""
+    full = [c.to_dict() for c in newest_first]
+    compact = [{**d, "compact": True} for d in full]
+    full_lines = [chunk_line(d) for d in full]
+    compact_lines = [chunk_line(d) if d["decisions"] else "" for d in compact]
+    compact_after = [0] * (len(full) + 1)  # compact_after[k]: what the compact lines of chunks k.. cost
+    for i in range(len(full) - 1, -1, -1):
+        compact_after[i] = compact_after[i + 1] + (line_cost(compact_lines[i]) if compact_lines[i] else 0)
+    k, spent = 0, 0
+    for i, line in enumerate(full_lines):
+        spent += line_cost(line)
+        if spent + compact_after[i + 1] > room:
+            break
+        k = i + 1
+    if k == len(full):
+        return full, full_lines
+    items = full[:k] + [d for d, line in zip(compact[k:], compact_lines[k:], strict=True) if line]
+    return items, full_lines[:k] + [line for line in compact_lines[k:] if line]
+
+
+def _thread_ref(thread: str | None) -> ThreadRef | None:
+    """The thread a context is built for, or None; ValueError naming ``thread`` when it names none."""
+    if thread is None:
+        return None
+    try:
+        return ThreadRef.parse(thread)
+    except SummaryError as exc:
+        raise ValueError(f"thread: {exc.problem}") from None
 
 
 def _tier_keys(project_id: str, task_id: str | None, include_global: bool) -> list[TierKey]:

@@ -39,17 +39,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
 from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
 from contracts.errors import InvalidFact
-from contracts.fact_changes import FACT_EVENT_TYPES
 from contracts.facts import check_task_id
 from contracts.json_value import json_safe
 from contracts.memory import SearchFilters
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
+from contracts.summaries import SUMMARY_EVENT_TYPES, SYSTEM_EVENT_TYPES, SummaryError, ThreadRef
 from pvm import defaults
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.search import PREFERENCES
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
+from pvm.stores.summaries import SummaryStore
 from pvm.vectors import VectorStoreError
 from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, json_body, list_param
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
@@ -173,11 +174,27 @@ def filters_from_query(request: Request) -> SearchFilters:
 
 def knowledge_change_refused(event_type: str) -> str:
     """Why POST /v1/minutes refuses a knowledge-change minute, and where such a change is made instead."""
+    if event_type in SUMMARY_EVENT_TYPES:
+        return (
+            f"{event_type!r} is a chunk summary, which only the summarize pool writes (a forged one would reach "
+            "the log and replace a thread's summary): read threads at /v1/projects/{project_id}/threads/{thread}"
+        )
     return (
         f"{event_type!r} is a knowledge change, which only PVM writes (a forged one would reach the log): "
         "change facts through /v1/projects/{project_id}/facts (POST to assert; .../facts/{fact_id}/promote, "
         ".../facts/{fact_id}/retract) and /v1/projects/{project_id}/learn"
     )
+
+
+def thread_param(request: Request, value: str | None = None) -> ThreadRef | None:
+    """The thread a request names (the `thread` query parameter unless given), or None; 400 naming it otherwise."""
+    raw = request.query_params.get("thread") if value is None else value
+    if not raw:
+        return None
+    try:
+        return ThreadRef.parse(raw)
+    except SummaryError as exc:
+        raise BadRequest(f"thread: {exc.problem}") from None
 
 
 def bearer_credential(authorization: str | None) -> bytes | None:
@@ -352,6 +369,7 @@ def create_app(
             task_id=task_id,
             tags=list_param(request, "tag"),
             include_global=scope is not None and scope.allows_global,  # the global tier only with the grant
+            thread=None if (thread := thread_param(request)) is None else str(thread),
         )
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
@@ -378,6 +396,14 @@ def create_app(
         )
         # degraded: None, or why the answer is lexical-only (the query could not be embedded).
         return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}
+
+    def thread_show(request: Request, body: bytes) -> Any:
+        project_id = request.path_params["project_id"]
+        thread = thread_param(request, request.path_params["thread"])
+        assert thread is not None
+        recent = int_param(request, "recent", reader.thread_recent, 0, 1_000)
+        # A thread the pool has not seen (yet) is an empty one, as a project with no minutes has an empty context.
+        return threads.thread_view(project_id, thread, recent).to_dict()
 
     def recent(request: Request, body: bytes) -> Any:
         minutes = reader.get_recent(request.path_params["project_id"], int_param(request, "n", 50, 1, 1_000))
@@ -437,7 +463,7 @@ def create_app(
                         f"({sorted(SUPPORTED_VERSIONS)}); leave it out or send {SCHEMA_VERSION}",
                     )
                 event_type = raw.get("event_type")
-                if isinstance(event_type, str) and event_type in FACT_EVENT_TYPES:  # a list is Minute's to refuse
+                if isinstance(event_type, str) and event_type in SYSTEM_EVENT_TYPES:  # a list is Minute's to refuse
                     raise InvalidMinute("event_type", knowledge_change_refused(str(raw["event_type"])))
                 # A client's own id makes a retry idempotent (the log keeps each id once); without one, one is minted.
                 raw = {"id": new_minute_id(), "timestamp": utc_now_iso(), **{k: x for k, x in raw.items() if k != "v"}}
@@ -495,6 +521,7 @@ def create_app(
         return [e.decode() if isinstance(e, bytes) else str(e) for e in append_batch(encoded)]
 
     facts = FactRoutes(FactStore(connection), reader.searcher, write)
+    threads = SummaryStore(connection)
 
     def scoped(handler: Callable[[Request, bytes, TokenScope], Any]) -> Callable[[Request], Any]:
         """A facts route: its handler also gets the token's scope, which says whether it reaches the global tier."""
@@ -520,6 +547,7 @@ def create_app(
             Route("/v1/projects/{project_id}/context", route(context)),
             Route("/v1/projects/{project_id}/search", route(search)),
             Route("/v1/projects/{project_id}/recent", route(recent)),
+            Route("/v1/projects/{project_id}/threads/{thread}", route(thread_show)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
             Route("/v1/projects/{project_id}/stats", route(stats)),
             Route("/v1/projects/{project_id}/facts", scoped(facts.list_facts), methods=["GET"]),
@@ -562,6 +590,9 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
         LogReader(settings.log_dir),
         searcher_for(settings),  # type: ignore[arg-type]
         fact_tier_split=settings.fact_tier_split,
+        thread_recent=settings.summary_recent,
+        recent_share=settings.context_recent_share,
+        retrieved_share=settings.context_retrieved_share,
     )
     app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
     if settings.api_token is None and tokens is None and not is_loopback(addr):

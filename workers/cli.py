@@ -480,6 +480,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         else "  no run yet"
     )
     print("  " + ", ".join(f"{what} {count:,}" for what, count in snap.evaluate.items()))
+    print("\nSUMMARIES (what the summarize pool did)")
+    print("  " + ", ".join(f"{what} {count:,}" for what, count in snap.summaries.items()))
     print(f"\nSCHEDULES (leader: {snap.scheduler_leader or 'none'})")
     rows = [
         {
@@ -659,6 +661,7 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
             budget_tokens=args.budget,
             task_id=args.task_id,
             tags=args.tag or (),
+            thread=args.thread,
         )
     if not package["recent"] and not package["full_log_available"]:
         print(
@@ -671,6 +674,38 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(package, indent=2))
     else:
         print(ContextPackage.from_dict(package).render())
+    return 0
+
+
+def cmd_thread_show(args: argparse.Namespace, settings: Settings) -> int:
+    """`pvm thread show`: one thread's chunks and episodes (and its newest minutes with --recent)."""
+    from contracts.memory import minute_line
+    from contracts.summaries import chunk_line, episode_line
+
+    with reader_api(settings) as api:
+        thread = api.thread(args.project, args.thread, args.recent)
+    if args.json:
+        print(json.dumps(thread, indent=2))
+        return 0
+    chunks, episodes, recent = thread["chunks"], thread["episodes"], thread["recent"]
+    print(
+        f"thread {thread['thread']} of {thread['project_id']}: {thread['minutes']:,} minutes summarized, "
+        f"{len(chunks)} chunk(s), {len(episodes)} episode(s)"
+    )
+    if not (chunks or episodes or recent):
+        print("(nothing yet: no minute of this thread has reached the summarize pool)")
+    if chunks:
+        print("\nChunks (oldest first):")
+        for chunk in chunks:
+            print(chunk_line(chunk))
+    if episodes:
+        print("\nEpisodes:")
+        for episode in episodes:
+            print(episode_line(episode))
+    if recent and args.recent:
+        print(f"\nNewest {len(recent)} minutes (verbatim):")
+        for minute in recent:
+            print(minute_line(minute))
     return 0
 
 
@@ -1082,8 +1117,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.CONTEXT_BUDGET_TOKENS,
         help=f"token budget (default {defaults.CONTEXT_BUDGET_TOKENS})",
     )
+    context.add_argument(
+        "--thread", help="build it for one thread (a thread id, task:<id> or project): newest minutes, summaries"
+    )
     context.add_argument("--json", action="store_true", help="the ContextPackage as JSON")
     context.set_defaults(func=cmd_context)
+
+    thread = sub.add_parser("thread", help="a thread's chunk summaries and episodes, via the reader API")
+    thread_sub = thread.add_subparsers(dest="thread_command", required=True)
+    thread_show = thread_sub.add_parser("show", help="one thread's chunks and episodes")
+    thread_show.add_argument("thread", help="a thread id, task:<task id>, or project")
+    thread_show.add_argument("--project", required=True, type=_project_id, help="project id")
+    thread_show.add_argument("--recent", type=int, default=0, help="also print its newest N minutes (default 0)")
+    thread_show.add_argument("--json", action="store_true", help="the thread as JSON")
+    thread_show.set_defaults(func=cmd_thread_show)
 
     search = sub.add_parser("search", help="hybrid search over a project's minutes, via the reader API")
     search.add_argument("query", help="search text")

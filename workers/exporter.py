@@ -5,8 +5,8 @@ the oldest pending entry per shard and group; RQ queue states (dequeued
 included: jobs a worker took and has not started) and live workers per pool;
 the reaper's requeues per queue and reason; dead letters (held now, and ever
 added); the job-level counters and histograms the pools record in Redis
-(`pvm.metrics`), the facts pool's change counters among them; and the
-scheduler's schedules and lease. `snapshot()` is
+(`pvm.metrics`), the facts pool's change counters and the summarize pool's
+counters among them; and the scheduler's schedules and lease. `snapshot()` is
 shared with `pvm status`.
 """
 
@@ -117,6 +117,7 @@ class Snapshot:
     fact_changes: dict[str, int] = field(default_factory=dict)  # keys.FACT_CHANGE_COUNTERS, each from 0
     evaluate: dict[str, int] = field(default_factory=dict)  # EVALUATE_COUNTERS, each from 0
     evaluations: list[dict[str, Any]] = field(default_factory=list)  # per project: its run (evaluate_pool.run_state)
+    summaries: dict[str, int] = field(default_factory=dict)  # keys.SUMMARY_COUNTERS, each from 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,6 +304,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
     leader = bulk_reply(connection.get(keys.scheduler_leader()))
     counted = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_fact_changes())).items()}
     evaluated = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_evaluate())).items()}
+    summarized = {_s(k): int(v) for k, v in hash_reply(connection.hgetall(keys.metrics_summaries())).items()}
     return Snapshot(
         now,
         streams,
@@ -314,6 +316,7 @@ def snapshot(connection: redis.Redis, settings: Settings) -> Snapshot:
         fact_changes={name: counted.get(name, 0) for name in keys.FACT_CHANGE_COUNTERS},
         evaluate={name: evaluated.get(name, 0) for name in EVALUATE_COUNTERS},
         evaluations=_evaluations(connection),
+        summaries={name: summarized.get(name, 0) for name in keys.SUMMARY_COUNTERS},
     )
 
 
@@ -435,6 +438,17 @@ class PvmCollector:
         for change, count in snap.fact_changes.items():
             changes.add_metric([change], count)
         yield changes
+
+        summaries = CounterMetricFamily(
+            "pvm_summaries",
+            "The summarize pool's work: chunks made, chunks merged past the thread's max, episodes made, chunks a "
+            "model summarized, chunks the extractive summarizer took over from a failed model call, "
+            "chunk_summarized minutes from the log refused.",
+            labels=["what"],
+        )
+        for what, count in snap.summaries.items():
+            summaries.add_metric([what], count)
+        yield summaries
 
         fresh = HistogramMetricFamily(
             "pvm_freshness_seconds", "Time from emit until a minute reached a stage.", labels=["stage"]

@@ -68,6 +68,7 @@ from contracts.facts import (
     is_valid_task_id,
 )
 from contracts.ids import derived_minute_id
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
@@ -366,7 +367,8 @@ def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Se
     counts: Counter[str] = Counter()
     try:
         changes = [r.minute for r in logged if is_fact_change(r.minute)]
-        ordinary = [r.minute for r in logged if not is_fact_change(r.minute)]
+        # A chunk summary restates minutes the facts came from already: nothing to extract from it.
+        ordinary = [r.minute for r in logged if r.minute.event_type not in SYSTEM_EVENT_TYPES]
         applied = _apply_from_log(ctx, changes, counts)
         written = _extract_and_decide(ctx, connection, ordinary, counts)
     except Exception:

@@ -22,7 +22,8 @@ from typing import Any
 import redis
 from rq import Queue, Retry, get_current_job
 
-from contracts import FACT_EVENT_TYPES, decode_durable_fields, keys
+from contracts import decode_durable_fields, keys
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder, entry_time_ms
@@ -43,7 +44,9 @@ class Incoming:
     agent_id: str | None
     timestamp: str
     raw: bytes
-    windowed: bool = True  # False: a knowledge change, kept out of the recent windows (`CachedMinute.windowed`)
+    windowed: bool = (
+        True  # False: a knowledge change or chunk summary, kept out of the recent windows (`CachedMinute.windowed`)
+    )
 
 
 @dataclass
@@ -74,7 +77,7 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
             body.get("agent_id"),
             body["timestamp"],
             raw,
-            body.get("event_type") not in FACT_EVENT_TYPES,
+            body.get("event_type") not in SYSTEM_EVENT_TYPES,
         )
         by_project.setdefault(item.project_id, []).append(item)
     return by_project

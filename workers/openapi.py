@@ -27,6 +27,7 @@ from typing import Any
 
 from contracts import memory
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 
 JSON = "application/json"
@@ -103,9 +104,9 @@ def minute_schemas() -> dict[str, Any]:
     new["properties"]["event_type"] = {
         **event_type,
         "description": event_type["description"]
-        + " POST /v1/minutes refuses the knowledge changes (422 naming event_type): change facts through "
-        "the facts routes.",
-        "not": {"enum": sorted(FACT_EVENT_TYPES)},
+        + " POST /v1/minutes refuses the knowledge changes and chunk summaries (422 naming event_type): change "
+        "facts through the facts routes; only the summarize pool writes chunk_summarized.",
+        "not": {"enum": sorted(SYSTEM_EVENT_TYPES)},
     }
 
     stored = copy.deepcopy(minute)
@@ -267,6 +268,17 @@ ENVELOPES: dict[str, dict[str, Any]] = {
                 "composite, fact_composite (null: never evaluated)",
             },
             "last_evaluated": {"type": ["number", "null"], "description": "Unix time of the last completed run"},
+        }
+    ),
+    "Thread": _object(
+        {
+            "project_id": {"type": "string"},
+            "thread": {"type": "string", "description": "thread:<id>, task:<id> or project"},
+            "minutes": {"type": "integer", "minimum": 0, "description": "minutes of the thread summarized so far"},
+            "chunked_seq": {"type": "integer", "minimum": 0, "description": "the last log seq in a chunk"},
+            "recent": _array(ref("StoredMinute"), description="its newest minutes, oldest first"),
+            "chunks": _array({"type": "object"}, description="Chunk records, oldest first (contracts/summaries.py)"),
+            "episodes": _array({"type": "object"}, description="Episode records, in log order"),
         }
     ),
     "SearchAnswer": _object(
@@ -570,6 +582,12 @@ def _minute_operations() -> dict[str, Operation]:
                 query("tag", _LIST, "the task's tags, which rules match too (repeat, or comma-separate)"),
                 query("budget_tokens", _bounded(1, 1_000_000, 2_000), "the token budget"),
                 query("format", _STRING, "text: the prompt-ready text (any other value: the JSON package)"),
+                query(
+                    "thread",
+                    _STRING,
+                    "build the context for one thread (a thread id, task:<task id> or project): its newest minutes, "
+                    "then its chunk summaries and episodes (400 for a name that names no thread)",
+                ),
             ],
             _answer(
                 "the context package (format=text: the prompt-ready text)",
@@ -609,6 +627,30 @@ def _minute_operations() -> dict[str, Operation]:
             "tokens reclaimed, average scores",
             [],
             _answer("the numbers", "ProjectStats"),
+        ),
+        "/v1/projects/{project_id}/threads/{thread}": Operation(
+            "get",
+            {
+                "summary": "One thread: its newest minutes (verbatim), its chunk summaries and its episodes",
+                "parameters": [
+                    PROJECT,
+                    {
+                        "name": "thread",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1},
+                        "description": "a thread id (thread:<id> when it starts with task: or thread:), "
+                        "task:<task id>, or project",
+                        "example": "task:T-1",
+                    },
+                    query("recent", _bounded(0, 1_000, defaults.SUMMARY_RECENT), "how many of its newest minutes"),
+                    REQUEST_ID,
+                ],
+                "responses": {
+                    "200": _answer("the thread (empty lists for a thread with no minutes yet)", "Thread"),
+                    **_ERRORS,
+                },
+            },
         ),
         "/v1/projects/{project_id}/minutes": _read(
             "Minutes by id (the Redis cache, then the durable log), in the order asked",

@@ -36,6 +36,7 @@ from rq.job import Job
 
 from contracts import ContractError, FactChange, Minute, fact_change, keys
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply
@@ -151,6 +152,13 @@ def replay_facts(connection: redis.Redis, settings: Settings, project_id: str) -
     return done
 
 
+def replay_summaries(connection: redis.Redis, settings: Settings, project_id: str) -> object:
+    """Rebuild a project's threads from its log (`workers.summarize_pool.replay_summaries`)."""
+    from workers.summarize_pool import replay_summaries as rebuild
+
+    return rebuild(connection, settings, project_id)
+
+
 def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
     """Clear one project's caches, refill them from its log and enqueue its reset and index jobs."""
     log = LogReader(settings.log_dir)
@@ -199,7 +207,7 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
         agent, windowed = None, True
         with contextlib.suppress(ValueError):
             agent = record.minute.agent_id
-            windowed = record.minute.event_type not in FACT_EVENT_TYPES
+            windowed = record.minute.event_type not in SYSTEM_EVENT_TYPES
         batch.append(CachedMinute(record.id, record.seq, record.minute_bytes, agent, windowed))
         if len(batch) >= defaults.REPLAY_BATCH:
             flush()
@@ -313,6 +321,7 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
     for p in projects:
         replay_facts(connection, settings, p)
         evaluate_pool.forget(connection, p)  # pruned and merged memories come back with the index
+        replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
     for rebuilt in enqueued:
         # The scores come back too: a rescoring run (no prune, no merge) once the project's index is rebuilt.

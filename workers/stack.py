@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 # Pools `pvm up` runs as worker processes, in start order. Later pools join here as they land.
 # The index and evaluate pools run inside `pvm serve` with the embedded engine (one process owns its files).
-STACK_POOLS = ("log", "facts")
+STACK_POOLS = ("log", "facts", "summarize")
 
 
 def terminate(children: Iterable[subprocess.Popen[bytes]], timeout: float) -> None:

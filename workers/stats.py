@@ -18,16 +18,14 @@ from pvm.connection import bulk_reply, hash_reply
 from pvm.stores.fact_projection import StoredFact
 from workers.evaluation import SCORE_PARTS
 
-# -- the summarize pool's counts: ONE place --------------------------------------------------------------------
-#
-# Chunks and episodes belong to the summarize pool, built beside this one (issue 11, items 1-4). Its key layout is
-# not on this branch yet, so this is the one function `project_stats` reads them through; at merge it is wired to
-# the summarize pool's keys (a count per thread of `chunks` / `episodes`). Until then both counts are 0.
+# -- the summarize pool's counts ---------------------------------------------------------------------------------
 
 
 def summary_counts(connection: redis.Redis, project_id: str) -> tuple[int, int]:
-    """(chunks, episodes) the summarize pool holds for a project. TODO(merge): read the summarize pool's keys."""
-    return 0, 0
+    """(chunks, episodes) the summarize pool holds for a project, over all its threads."""
+    from pvm.stores.summaries import SummaryStore
+
+    return SummaryStore(connection).counts(project_id)
 
 
 def project_stats(connection: redis.Redis, project_id: str) -> dict[str, Any]:

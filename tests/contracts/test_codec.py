@@ -463,9 +463,12 @@ NOT_MINUTES = {
     "pvm/stores/fact_projection.py": "stored fact records (a fact's dict with its order keys) and lists of parked "
     "change minutes' bytes (each decoded with decode_durable_minute)",
     "pvm/stores/log.py": "the log's record frames (seq, id, stream id, time, and the minute's bytes untouched)",
+    "pvm/stores/summaries.py": "a thread's chunk and episode records (lists of their dicts)",
     "pvm/vectors/edge.py": "point payloads the engine stores",
     "workers/serializers.py": "RQ job data",
     "workers/evaluate_pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
+    "workers/summarize_pool.py": "a thread's open episode patterns (OpenPatterns.to_dict); its minutes' bytes are "
+    "decoded with decode_durable_minute",
 }
 
 

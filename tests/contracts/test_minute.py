@@ -144,6 +144,8 @@ def test_known_event_types() -> None:
         "fact_edited",
         "fact_learned",
         "task_memory_cleared",
+        # the summarize pool's model-written summaries (contracts/summaries.py)
+        "chunk_summarized",
     } == KNOWN_EVENT_TYPES
     for name in KNOWN_EVENT_TYPES:
         # Known types also satisfy the rule for unknown ones, so the JSON Schema can use one pattern.

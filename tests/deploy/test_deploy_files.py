@@ -74,6 +74,7 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
     "pvm_scheduler_leader": ("gauge", frozenset({"scheduler"})),
     "pvm_exporter_scrape_errors_total": ("counter", frozenset()),
     "pvm_facts_changes_total": ("counter", frozenset({"change"})),
+    "pvm_summaries_total": ("counter", frozenset({"what"})),
     "pvm_fact_extraction_chunks_total": ("counter", frozenset({"extractor", "outcome"})),
     "pvm_fact_extraction_items_total": ("counter", frozenset({"extractor", "outcome"})),
     "pvm_evaluate_total": ("counter", frozenset({"what"})),
@@ -380,6 +381,7 @@ def test_every_required_alert_exists_with_a_severity_and_a_summary() -> None:
         "PVMJobsStranded",
         "PVMIndexStale",
         "PVMFactsStale",
+        "PVMSummariesStale",
         "PVMExporterDown",
         "PVMScheduleLate",
         "PVMSchedulerDown",
@@ -440,6 +442,7 @@ SHARD0 = {"shard": "0", "group": keys.DISPATCH_GROUP}
 LOG_QUEUE = {"queue": keys.QUEUES["log"], "pool": "log"}
 INDEX_QUEUE = {"queue": keys.QUEUES["index"], "pool": "index"}
 FACTS_QUEUE = {"queue": keys.QUEUES["facts"], "pool": "facts"}
+SUMMARIZE_QUEUE = {"queue": keys.QUEUES["summarize"], "pool": "summarize"}
 
 
 def _every(interval_s: int, minutes: int) -> str:
@@ -653,6 +656,32 @@ def test_alerts_fire_when_they_should_and_stay_quiet_otherwise(promtool: str, tm
             ],
             ("10m", "PVMFactsStale", []),
             ("20m", "PVMFactsStale", [warn(**FACTS_QUEUE)]),
+            ("20m", "PVMSummariesStale", []),
+        ),
+        # Summaries: facts in time but minutes reach the summarize pool 600-900 s after emit; then its queue waits.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("facts", {"1.0": "0+10x40", "300.0": "0+10x40", "+Inf": "0+10x40"}),
+                *_freshness("summarize", {"1.0": "0x40", "600.0": "0x40", "900.0": "0+10x40", "+Inf": "0+10x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0x40", **SUMMARIZE_QUEUE),
+            ],
+            ("5m", "PVMSummariesStale", []),
+            ("25m", "PVMSummariesStale", [warn(stage="summarize")]),
+            ("25m", "PVMFactsStale", []),
+        ),
+        # A summarize queue that waits 10 minutes and longer; summaries 300-600 s late alone stay quiet.
+        _case(
+            "1m",
+            [
+                up,
+                *_freshness("summarize", {"1.0": "0x40", "300.0": "0x40", "600.0": "0+10x40", "+Inf": "0+10x40"}),
+                _series("pvm_queue_oldest_waiting_seconds", "0+60x40", **SUMMARIZE_QUEUE),
+            ],
+            ("15m", "PVMSummariesStale", []),
+            ("25m", "PVMSummariesStale", [warn(**SUMMARIZE_QUEUE)]),
+            ("25m", "PVMFactsStale", []),
         ),
         # The exporter: a failing target, a missing target, Redis errors.
         _case(

@@ -56,6 +56,14 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_PRUNE_BELOW": ["-0.1", "1.5", "low"],
     "PVM_PRUNE_GRACE": ["-1", "a week"],
     "PVM_DEDUPE_AT": ["1.1", "-1", "close"],
+    "PVM_THREAD_BY": ["agent", "task,task", ",", "thread,project,agent"],
+    "PVM_SUMMARIZER": ["gpt", "abstractive", "1"],
+    "PVM_SUMMARY_RECENT": ["0", "-1", "x"],
+    "PVM_SUMMARY_CHUNK": ["0", "101", "x"],
+    "PVM_SUMMARY_MAX_CHUNKS": ["1", "0", "x"],
+    "PVM_SUMMARY_RATIO": ["0", "1.5", "nan"],
+    "PVM_CONTEXT_RECENT_SHARE": ["-0.1", "1.1", "x"],
+    "PVM_CONTEXT_RETRIEVED_SHARE": ["-0.1", "1.1", "x"],
 }
 FREE_TEXT = {
     "PVM_HOME",
@@ -118,6 +126,16 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "optimize_every_s": st.integers(0, 10**7),
     "extra_job_functions": st.lists(_dotted, max_size=3).map(tuple),
     "redis_start_wait_s": st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    "thread_by": st.permutations(["thread", "task", "project"]).flatmap(
+        lambda order: st.integers(1, 3).map(lambda n: tuple(order[:n]))
+    ),
+    "summarizer": st.sampled_from(["extractive", "llm"]),
+    "summary_recent": st.integers(1, 10**4),
+    "summary_chunk": st.integers(1, 100),
+    "summary_max_chunks": st.integers(2, 10**4),
+    "summary_ratio": st.floats(min_value=0.01, max_value=1.0, allow_nan=False),
+    "context_recent_share": st.floats(min_value=0.0, max_value=1.0, allow_nan=False),
+    "context_retrieved_share": st.floats(min_value=0.0, max_value=1.0, allow_nan=False),
     "llm_model": st.none() | _text,
     "llm_base_url": st.none() | _url("http", "https"),
     "llm_api_key": st.none() | _text,

@@ -150,6 +150,7 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/learn",
         "/v1/projects/{project_id}/recall",
         "/v1/projects/{project_id}/recall/{key}",
+        "/v1/projects/{project_id}/threads/{thread}",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 
@@ -741,3 +742,45 @@ def test_an_event_type_that_is_not_text_is_422_not_500(client: TestClient, event
     r = client.post("/v1/minutes", json={"minutes": [{"project_id": "apollo", "event_type": event_type}]})
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["field"] == "event_type"
+
+
+def test_post_minutes_refuses_chunk_summaries_which_only_the_summarize_pool_writes(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    from contracts.summaries import ChunkSummarized, ThreadRef, chunk_summarized_minute
+
+    forged = chunk_summarized_minute(
+        "apollo",
+        ChunkSummarized(ThreadRef.parse("task:T-1"), 1, 10, "Nothing went wrong.", (), None, "m"),
+        minute_id="forged1",
+        timestamp="2026-11-26T10:00:00.000Z",
+        context_references=(),
+    ).to_dict()
+    good = {"project_id": "apollo", "event_type": "decision", "memory_note": "ship friday"}
+    before = stream_lengths(redis_client)
+    r = client.post("/v1/minutes", json={"minutes": [good, forged]})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["index"] == 1 and error["field"] == "event_type" and "chunk_summarized" in error["problem"]
+    assert "summarize pool" in error["problem"]
+    assert stream_lengths(redis_client) == before
+
+
+def test_a_thread_and_a_thread_context_over_http(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    from tests.workers.test_summarize_pool import conversation, records
+    from workers.summarize_pool import SummarizeContext, summarize_batch
+
+    summarize_batch(SummarizeContext.build(redis_client, settings), redis_client, records(conversation(60)))
+    r = client.get("/v1/projects/p1/threads/deploy-42")
+    assert r.status_code == 200, r.text
+    thread = r.json()
+    assert thread["thread"] == "thread:deploy-42" and thread["minutes"] == 60
+    assert [(c["first_seq"], c["last_seq"]) for c in thread["chunks"]] == [(1, 10), (11, 20), (21, 30), (31, 40)]
+    assert len(thread["recent"]) == 20 and thread["episodes"]
+    assert client.get("/v1/projects/p1/threads/task:").status_code == 400
+    assert client.get("/v1/projects/p1/threads/never-seen").json()["chunks"] == []
+    ctx = client.get("/v1/projects/p1/context", params={"agent_id": "a1", "thread": "deploy-42"}).json()
+    assert ctx["thread"] == "thread:deploy-42" and ctx["summaries"][0]["last_seq"] == 40
+    assert client.get("/v1/projects/p1/context", params={"agent_id": "a1", "thread": "task:"}).status_code == 400

@@ -251,12 +251,7 @@ def test_status_counts_jobs_dequeued_and_never_started(
     header, *rows = out.split("POOLS\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert header.split()[:5] == ["POOL", "QUEUE", "QUEUED", "DEQUEUED", "RUNNING"]
     pools = {row.split()[0]: row.split()[2:5] for row in rows}
-    assert pools == {
-        "log": ["1", "1", "0"],
-        "index": ["0", "0", "0"],
-        "facts": ["0", "0", "0"],
-        "evaluate": ["0", "0", "0"],
-    }
+    assert pools == {**{pool: ["0", "0", "0"] for pool in keys.QUEUES}, "log": ["1", "1", "0"]}
 
     assert main(["status", "--json"]) == 0
     snap = json.loads(capsys.readouterr().out)
@@ -603,6 +598,7 @@ NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
     "facts retract",
     "learn",
     "recall",
+    "thread show",
 }
 
 
@@ -830,3 +826,22 @@ def test_token_new_grants_the_global_tier_only_when_asked(tmp_path: Path, capsys
     assert [s.allows_global for s in scopes.values() if s.name == "team-a"] == [False]
     assert main(["token", "new", "--name", "ops", "--all", "--global", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entry"]["global"] is True
+
+
+def test_thread_show_prints_a_threads_chunks_and_episodes(redis_client: redis.Redis, settings: Settings) -> None:
+    from tests.workers.test_summarize_pool import conversation, records
+    from workers.summarize_pool import SummarizeContext, summarize_batch
+
+    summarize_batch(SummarizeContext.build(redis_client, settings), redis_client, records(conversation(45)))
+    with serving(settings, "127.0.0.1", None) as served:
+        env = {"PVM_API_URL": served.url, "PVM_API_TOKEN": ""}
+        out = run_cli(["thread", "show", "deploy-42", "--project", "p1", "--recent", "2"], env)
+        assert out.returncode == 0, out.stderr
+        assert "thread thread:deploy-42 of p1: 45 minutes summarized, 2 chunk(s)" in out.stdout
+        assert "- [seq 1-10] " in out.stdout and "- [seq 11-20] " in out.stdout and "Episodes:" in out.stdout
+        assert "Newest 2 minutes (verbatim):" in out.stdout and "[m00045]" in out.stdout
+        out = run_cli(["thread", "show", "deploy-42", "--project", "p1", "--json"], env)
+        assert out.returncode == 0 and len(json.loads(out.stdout)["chunks"]) == 2
+        out = run_cli(["context", "--project", "p1", "--agent", "a1", "--thread", "deploy-42", "--json"], env)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["summaries"][0]["last_seq"] == 20

@@ -143,6 +143,24 @@ def test_the_facts_pools_change_counters_are_served_every_one_from_zero(
     assert snapshot(redis_client, settings).fact_changes["asserted"] == 7
 
 
+def test_the_summarize_pools_counters_are_served_every_one_from_zero(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    def served() -> dict[str, float]:
+        port = free_port()
+        server, _ = serve(redis_client, settings, port=port)
+        try:
+            m = scrape(port)
+        finally:
+            server.shutdown()
+        return {labels["what"]: value for labels, value in m["pvm_summaries_total"]}
+
+    assert served() == dict.fromkeys(keys.SUMMARY_COUNTERS, 0.0)
+    redis_client.hset(keys.metrics_summaries(), mapping={"chunks": 11, "episodes": 4, "llm_fallbacks": 1})
+    assert served() == {**dict.fromkeys(keys.SUMMARY_COUNTERS, 0.0), "chunks": 11, "episodes": 4, "llm_fallbacks": 1}
+    assert snapshot(redis_client, settings).summaries["chunks"] == 11
+
+
 def test_dead_letters_added_keeps_counting_once_the_stream_is_at_its_cap(
     redis_client: redis.Redis, settings: Settings
 ) -> None:
@@ -296,14 +314,9 @@ def test_dequeued_jobs_and_the_reapers_requeues_are_served(redis_client: redis.R
     assert (jobs["log", "dequeued"], jobs["log", "queued"]) == (0, 1)
     assert (jobs["index", "started"], jobs["index", "queued"]) == (0, 1)
     assert requeued == {
-        ("pvm-log", "dead_worker"): 0.0,
+        **{(q, reason): 0.0 for q in keys.QUEUES.values() for reason in keys.REAPER_REASONS},
         ("pvm-log", "stranded"): 1.0,
         ("pvm-index", "dead_worker"): 1.0,
-        ("pvm-index", "stranded"): 0.0,
-        ("pvm-facts", "dead_worker"): 0.0,
-        ("pvm-facts", "stranded"): 0.0,
-        ("pvm-evaluate", "dead_worker"): 0.0,
-        ("pvm-evaluate", "stranded"): 0.0,
     }
     log_state = next(q for q in snapshot(redis_client, settings).queues if q.pool == "log")
     assert (log_state.dequeued, log_state.requeued) == (0, {"dead_worker": 0, "stranded": 1})
@@ -338,6 +351,7 @@ def test_status_and_dead_letter_commands(
     out = capsys.readouterr().out
     assert "POOLS" in out and "pvm-log" in out and "1 dead letters" in out
     assert "pvm-facts" in out and "FACTS (what the facts pool did)" in out and "asserted 0" in out
+    assert "pvm-summarize" in out and "SUMMARIES (what the summarize pool did)" in out and "chunks 0" in out
     assert main(["dead", "list", "--json"]) == 0
     import json
 

@@ -378,6 +378,24 @@ def test_change_minutes_are_applied_never_extracted_and_forged_ones_refused(
     assert redis_client.hget(keys.facts_head("p1"), "seq") == b"2"  # both are accounted for
 
 
+def test_chunk_summaries_are_never_read_for_facts(
+    ctx: FactsContext, extractor: CountingExtractor, redis_client: redis.Redis
+) -> None:
+    from contracts.summaries import ChunkSummarized, ThreadRef, chunk_summarized_minute
+
+    # A summary restates its minutes (which the facts came from): extracting from it would confirm each fact twice.
+    summary = chunk_summarized_minute(
+        "p1",
+        ChunkSummarized(ThreadRef.parse("project"), 1, 10, "We decided to use Postgres for billing.", (), None, "m"),
+        minute_id="cs00001",
+        timestamp=at(0),
+        context_references=(),
+    )
+    result = facts_batch(ctx, redis_client, records([summary, said(2, "30 minutes")], first_seq=11))
+    assert extractor.read == ["m00002"]
+    assert result["minutes"] == 2 and redis_client.hget(keys.facts_head("p1"), "max_seq") == b"12"
+
+
 @pytest.fixture
 def pool_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     from workers import log_pool

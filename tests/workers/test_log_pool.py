@@ -94,6 +94,27 @@ def test_knowledge_changes_are_logged_and_cached_by_id_but_stay_out_of_the_recen
     assert cache.head("p1")["seq"] == "8"  # and the log head counts it
 
 
+def test_chunk_summaries_are_logged_but_stay_out_of_the_recent_windows(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contracts.summaries import ChunkSummarized, ThreadRef, chunk_summarized_minute
+
+    summary = chunk_summarized_minute(
+        "p1",
+        ChunkSummarized(ThreadRef.parse("project"), 1, 2, "Two minutes happened.", (), None, "m"),
+        minute_id="id00002",
+        timestamp="2026-11-26T10:00:00.000Z",
+        context_references=(),
+    )
+    entries = [*batch(2), ["200-0", encode_minute(summary)], *batch(1, start=3)]
+    enqueue(redis_client, entries)
+    run_burst(redis_client, settings, monkeypatch)
+    assert LogReader(settings.log_dir).count("p1") == 4
+    cache = MinuteCache(redis_client)
+    assert cache.recent_ids("p1", 10) == ["id00000", "id00001", "id00003"]
+    assert "id00002" not in cache.recent_ids("p1", 10, agent_id="pvm-summarize")
+
+
 def test_a_redelivered_batch_adds_nothing(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -129,6 +129,7 @@ def apps(
         json.dumps({"tokens": [{"name": "team-a", "sha256": token_sha256(TEAM_A), "projects": ["apollo"]}]})
     )
     seed_facts(redis_client)
+    seed_threads(redis_client, settings)
     down = redis.Redis(host="127.0.0.1", port=closed_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     down_reader = ContextReader(down, LogReader(settings.log_dir), None)
     built = {
@@ -140,6 +141,14 @@ def apps(
     with ExitStack() as stack:
         stack.callback(down.close)
         yield {name: stack.enter_context(TestClient(app, raise_server_exceptions=False)) for name, app in built.items()}
+
+
+def seed_threads(connection: redis.Redis, settings: Settings) -> None:
+    """apollo's threads, as the summarize pool makes them from its log."""
+    from workers.summarize_pool import SummarizeContext, summarize_batch
+
+    records = [[r.id, r.seq, r.minute_bytes] for r in LogReader(settings.log_dir).history("apollo")]
+    summarize_batch(SummarizeContext.build(connection, settings), connection, records)
 
 
 def served_document(client: TestClient) -> dict[str, Any]:
@@ -304,6 +313,16 @@ FACT_CALLS = [
     *[Call("down", "POST", t, body=b, path=DB) for t, b in FACT_CHANGES.items()],
 ]
 
+THREAD = "/v1/projects/{project_id}/threads/{thread}"
+THREAD_CALLS = [
+    Call("open", "GET", THREAD, path={"thread": "tune-cache-thread"}, params={"recent": 3}),
+    Call("open", "GET", THREAD, path={"thread": "never-seen"}),  # 404
+    Call("open", "GET", THREAD, path={"thread": "task:"}),  # 400
+    Call("token", "GET", THREAD, path={"thread": "project"}),  # 401
+    Call("scoped", "GET", THREAD, project="borealis", path={"thread": "project"}, token=TEAM_A),  # 403
+    Call("down", "GET", THREAD, path={"thread": "project"}),  # 503
+]
+
 CALLS = [
     Call("open", "GET", "/healthz"),
     Call("open", "GET", "/openapi.json"),
@@ -331,6 +350,7 @@ CALLS = [
     Call("scoped", "POST", "/v1/minutes", body=[GOOD, {**GOOD, "project_id": "borealis"}], token=TEAM_A),
     Call("scoped", "POST", "/v1/minutes", body=[GOOD], token=TEAM_A),
     *FACT_CALLS,
+    *THREAD_CALLS,
     Call("down", "GET", "/healthz"),
     Call("down", "GET", "/openapi.json"),
     Call("down", "POST", "/v1/minutes", body=[GOOD]),

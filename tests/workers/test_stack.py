@@ -85,10 +85,14 @@ def test_a_worker_group_slows_a_crash_loop_down_too(settings: Settings) -> None:
         group.stop(timeout=5)
 
 
-def test_pvm_up_runs_the_log_and_facts_pools_and_the_index_pool_with_a_qdrant_server(settings: Settings) -> None:
+def test_pvm_up_runs_the_log_facts_and_summarize_pools_and_the_index_pool_with_a_qdrant_server(
+    settings: Settings,
+) -> None:
     # With the embedded engine the index and evaluate pools run inside `pvm serve` (one process owns its files).
-    assert Stack(settings, api_port=None).processes == {"log": 1, "facts": 1}
-    served = Stack(settings.with_(qdrant_url="http://qdrant:6333"), {"facts": 3}, api_port=None)
-    assert served.processes == {"log": 1, "facts": 3, "index": 1, "evaluate": 1}
+    assert Stack(settings, api_port=None).processes == {"log": 1, "facts": 1, "summarize": 1}
+    served = Stack(settings.with_(qdrant_url="http://qdrant:6333"), {"facts": 3, "summarize": 2}, api_port=None)
+    assert served.processes == {"log": 1, "facts": 3, "summarize": 2, "index": 1, "evaluate": 1}
     with pytest.raises(ValueError, match="evaluate pool cannot have extra processes"):
         Stack(settings, {"evaluate": 2}, api_port=None)
+    # Every pool the log feeds by default has a worker in `pvm up` (the index pool's is `pvm serve` or its own).
+    assert set(Settings.from_env({}).downstream) - {"index"} <= set(Stack(settings, api_port=None).processes)
