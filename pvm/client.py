@@ -180,6 +180,7 @@ class PVMClient:
         *,
         task_id: str | None = None,
         tags: Sequence[str] = (),
+        thread: str | None = None,
     ) -> str:
         """The same context rendered as the text to put in a prompt."""
         params: dict[str, Any] = {
@@ -187,6 +188,7 @@ class PVMClient:
             "task": task,
             "budget_tokens": budget_tokens,
             "task_id": task_id,
+            "thread": thread,
         }
         params |= {"tag": _tags(tags), "format": "text"}
         return self._send("GET", self._project(project_id, "context"), params).text

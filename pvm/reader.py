@@ -380,8 +380,6 @@ class ContextReader:
                 "rules", rules, [k.line for k in rules], limit=math.floor(budget_tokens * defaults.CONTEXT_RULE_SHARE)
             ),
         ]
-        if view is not None:
-            sections += self._thread_sections(view, recent, sections, budget_tokens)
         room = min(
             math.floor(budget_tokens * defaults.CONTEXT_FACT_SHARE),
             budget_tokens - fit_budget(sections, budget_tokens)[1].used_tokens,
@@ -390,12 +388,14 @@ class ContextReader:
             tier: [k for k in facts if k.fact.type is not FactType.PROCEDURE] for tier, facts in grouped.items()
         }
         chosen = context_facts.choose_facts(facts_by_tier, task_words, room, self.fact_tier_split)
-        sections += [
+        sections.append(
             _Section(
                 "facts", chosen.facts, [k.line for k in chosen.facts], limit=room, dropped=sum(chosen.cut.values())
-            ),
-            _Section("relevant_experience", experience, [hit_line(h) for h in experience]),
-        ]
+            )
+        )
+        if view is not None:  # a thread's share is of what the agent's memory, the rules and what we know leave
+            sections += self._thread_sections(view, recent, sections, budget_tokens)
+        sections.append(_Section("relevant_experience", experience, [hit_line(h) for h in experience]))
         head = fit_budget(sections, budget_tokens)[0]
         counted = [h.minute_id for h in head["relevant_experience"]]
         pipe = self.connection.pipeline(transaction=False)
@@ -439,16 +439,18 @@ class ContextReader:
         self, view: ThreadView, recent: list[dict[str, Any]], before: list[_Section], budget_tokens: int
     ) -> list[_Section]:
         """A thread's sections: its newest minutes within the recent share, then its chunk summaries (newest first)
-        and episodes (most significant first) within the retrieved share plus what the recent minutes left.
+        and episodes (most significant first) within the retrieved share plus what the recent minutes left; both
+        shares are of the budget the sections `before` (agent memory, rules, facts) leave.
 
         When not every summary fits, the newest chunks keep theirs and the older ones are shown by their
         decisions only (``compact``), as many in full as leave room for the decisions of the rest; a chunk
         that decided nothing is then cut."""
         newest_first = list(reversed(recent))
-        recent_room = math.floor(budget_tokens * self.recent_share)
+        left = budget_tokens - fit_budget(before, budget_tokens)[1].used_tokens
+        recent_room = math.floor(left * self.recent_share)
         thread_recent = _Section("recent", newest_first, [minute_line(m) for m in newest_first], limit=recent_room)
         fitted = fit_budget([*before, thread_recent], budget_tokens)[1]
-        retrieved_room = math.floor(budget_tokens * self.retrieved_share) + recent_room - fitted.sections["recent"]
+        retrieved_room = math.floor(left * self.retrieved_share) + recent_room - fitted.sections["recent"]
         room = min(retrieved_room, budget_tokens - fitted.used_tokens)
         chunks, lines = _chunk_lines(list(reversed(view.chunks)), room)
         summaries = _Section("summaries", chunks, lines, limit=retrieved_room, dropped=len(view.chunks) - len(chunks))

@@ -235,17 +235,21 @@ def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90)
         time.sleep(0.1)
 
 
-def _settle(connection: redis.Redis, project: str, quiet_s: float = 0.5, timeout: float = 30) -> None:
-    """Wait until the index has caught up with the log and the log has stopped growing for `quiet_s` (the change
-    minutes the facts pool wrote have gone through the streams, the log and the index), or `timeout` passes."""
+def _settle(
+    connection: redis.Redis, project: str, summaries: bool = False, quiet_s: float = 0.5, timeout: float = 30
+) -> None:
+    """Wait until the index (and with `summaries` the summarize pool) has caught up with the log and the log has
+    stopped growing for `quiet_s` (the change minutes the facts pool wrote have gone through the streams, the log
+    and the index), or `timeout` passes."""
     deadline = time.monotonic() + timeout
     last, since = -1, time.monotonic()
     while time.monotonic() < deadline:
         log_seq = int(connection.hget(keys.log_head(project), "seq") or 0)
         index_seq = int(connection.hget(keys.index_head(project), "seq") or 0)
+        summarized = int(connection.hget(keys.summarize_head(project), "seq") or 0) if summaries else log_seq
         if log_seq != last:
             last, since = log_seq, time.monotonic()
-        elif index_seq >= log_seq and time.monotonic() - since >= quiet_s:
+        elif min(index_seq, summarized) >= log_seq and time.monotonic() - since >= quiet_s:
             return
         time.sleep(0.05)
 
@@ -274,7 +278,8 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
         reader = LogReader(live.log_dir)
         before = reader.count(project)
         with_facts = "facts" in live.downstream
-        pools = "log and facts pools" if with_facts else "log pool"
+        named = [p for p in ("log", "facts", "summarize") if p == "log" or p in live.downstream]
+        pools = f"{', '.join(named[:-1])} and {named[-1]} pools" if len(named) > 1 else "log pool"
         print(f"  Redis {live.redis_url}; dispatcher, {pools}, and the reader API + index pool on {live.api_url}")
         session = list(sample_session(project, minutes, seed=int(time.time()) % 1000))
         started = time.monotonic()
@@ -315,13 +320,17 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
             if with_facts and not _wait("applied to the facts (log seqs)", facts_applied, target):
                 return 1
             if with_facts:
-                _settle(connection, project)  # the facts pool's change minutes: logged and indexed too
+                # the facts pool's change minutes: logged, indexed and in the threads too
+                _settle(connection, project, summaries="summarize" in live.downstream)
             stages = "durable, indexed and applied to the facts" if with_facts else "durable and indexed"
             print(f"  all {stages} in {time.monotonic() - started:.2f}s\n")
             main(["log", "tail", "--project", project, "-n", "8"])
             task = "fix the login bug: the session cookie expires too early"
-            context = api.context_text(project, "coder", task=task, budget_tokens=1200)
-        print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}:\n")
+            # The task's thread: its newest minutes verbatim, older ones as chunk summaries and episodes.
+            thread = "fix-login-bug-thread" if "summarize" in live.downstream else None
+            context = api.context_text(project, "coder", task=task, budget_tokens=1200, thread=thread)
+        on = f" in the thread {thread!r}" if thread else ""
+        print(f"\nThe context the reader assembles for agent 'coder' on the task {task!r}{on}:\n")
         print(context)
         if with_facts:
             print("\nA decision that changed during the session, as the facts store holds it (the current value")

@@ -127,3 +127,19 @@ def test_a_250_minute_thread_in_2000_tokens_names_every_decision_older_chunks_by
     # with room for everything, every chunk is in full
     roomy = reader.build_context("p1", "a1", budget_tokens=100_000, thread="deploy-42")
     assert len(roomy.summaries) == 23 and not any(c.get("compact") for c in roomy.summaries)
+
+
+def test_a_thread_context_keeps_what_we_know_and_splits_what_it_leaves(
+    redis_client: redis.Redis, reader: ContextReader
+) -> None:
+    from pvm.stores.facts import FactStore
+    from tests.pvm.test_context_facts import known, put
+
+    put(FactStore(redis_client), *(known(f"the deploy uses blue-green slot {i}") for i in range(6)))
+    plain = reader.build_context("p1", "a1", budget_tokens=1_200)
+    threaded = reader.build_context("p1", "a1", budget_tokens=1_200, thread="deploy-42")
+    assert len(plain.facts) == 6 and threaded.facts == plain.facts  # the thread does not starve what we know
+    report = threaded.budget
+    left = 1_200 - report.sections["agent_memory"] - report.sections["rules"] - report.sections["facts"]
+    assert 0 < report.sections["recent"] <= math.floor(left * 0.6)
+    assert report.sections["summaries"] > 0 and report.used_tokens <= 1_200
