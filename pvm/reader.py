@@ -29,7 +29,7 @@ from contracts.errors import InvalidFact
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
-from contracts.summaries import SYSTEM_EVENT_TYPES, Chunk, SummaryError, ThreadRef, chunk_line, episode_line
+from contracts.summaries import SYSTEM_EVENT_TYPES, Chunk, Episode, SummaryError, ThreadRef, chunk_line, episode_line
 from pvm import context_facts, defaults
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
 from pvm.knowledge import check_key
@@ -455,7 +455,7 @@ class ContextReader:
         chunks, lines = _chunk_lines(list(reversed(view.chunks)), room)
         summaries = _Section("summaries", chunks, lines, limit=retrieved_room, dropped=len(view.chunks) - len(chunks))
         used = fit_budget([*before, thread_recent, summaries], budget_tokens)[1].sections["summaries"]
-        episodes = sorted(view.episodes, key=lambda e: (-e.significance, -e.last_seq))
+        episodes = distinct_episodes(view.episodes)
         return [
             thread_recent,
             summaries,
@@ -554,6 +554,20 @@ def _chunk_lines(newest_first: Sequence[Chunk], room: int) -> tuple[list[dict[st
         return full, full_lines
     items = full[:k] + [d for d, line in zip(compact[k:], compact_lines[k:], strict=True) if line]
     return items, full_lines[:k] + [line for line in compact_lines[k:] if line]
+
+
+def distinct_episodes(episodes: Sequence[Episode]) -> list[Episode]:
+    """A thread's episodes as a context shows them: most significant first (then newest), and one of each story:
+    the same decision said three times over a thread is three episodes in the store and one line in a prompt
+    (the most significant, newest one, kinds and title alike)."""
+    seen: set[tuple[tuple[str, ...], str, str | None]] = set()
+    out = []
+    for episode in sorted(episodes, key=lambda e: (-e.significance, -e.last_seq)):
+        story = (tuple(k.value for k in episode.kinds), episode.title.strip().lower(), episode.outcome)
+        if story not in seen:
+            seen.add(story)
+            out.append(episode)
+    return out
 
 
 def _thread_ref(thread: str | None) -> ThreadRef | None:

@@ -143,3 +143,26 @@ def test_a_thread_context_keeps_what_we_know_and_splits_what_it_leaves(
     left = 1_200 - report.sections["agent_memory"] - report.sections["rules"] - report.sections["facts"]
     assert 0 < report.sections["recent"] <= math.floor(left * 0.6)
     assert report.sections["summaries"] > 0 and report.used_tokens <= 1_200
+
+
+def test_a_story_told_three_times_is_one_episode_line_the_most_significant_newest() -> None:
+    from contracts.summaries import Episode, EpisodeKind
+    from pvm.reader import distinct_episodes
+
+    def told(seq: int, title: str, significance: float = 0.6) -> Episode:
+        return Episode(
+            project_id="p1",
+            thread="deploy-42",
+            kinds=(EpisodeKind.DECISION_MADE,),
+            title=title,
+            summary=title,
+            minute_ids=(f"m{seq}",),
+            first_seq=seq,
+            last_seq=seq,
+            significance=significance,
+        )
+
+    same = [told(3, "Decision: use Redis"), told(9, "decision: use Redis"), told(5, "Decision: use Redis")]
+    other = told(7, "Decision: use Postgres", 0.9)
+    shown = distinct_episodes([*same, other])
+    assert [(e.title, e.last_seq) for e in shown] == [("Decision: use Postgres", 7), ("decision: use Redis", 9)]
