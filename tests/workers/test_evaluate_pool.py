@@ -440,8 +440,8 @@ def test_near_duplicate_facts_of_one_tier_key_merge_with_provenance_and_leave_th
     assert merged == dict.fromkeys(twins, survivor)
     assert {f.id for f in store.current([TierKey.for_project(P)])} == {survivor, REWORDED[4].id}
     assert engine.count(P, FACT) == 2 and engine.count(P, FACT_PRUNED) == 3
-    kept, gone = engine.get_points(P, [survivor, twins[0]])
-    assert kept.payload["merged_from"] == sorted(twins) and gone.payload["merged_into"] == survivor
+    points = {point.key: point.payload for point in engine.get_points(P, [survivor, twins[0]])}
+    assert points[survivor]["merged_from"] == sorted(twins) and points[twins[0]]["merged_into"] == survivor
     record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), twins[0]))
     assert record["why"] == "merged" and record["into"] == survivor and record["kind"] == FACT
     assert project_stats(redis_client, P)["merged"] == 3
