@@ -42,8 +42,10 @@ if __package__ in (None, ""):
 from bench.harness import BenchError, Progress, argument_parser, parse, report, target_texts, verdicts, workspace
 from bench.machine import machine
 from contracts import Minute
+from contracts.facts import Fact, FactStatus, FactType, TierKey
 from pvm import defaults, engines
 from pvm.reader import ContextReader
+from pvm.stores.fact_projection import StoredFact
 from pvm.stores.log import LogReader
 from workers import evaluate_pool
 from workers.assessment import timestamp_ms
@@ -253,6 +255,114 @@ def prune_quality(n: int, now: datetime) -> dict[str, Any]:
     }
 
 
+# -- fact near-duplicates -----------------------------------------------------------------------------------------
+
+FACT_THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+ADJECTIVES = ("primary", "managed", "shared", "new", "main", "internal")
+UNITS = (("s", "seconds"), ("ms", "milliseconds"), ("MB", "megabytes"), ("GB", "gigabytes"), ("h", "hours"))
+NUMBERS = ("2", "3", "5", "8", "15", "30", "64", "512")
+
+
+def planted_facts(n: int, seed: int, now: datetime) -> tuple[list[StoredFact], dict[str, tuple[int, int]], set[str]]:
+    """About `n` current facts of one project tier: (facts, reads, the ids that should merge away).
+
+    Groups of one slot (or one value): a base fact (read three times, so it is the best scored) with reworded
+    near-duplicates of it, planted to merge away: case, an article, word order, a unit spelled out, an extra
+    adjective, a near-equal subject ("<s>" / "the <s> api"); and distinct facts that look alike, planted to stay:
+    another value one word apart, the value with two more words (a different value that holds this one's words:
+    only the threshold keeps it), another number, another subject one word apart with the same value, and
+    constraints (multi-valued) one word apart.
+    """
+    rng = random.Random(seed)
+    words = _vocabulary(rng, 400)
+    tier = TierKey.for_project(PROJECT)
+    recorded = (now - DAY).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    facts: list[StoredFact] = []
+    reads: dict[str, tuple[int, int]] = {}
+    duplicates: set[str] = set()
+    seen: set[str] = set()
+
+    def add(fact_type: FactType, subject: str, attribute: str, value: str, why: str) -> None:
+        fact = Fact.new(
+            type=fact_type,
+            text=f"{subject} {attribute}: {value}",
+            subject=subject,
+            attribute=attribute,
+            value=value,
+            tier_key=tier,
+            confidence=0.9,
+            source_minute_ids=(f"m{len(facts)}",),
+            status=FactStatus.PROMOTED,
+            recorded_at=recorded,
+        )
+        if fact.id in seen:  # a rewording identity already folds (same normalized value): not a dedupe case
+            return
+        seen.add(fact.id)
+        facts.append(StoredFact(fact, {}, "0", None))
+        if why == "base":
+            reads[fact.id] = (3, int(now.timestamp() * 1000))
+        elif why == "duplicate":
+            duplicates.add(fact.id)
+
+    while len(facts) < n:
+        subject = f"{rng.choice(words)} service"
+        kind = rng.random()
+        if kind < 0.4:  # a named value in a single-valued slot
+            a, b = rng.sample(words, 2)
+            value = f"{a} {b}"
+            add(FactType.FACT, subject, "database", value, "base")
+            add(FactType.FACT, subject, "database", value.upper(), "duplicate")
+            add(FactType.FACT, subject, "database", f"the {value}", "duplicate")
+            add(FactType.FACT, subject, "database", f"{b} {a}", "duplicate")
+            add(FactType.FACT, subject, "database", f"{rng.choice(ADJECTIVES)} {value}", "duplicate")
+            add(FactType.FACT, f"the {subject} api", "database", value, "duplicate")
+            add(FactType.FACT, subject, "database", f"{a} {rng.choice(words)}", "distinct")
+            add(FactType.FACT, subject, "database", f"{value} {rng.choice(words)} {rng.choice(words)}", "distinct")
+            add(FactType.FACT, f"{rng.choice(words)} service", "database", value, "distinct")
+        elif kind < 0.7:  # a number with a unit
+            number, (short, long) = rng.choice(NUMBERS), rng.choice(UNITS)
+            attribute = f"{rng.choice(words)} limit"
+            add(FactType.FACT, subject, attribute, f"{number} {short}", "base")
+            add(FactType.FACT, subject, attribute, f"{number} {long}", "duplicate")
+            add(FactType.FACT, subject, attribute, f"{number}{short}", "duplicate")
+            other = rng.choice([x for x in NUMBERS if x != number])
+            add(FactType.FACT, subject, attribute, f"{other} {short}", "distinct")
+        else:  # constraints: many values per slot, near-duplicates only when the values are near-equal
+            verb, noun, day = rng.sample(words, 3)
+            value = f"never {verb} {noun} on {day}"
+            add(FactType.CONSTRAINT, subject, "rule", value, "base")
+            add(FactType.CONSTRAINT, subject, "rule", f"Never {verb} the {noun} on {day}.", "duplicate")
+            add(FactType.CONSTRAINT, subject, "rule", f"never {verb} {noun} on {rng.choice(words)}", "distinct")
+            add(FactType.CONSTRAINT, subject, "rule", f"always {verb} {noun} on {day}", "distinct")
+    return facts, reads, duplicates
+
+
+def fact_merges(facts: Sequence[StoredFact], reads: dict[str, tuple[int, int]], now_ms: int, at: float) -> set[str]:
+    verdict = evaluate_pool.judge_facts(facts, reads, frozenset(), now_ms, ScorePolicy(fact_dedupe_at=at))
+    return {i for i, why in verdict.pruned.items() if why["why"] == "merged"}
+
+
+def fact_dedupe_quality(n: int, now: datetime) -> dict[str, Any]:
+    """Precision and recall of fact merges: the threshold swept on one seed, the default held out on another."""
+    now_ms = int(now.timestamp() * 1000)
+    facts, reads, duplicates = planted_facts(n, TUNE_SEED, now)
+    sweep = []
+    for threshold in FACT_THRESHOLDS:
+        precision, recall = _precision_recall(fact_merges(facts, reads, now_ms, threshold), duplicates)
+        sweep.append({"threshold": threshold, "precision": round(precision, 4), "recall": round(recall, 4)})
+    facts, reads, duplicates = planted_facts(n, HELDOUT_SEED, now)
+    precision, recall = _precision_recall(fact_merges(facts, reads, now_ms, defaults.FACT_DEDUPE_AT), duplicates)
+    return {
+        "fact_dedupe_planted": {"facts": len(facts), "duplicates": len(duplicates)},
+        "fact_dedupe_sweep": sweep,
+        "fact_dedupe_heldout": {
+            "threshold": defaults.FACT_DEDUPE_AT,
+            "precision": round(precision, 4),
+            "recall": round(recall, 4),
+        },
+    }
+
+
 def evaluate_speed(n: int, now: datetime) -> dict[str, Any]:
     """Memories judged per second by the core, one process, slices of PVM_EVALUATE_SLICE."""
     minutes, reads, _ = planted(n, 5, now)
@@ -384,6 +494,8 @@ def run(quick: bool = False, progress: Progress | None = None) -> dict[str, Any]
     result.update(evaluate_speed(speed_n, now))
     progress.tick(f"prune precision and recall on {planted_n:,} planted minutes", force=True)
     result.update(prune_quality(planted_n, now))
+    progress.tick(f"fact dedupe precision and recall on {planted_n // 4:,} planted facts", force=True)
+    result.update(fact_dedupe_quality(planted_n // 4, now))
     result.update(context_with_scores(context_n, calls, progress))
     if quick:  # named as the full run's, so the lead's join reads one key
         result.setdefault("context_p99_ms_100k", None)
@@ -401,6 +513,10 @@ def table(result: dict[str, Any]) -> str:
         f"context_p99_ms_100k       {result.get('context_p99_ms_100k')!s:>10}",
         "dedupe sweep (threshold: precision / recall): "
         + ", ".join(f"{r['threshold']}: {r['precision']}/{r['recall']}" for r in result["dedupe_sweep"]),
+        "fact dedupe sweep (threshold: precision / recall): "
+        + ", ".join(f"{r['threshold']}: {r['precision']}/{r['recall']}" for r in result["fact_dedupe_sweep"]),
+        f"fact dedupe held out at {result['fact_dedupe_heldout']['threshold']}: "
+        f"{result['fact_dedupe_heldout']['precision']} / {result['fact_dedupe_heldout']['recall']}",
     ]
     return "\n".join(rows)
 

@@ -725,6 +725,14 @@ class Settings:
         "word overlap (Jaccard) at which two minutes of one task and event type are near-duplicates and merge "
         "into the better scored one; 1: only identical notes; measured in docs/lifecycle.md",
     )
+    fact_dedupe_at: float = setting(
+        "PVM_FACT_DEDUPE_AT",
+        Number(minimum=0.0, maximum=1.0),
+        defaults.FACT_DEDUPE_AT,
+        "word overlap (Jaccard) at which two current facts of one tier key, type and slot (or one value and near "
+        "subjects) are near-duplicates and merge into the better scored one; different values never merge; "
+        "measured in docs/lifecycle.md",
+    )
 
     @property
     def vector_dir(self) -> Path:

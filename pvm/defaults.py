@@ -269,6 +269,11 @@ PRUNE_GRACE_S = 14 * 24 * 3600  # PVM_PRUNE_GRACE: ... once it is older than thi
 # (paraphrased duplicates vs distinct minutes of the same tasks): see docs/lifecycle.md for the table.
 DEDUPE_AT = 0.6  # PVM_DEDUPE_AT
 DEDUPE_MIN_WORDS = 4  # notes with fewer words are never judged duplicates (too little to tell)
+# Fact near-duplicates (area: evaluate pool, fact dedupe): two current facts of one tier key, type and attribute,
+# with one slot subject and values whose words (`workers.evaluation.fact_words`) overlap this much (Jaccard), or
+# one value and subjects that do, merge into the better scored one; one side's words must hold the other's, so
+# two different values never merge at any threshold. Measured in bench/lifecycle_evaluate.py (docs/lifecycle.md).
+FACT_DEDUPE_AT = 0.6  # PVM_FACT_DEDUPE_AT
 # Contradicting patterns: the losing memory's composite is multiplied by this, so the better outcome ranks first.
 CONFLICT_PENALTY = 0.5
 # Fusion "agree" (area: retrieval, issue 12 follow-up): min-max legs whose dense share of relevance follows the legs'

@@ -53,6 +53,7 @@ from pvm.stores.log import LogReader
 from workers import evaluation
 from workers.assessment import stated_text, timestamp_ms
 from workers.evaluation import Judged, ScorePolicy, SliceVerdict, TaskOutcome
+from workers.fact_text import value_key
 from workers.queues import pool_queue
 
 log = logging.getLogger(__name__)
@@ -181,8 +182,14 @@ def judge_facts(
     policy: ScorePolicy,
     mode: str = FULL,
 ) -> SliceVerdict:
-    """Score current facts (importance x decay) and pick those to prune; `reads`: id -> (count, last read ms)."""
+    """Score current facts (importance x decay), merge near-duplicates of one tier key and pick those to prune.
+
+    `reads`: id -> (count, last read ms). A merged-away fact leaves as a pruned one does (why ``merged``,
+    ``into`` its survivor); the survivor may still be pruned for its own score.
+    """
     verdict = SliceVerdict()
+    twins: list[evaluation.FactTwin] = []
+    age_s: dict[str, float] = {}
     for stored in facts:
         fact = stored.fact
         if fact.id in skip or fact.status not in (FactStatus.PROMOTED, FactStatus.PENDING):
@@ -192,8 +199,30 @@ def judge_facts(
         last_ms = max(recorded_ms, last_read_ms or 0)
         scores = evaluation.fact_scores(fact.importance, last_ms, count, now_ms)
         verdict.fact_scores[fact.id] = scores
-        if mode == FULL and evaluation.prunable(scores["composite"], (now_ms - recorded_ms) / 1000.0, policy):
-            verdict.pruned[fact.id] = {"why": "decayed", "kind": FACT, "tier_key": str(fact.tier_key)}
+        age_s[fact.id] = (now_ms - recorded_ms) / 1000.0
+        twins.append(
+            evaluation.FactTwin(
+                fact.id,
+                f"{fact.tier_key}|{fact.type}|{fact.slot.attribute}",
+                fact.slot.subject,
+                value_key(fact.value),
+                evaluation.fact_words(fact.slot.subject),
+                evaluation.fact_words(fact.value),
+                scores["composite"],
+                last_ms,
+            )
+        )
+    if mode != FULL:
+        return verdict
+    tiers = {stored.fact.id: str(stored.fact.tier_key) for stored in facts}
+    verdict.merges = evaluation.fact_near_duplicates(twins, policy.fact_dedupe_at)
+    for merge in verdict.merges:
+        for absorbed in merge.absorbed:
+            why = {"why": "merged", "into": merge.survivor, "kind": FACT, "tier_key": tiers[absorbed]}
+            verdict.pruned[absorbed] = why
+    for fact_id, scores in verdict.fact_scores.items():
+        if fact_id not in verdict.pruned and evaluation.prunable(scores["composite"], age_s[fact_id], policy):
+            verdict.pruned[fact_id] = {"why": "decayed", "kind": FACT, "tier_key": tiers[fact_id]}
     return verdict
 
 
@@ -239,7 +268,13 @@ class Report:
 
 
 def policy_of(settings: Settings) -> ScorePolicy:
-    return ScorePolicy(settings.score_weights, settings.prune_below, settings.prune_grace_s, settings.dedupe_at)
+    return ScorePolicy(
+        settings.score_weights,
+        settings.prune_below,
+        settings.prune_grace_s,
+        settings.dedupe_at,
+        settings.fact_dedupe_at,
+    )
 
 
 class Evaluation:
@@ -446,25 +481,33 @@ class Evaluation:
             report.slices += 1
             report.facts_scored += len(verdict.fact_scores)
             for fact_id, why in verdict.pruned.items():
-                report.pruned.append(
-                    {
-                        "id": fact_id,
-                        "kind": FACT,
-                        "why": why["why"],
-                        "composite": verdict.fact_scores[fact_id]["composite"],
-                        "tokens": 0,
-                    }
-                )
+                entry = {
+                    "id": fact_id,
+                    "kind": FACT,
+                    "why": why["why"],
+                    "composite": verdict.fact_scores[fact_id]["composite"],
+                    "tokens": 0,
+                }
+                if why.get("into"):
+                    entry["into"] = why["into"]
+                report.pruned.append(entry)
+            report.merged += [
+                {"survivor": m.survivor, "absorbed": list(m.absorbed), "similarity": m.similarity, "kind": FACT}
+                for m in verdict.merges
+            ]
         return int(cursor)
 
     def _write_facts(self, verdict: SliceVerdict, by_id: Mapping[str, StoredFact]) -> None:
         p = self.project_id
-        if verdict.pruned:
-            self.engine.annotate(
-                p,
-                {i: {"scores": verdict.fact_scores[i], "pruned_ms": self.now_ms} for i in verdict.pruned},
-                kind=FACT,
-            )
+        merged_from = {m.survivor: list(m.absorbed) for m in verdict.merges}
+        annotations: dict[str, dict[str, Any]] = {
+            i: {"scores": verdict.fact_scores[i], "pruned_ms": self.now_ms, "merged_into": why.get("into")}
+            for i, why in verdict.pruned.items()
+        }
+        for survivor, absorbed in merged_from.items():
+            annotations.setdefault(survivor, {"scores": verdict.fact_scores[survivor]})["merged_from"] = absorbed
+        if annotations:
+            self.engine.annotate(p, annotations, kind=FACT)
         pipe = self.connection.pipeline(transaction=False)
         if verdict.fact_scores:
             pipe.hset(keys.evaluation_scores(p), mapping={i: _pack(s) for i, s in verdict.fact_scores.items()})
@@ -472,8 +515,11 @@ class Evaluation:
             fact = by_id[fact_id].fact
             record = {**why, "at_ms": self.now_ms, "composite": verdict.fact_scores[fact_id]["composite"], "tokens": 0}
             pipe.hset(keys.evaluation_pruned(p), fact_id, _pack(record))
+            if why.get("into"):
+                pipe.hset(keys.evaluation_merged(p), fact_id, why["into"])
             pipe.zrem(keys.facts_in_tier(fact.tier_key), fact_id)  # out of every context's facts section
-        self._count(pipe, len(verdict.fact_scores), len(verdict.pruned), 0, 0, 0)
+        merged = sum(len(m.absorbed) for m in verdict.merges)
+        self._count(pipe, len(verdict.fact_scores), len(verdict.pruned) - merged, merged, 0, 0)
         kept = [scores for fact_id, scores in verdict.fact_scores.items() if fact_id not in verdict.pruned]
         pipe.hincrbyfloat(keys.evaluation_run(p), "sum_fact_composite", math.fsum(s["composite"] for s in kept))
         pipe.hincrby(keys.evaluation_run(p), "kept_facts", len(kept))

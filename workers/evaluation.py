@@ -26,6 +26,7 @@ last read, else since recorded / 30) plus min(0.1 x reads, 0.5), capped at 1.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from contracts import Minute
 from pvm import defaults
 from pvm.context_facts import words
 from workers.assessment import ACCURACY_BY_EVENT, DEFAULT_ACCURACY, outcome, stated_text, success_score
+from workers.fact_text import value_key
 
 SCORE_PARTS = ("recency", "relevance", "accuracy", "impact")
 
@@ -61,6 +63,7 @@ class ScorePolicy:
     prune_below: float = defaults.PRUNE_BELOW
     prune_grace_s: float = defaults.PRUNE_GRACE_S
     dedupe_at: float = defaults.DEDUPE_AT
+    fact_dedupe_at: float = defaults.FACT_DEDUPE_AT
 
 
 # -- minute scores -----------------------------------------------------------------------------------------------
@@ -310,6 +313,115 @@ def near_duplicates(items: Sequence[Judged], threshold: float) -> list[Merge]:
                     )
                 )
     return merges
+
+
+# -- fact near-duplicates ------------------------------------------------------------------------------------------
+
+# Units as fact dedupe compares them (after `words`' stemming): "512 MB" and "512 megabytes" are one value.
+UNIT_WORDS = {
+    "ms": "millisecond",
+    "msec": "millisecond",
+    "s": "second",
+    "sec": "second",
+    "secs": "second",
+    "min": "minute",
+    "mins": "minute",
+    "h": "hour",
+    "hr": "hour",
+    "hrs": "hour",
+    "d": "day",
+    "days": "day",
+    "kb": "kilobyte",
+    "mb": "megabyte",
+    "gb": "gigabyte",
+    "tb": "terabyte",
+    "pct": "percent",
+}
+_NUMBER_UNIT = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class FactTwin:
+    """A current fact as fact dedupe sees it: its group, slot subject, value and their words, and its worth."""
+
+    memory_id: str
+    group: str  # tier key, type and attribute: only facts of one group are compared
+    subject: str
+    value: str  # `value_key` of its value
+    subject_words: frozenset[str]
+    value_words: frozenset[str]
+    composite: float  # importance x decay
+    at_ms: int
+
+
+def fact_words(text: str) -> frozenset[str]:
+    """A value's (or subject's) words as dedupe compares them: `value_key`, content words, one spelling per unit."""
+    out: set[str] = set()
+    for word in words(value_key(text)):
+        split = _NUMBER_UNIT.fullmatch(word)
+        for part in (split.group(1), split.group(2)) if split else (word,):
+            out.add(UNIT_WORDS.get(part, part))
+    return frozenset(out)
+
+
+def fact_similarity(a: FactTwin, b: FactTwin) -> float:
+    """How near two facts are to one statement: 0 unless one group and either one slot or one value.
+
+    One slot: the Jaccard of their values' words; one value: of their
+    subjects' words. Only when one side's words hold the other's: a word on
+    each side that the other lacks ("Postgres 15" / "Postgres 16", "three
+    times" / "five times") is two different values, whatever the overlap.
+    """
+    if a.group != b.group:
+        return 0.0
+    if a.subject == b.subject:
+        x, y = a.value_words, b.value_words
+    elif a.value == b.value:
+        x, y = a.subject_words, b.subject_words
+    else:
+        return 0.0
+    if not x or not y or not (x <= y or y <= x):
+        return 0.0
+    return jaccard(x, y)
+
+
+def fact_near_duplicates(items: Sequence[FactTwin], threshold: float) -> list[Merge]:
+    """Near-duplicate facts (`fact_similarity` >= `threshold`), each group into its best-scored member.
+
+    Candidates share the group and the slot subject or the value (two hash
+    lookups); greedy from the best, as `near_duplicates`.
+    """
+    by_subject: dict[tuple[str, str], list[int]] = {}
+    by_value: dict[tuple[str, str], list[int]] = {}
+    for i, item in enumerate(items):
+        by_subject.setdefault((item.group, item.subject), []).append(i)
+        by_value.setdefault((item.group, item.value), []).append(i)
+    order = sorted(range(len(items)), key=lambda i: (-items[i].composite, -items[i].at_ms, items[i].memory_id))
+    taken: set[int] = set()
+    merges: list[Merge] = []
+    for i in order:
+        if i in taken:
+            continue
+        survivor = items[i]
+        candidates = {*by_subject[(survivor.group, survivor.subject)], *by_value[(survivor.group, survivor.value)]}
+        absorbed: list[tuple[str, float]] = []
+        for j in sorted(candidates):
+            if j == i or j in taken or _fact_better(items[j], survivor):
+                continue
+            similarity = fact_similarity(survivor, items[j])
+            if similarity and similarity >= threshold:  # 0: never near, whatever the threshold
+                taken.add(j)
+                absorbed.append((items[j].memory_id, similarity))
+        if absorbed:
+            taken.add(i)
+            merges.append(
+                Merge(survivor.memory_id, tuple(sorted(a for a, _ in absorbed)), round(min(s for _, s in absorbed), 4))
+            )
+    return merges
+
+
+def _fact_better(a: FactTwin, b: FactTwin) -> bool:
+    return (a.composite, a.at_ms, a.memory_id) > (b.composite, b.at_ms, b.memory_id)
 
 
 def contradictions(items: Sequence[Judged]) -> list[Conflict]:

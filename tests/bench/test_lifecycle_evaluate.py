@@ -39,3 +39,12 @@ def test_a_quick_run_prints_every_number_of_the_issue(capsys: pytest.CaptureFixt
     assert result["prune_precision"] >= 0.9 and result["prune_recall"] >= 0.9
     assert [r["threshold"] for r in result["dedupe_sweep"]] == list(bench.THRESHOLDS)
     assert result["evaluate_end_to_end"]["scored"] > 0 and result["machine"]["cores"] >= 1
+
+
+def test_the_planted_facts_merge_their_rewordings_and_keep_their_look_alikes() -> None:
+    facts, reads, duplicates = bench.planted_facts(600, 3, NOW)
+    assert len(facts) >= 600 and 0 < len(duplicates) < len(facts) and len({f.fact.id for f in facts}) == len(facts)
+    now_ms = int(NOW.timestamp() * 1000)
+    merged = bench.fact_merges(facts, reads, now_ms, defaults.FACT_DEDUPE_AT)
+    assert len(merged & duplicates) >= 0.95 * len(duplicates) and len(merged - duplicates) <= 0.02 * len(merged)
+    assert bench.fact_merges(facts, reads, now_ms, 0.2) - duplicates  # a low threshold merges different values

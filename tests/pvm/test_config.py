@@ -56,6 +56,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_PRUNE_BELOW": ["-0.1", "1.5", "low"],
     "PVM_PRUNE_GRACE": ["-1", "a week"],
     "PVM_DEDUPE_AT": ["1.1", "-1", "close"],
+    "PVM_FACT_DEDUPE_AT": ["1.5", "-0.1", "nan", "near"],
     "PVM_THREAD_BY": ["agent", "task,task", ",", "thread,project,agent"],
     "PVM_SUMMARIZER": ["gpt", "abstractive", "1"],
     "PVM_SUMMARY_RECENT": ["0", "-1", "x"],
@@ -151,6 +152,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "prune_below": st.floats(min_value=0, max_value=1, allow_nan=False),
     "prune_grace_s": st.integers(0, 10**9),
     "dedupe_at": st.floats(min_value=0, max_value=1, allow_nan=False),
+    "fact_dedupe_at": st.floats(min_value=0, max_value=1, allow_nan=False),
 }
 
 

@@ -383,3 +383,118 @@ def test_stats_over_http_and_the_client(redis_client: redis.Redis, stack: Settin
         hits = client.search(P, "dashboard colours", include_pruned=True)["hits"]
         assert "ev00001" in [h["minute_id"] for h in hits]
         assert "ev00001" not in [h["minute_id"] for h in client.search(P, "dashboard colours")["hits"]]
+
+
+# -- fact near-duplicates -------------------------------------------------------------------------------------------
+
+
+def _stated(subject: str, attribute: str, value: str, tier: TierKey | None = None, days_ago: float = 1) -> Fact:
+    return Fact.new(
+        type=FactType.FACT,
+        text=f"{subject} {attribute} is {value}",
+        subject=subject,
+        attribute=attribute,
+        value=value,
+        tier_key=tier or TierKey.for_project(P),
+        confidence=0.9,
+        source_minute_ids=("src-" + "-".join(f"{subject} {value}".split()),),
+        status=FactStatus.PROMOTED,
+        recorded_at=at(days_ago),
+    )
+
+
+def _hold(redis_client: redis.Redis, stack: Settings, facts: list[Fact]) -> FactStore:
+    """Facts as the facts pool leaves them: in the store (contexts read it), in the log, indexed as fact points."""
+    changes = [asserted_minute(f, minute_id=f"fd-{n:03d}", timestamp=f.recorded_at) for n, f in enumerate(facts)]
+    store = FactStore(redis_client)
+    for change in changes:
+        store.apply(change)
+    log_minutes(redis_client, stack, changes)
+    return store
+
+
+REWORDED = [
+    _stated("billing service", "database", "Postgres cluster"),  # read most: the survivor
+    _stated("billing service", "database", "the postgres cluster"),  # an article
+    _stated("billing service", "database", "primary Postgres cluster"),  # an extra adjective
+    _stated("the billing service api", "database", "Postgres cluster"),  # the same value, a near-equal subject
+    _stated("billing service", "session ttl", "8 hours"),  # another slot: not a duplicate of any
+]
+
+
+def test_near_duplicate_facts_of_one_tier_key_merge_with_provenance_and_leave_the_context(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    store = _hold(redis_client, stack, REWORDED)
+    survivor, *twins = (f.id for f in REWORDED[:4])
+    redis_client.hset(keys.fact_reads(TierKey.for_project(P)), survivor, 3)
+    engine = engines.shared_engine(stack)
+    assert engine.count(P, FACT) == 5
+
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+
+    [merge] = report.merged
+    assert merge["survivor"] == survivor and merge["absorbed"] == sorted(twins) and merge["kind"] == FACT
+    assert sorted(p["id"] for p in report.pruned if p["why"] == "merged") == sorted(twins)
+    merged = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.evaluation_merged(P)).items()}
+    assert merged == dict.fromkeys(twins, survivor)
+    assert {f.id for f in store.current([TierKey.for_project(P)])} == {survivor, REWORDED[4].id}
+    assert engine.count(P, FACT) == 2 and engine.count(P, FACT_PRUNED) == 3
+    points = {point.key: point.payload for point in engine.get_points(P, [survivor, twins[0]])}
+    assert points[survivor]["merged_from"] == sorted(twins) and points[twins[0]]["merged_into"] == survivor
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), twins[0]))
+    assert record["why"] == "merged" and record["into"] == survivor and record["kind"] == FACT
+    assert project_stats(redis_client, P)["merged"] == 3
+
+
+def test_different_values_of_a_single_valued_slot_never_merge(redis_client: redis.Redis, stack: Settings) -> None:
+    rivals = [
+        _stated("billing service", "database", "Postgres"),
+        _stated("billing service", "database", "MySQL"),
+        _stated("ledger", "database", "postgres 15"),
+        _stated("ledger", "database", "postgres 16"),
+        _stated("ledger", "retry policy", "retry three times on timeout"),
+        _stated("ledger", "retry policy", "retry five times on timeout"),
+    ]
+    _hold(redis_client, stack, rivals)
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert report.merged == [] and report.facts_scored == 6
+    assert not redis_client.exists(keys.evaluation_merged(P))
+
+
+def test_facts_of_two_tier_keys_never_merge(redis_client: redis.Redis, stack: Settings) -> None:
+    task = TierKey.for_task(P, "deploy-7")
+    twins = [
+        _stated("billing service", "database", "Postgres cluster"),
+        _stated("billing service", "database", "the postgres cluster", task),
+    ]
+    store = _hold(redis_client, stack, twins)
+    report = evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engines.shared_engine(stack))
+    assert report.merged == [] and report.facts_scored == 2
+    assert len(store.current([TierKey.for_project(P), task])) == 2
+
+
+def test_replay_restores_a_merged_fact(redis_client: redis.Redis, stack: Settings) -> None:
+    store = _hold(redis_client, stack, REWORDED)
+    redis_client.hset(keys.fact_reads(TierKey.for_project(P)), REWORDED[0].id, 3)
+    engine = engines.shared_engine(stack)
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+    assert len(store.current([TierKey.for_project(P)])) == 2
+
+    assert replay.replay(redis_client, stack, P, wait=False) == 0
+    run_worker(redis_client, "index", "evaluate")
+
+    assert {f.id for f in store.current([TierKey.for_project(P)])} == {f.id for f in REWORDED}
+    assert engine.count(P, FACT) == 5 and engine.count(P, FACT_PRUNED) == 0
+    assert not redis_client.exists(keys.evaluation_merged(P), keys.evaluation_pruned(P))
+    assert not redis_client.hexists(keys.evaluation_totals(P), "merged")
+
+
+def test_a_dry_run_reports_fact_merges_and_writes_nothing(redis_client: redis.Redis, stack: Settings) -> None:
+    store = _hold(redis_client, stack, REWORDED)
+    redis_client.hset(keys.fact_reads(TierKey.for_project(P)), REWORDED[0].id, 3)
+    report = evaluate_pool.evaluate_here(redis_client, stack, P)
+    assert [m["survivor"] for m in report.merged] == [REWORDED[0].id] and len(report.merged[0]["absorbed"]) == 3
+    assert not redis_client.exists(keys.evaluation_merged(P), keys.evaluation_pruned(P), keys.evaluation_scores(P))
+    assert len(store.current([TierKey.for_project(P)])) == 5
+    assert engines.shared_engine(stack).count(P, FACT) == 5

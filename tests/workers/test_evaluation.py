@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pvm import defaults
 from tests.workers.minutes import minute
 from workers import evaluation
 from workers.evaluation import Judged, ScorePolicy, TaskOutcome
+from workers.extraction import value_key
 
 DAY_MS = 24 * 3600 * 1000
 NOW = 1_795_687_200_000
@@ -124,3 +127,39 @@ def test_contradicting_recommendations_are_flagged_and_the_better_outcome_wins()
     conflicts = evaluation.contradictions(judged)
     assert [(c.winner, c.loser) for c in conflicts] == [(avoid.id, use.id)]
     assert evaluation.recommended_action(minute("decision", memory_note="retry it")) is None  # no situation named
+
+
+def _twin(n: int, subject: str, value: str, composite: float = 0.5, group: str = "project:p|fact|database") -> Any:
+    return evaluation.FactTwin(
+        f"f{n}",
+        group,
+        subject,
+        value_key(value),
+        evaluation.fact_words(subject),
+        evaluation.fact_words(value),
+        composite,
+        n,
+    )
+
+
+def test_fact_words_read_one_value_however_it_is_worded() -> None:
+    same = ["512 MB", "512 megabytes", "the 512mb", "512 MB."]
+    assert len({evaluation.fact_words(v) for v in same}) == 1
+    assert evaluation.fact_words("Eight hours") == evaluation.fact_words("8h")
+
+
+def test_fact_near_duplicates_merge_rewordings_into_the_best_and_never_different_values() -> None:
+    twins = [
+        _twin(1, "billing service", "Postgres cluster", composite=0.9),
+        _twin(2, "billing service", "the postgres cluster"),
+        _twin(3, "billing service", "primary Postgres cluster"),
+        _twin(4, "billing service api", "postgres cluster"),
+        _twin(5, "billing service", "MySQL cluster"),  # a word each side the other lacks: another value
+        _twin(6, "billing service", "Postgres cluster", group="task:p:t|fact|database"),  # another tier key
+        _twin(7, "ledger service", "postgres cluster"),  # another subject, a word each side
+    ]
+    [merge] = evaluation.fact_near_duplicates(twins, 0.5)
+    assert merge.survivor == "f1" and merge.absorbed == ("f2", "f3", "f4")
+    assert evaluation.fact_near_duplicates(twins, 1.0)[0].absorbed == ("f2",)  # only the same words
+    rivals = [_twin(1, "ledger", "retry three times on timeout"), _twin(2, "ledger", "retry five times on timeout")]
+    assert evaluation.fact_near_duplicates(rivals, 0.0) == []
