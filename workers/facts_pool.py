@@ -37,7 +37,7 @@ from typing import Any
 import redis
 from rq import get_current_job
 
-from contracts import ContractError, InvalidMinute, Minute, check_project_id, decode_durable_minute, encode_minute, keys
+from contracts import ContractError, InvalidMinute, Minute, encode_minute, keys
 from contracts.errors import InvalidFact
 from contracts.fact_changes import (
     FactAsserted,
@@ -77,6 +77,7 @@ from workers.extraction import Candidate, Extractor, Known, RuleExtractor, reads
 from workers.extraction_llm import llm_extractor_from_settings
 from workers.fact_timeline import fit, on_promotion, place
 from workers.heads import FRESH, advance_script, runs
+from workers.records import FannedOut, decode_fanned_out
 
 log = logging.getLogger(__name__)
 
@@ -270,40 +271,18 @@ def _apply_here(facts: dict[str, Fact], change: FactChange) -> None:
 # -- decoding ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedMinute:
-    """A minute as the log made it durable: its sequence in the project's log and its stream entry time (or None)."""
+LoggedMinute = FannedOut  # a fanned-out minute as this pool reads it (workers/records.py)
 
-    seq: int
-    minute: Minute
-    entry_ms: int | None = None
+
+def _data_is_a_mapping(minute: Minute) -> None:
+    if not isinstance(minute.data, dict):
+        raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
 
 
 def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
-    """Decode ``[minute_id, seq, minute_bytes, entry_ms]`` records; the minutes (each once) and the ids that would not.
-
-    A record that does not decode is skipped, its neighbours kept: it stays in the log, and its seq
-    stays a gap below the facts head until a replay with a reader that decodes it.
-    """
-    good: list[LoggedMinute] = []
-    bad: list[str] = []
-    seen: set[tuple[str, str]] = set()
-    for record in records:
-        minute_id, seq, raw = record[0], record[1], record[2]
-        entry_ms = record[3] if len(record) > 3 and type(record[3]) is int else None
-        try:
-            minute = decode_durable_minute(raw)
-            check_project_id(minute.project_id)
-            if not isinstance(minute.data, dict):
-                raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
-        except ContractError as exc:
-            log.warning("facts pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
-            bad.append(str(minute_id))
-            continue
-        if (minute.project_id, minute.id) not in seen:
-            seen.add((minute.project_id, minute.id))
-            good.append(LoggedMinute(int(seq), minute, entry_ms))
-    return good, bad
+    """Decode fanned-out records (`workers.records.decode_fanned_out`); a minute whose data is not a mapping
+    does not decode here (the rules read it)."""
+    return decode_fanned_out(records, "facts", _data_is_a_mapping)
 
 
 # -- the extractor ----------------------------------------------------------------------------------------------

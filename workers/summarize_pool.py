@@ -34,7 +34,7 @@ import msgpack
 import redis
 from rq import get_current_job
 
-from contracts import ContractError, Minute, check_project_id, decode_durable_minute, encode_minute, keys
+from contracts import ContractError, Minute, decode_durable_minute, encode_minute, keys
 from contracts.ids import derived_minute_id
 from contracts.summaries import (
     SUMMARY_EVENT_TYPES,
@@ -51,6 +51,7 @@ from pvm.stores.log import LogReader
 from pvm.stores.summaries import SummaryStore, decode_chunks, decode_episodes, encode_records
 from workers.episodes import OpenPatterns
 from workers.heads import FRESH, advance_script, runs
+from workers.records import FannedOut, decode_fanned_out
 from workers.summarizers import ChunkText, Logged, Summarizer, summarizer_from_settings
 from workers.threads import Advanced, ThreadShape, ThreadState, advance
 
@@ -64,34 +65,12 @@ _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL
 # -- decoding ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
-    """A record of a batch: the minute, its seq and its stream entry time (freshness), or None."""
-
-    seq: int
-    minute: Minute
-    entry_ms: int | None = None
+Received = FannedOut  # a fanned-out minute as this pool reads it (workers/records.py)
 
 
 def decode(records: Sequence[Sequence[Any]]) -> tuple[list[Received], list[str]]:
-    """Decode ``[minute_id, seq, minute_bytes, entry_ms]`` records; the minutes (each once) and the ids that did not."""
-    good: list[Received] = []
-    bad: list[str] = []
-    seen: set[tuple[str, str]] = set()
-    for record in records:
-        minute_id, seq, raw = record[0], record[1], record[2]
-        entry_ms = record[3] if len(record) > 3 and type(record[3]) is int else None
-        try:
-            minute = decode_durable_minute(raw)
-            check_project_id(minute.project_id)
-        except ContractError as exc:
-            log.warning("summarize pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
-            bad.append(str(minute_id))
-            continue
-        if (minute.project_id, minute.id) not in seen:
-            seen.add((minute.project_id, minute.id))
-            good.append(Received(int(seq), minute, entry_ms))
-    return good, bad
+    """Decode fanned-out records (`workers.records.decode_fanned_out`): the minutes, each once, and the bad ids."""
+    return decode_fanned_out(records, "summarize")
 
 
 # -- the store's thread state ------------------------------------------------------------------------------------
