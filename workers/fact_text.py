@@ -748,10 +748,9 @@ _WILL_USE = re.compile(r"^(?P<s>.+?)\s+will\s+(?:use|get|go\s+with)\s+(?P<v>.+?)
 def _decision(s: str, ctx: _Context) -> Reading | None:
     match = _WILL_USE.match(s)
     if match:
-        attribute = normalize_attribute(match.group("a"), ctx.vocabulary)
-        subject = normalize_subject(match.group("s"))
-        if attribute and _subject_ok(subject, ctx.minute) and _value_ok(match.group("v")):
-            return Reading(FactType.DECISION, subject, attribute, match.group("v"), "decision")
+        reading = _its_attribute(match, ctx, FactType.DECISION, "decision")
+        if reading is not None:
+            return reading
     for pattern, supersedes in (
         (_IT_IS, False),
         (_THE_CALL, False),
@@ -833,14 +832,19 @@ _TOOL_FOR_IS = re.compile(r"^(?:the|our)\s+tool\s+for\s+(?P<p>.+?)\s+is\s+(?P<v>
 _FOR_WE_USE = re.compile(r"^for\s+(?P<p>[^,]+),?\s+(?:we|the\s+team)\s+(?:use|uses|rely\s+on)\s+(?P<v>.+)$", re.I)
 
 
+def _its_attribute(match: re.Match[str], ctx: _Context, type_: FactType, rule: str) -> Reading | None:
+    """A reading of "S <verb> V as/for its A" (groups s, v, a), or None when A is no attribute or S, V unfit."""
+    attribute = normalize_attribute(match.group("a"), ctx.vocabulary)
+    subject = normalize_subject(match.group("s"))
+    if attribute and _subject_ok(subject, ctx.minute) and _value_ok(match.group("v")):
+        return Reading(type_, subject, attribute, match.group("v"), rule)
+    return None
+
+
 def _attribute(s: str, ctx: _Context) -> Reading | None:
     match = _USES_AS_ITS.match(s) or _IS_ON.match(s)
     if match:
-        attribute = normalize_attribute(match.group("a"), ctx.vocabulary)
-        subject = normalize_subject(match.group("s"))
-        if attribute and _subject_ok(subject, ctx.minute) and _value_ok(match.group("v")):
-            return Reading(FactType.FACT, subject, attribute, match.group("v"), "attribute")
-        return None
+        return _its_attribute(match, ctx, FactType.FACT, "attribute")
     for pattern in (_SET_TO, _WAS_SET):
         match = pattern.match(s)
         if match:
