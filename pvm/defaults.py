@@ -218,6 +218,8 @@ RULE_MATCH_AT = 0.6
 # Parsed fact records a reader keeps, by their stored bytes (a changed record is new bytes): reading a fact again
 # costs a dict lookup instead of its validation (~50 us). Past this many the memo starts over.
 CONTEXT_FACT_MEMO = 4_096
+# Decoded minutes and their prompt lines a reader remembers (the recent windows of the projects it serves).
+CONTEXT_MINUTE_MEMO = 8_192
 
 # The facts routes of the reader API, workers/fact_routes.py (area: facts-api).
 API_FACTS_LIMIT = 50  # facts per page of GET /v1/projects/{p}/facts unless `limit` says otherwise

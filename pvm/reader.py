@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -160,6 +161,44 @@ def fit_budget(sections: Sequence[_Section], budget_tokens: int) -> tuple[dict[s
     return kept, BudgetReport(budget_tokens, budget_tokens - left, tokens, {k: v for k, v in cut.items() if v})
 
 
+class MinuteMemo:
+    """Decoded minutes and their prompt lines by their cached bytes: a minute never changes once durable.
+
+    Every context reads the project's recent window, and most of it is the
+    same minutes call after call: decoding them and writing their lines again
+    was about a tenth of a context. Each caller gets its own copy of the
+    fields (the nested ``data`` is shared: read, never write it). Thread-safe;
+    past `size` entries it starts over: a cache, not a store.
+    """
+
+    def __init__(self, size: int = defaults.CONTEXT_MINUTE_MEMO) -> None:
+        self.size = size
+        self._known: dict[bytes, tuple[dict[str, Any], str]] = {}
+        self._lines: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def fields(self, raw: bytes) -> dict[str, Any]:
+        """`decode_durable_fields(raw)`, remembered; its line is remembered under the minute's id."""
+        found = self._known.get(raw)
+        if found is None:
+            fields = decode_durable_fields(raw)
+            found = (fields, minute_line(fields))
+            with self._lock:
+                if len(self._known) >= self.size:
+                    self._known.clear()
+                    self._lines.clear()
+                self._known[raw] = found
+                if isinstance(fields.get("id"), str):
+                    self._lines[fields["id"]] = found[1]
+        return dict(found[0])
+
+    def line(self, minute: dict[str, Any]) -> str:
+        """`minute_line(minute)`: remembered for a minute this memo decoded, written anew for any other."""
+        minute_id = minute.get("id")
+        found = self._lines.get(minute_id) if isinstance(minute_id, str) else None
+        return found if found is not None else minute_line(minute)
+
+
 class ContextReader:
     """Reads memory for agents. Thread-safe; keep one per process."""
 
@@ -205,6 +244,7 @@ class ContextReader:
         self._context_read = connection.register_script(_CONTEXT_READ)
         self._current_read = connection.register_script(CURRENT_READ)
         self._facts = FactMemo(line_cost)
+        self._minutes = MinuteMemo()
         self.fact_store = FactStore(connection)
 
     # -- single reads --------------------------------------------------------------
@@ -218,7 +258,7 @@ class ContextReader:
 
     def _recent(self, project_id: str, n: int, cached: Sequence[bytes | None]) -> list[dict[str, Any]]:
         """`get_recent` given the cached bytes of the recent window's ids (None where evicted)."""
-        minutes = [decode_durable_fields(raw) for raw in cached if raw is not None]
+        minutes = [self._minutes.fields(raw) for raw in cached if raw is not None]
         if len(minutes) < n:
             # The log holds knowledge changes too; the window never does (`CachedMinute.windowed`).
             from_log = [f for f in (r.fields for r in self.log.get_recent(project_id, n)) if windowed(f)]
@@ -233,7 +273,7 @@ class ContextReader:
 
     def _by_ids(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> list[dict[str, Any]]:
         """`get_by_ids` given the cached bytes found for the ids."""
-        found = {i: decode_durable_fields(b) for i, b in cached.items()}
+        found = {i: self._minutes.fields(b) for i, b in cached.items()}
         missing = [i for i in ids if i not in found]
         if missing:
             for minute_id, record in self.log.get_by_ids(project_id, missing).items():
@@ -409,8 +449,8 @@ class ContextReader:
         referenced = self._by_ids(project_id, wanted, cached) if wanted else []
         newest_first = list(reversed(recent))
         if view is None:
-            sections.append(_Section("recent", newest_first, [minute_line(m) for m in newest_first]))
-        sections.append(_Section("referenced", referenced, [minute_line(m) for m in referenced]))
+            sections.append(_Section("recent", newest_first, [self._minutes.line(m) for m in newest_first]))
+        sections.append(_Section("referenced", referenced, [self._minutes.line(m) for m in referenced]))
         kept, report = fit_budget(sections, budget_tokens)
         report = replace(report, tiers=chosen.tokens, tier_cut=chosen.cut)
         if search_error:
@@ -448,7 +488,9 @@ class ContextReader:
         newest_first = list(reversed(recent))
         left = budget_tokens - fit_budget(before, budget_tokens)[1].used_tokens
         recent_room = math.floor(left * self.recent_share)
-        thread_recent = _Section("recent", newest_first, [minute_line(m) for m in newest_first], limit=recent_room)
+        thread_recent = _Section(
+            "recent", newest_first, [self._minutes.line(m) for m in newest_first], limit=recent_room
+        )
         fitted = fit_budget([*before, thread_recent], budget_tokens)[1]
         retrieved_room = math.floor(left * self.retrieved_share) + recent_room - fitted.sections["recent"]
         room = min(retrieved_room, budget_tokens - fitted.used_tokens)

@@ -346,3 +346,18 @@ def test_relevant_experience_leaves_out_knowledge_changes(
     assert {h.minute_id for h in reader.search("p", "login cookie ttl")} == {said.id, broken.id}  # both indexed
     pkg = reader.build_context("p", "a1", task="login cookie ttl", budget_tokens=100_000)
     assert [h.minute_id for h in pkg.relevant_experience] == [said.id]
+
+
+def test_a_second_context_reads_remembered_minutes_as_the_first_and_callers_get_copies(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    minutes = list(sample_session("apollo", 80, seed=5))
+    log_minutes(redis_client, settings, minutes)
+    first = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    first.recent[0]["memory_note"] = "changed by a caller"  # a caller's copy: the reader's memo keeps its own
+    second = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    fresh = ContextReader(redis_client, LogReader(settings.log_dir), reader.searcher)
+    third = fresh.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert second.recent[0]["memory_note"] == minutes[-50].memory_note != "changed by a caller"
+    assert second.render() == third.render()
+    assert [m["id"] for m in second.recent] == [m.id for m in minutes[-50:]]
