@@ -34,7 +34,7 @@ up: $(STAMP)
 # integration tests (chaos, kill -9, load, real Prometheus) in one process, as their timing assumes.
 test: $(STAMP) tools
 	TMPDIR=$(or $(FAST_TMPDIR),$${TMPDIR:-/tmp}) $(PY) -m pytest -q -m "not slow and not integration" -n $(FAST_JOBS)
-	$(PY) -m pytest -q -m "slow or integration"
+	$(PY) -m pytest -q -m "slow or integration" --durations=15
 
 # The unit tests: neither `slow` nor `integration` (tests/conftest.py names the integration tests),
 # one pytest-xdist worker per core, each with its own Valkey (one worker when PVM_TEST_REDIS_URL
