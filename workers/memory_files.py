@@ -1,0 +1,930 @@
+"""The Markdown memory: a project's facts, learned keys, episodes and summaries as files a person can edit.
+
+A project's memory is a folder of Markdown files, each a YAML front-matter
+block and a body (docs/memory-files.md has the layout and every field):
+
+- ``facts/<tier>/<type>/<slug>-<id8>.md``: one fact of the task or project
+  tier; the body is its text.
+- ``learned/<tier>/<slug>-<id8>.md``: one learned key (``learn(key, value)``).
+- ``episodes/<thread>/...md`` and ``summaries/<thread>/...md``: what the
+  summarize pool derived from the log; read-only.
+
+`export_files` renders a `MemorySnapshot` (read in a few round trips by
+`read_snapshot`); `plan_import` diffs edited files against the snapshot and
+builds the knowledge-change minutes (`contracts.fact_changes`) that make each
+human change: a new file asserts (``fact_asserted``, ``fact_learned``), an
+edited field edits (``fact_edited``), ``status: promoted`` promotes
+(``fact_promoted``), ``status: retracted`` or a deleted file retracts
+(``fact_retracted``). The minutes go through the streams like every other
+(`stream_writer`), so the facts pool applies them, the log keeps them and
+replay reproduces them. An unedited export plans no minute.
+
+Optimistic concurrency: every fact file carries the ``version`` of the fact
+it was rendered from (the time, Unix ms, of the newest change applied to it);
+an edited file whose version is not the store's is refused, naming the file
+and both versions, and nothing of that import is written.
+
+Nothing here reads the file system (`read_folder` / `write_folder` do, with
+the sandbox rules of `check_memory_path`) or imports starlette: the API, the
+CLI and the memory tools share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import unquote
+
+import redis
+import yaml
+
+from contracts import encode_minute, keys, new_minute_id
+from contracts.errors import ContractError
+from contracts.fact_changes import (
+    LEARNED_SUBJECT,
+    PromotionReason,
+    asserted_minute,
+    contradicted_minute,
+    edited_minute,
+    learned_minute,
+    promoted_minute,
+    retracted_minute,
+    superseded_minute,
+)
+from contracts.facts import (
+    MAX_RELATIONSHIPS,
+    Fact,
+    FactStatus,
+    FactType,
+    RelationKind,
+    Relationship,
+    Tier,
+    TierKey,
+    check_time,
+    normalize_text,
+    normalize_value,
+)
+from contracts.minute import Minute
+from contracts.summaries import Chunk, Episode
+from pvm import defaults
+from pvm.stores.fact_projection import StoredFact
+from pvm.stores.summaries import SummaryStore
+from workers.fact_timeline import fit, on_promotion, place
+
+FACTS_ROOT = "facts"
+LEARNED_ROOT = "learned"
+EPISODES_ROOT = "episodes"
+SUMMARIES_ROOT = "summaries"
+EDITABLE_ROOTS = (FACTS_ROOT, LEARNED_ROOT)
+DERIVED_ROOTS = (EPISODES_ROOT, SUMMARIES_ROOT)
+ROOTS = (*EDITABLE_ROOTS, *DERIVED_ROOTS)
+SUFFIX = ".md"
+
+# The front-matter of a fact file, in the order it is written. `sources` and `relations` are the fact's
+# source_minute_ids and relationships; `tier` and `task` its tier key.
+FACT_KEYS = (
+    "id",
+    "type",
+    "tier",
+    "task",
+    "subject",
+    "attribute",
+    "value",
+    "status",
+    "importance",
+    "confidence",
+    "valid_from",
+    "valid_until",
+    "single_valued",
+    "tags",
+    "sources",
+    "relations",
+    "recorded_at",
+    "promoted_from",
+    "period",
+    "version",
+)
+# What a new file (no `id`) may say: the rest PVM sets.
+NEW_FACT_KEYS = (
+    "type",
+    "tier",
+    "task",
+    "subject",
+    "attribute",
+    "value",
+    "status",
+    "importance",
+    "confidence",
+    "valid_from",
+    "valid_until",
+    "single_valued",
+    "tags",
+)
+# Front-matter an existing fact's file may change, each with the fact field it edits (`EDITABLE_FIELDS`).
+EDITED_KEYS = {
+    "type": "type",
+    "importance": "importance",
+    "confidence": "confidence",
+    "valid_from": "valid_from",
+    "valid_until": "valid_until",
+    "single_valued": "single_valued",
+    "tags": "tags",
+}
+# ... and what it may not: they make the fact's identity or record its history.
+FIXED_KEYS = (
+    "tier",
+    "task",
+    "subject",
+    "attribute",
+    "value",
+    "sources",
+    "relations",
+    "recorded_at",
+    "promoted_from",
+    "period",
+)
+
+IMPORT_AGENT = "memory-import"
+RETRACTED_BY_DELETION = "its file was removed from the Markdown memory"
+RETRACTED_BY_STATUS = "retracted in the Markdown memory"
+
+Write = Callable[[Sequence[Minute]], list[str]]
+
+
+# -- errors -------------------------------------------------------------------------------------------------------
+
+
+class MemoryFileError(ValueError):
+    """A Markdown memory request a caller can fix; the message names the file (and field) and the fix.
+
+    `status` is the HTTP status the API answers with; `problems` lists every refused file when there are several.
+    """
+
+    status = 422
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems) or [message]
+
+
+class MemoryPathError(MemoryFileError):
+    """A path outside the project's memory root, or one no memory file can have."""
+
+    status = 400
+
+
+class MemoryNotFound(MemoryFileError):
+    """No memory file at that path."""
+
+    status = 404
+
+
+class MemoryConflict(MemoryFileError):
+    """An edit of a fact that changed since the file was exported (its `version` is not the store's), or a derived
+    (read-only) file edited."""
+
+    status = 409
+
+
+# -- paths --------------------------------------------------------------------------------------------------------
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def check_memory_path(path: Any, field: str = "path") -> str:
+    """`path` if it names a file inside a project's memory root, else `MemoryPathError` naming `field`.
+
+    Relative, ``/``-separated, segments of letters, digits and ``._-`` (none starting with a dot, so no
+    ``..``), under one of `ROOTS`, ending in ``.md``, at most `MEMORY_PATH_MAX_CHARS`. A percent-encoded
+    path is refused outright: the API decodes a URL once, so a ``%`` left over is an attempt at a second.
+    """
+    if not isinstance(path, str):
+        raise MemoryPathError(f"{field} must be text such as 'facts/project/decision/x-1234abcd.md'")
+    shown = repr(path[:80])
+    if len(path) > defaults.MEMORY_PATH_MAX_CHARS:
+        raise MemoryPathError(
+            f"{field} is {len(path)} characters; the limit is {defaults.MEMORY_PATH_MAX_CHARS} (MEMORY_PATH_MAX_CHARS)"
+        )
+    if "\x00" in path or any(unicodedata.category(c) == "Cc" for c in path):
+        raise MemoryPathError(f"{field} {shown} holds a control character (NUL, newline, ...); name a memory file")
+    if "%" in path or unquote(path) != path:
+        raise MemoryPathError(f"{field} {shown} is percent-encoded; send the path itself, such as 'facts/...'")
+    if path.startswith(("/", "\\")) or "\\" in path or re.match(r"[A-Za-z]:", path):
+        raise MemoryPathError(f"{field} {shown} must be relative to the project's memory root, '/'-separated")
+    segments = path.split("/")
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise MemoryPathError(f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the memory")
+        if _SEGMENT.fullmatch(segment) is None:
+            raise MemoryPathError(
+                f"{field} {shown}: segment {segment[:40]!r} may hold only letters, digits and ._- (not starting with .)"
+            )
+    if segments[0] not in ROOTS or len(segments) < 2:
+        raise MemoryPathError(f"{field} {shown} must be under one of {', '.join(r + '/' for r in ROOTS)}")
+    if not path.endswith(SUFFIX):
+        raise MemoryPathError(f"{field} {shown} must name a Markdown file ({SUFFIX})")
+    return path
+
+
+def _slug(text: str) -> str:
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")[: defaults.MEMORY_SLUG_CHARS].strip("-")
+    return slug or "x"
+
+
+def fact_path(fact: Fact) -> str:
+    """Where `fact`'s file lives: ``facts/<tier>/<type>/<slug>-<id8>.md`` (``learned/<tier>/...`` for a key)."""
+    if fact.slot.subject == LEARNED_SUBJECT:
+        return f"{LEARNED_ROOT}/{fact.tier.value}/{_slug(fact.attribute)}-{fact.id[:8]}{SUFFIX}"
+    name = _slug(f"{fact.subject} {fact.attribute}")
+    return f"{FACTS_ROOT}/{fact.tier.value}/{fact.type.value}/{name}-{fact.id[:8]}{SUFFIX}"
+
+
+def _thread_dir(thread: str) -> str:
+    from hashlib import sha1
+
+    return f"{_slug(thread)}-{sha1(thread.encode('utf-8')).hexdigest()[:8]}"
+
+
+def chunk_path(chunk: Chunk) -> str:
+    return f"{SUMMARIES_ROOT}/{_thread_dir(str(chunk.thread))}/chunk-{chunk.first_seq}-{str(chunk.id)[:8]}{SUFFIX}"
+
+
+def episode_path(episode: Episode) -> str:
+    name = _slug(episode.title)[:40].strip("-") or "episode"
+    return (
+        f"{EPISODES_ROOT}/{_thread_dir(str(episode.thread))}/{episode.first_seq}-{name}-{str(episode.id)[:8]}{SUFFIX}"
+    )
+
+
+# -- rendering and parsing ----------------------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> str:
+    """One front-matter value as JSON, which YAML reads as the same value; escaped where YAML would stumble."""
+    if isinstance(value, str) and not value.isprintable():
+        return json.dumps(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render(front: Mapping[str, Any], body: str) -> str:
+    """A memory file: ``---``, one ``key: <JSON value>`` line per field, ``---``, the body and a newline."""
+    lines = ["---", *(f"{k}: {_scalar(v)}" for k, v in front.items()), "---", body.strip("\n"), ""]
+    return "\n".join(lines)
+
+
+def fact_front(fact: Fact, version: int) -> dict[str, Any]:
+    front: dict[str, Any] = {
+        "id": fact.id,
+        "type": fact.type.value,
+        "tier": fact.tier.value,
+    }
+    if fact.tier is Tier.TASK:
+        front["task"] = fact.task_id
+    front.update(
+        subject=fact.subject,
+        attribute=fact.attribute,
+        value=fact.value,
+        status=fact.status.value,
+        importance=fact.importance,
+        confidence=fact.confidence,
+        valid_from=fact.valid_from,
+        valid_until=fact.valid_until,
+        single_valued=fact.single_valued,
+        tags=list(fact.tags),
+        sources=list(fact.source_minute_ids),
+        relations=[r.to_dict() for r in fact.relationships],
+        recorded_at=fact.recorded_at,
+        promoted_from=fact.promoted_from,
+        period=fact.period,
+        version=version,
+    )
+    return front
+
+
+def render_fact(stored: StoredFact) -> str:
+    return render(fact_front(stored.fact, stored.last_ms), stored.fact.text)
+
+
+def _derived_front(record: dict[str, Any], kind: str) -> dict[str, Any]:
+    front = {"kind": kind, "read_only": True}
+    front.update((k, v) for k, v in record.items() if k != "summary")
+    return front
+
+
+def render_chunk(chunk: Chunk) -> str:
+    return render(_derived_front(chunk.to_dict(), "summary"), chunk.summary)
+
+
+def render_episode(episode: Episode) -> str:
+    return render(_derived_front(episode.to_dict(), "episode"), episode.summary)
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse(path: str, text: str) -> tuple[dict[str, Any], str]:
+    """The front-matter (a mapping) and the body of a memory file; `MemoryFileError` naming `path` when malformed.
+
+    Lines PVM wrote (``key: <JSON>``) are read as JSON; anything else a person wrote is read as YAML.
+    Timestamps YAML reads as dates come back as ISO 8601 text.
+    """
+    if not text.startswith("---\n"):
+        raise MemoryFileError(f"{path}: a memory file starts with a '---' line, then its front-matter, then '---'")
+    end = text.find("\n---\n", 3)
+    if end < 0:
+        end = text.find("\n---", 3)
+        if end < 0 or text[end + 4 :].strip():
+            raise MemoryFileError(f"{path}: the front-matter has no closing '---' line")
+    head, body = text[4:end], text[end + 5 :]
+    front = _json_front(head)
+    if front is None:
+        try:
+            loaded = yaml.load(head, Loader=_LOADER)
+        except yaml.YAMLError as exc:
+            raise MemoryFileError(f"{path}: the front-matter is not YAML: {str(exc)[:200]}") from None
+        if not isinstance(loaded, dict):
+            raise MemoryFileError(f"{path}: the front-matter must be a mapping of fields (key: value lines)")
+        front = {str(k): _plain(v) for k, v in loaded.items()}
+    return front, body.strip("\n")
+
+
+def _json_front(head: str) -> dict[str, Any] | None:
+    """The front-matter as PVM writes it (``key: <JSON>`` lines), or None when a person wrote some other YAML."""
+    front: dict[str, Any] = {}
+    for line in head.split("\n"):
+        if not line.strip():
+            continue
+        key, sep, raw = line.partition(": ")
+        if not sep or not key.isidentifier():
+            return None
+        try:
+            front[key] = json.loads(raw)
+        except ValueError:
+            return None
+    return front
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return f"{value.isoformat()}T00:00:00Z"
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+# -- the snapshot and the export ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """What one project's memory holds now: its task and project facts (stored records) and its threads' records."""
+
+    project_id: str
+    records: dict[str, StoredFact]
+    chunks: tuple[Chunk, ...] = ()
+    episodes: tuple[Episode, ...] = ()
+
+    @property
+    def last_ms(self) -> int:
+        return max((s.last_ms for s in self.records.values()), default=0)
+
+
+def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
+    """The project's stored facts (one HSCAN of its records hash) and every thread's chunks and episodes."""
+    anchor = TierKey.for_project(project_id)
+    records: dict[str, StoredFact] = {}
+    for _, raw in connection.hscan_iter(keys.facts_by_id(anchor), count=1000):
+        stored = StoredFact.unpack(cast(bytes, raw))
+        if stored.fact.project_id == project_id and stored.fact.tier is not Tier.GLOBAL:
+            records[stored.fact.id] = stored
+    threads = SummaryStore(connection)
+    chunks: list[Chunk] = []
+    episodes: list[Episode] = []
+    for thread in threads.threads(project_id):
+        view = threads.thread_view(project_id, thread, 0)
+        chunks.extend(view.chunks)
+        episodes.extend(view.episodes)
+    return MemorySnapshot(project_id, records, tuple(chunks), tuple(episodes))
+
+
+def export_files(snapshot: MemorySnapshot) -> dict[str, str]:
+    """Every memory file of `snapshot`, path -> text, sorted by path."""
+    files = {fact_path(s.fact): render_fact(s) for s in snapshot.records.values()}
+    files.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
+    files.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
+    return dict(sorted(files.items()))
+
+
+# -- the import ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    """One minute an import writes: which file asked for it and what it does to which fact."""
+
+    path: str
+    fact_id: str
+    minute: Minute
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "event_type": self.minute.event_type,
+            "fact_id": self.fact_id,
+            "minute_id": self.minute.id,
+            "note": self.minute.memory_note,
+        }
+
+
+@dataclass
+class ImportPlan:
+    """The minutes an import writes, in order, and how many files it found unchanged."""
+
+    project_id: str
+    changes: list[PlannedChange] = field(default_factory=list)
+    unchanged: int = 0
+
+    @property
+    def minutes(self) -> list[Minute]:
+        return [c.minute for c in self.changes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project_id": self.project_id,
+            "minutes": len(self.changes),
+            "unchanged": self.unchanged,
+            "changes": [c.to_dict() for c in self.changes],
+        }
+
+
+class _Clock:
+    """Minute times after every change the project's facts hold, so an edit is never older than what it edits."""
+
+    def __init__(self, after_ms: int, now_ms: int | None) -> None:
+        now = int(datetime.now(UTC).timestamp() * 1000) if now_ms is None else now_ms
+        self.ms = max(now, after_ms + 1) - 1
+
+    def next(self) -> str:
+        self.ms += 1
+        return datetime.fromtimestamp(self.ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class _Planner:
+    snapshot: MemorySnapshot
+    agent_id: str
+    clock: _Clock
+    plan: ImportPlan
+    problems: list[str] = field(default_factory=list)
+    seen: dict[str, str] = field(default_factory=dict)  # fact id -> the file that names it
+    # New facts of this import, by tier key and slot, so two new files in one slot see each other.
+    fresh: list[Fact] = field(default_factory=list)
+    exported_ids: dict[str, str] = field(default_factory=dict)  # path -> the fact id the export put there
+
+    def add(self, path: str, fact_id: str, minute: Minute) -> None:
+        self.plan.changes.append(PlannedChange(path, fact_id, minute))
+
+    def file(self, path: str, text: str, rendered: Mapping[str, str]) -> None:
+        root = path.split("/", 1)[0]
+        if root in DERIVED_ROOTS:
+            if rendered.get(path, "").strip() != text.strip():
+                kind = "an episode" if root == EPISODES_ROOT else "a thread summary"
+                raise MemoryConflict(
+                    f"{path}: {kind} is derived from the log by the summarize pool and is read-only here; "
+                    "leave it as exported (edit the facts under facts/ or learned/ instead)"
+                )
+            self.plan.unchanged += 1
+            return
+        if rendered.get(path) == text:  # as exported: nothing to compare
+            front_id = self.exported_ids.get(path)
+            if front_id is not None:
+                self._claim(path, front_id)
+                self.plan.unchanged += 1
+                return
+        front, body = parse(path, text)
+        fact_id = front.get("id")
+        if fact_id is None:
+            self._new(path, front, body)
+        else:
+            self._existing(path, str(fact_id), front, body)
+
+    def _claim(self, path: str, fact_id: str) -> None:
+        other = self.seen.get(fact_id)
+        if other is not None:
+            raise MemoryFileError(f"{path}: fact {fact_id} is also the fact of {other}; keep one file per fact")
+        self.seen[fact_id] = path
+
+    # -- an existing fact
+
+    def _existing(self, path: str, fact_id: str, front: dict[str, Any], body: str) -> None:
+        stored = self.snapshot.records.get(fact_id)
+        if stored is None:
+            raise MemoryFileError(
+                f"{path}: id {fact_id[:40]!r} is not a fact of project {self.snapshot.project_id}; "
+                "remove the id line (and version, sources, relations, recorded_at, promoted_from, period) "
+                "to assert a new fact"
+            )
+        self._claim(path, fact_id)
+        unknown = sorted(set(front) - set(FACT_KEYS))
+        if unknown:
+            raise MemoryFileError(
+                f"{path}: {unknown[0]!r} is not a field of a fact file; fields: {', '.join(FACT_KEYS)}"
+            )
+        fact = stored.fact
+        expected = fact_front(fact, stored.last_ms)
+        if _same(expected, front, fact.text, body):
+            self.plan.unchanged += 1
+            return
+        version = front.get("version")
+        if version != stored.last_ms:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise MemoryFileError(
+                    f"{path}: version {version!r} must be the whole number the export wrote; export again and "
+                    "redo the edit"
+                )
+            older = "older than" if version < stored.last_ms else "not"
+            raise MemoryConflict(
+                f"{path}: version {version} is {older} the store's version {stored.last_ms} of fact {fact_id}: "
+                "it changed since this file was exported. Export again, redo the edit, then import"
+            )
+        for key in FIXED_KEYS:
+            if key in front and not _equal(key, expected.get(key), front[key]):
+                raise MemoryFileError(
+                    f"{path}: {key} cannot change in place (it names the fact or records its history): to state "
+                    "another value, add a new file without an id and set this one's status to retracted"
+                )
+        changes: dict[str, Any] = {}
+        for key, name in EDITED_KEYS.items():
+            if key in front and not _equal(key, expected[key], front[key]):
+                changes[name] = front[key]
+        if body.strip() != fact.text.strip():
+            changes["text"] = body
+        status = front.get("status", fact.status.value)
+        if changes:
+            try:
+                minute = edited_minute(fact, agent_id=self.agent_id, timestamp=self.clock.next(), **changes)
+            except ContractError as exc:
+                raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
+            self.add(path, fact.id, minute)
+        if status != fact.status.value:
+            self._status(path, fact, status)
+
+    def _status(self, path: str, fact: Fact, status: Any) -> None:
+        if status == FactStatus.RETRACTED.value:
+            self.add(
+                path,
+                fact.id,
+                retracted_minute(fact, RETRACTED_BY_STATUS, agent_id=self.agent_id, timestamp=self.clock.next()),
+            )
+        elif status == FactStatus.PROMOTED.value and fact.status is FactStatus.PENDING:
+            promoted = fact.with_(status=FactStatus.PROMOTED)
+            self.add(
+                path,
+                fact.id,
+                promoted_minute(fact, PromotionReason.BY_HAND, agent_id=self.agent_id, timestamp=self.clock.next()),
+            )
+            for old in on_promotion(self._slot_view(fact), promoted):
+                minute = superseded_minute(old, promoted, agent_id=self.agent_id, timestamp=self.clock.next())
+                self.add(path, old.id, minute)
+        else:
+            raise MemoryFileError(
+                f"{path}: status {str(status)[:40]!r}: a {fact.status.value} fact can become "
+                + ("promoted or retracted" if fact.status is FactStatus.PENDING else "retracted")
+                + " here (supersession follows from a new value in the slot)"
+            )
+
+    def _slot_view(self, fact: Fact) -> list[Fact]:
+        held = [s.fact for s in self.snapshot.records.values() if s.fact.tier_key == fact.tier_key]
+        return [f for f in (*held, *self.fresh) if f.slot == fact.slot]
+
+    # -- a new fact
+
+    def _new(self, path: str, front: dict[str, Any], body: str) -> None:
+        if path.split("/", 1)[0] not in EDITABLE_ROOTS:
+            raise MemoryPathError(f"{path}: a new fact goes under facts/ (or learned/ for a learned key)")
+        unknown = sorted(set(front) - set(NEW_FACT_KEYS))
+        if unknown:
+            set_by_pvm = set(FACT_KEYS) - set(NEW_FACT_KEYS)
+            why = "is set by PVM" if unknown[0] in set_by_pvm else "is not a field of a fact file"
+            raise MemoryFileError(
+                f"{path}: {unknown[0]!r} {why}; a new fact (no id) may give: {', '.join(NEW_FACT_KEYS)}"
+            )
+        for key in ("subject", "attribute", "value"):
+            if front.get(key) is None:
+                raise MemoryFileError(f"{path}: {key} is required for a new fact (subject, attribute, value)")
+        project_id = self.snapshot.project_id
+        try:
+            tier = Tier(front.get("tier", Tier.PROJECT.value))
+            if tier is Tier.GLOBAL:
+                raise MemoryFileError(
+                    f"{path}: tier global: the Markdown memory holds a project's task and project tiers; "
+                    "promote a fact to global with POST .../facts/{id}/promote"
+                )
+            task = front.get("task")
+            if tier is Tier.TASK:
+                if task is None:
+                    raise MemoryFileError(f"{path}: tier task names its task: add 'task: <task id>'")
+                tier_key = TierKey.for_task(project_id, str(task))
+            elif task is not None:
+                raise MemoryFileError(f"{path}: task is for tier task only; drop it or set 'tier: task'")
+            else:
+                tier_key = TierKey.for_project(project_id)
+        except ValueError as exc:
+            if isinstance(exc, MemoryFileError):
+                raise
+            raise MemoryFileError(f"{path}: tier {front.get('tier')!r} must be task or project") from None
+        value = front["value"]
+        if isinstance(value, (dict, list)) or value is None:
+            raise MemoryFileError(f"{path}: value must be text, a number or true/false")
+        text = body.strip() or None
+        status = front.get("status", FactStatus.PROMOTED.value)
+        when = self.clock.next()
+        try:
+            if normalize_text(str(front["subject"])) == LEARNED_SUBJECT:
+                minute = learned_minute(
+                    str(front["attribute"]),
+                    value,
+                    tier_key,
+                    type=front.get("type", FactType.FACT.value),
+                    text=text,
+                    agent_id=self.agent_id,
+                    timestamp=when,
+                )
+                learned = Fact.from_dict(minute.data["fact"])
+                self._claim(path, learned.id)
+                self.fresh.append(learned)
+                self.add(path, learned.id, minute)
+                return
+            if status not in (FactStatus.PENDING.value, FactStatus.PROMOTED.value):
+                raise MemoryFileError(f"{path}: status {status!r}: a new fact is pending or promoted")
+            minute_id = new_minute_id()
+            fact = Fact.new(
+                type=front.get("type", FactType.FACT.value),
+                text=text or f"{front['subject']} {front['attribute']}: {value}",
+                subject=str(front["subject"]),
+                attribute=str(front["attribute"]),
+                value=value,
+                tier_key=tier_key,
+                confidence=front.get("confidence", 1.0),
+                source_minute_ids=(minute_id,),
+                importance=front.get("importance"),
+                status=status,
+                valid_from=front.get("valid_from"),
+                valid_until=front.get("valid_until"),
+                recorded_at=when,
+                tags=tuple(front.get("tags") or ()),
+                single_valued=front.get("single_valued"),
+            )
+            view = self._slot_view(fact)
+            placing = place(view, fact)
+            if placing.restates is not None:
+                held = placing.restates
+                where = self.seen.get(held.id) or fact_path(held)
+                raise MemoryFileError(
+                    f"{path}: the slot {fact.slot} of {tier_key} holds the value {fact.value!r} already, as fact "
+                    f"{held.id} ({where}); edit that file instead (or export again after an import)"
+                )
+            if placing.period:
+                fact = fact.with_(period=placing.period)
+            fitting = fit(view, fact)
+            fact = fact.with_(
+                relationships=tuple(
+                    Relationship(RelationKind.SUPERSEDES, f.id) for f in fitting.older[-MAX_RELATIONSHIPS:]
+                )
+            )
+            self._claim(path, fact.id)
+            self.fresh.append(fact)
+            self.add(path, fact.id, asserted_minute(fact, agent_id=self.agent_id, minute_id=minute_id, timestamp=when))
+            for old in fitting.older:
+                minute = superseded_minute(old, fact, agent_id=self.agent_id, timestamp=self.clock.next())
+                self.add(path, old.id, minute)
+            if fitting.later is not None:
+                minute = superseded_minute(fact, fitting.later, agent_id=self.agent_id, timestamp=self.clock.next())
+                self.add(path, fact.id, minute)
+            for other in fitting.same:
+                minute = contradicted_minute(fact, other, agent_id=self.agent_id, timestamp=self.clock.next())
+                self.add(path, fact.id, minute)
+        except ContractError as exc:
+            raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
+
+    # -- files that went away
+
+    def removed(self) -> None:
+        for fid, stored in sorted(self.snapshot.records.items()):
+            if fid in self.seen or stored.fact.status is FactStatus.RETRACTED:
+                continue
+            minute = retracted_minute(
+                stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, timestamp=self.clock.next()
+            )
+            self.add(fact_path(stored.fact), fid, minute)
+
+
+def _field_problem(exc: ContractError) -> str:
+    field_name = getattr(exc, "field", "")
+    problem = getattr(exc, "problem", str(exc))
+    field_name = field_name.removeprefix("changes.")
+    renamed = {"source_minute_ids": "sources", "relationships": "relations", "tier_key": "tier"}
+    return f"{renamed.get(field_name, field_name)} {problem}" if field_name else str(problem)
+
+
+def _equal(key: str, stored: Any, given: Any) -> bool:
+    if stored == given:
+        return True
+    if key == "value":
+        try:
+            return bool(normalize_value(stored) == normalize_value(given))
+        except (ContractError, TypeError):
+            return False
+    if key in ("valid_from", "valid_until", "recorded_at") and stored is not None and given is not None:
+        try:
+            return check_time(stored, key) == check_time(given, key)
+        except ContractError:
+            return False
+    if key in ("importance", "confidence") and isinstance(given, (int, float)) and not isinstance(given, bool):
+        return float(stored) == float(given)
+    return False
+
+
+def _same(expected: Mapping[str, Any], front: Mapping[str, Any], text: str, body: str) -> bool:
+    """Whether a parsed file says what `expected` (the store's rendering) says: an unedited file, reformatted."""
+    if body.strip() != text.strip() or set(front) - set(expected):
+        return False
+    return all(key in front and _equal(key, value, front[key]) for key, value in expected.items())
+
+
+def plan_import(
+    snapshot: MemorySnapshot,
+    files: Mapping[str, str],
+    *,
+    partial: bool = False,
+    agent_id: str = IMPORT_AGENT,
+    now_ms: int | None = None,
+) -> ImportPlan:
+    """The minutes that make `files` (path -> text) the memory of `snapshot`'s project; nothing is written.
+
+    `partial` (the memory tools' writes): the files are some of the memory, so a fact with no file is left
+    alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. Every refused file
+    is named in one `MemoryFileError` (a `MemoryConflict` when one is a stale version or an edited derived
+    file), and then the plan writes nothing.
+    """
+    if len(files) > defaults.MEMORY_IMPORT_MAX_FILES:
+        raise MemoryFileError(
+            f"{len(files)} files; an import takes at most {defaults.MEMORY_IMPORT_MAX_FILES} (MEMORY_IMPORT_MAX_FILES)"
+        )
+    rendered: dict[str, str] = {}
+    exported_ids: dict[str, str] = {}
+    for stored in snapshot.records.values():
+        path = fact_path(stored.fact)
+        rendered[path] = render_fact(stored)
+        exported_ids[path] = stored.fact.id
+    rendered.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
+    rendered.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
+    planner = _Planner(
+        snapshot, agent_id, _Clock(snapshot.last_ms, now_ms), ImportPlan(snapshot.project_id), exported_ids=exported_ids
+    )
+    conflict = False
+    for path, text in sorted(files.items()):
+        try:
+            check_memory_path(path)
+            check_size(path, text)
+            planner.file(path, text, rendered)
+        except MemoryFileError as exc:
+            conflict = conflict or isinstance(exc, MemoryConflict)
+            planner.problems.append(str(exc))
+    if planner.problems:
+        count = len(planner.problems)
+        head = f"{count} file{'s' if count > 1 else ''} refused; nothing was written:\n" if count > 1 else ""
+        message = head + "\n".join(planner.problems)
+        raise (MemoryConflict if conflict else MemoryFileError)(message, planner.problems)
+    if not partial:
+        planner.removed()
+    return planner.plan
+
+
+def check_size(path: str, text: str) -> None:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > defaults.MEMORY_FILE_MAX_BYTES:
+        raise MemoryFileError(
+            f"{path}: {size} bytes; a memory file holds at most {defaults.MEMORY_FILE_MAX_BYTES} "
+            "(MEMORY_FILE_MAX_BYTES)"
+        )
+
+
+# -- writing the minutes ------------------------------------------------------------------------------------------
+
+
+def stream_writer(connection: redis.Redis, shards: int) -> Write:
+    """Appends minutes to their shard streams, as `emit` and ``POST /v1/minutes`` do: `MEMORY_WRITE_CHUNK` per
+    MULTI/EXEC (one project's minutes share one stream). Returns the stream entry ids."""
+
+    def write(minutes: Sequence[Minute]) -> list[str]:
+        ids: list[str] = []
+        for start in range(0, len(minutes), defaults.MEMORY_WRITE_CHUNK):
+            pipe = connection.pipeline(transaction=True)
+            for minute in minutes[start : start + defaults.MEMORY_WRITE_CHUNK]:
+                stream = keys.stream(keys.shard_of(minute.project_id, shards))
+                pipe.xadd(stream, {keys.MINUTE_FIELD: encode_minute(minute)})
+            ids.extend(e.decode() if isinstance(e, bytes) else str(e) for e in pipe.execute())
+        return ids
+
+    return write
+
+
+# -- folders ------------------------------------------------------------------------------------------------------
+
+
+def read_folder(root: str | os.PathLike[str]) -> dict[str, str]:
+    """The memory files under `root` (only ``*.md`` under `ROOTS`; anything else is not memory and is skipped).
+
+    Refused (`MemoryPathError` naming the file): a symlink that leads outside `root`, a name no memory path
+    can have, a file over `MEMORY_FILE_MAX_BYTES`, more than `MEMORY_IMPORT_MAX_FILES` files or
+    `MEMORY_IMPORT_MAX_BYTES` in all, text that is not UTF-8.
+    """
+    base = Path(root)
+    if not base.is_dir():
+        raise MemoryPathError(f"{root}: not a folder; pass the folder `pvm export` wrote")
+    real_base = base.resolve()
+    files: dict[str, str] = {}
+    total = 0
+    for top in ROOTS:
+        start = base / top
+        if not start.exists() and not start.is_symlink():
+            continue
+        for entry in _walk(start, real_base):
+            rel = entry.relative_to(base).as_posix()
+            if not rel.endswith(SUFFIX):
+                continue
+            check_memory_path(rel)
+            size = entry.stat().st_size
+            if size > defaults.MEMORY_FILE_MAX_BYTES:
+                raise MemoryFileError(
+                    f"{rel}: {size} bytes; a memory file holds at most {defaults.MEMORY_FILE_MAX_BYTES} "
+                    "(MEMORY_FILE_MAX_BYTES)"
+                )
+            total += size
+            if total > defaults.MEMORY_IMPORT_MAX_BYTES or len(files) >= defaults.MEMORY_IMPORT_MAX_FILES:
+                raise MemoryFileError(
+                    f"{root}: more than {defaults.MEMORY_IMPORT_MAX_FILES} files or "
+                    f"{defaults.MEMORY_IMPORT_MAX_BYTES} bytes (MEMORY_IMPORT_MAX_FILES, MEMORY_IMPORT_MAX_BYTES)"
+                )
+            try:
+                files[rel] = entry.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise MemoryFileError(f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return files
+
+
+def _walk(start: Path, real_base: Path) -> Iterable[Path]:
+    """Files under `start`, depth first; a symlink is followed only when its target stays inside `real_base`."""
+    stack = [start]
+    while stack:
+        here = stack.pop()
+        if here.is_symlink():
+            target = here.resolve()
+            if not target.is_relative_to(real_base):
+                raise MemoryPathError(
+                    f"{here}: a symlink to {target}, outside the memory folder {real_base}; memory files live inside it"
+                )
+        if here.is_dir():
+            stack.extend(sorted(here.iterdir(), reverse=True))
+        elif here.is_file():
+            yield here
+
+
+def write_folder(root: str | os.PathLike[str], files: Mapping[str, str]) -> int:
+    """Write `files` under `root` (created as needed); old ``*.md`` files under `ROOTS` not in `files` go, so the
+    folder is the export. Returns how many files it wrote."""
+    base = Path(root)
+    base.mkdir(parents=True, exist_ok=True)
+    real_base = base.resolve()
+    for top in ROOTS:
+        start = base / top
+        if start.is_symlink():
+            raise MemoryPathError(f"{start}: a symlink; the export writes real folders under {real_base}")
+        if start.is_dir():
+            for entry in _walk(start, real_base):
+                rel = entry.relative_to(base).as_posix()
+                if rel.endswith(SUFFIX) and rel not in files:
+                    entry.unlink()
+    for rel, text in files.items():
+        check_memory_path(rel)
+        target = base / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.resolve().is_relative_to(real_base):
+            raise MemoryPathError(f"{rel}: its folder leads outside {real_base} (a symlink); nothing more was written")
+        if target.is_symlink():
+            target.unlink()
+        target.write_text(text, encoding="utf-8")
+    return len(files)
