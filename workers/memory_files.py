@@ -487,7 +487,6 @@ class _Planner:
     agent_id: str
     clock: _Clock
     plan: ImportPlan
-    problems: list[str] = field(default_factory=list)
     seen: dict[str, str] = field(default_factory=dict)  # fact id -> the file that names it
     # New facts of this import, by tier key and slot, so two new files in one slot see each other.
     fresh: list[Fact] = field(default_factory=list)
@@ -794,20 +793,21 @@ def plan_import(
     planner = _Planner(
         snapshot, agent_id, _Clock(snapshot.last_ms, now_ms), ImportPlan(snapshot.project_id), exported_ids=exported_ids
     )
-    conflict = False
+    refused: list[MemoryFileError] = []
     for path, text in sorted(files.items()):
         try:
             check_memory_path(path)
             check_size(path, text)
             planner.file(path, text, rendered)
         except MemoryFileError as exc:
-            conflict = conflict or isinstance(exc, MemoryConflict)
-            planner.problems.append(str(exc))
-    if planner.problems:
-        count = len(planner.problems)
-        head = f"{count} file{'s' if count > 1 else ''} refused; nothing was written:\n" if count > 1 else ""
-        message = head + "\n".join(planner.problems)
-        raise (MemoryConflict if conflict else MemoryFileError)(message, planner.problems)
+            refused.append(exc)
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        problems = [str(exc) for exc in refused]
+        message = f"{len(refused)} files refused; nothing was written:\n" + "\n".join(problems)
+        conflict = any(isinstance(exc, MemoryConflict) for exc in refused)
+        raise (MemoryConflict if conflict else MemoryFileError)(message, problems)
     if not partial:
         planner.removed()
     return planner.plan

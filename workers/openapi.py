@@ -936,10 +936,13 @@ def fact_operations() -> list[tuple[str, Operation]]:
     ]
 
 
+_MEMORY_ROOTS = "(facts|learned|episodes|summaries)"
+_MEMORY_SEGMENT = "[A-Za-z0-9_][A-Za-z0-9._-]*"
 _MEMORY_PATH = {
     "type": "string",
     "minLength": 4,
     "maxLength": defaults.MEMORY_PATH_MAX_CHARS,
+    "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/{_MEMORY_SEGMENT}\\.md$",
     "description": "a file of the project's Markdown memory, relative to its root (facts/..., learned/..., "
     "episodes/..., summaries/...; .md)",
     "example": "facts/project/decision/service-db-engine-61e5cb4a.md",
@@ -979,9 +982,15 @@ _MEMORY_PLAN = _object(
     required=("project_id", "minutes", "unchanged", "changes", "dry_run", "stream_ids"),
 )
 _MEMORY_FILES = _object({"files": {"type": "object", "additionalProperties": _STRING}}, required=("files",))
+_MEMORY_EXPORT = _object(
+    {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}},
+    required=("project_id", "files"),
+)
 
 
-def _memory_write(method: str, summary: str, fields: dict[str, Any]) -> Operation:
+def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool = True) -> Operation:
+    """A memory tool's write; `edits`: it changes a file that must exist (404 when none)."""
+    missing = {"404": _error("no such memory file", "MemoryRefused")} if edits else {}
     return Operation(
         method,
         {
@@ -995,7 +1004,7 @@ def _memory_write(method: str, summary: str, fields: dict[str, Any]) -> Operatio
                 "202": _answer(
                     "the change minutes are on the streams", schema=None, **{JSON: {"schema": _MEMORY_CHANGES}}
                 ),
-                "404": _error("no such memory file", "MemoryRefused"),
+                **missing,
                 "409": _MEMORY_CONFLICT,
                 "422": _MEMORY_REFUSED,
                 **_ERRORS,
@@ -1030,7 +1039,7 @@ def memory_operations() -> list[tuple[str, Operation]]:
             _read(
                 "The project's Markdown memory: every file, path -> text (docs/memory-files.md)",
                 [],
-                _answer("the files", schema=None, **{JSON: {"schema": _MEMORY_FILES}}),
+                _answer("the files", schema=None, **{JSON: {"schema": _MEMORY_EXPORT}}),
             ),
         ),
         (
@@ -1064,7 +1073,13 @@ def memory_operations() -> list[tuple[str, Operation]]:
             f"{base}/files",
             _read(
                 "List the memory files (under prefix)",
-                [query("prefix", _STRING, "a folder such as facts/project")],
+                [
+                    query(
+                        "prefix",
+                        {"type": "string", "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/?$", "maxLength": 200},
+                        "a folder such as facts/project",
+                    )
+                ],
                 _answer(
                     "the files",
                     schema=None,
@@ -1080,7 +1095,10 @@ def memory_operations() -> list[tuple[str, Operation]]:
         (
             f"{base}/file",
             _memory_write(
-                "put", "Write one memory file (assert or edit a fact)", {"path": _MEMORY_PATH, "text": _MEMORY_TEXT}
+                "put",
+                "Write one memory file (assert or edit a fact)",
+                {"path": _MEMORY_PATH, "text": _MEMORY_TEXT},
+                edits=False,
             ),
         ),
         (
