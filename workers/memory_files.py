@@ -38,10 +38,10 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote
 
+import msgpack
 import redis
 import yaml
 
@@ -74,7 +74,7 @@ from contracts.facts import (
 from contracts.minute import Minute
 from contracts.summaries import Chunk, Episode
 from pvm import defaults
-from pvm.stores.fact_projection import StoredFact
+from pvm.stores.fact_projection import StoredFact, last_change_ms
 from pvm.stores.summaries import SummaryStore
 from workers.fact_timeline import fit, on_promotion, place
 
@@ -239,12 +239,17 @@ def _slug(text: str) -> str:
     return slug or "x"
 
 
-def fact_path(fact: Fact) -> str:
-    """Where `fact`'s file lives: ``facts/<tier>/<type>/<slug>-<id8>.md`` (``learned/<tier>/...`` for a key)."""
-    if fact.slot.subject == LEARNED_SUBJECT:
-        return f"{LEARNED_ROOT}/{fact.tier.value}/{_slug(fact.attribute)}-{fact.id[:8]}{SUFFIX}"
-    name = _slug(f"{fact.subject} {fact.attribute}")
-    return f"{FACTS_ROOT}/{fact.tier.value}/{fact.type.value}/{name}-{fact.id[:8]}{SUFFIX}"
+def fact_path(fact: Fact | Mapping[str, Any]) -> str:
+    """Where a fact's file lives: ``facts/<tier>/<type>/<slug>-<id8>.md`` (``learned/<tier>/...`` for a key).
+
+    `fact` is a `Fact` or its `Fact.to_dict` form.
+    """
+    d = fact.to_dict() if isinstance(fact, Fact) else fact
+    tier = str(d["tier_key"]).partition(":")[0]
+    if normalize_text(d["subject"]) == LEARNED_SUBJECT:
+        return f"{LEARNED_ROOT}/{tier}/{_slug(d['attribute'])}-{d['id'][:8]}{SUFFIX}"
+    name = _slug(f"{d['subject']} {d['attribute']}")
+    return f"{FACTS_ROOT}/{tier}/{d['type']}/{name}-{d['id'][:8]}{SUFFIX}"
 
 
 def _thread_dir(thread: str) -> str:
@@ -267,11 +272,31 @@ def episode_path(episode: Episode) -> str:
 # -- rendering and parsing ----------------------------------------------------------------------------------------
 
 
+_quoted = json.encoder.encode_basestring
+_quoted_ascii = json.encoder.encode_basestring_ascii
+
+
 def _scalar(value: Any) -> str:
-    """One front-matter value as JSON, which YAML reads as the same value; escaped where YAML would stumble."""
-    if isinstance(value, str) and not value.isprintable():
+    """One front-matter value as JSON, which YAML reads as the same value; escaped where YAML would stumble.
+
+    The JSON encoder's own string quoting (its C function), called directly: an export renders every field
+    of every fact, and `json.dumps` per field costs several times more.
+    """
+    if isinstance(value, str):
+        return _quoted(value) if value.isprintable() else _quoted_ascii(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
         return json.dumps(value)
-    return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=True)
 
 
 def render(front: Mapping[str, Any], body: str) -> str:
@@ -280,37 +305,65 @@ def render(front: Mapping[str, Any], body: str) -> str:
     return "\n".join(lines)
 
 
-def fact_front(fact: Fact, version: int) -> dict[str, Any]:
-    front: dict[str, Any] = {
-        "id": fact.id,
-        "type": fact.type.value,
-        "tier": fact.tier.value,
-    }
-    if fact.tier is Tier.TASK:
-        front["task"] = fact.task_id
+def fact_front(fact: Fact | Mapping[str, Any], version: int) -> dict[str, Any]:
+    """A fact file's front-matter, in `FACT_KEYS` order, from a `Fact` or its `Fact.to_dict` form."""
+    d = fact.to_dict() if isinstance(fact, Fact) else fact
+    tier, _, rest = str(d["tier_key"]).partition(":")
+    front: dict[str, Any] = {"id": d["id"], "type": d["type"], "tier": tier}
+    if tier == Tier.TASK.value:
+        front["task"] = rest.partition(":")[2]
     front.update(
-        subject=fact.subject,
-        attribute=fact.attribute,
-        value=fact.value,
-        status=fact.status.value,
-        importance=fact.importance,
-        confidence=fact.confidence,
-        valid_from=fact.valid_from,
-        valid_until=fact.valid_until,
-        single_valued=fact.single_valued,
-        tags=list(fact.tags),
-        sources=list(fact.source_minute_ids),
-        relations=[r.to_dict() for r in fact.relationships],
-        recorded_at=fact.recorded_at,
-        promoted_from=fact.promoted_from,
-        period=fact.period,
+        subject=d["subject"],
+        attribute=d["attribute"],
+        value=d["value"],
+        status=d["status"],
+        importance=d["importance"],
+        confidence=d["confidence"],
+        valid_from=d["valid_from"],
+        valid_until=d["valid_until"],
+        single_valued=d["single_valued"],
+        tags=d["tags"],
+        sources=d["source_minute_ids"],
+        relations=d["relationships"],
+        recorded_at=d["recorded_at"],
+        promoted_from=d["promoted_from"],
+        period=d.get("period", 0),
         version=version,
     )
     return front
 
 
-def render_fact(stored: StoredFact) -> str:
-    return render(fact_front(stored.fact, stored.last_ms), stored.fact.text)
+class FactRecord:
+    """A stored fact as the memory reads it: its record (`Fact.to_dict` form, what a file shows) and its version
+    (`last_change_ms`); the validated `Fact` is built only when a change needs it."""
+
+    __slots__ = ("_fact", "last_ms", "raw")
+
+    def __init__(self, raw: dict[str, Any], last_ms: int, fact: Fact | None = None) -> None:
+        self.raw, self.last_ms, self._fact = raw, last_ms, fact
+
+    @classmethod
+    def unpack(cls, packed: bytes) -> FactRecord:
+        """From the facts store's record bytes (`StoredFact.pack`)."""
+        record = msgpack.unpackb(packed, raw=False)
+        return cls(record["fact"], last_change_ms(record["created"], record["v"]))
+
+    @classmethod
+    def of(cls, stored: StoredFact) -> FactRecord:
+        return cls(stored.fact.to_dict(), stored.last_ms, stored.fact)
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+    @property
+    def fact(self) -> Fact:
+        if self._fact is None:
+            self._fact = Fact.from_dict(self.raw)
+        return self._fact
+
+    def render(self) -> str:
+        return render(fact_front(self.raw, self.last_ms), self.raw["text"])
 
 
 def _derived_front(record: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -392,7 +445,7 @@ class MemorySnapshot:
     """What one project's memory holds now: its task and project facts (stored records) and its threads' records."""
 
     project_id: str
-    records: dict[str, StoredFact]
+    records: dict[str, FactRecord]
     chunks: tuple[Chunk, ...] = ()
     episodes: tuple[Episode, ...] = ()
 
@@ -404,11 +457,13 @@ class MemorySnapshot:
 def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
     """The project's stored facts (one HSCAN of its records hash) and every thread's chunks and episodes."""
     anchor = TierKey.for_project(project_id)
-    records: dict[str, StoredFact] = {}
-    for _, raw in connection.hscan_iter(keys.facts_by_id(anchor), count=1000):
-        stored = StoredFact.unpack(cast(bytes, raw))
-        if stored.fact.project_id == project_id and stored.fact.tier is not Tier.GLOBAL:
-            records[stored.fact.id] = stored
+    own = (f"project:{project_id}", f"task:{project_id}:")
+    records: dict[str, FactRecord] = {}
+    for _, packed in connection.hscan_iter(keys.facts_by_id(anchor), count=1000):
+        record = FactRecord.unpack(cast(bytes, packed))
+        tier_key = str(record.raw["tier_key"])
+        if tier_key == own[0] or tier_key.startswith(own[1]):
+            records[record.id] = record
     threads = SummaryStore(connection)
     chunks: list[Chunk] = []
     episodes: list[Episode] = []
@@ -421,7 +476,7 @@ def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
 
 def export_files(snapshot: MemorySnapshot) -> dict[str, str]:
     """Every memory file of `snapshot`, path -> text, sorted by path."""
-    files = {fact_path(s.fact): render_fact(s) for s in snapshot.records.values()}
+    files = {fact_path(r.raw): r.render() for r in snapshot.records.values()}
     files.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
     files.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
     return dict(sorted(files.items()))
@@ -541,9 +596,8 @@ class _Planner:
             raise MemoryFileError(
                 f"{path}: {unknown[0]!r} is not a field of a fact file; fields: {', '.join(FACT_KEYS)}"
             )
-        fact = stored.fact
-        expected = fact_front(fact, stored.last_ms)
-        if _same(expected, front, fact.text, body):
+        expected = fact_front(stored.raw, stored.last_ms)
+        if _same(expected, front, stored.raw["text"], body):
             self.plan.unchanged += 1
             return
         version = front.get("version")
@@ -558,6 +612,7 @@ class _Planner:
                 f"{path}: version {version} is {older} the store's version {stored.last_ms} of fact {fact_id}: "
                 "it changed since this file was exported. Export again, redo the edit, then import"
             )
+        fact = stored.fact
         for key in FIXED_KEYS:
             if key in front and not _equal(key, expected.get(key), front[key]):
                 raise MemoryFileError(
@@ -605,7 +660,8 @@ class _Planner:
             )
 
     def _slot_view(self, fact: Fact) -> list[Fact]:
-        held = [s.fact for s in self.snapshot.records.values() if s.fact.tier_key == fact.tier_key]
+        tier_key = str(fact.tier_key)
+        held = [r.fact for r in self.snapshot.records.values() if r.raw["tier_key"] == tier_key]
         return [f for f in (*held, *self.fresh) if f.slot == fact.slot]
 
     # -- a new fact
@@ -722,12 +778,12 @@ class _Planner:
 
     def removed(self) -> None:
         for fid, stored in sorted(self.snapshot.records.items()):
-            if fid in self.seen or stored.fact.status is FactStatus.RETRACTED:
+            if fid in self.seen or stored.raw["status"] == FactStatus.RETRACTED.value:
                 continue
             minute = retracted_minute(
                 stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, timestamp=self.clock.next()
             )
-            self.add(fact_path(stored.fact), fid, minute)
+            self.add(fact_path(stored.raw), fid, minute)
 
 
 def _field_problem(exc: ContractError) -> str:
@@ -784,10 +840,10 @@ def plan_import(
         )
     rendered: dict[str, str] = {}
     exported_ids: dict[str, str] = {}
-    for stored in snapshot.records.values():
-        path = fact_path(stored.fact)
-        rendered[path] = render_fact(stored)
-        exported_ids[path] = stored.fact.id
+    for record in snapshot.records.values():
+        path = fact_path(record.raw)
+        rendered[path] = record.render()
+        exported_ids[path] = record.id
     rendered.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
     rendered.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
     planner = _Planner(
@@ -852,79 +908,99 @@ def read_folder(root: str | os.PathLike[str]) -> dict[str, str]:
     can have, a file over `MEMORY_FILE_MAX_BYTES`, more than `MEMORY_IMPORT_MAX_FILES` files or
     `MEMORY_IMPORT_MAX_BYTES` in all, text that is not UTF-8.
     """
-    base = Path(root)
-    if not base.is_dir():
-        raise MemoryPathError(f"{root}: not a folder; pass the folder `pvm export` wrote")
-    real_base = base.resolve()
+    base = os.fspath(root)
+    if not os.path.isdir(base):
+        raise MemoryPathError(f"{base}: not a folder; pass the folder `pvm export` wrote")
+    limit = defaults.MEMORY_FILE_MAX_BYTES
     files: dict[str, str] = {}
     total = 0
-    for top in ROOTS:
-        start = base / top
-        if not start.exists() and not start.is_symlink():
+    for rel, full in _walk(base):
+        if not rel.endswith(SUFFIX):
             continue
-        for entry in _walk(start, real_base):
-            rel = entry.relative_to(base).as_posix()
-            if not rel.endswith(SUFFIX):
-                continue
-            check_memory_path(rel)
-            size = entry.stat().st_size
-            if size > defaults.MEMORY_FILE_MAX_BYTES:
-                raise MemoryFileError(
-                    f"{rel}: {size} bytes; a memory file holds at most {defaults.MEMORY_FILE_MAX_BYTES} "
-                    "(MEMORY_FILE_MAX_BYTES)"
-                )
-            total += size
-            if total > defaults.MEMORY_IMPORT_MAX_BYTES or len(files) >= defaults.MEMORY_IMPORT_MAX_FILES:
-                raise MemoryFileError(
-                    f"{root}: more than {defaults.MEMORY_IMPORT_MAX_FILES} files or "
-                    f"{defaults.MEMORY_IMPORT_MAX_BYTES} bytes (MEMORY_IMPORT_MAX_FILES, MEMORY_IMPORT_MAX_BYTES)"
-                )
-            try:
-                files[rel] = entry.read_text(encoding="utf-8")
-            except UnicodeDecodeError as exc:
-                raise MemoryFileError(f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        check_memory_path(rel)
+        with open(full, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise MemoryFileError(
+                f"{rel}: over {limit} bytes; a memory file holds at most that (MEMORY_FILE_MAX_BYTES)"
+            )
+        total += len(data)
+        if total > defaults.MEMORY_IMPORT_MAX_BYTES or len(files) >= defaults.MEMORY_IMPORT_MAX_FILES:
+            raise MemoryFileError(
+                f"{base}: more than {defaults.MEMORY_IMPORT_MAX_FILES} files or "
+                f"{defaults.MEMORY_IMPORT_MAX_BYTES} bytes (MEMORY_IMPORT_MAX_FILES, MEMORY_IMPORT_MAX_BYTES)"
+            )
+        try:
+            files[rel] = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MemoryFileError(f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return files
 
 
-def _walk(start: Path, real_base: Path) -> Iterable[Path]:
-    """Files under `start`, depth first; a symlink is followed only when its target stays inside `real_base`."""
-    stack = [start]
+def _inside(target: str, real_base: str) -> bool:
+    return target == real_base or target.startswith(real_base.rstrip(os.sep) + os.sep)
+
+
+def _walk(base: str) -> Iterable[tuple[str, str]]:
+    """(path relative to `base`, full path) of the files under `base`'s `ROOTS`, depth first.
+
+    A symlink is followed only when its target stays inside `base` (else `MemoryPathError`), each folder once.
+    """
+    real_base = os.path.realpath(base)
+    stack: list[tuple[str, str]] = []
+    for top in ROOTS:
+        full = os.path.join(base, top)
+        if os.path.islink(full) and not _inside(os.path.realpath(full), real_base):
+            raise MemoryPathError(
+                f"{full}: a symlink to {os.path.realpath(full)}, outside the memory folder {real_base}; "
+                "memory files live inside it"
+            )
+        if os.path.isdir(full):
+            stack.append((top, full))
+    seen: set[str] = set()
     while stack:
-        here = stack.pop()
-        if here.is_symlink():
-            target = here.resolve()
-            if not target.is_relative_to(real_base):
-                raise MemoryPathError(
-                    f"{here}: a symlink to {target}, outside the memory folder {real_base}; memory files live inside it"
-                )
-        if here.is_dir():
-            stack.extend(sorted(here.iterdir(), reverse=True))
-        elif here.is_file():
-            yield here
+        rel_dir, dir_path = stack.pop()
+        real_dir = os.path.realpath(dir_path)
+        if real_dir in seen:
+            continue
+        seen.add(real_dir)
+        with os.scandir(dir_path) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                rel = f"{rel_dir}/{entry.name}"
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    if not _inside(target, real_base):
+                        raise MemoryPathError(
+                            f"{entry.path}: a symlink to {target}, outside the memory folder {real_base}; "
+                            "memory files live inside it"
+                        )
+                    if os.path.isdir(target):
+                        stack.append((rel, entry.path))
+                    elif os.path.isfile(target):
+                        yield rel, entry.path
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append((rel, entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    yield rel, entry.path
 
 
 def write_folder(root: str | os.PathLike[str], files: Mapping[str, str]) -> int:
     """Write `files` under `root` (created as needed); old ``*.md`` files under `ROOTS` not in `files` go, so the
-    folder is the export. Returns how many files it wrote."""
-    base = Path(root)
-    base.mkdir(parents=True, exist_ok=True)
-    real_base = base.resolve()
+    folder is the export. A symlink out of `root` is refused before anything is written. Returns the files written.
+    """
+    base = os.fspath(root)
+    os.makedirs(base, exist_ok=True)
     for top in ROOTS:
-        start = base / top
-        if start.is_symlink():
-            raise MemoryPathError(f"{start}: a symlink; the export writes real folders under {real_base}")
-        if start.is_dir():
-            for entry in _walk(start, real_base):
-                rel = entry.relative_to(base).as_posix()
-                if rel.endswith(SUFFIX) and rel not in files:
-                    entry.unlink()
-    for rel, text in files.items():
-        check_memory_path(rel)
-        target = base / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.parent.resolve().is_relative_to(real_base):
-            raise MemoryPathError(f"{rel}: its folder leads outside {real_base} (a symlink); nothing more was written")
-        if target.is_symlink():
-            target.unlink()
-        target.write_text(text, encoding="utf-8")
+        if os.path.islink(os.path.join(base, top)):
+            raise MemoryPathError(f"{os.path.join(base, top)}: a symlink; the export writes real folders in {base}")
+    for path in files:
+        check_memory_path(path)
+    for rel, full in list(_walk(base)):  # refuses a symlink out of `root` before anything changes
+        if rel.endswith(SUFFIX) and rel not in files:
+            os.unlink(full)
+    for folder in sorted({path.rpartition("/")[0] for path in files}):
+        os.makedirs(os.path.join(base, folder), exist_ok=True)
+    for path, text in files.items():
+        with open(os.path.join(base, path), "w", encoding="utf-8") as f:
+            f.write(text)
     return len(files)
