@@ -5,8 +5,9 @@ A project's memory is generated (seed 11 by default): 20,000 facts (--quick: 2,0
 task and project tiers, each in a slot of its own, with tags, sources and multi-line text, applied to a fresh
 embedded Valkey the way the facts pool applies them (`FactStore.apply_changes` on fact_asserted minutes). Then:
 
-- export      `read_snapshot` + `export_files` + `write_folder` into a temporary folder: what `pvm export` does.
-                export_per_s = facts / seconds.
+- export      `read_snapshot` + `export_files` + `write_folder` into a new, empty folder: what `pvm export
+              --out <new folder>` does. export_per_s = facts / seconds. `export_render_per_s` leaves the
+              folder out (read and render only), so a slow disk shows as the difference.
 - import      `read_folder` + `read_snapshot` + `plan_import` of the unedited folder: what `pvm import` does
               before it writes (it writes nothing: an unedited export is no change; the run checks it).
                 import_per_s = facts / seconds.
@@ -128,24 +129,38 @@ def edit(folder: str, share: float, seed: int) -> int:
     return len(chosen)
 
 
-def run(quick: bool, seed: int = SEED, progress: Progress | None = None) -> dict[str, Any]:
+def run(
+    quick: bool, seed: int = SEED, progress: Progress | None = None, folder_root: str | None = None
+) -> dict[str, Any]:
     """The three phases; the result as `--json` prints it (without `elapsed_s`)."""
     progress = progress or Progress()
     count = QUICK_FACTS if quick else FACTS
     load_before = os.getloadavg()
-    with workspace("surface-memory") as ws, tempfile.TemporaryDirectory(prefix="pvm-bench-memory-") as folder:
+    with (
+        workspace("surface-memory") as ws,
+        tempfile.TemporaryDirectory(prefix="pvm-bench-memory-", dir=folder_root) as folder,
+    ):
         connection = ws.connection
         progress.start("seed", f"{count:,} facts applied to the store")
         seed_facts(connection, count, seed)
 
+        fresh = iter(range(RUNS))
+
         def export() -> int:
-            return write_folder(folder, export_files(read_snapshot(connection, PROJECT)))
+            return write_folder(
+                os.path.join(folder, f"run-{next(fresh)}"), export_files(read_snapshot(connection, PROJECT))
+            )
+
+        def render() -> dict[str, str]:
+            return export_files(read_snapshot(connection, PROJECT))
 
         def import_plan() -> Any:
             return plan_import(read_snapshot(connection, PROJECT), read_folder(folder))
 
         progress.start("export", f"{RUNS} runs")
         export_s, written = best(RUNS, export)
+        render_s, _ = best(RUNS, render)
+        folder = os.path.join(folder, "run-0")
         progress.start("import", f"{RUNS} runs of the unedited folder")
         import_s, plan = best(RUNS, import_plan)
         if plan.changes or plan.unchanged != count:
@@ -172,11 +187,15 @@ def run(quick: bool, seed: int = SEED, progress: Progress | None = None) -> dict
         "metrics": {k: {"value": values[k], "target": texts[k], "met": met[k]} for k in TARGETS},
         "met": met,
         "targets": texts,
+        "export_render_per_s": round(count / render_s),
         "import_edited_per_s": round(count / edited_s),
+        # Creating thousands of small files is the file system's work: the folder's one is named.
+        "folder_root": folder_root or tempfile.gettempdir(),
         "phases": {
             "facts": count,
             "files_written": written,
             "export_s": round(export_s, 4),
+            "export_render_s": round(render_s, 4),
             "import_s": round(import_s, 4),
             "edited_files": edited,
             "edited_minutes": len(edited_plan.changes),
@@ -195,9 +214,15 @@ def table(result: dict[str, Any]) -> str:
     phases = result["phases"]
     lines += [
         "",
-        f"{phases['facts']:,} facts; import with {phases['edited_files']:,} files edited: "
+        f"{phases['facts']:,} facts; export without the folder (read and render): "
+        f"{result['export_render_per_s']:,} facts/s",
+        f"import with {phases['edited_files']:,} files edited: "
         f"{result['import_edited_per_s']:,} facts/s ({phases['edited_minutes']:,} fact_edited minutes planned)",
-        footer(result, f"seed {result['seed']}{', quick' if result['quick'] else ''}, best of {phases['runs']}"),
+        footer(
+            result,
+            f"seed {result['seed']}{', quick' if result['quick'] else ''}, best of {phases['runs']}, "
+            f"folders in {result['folder_root']}",
+        ),
     ]
     return "\n".join(lines)
 
@@ -210,10 +235,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=SEED, help="the generated memory's seed (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK_FACTS:,} facts")
+    parser.add_argument(
+        "--folder-root", help="where the export folders are made (default: the temporary directory); /dev/shm: no disk"
+    )
     args = parse(parser, argv)
     started = time.monotonic()
     with measuring("surface memory bench", "interrupted; Valkey stopped") as outcome:
-        result = run(args.quick, args.seed)
+        result = run(args.quick, args.seed, folder_root=args.folder_root)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)

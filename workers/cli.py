@@ -929,23 +929,8 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _tree(paths: Sequence[str]) -> list[str]:
-    """Paths as an indented tree: each folder once, then its files."""
-    lines: list[str] = []
-    shown: set[str] = set()
-    for path in sorted(paths):
-        parts = path.split("/")
-        for depth in range(len(parts) - 1):
-            folder = "/".join(parts[: depth + 1])
-            if folder not in shown:
-                shown.add(folder)
-                lines.append("  " * depth + parts[depth] + "/")
-        lines.append("  " * (len(parts) - 1) + parts[-1])
-    return lines
-
-
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.memory_files import export_files, read_snapshot, write_folder
+    from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
 
     files = export_files(read_snapshot(_connect(settings), args.project))
     write_folder(args.out, files)
@@ -954,7 +939,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print(f"pvm export: {len(files):,} files of project {args.project} in {args.out}")
     if args.tree:
-        print("\n".join(_tree(list(files))))
+        print("\n".join(tree_lines(files)))
     return 0
 
 

@@ -196,6 +196,9 @@ class MemoryConflict(MemoryFileError):
 # -- paths --------------------------------------------------------------------------------------------------------
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+# Every path `check_memory_path` accepts, and nothing else: checked first, the detailed checks only say why not.
+_MEMORY_PATH = re.compile(rf"(?:{'|'.join(ROOTS)})(?:/{_SEGMENT.pattern})+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 
 
 def check_memory_path(path: Any, field: str = "path") -> str:
@@ -207,12 +210,14 @@ def check_memory_path(path: Any, field: str = "path") -> str:
     """
     if not isinstance(path, str):
         raise MemoryPathError(f"{field} must be text such as 'facts/project/decision/x-1234abcd.md'")
+    if len(path) <= defaults.MEMORY_PATH_MAX_CHARS and path.endswith(SUFFIX) and _MEMORY_PATH.fullmatch(path):
+        return path
     shown = repr(path[:80])
     if len(path) > defaults.MEMORY_PATH_MAX_CHARS:
         raise MemoryPathError(
             f"{field} is {len(path)} characters; the limit is {defaults.MEMORY_PATH_MAX_CHARS} (MEMORY_PATH_MAX_CHARS)"
         )
-    if "\x00" in path or any(unicodedata.category(c) == "Cc" for c in path):
+    if _CONTROL.search(path):
         raise MemoryPathError(f"{field} {shown} holds a control character (NUL, newline, ...); name a memory file")
     if "%" in path or unquote(path) != path:
         raise MemoryPathError(f"{field} {shown} is percent-encoded; send the path itself, such as 'facts/...'")
@@ -228,9 +233,7 @@ def check_memory_path(path: Any, field: str = "path") -> str:
             )
     if segments[0] not in ROOTS or len(segments) < 2:
         raise MemoryPathError(f"{field} {shown} must be under one of {', '.join(r + '/' for r in ROOTS)}")
-    if not path.endswith(SUFFIX):
-        raise MemoryPathError(f"{field} {shown} must name a Markdown file ({SUFFIX})")
-    return path
+    raise MemoryPathError(f"{field} {shown} must name a Markdown file ({SUFFIX})")
 
 
 def _slug(text: str) -> str:
@@ -878,6 +881,27 @@ def check_size(path: str, text: str) -> None:
         )
 
 
+def tree_lines(paths: Iterable[str], per_folder: int | None = None) -> list[str]:
+    """`paths` as an indented tree, each folder once; with `per_folder`, at most that many files shown per folder."""
+    lines: list[str] = []
+    shown: set[str] = set()
+    files_in: dict[str, int] = {}
+    for path in sorted(paths):
+        parts = path.split("/")
+        for depth in range(len(parts) - 1):
+            folder = "/".join(parts[: depth + 1])
+            if folder not in shown:
+                shown.add(folder)
+                lines.append("  " * depth + parts[depth] + "/")
+        folder = "/".join(parts[:-1])
+        files_in[folder] = files_in.get(folder, 0) + 1
+        if per_folder is None or files_in[folder] <= per_folder:
+            lines.append("  " * (len(parts) - 1) + parts[-1])
+        elif files_in[folder] == per_folder + 1:
+            lines.append("  " * (len(parts) - 1) + "...")
+    return lines
+
+
 # -- writing the minutes ------------------------------------------------------------------------------------------
 
 
@@ -1001,6 +1025,16 @@ def write_folder(root: str | os.PathLike[str], files: Mapping[str, str]) -> int:
     for folder in sorted({path.rpartition("/")[0] for path in files}):
         os.makedirs(os.path.join(base, folder), exist_ok=True)
     for path, text in files.items():
-        with open(os.path.join(base, path), "w", encoding="utf-8") as f:
-            f.write(text)
+        _write_file(os.path.join(base, path), text.encode("utf-8"))
     return len(files)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    # os.open / os.write: a text-mode open() per file costs more than the write itself, over thousands of files.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

@@ -383,3 +383,18 @@ def test_cli_export_edit_import(
     (out / "facts" / "x.md").write_text("no front-matter")
     assert cli.main(["import", "--project", P, str(out)]) == 1
     assert "facts/x.md: a memory file starts with a '---' line" in capsys.readouterr().err
+
+
+# -- the demo's MEMORY step ---------------------------------------------------------------------------------------
+
+
+def test_the_demo_exports_the_memory_and_prints_its_tree(redis_client: redis.Redis, tmp_path: Path) -> None:
+    from workers.demo import export_memory
+
+    facts = seed_memory(redis_client, random.Random(10), 12)
+    out = tmp_path / "var" / "memory"
+    lines = export_memory(redis_client, P, str(out))
+    assert lines[0].startswith(f"The project's memory as Markdown files in {out}/ (14 files;")
+    assert "  facts/" in lines and "  learned/" in lines and any(line.strip() == "..." for line in lines)
+    assert sorted(read_folder(out)) == sorted(export_files(read_snapshot(redis_client, P)))
+    assert (out / fact_path(facts[0])).read_text().startswith("---\nid: ")
