@@ -1228,7 +1228,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a Markdown memory folder's edits back as minutes (one per change; a removed file retracts)",
     )
     import_cmd.add_argument("--project", type=_project_id, required=True, help="the project")
-    import_cmd.add_argument("folder", help="the folder `pvm export` wrote (and a person edited)")
+    import_cmd.add_argument("folder", help="the folder that pvm export wrote (and a person edited)")
     import_cmd.add_argument("--dry-run", action="store_true", help="show the minutes it would write; write none")
     import_cmd.add_argument("--json", action="store_true", help="machine-readable output")
     import_cmd.set_defaults(func=cmd_import)
