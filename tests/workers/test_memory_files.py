@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import HealthCheck, assume, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from contracts import decode_minute, keys, new_minute_id
+from contracts.errors import InvalidFact
 from contracts.fact_changes import (
     asserted_minute,
     edited_minute,
@@ -31,6 +35,7 @@ from pvm.stores.facts import FactStore
 from tests.memory_helpers import use_settings
 from workers import cli
 from workers.memory_files import (
+    FactRecord,
     MemoryConflict,
     MemoryFileError,
     MemoryPathError,
@@ -116,6 +121,45 @@ def test_export_then_import_of_random_memories_writes_nothing(redis_client: redi
         front, body = parse(path, text)
         restyled[path] = "---\n" + yaml.safe_dump(front, allow_unicode=True, sort_keys=True) + "---\n" + body + "\n"
     assert plan_import(snapshot, restyled).changes == [], f"seed {seed}"
+
+
+@given(
+    text=st.text(min_size=1, max_size=200),
+    subject=st.text(min_size=1, max_size=40),
+    value=st.one_of(st.text(min_size=1, max_size=60), st.integers(), st.booleans()),
+    tags=st.lists(st.text(min_size=1, max_size=20), max_size=3, unique=True),
+    task=st.one_of(st.none(), st.text(min_size=1, max_size=30)),
+)
+@hsettings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_any_fact_renders_to_a_file_that_imports_as_no_change(
+    text: str, subject: str, value: str | int | bool, tags: list[str], task: str | None
+) -> None:
+    """Whatever its text holds (quotes, colons, '---' lines, control characters, line separators), a fact's file
+    parses back to the same front-matter and imports as no change."""
+    try:
+        fact = Fact.new(
+            type="fact",
+            text=text,
+            subject=subject,
+            attribute="attr",
+            value=value,
+            tier_key=TierKey.for_project(P) if task is None else TierKey.for_task(P, task),
+            confidence=0.5,
+            source_minute_ids=[new_minute_id()],
+            tags=tags,
+        )
+    except InvalidFact:
+        assume(False)
+        return
+    record = FactRecord(fact.to_dict(), 1_795_708_800_000, fact)
+    snapshot = MemorySnapshot(P, {fact.id: record})
+    files = export_files(snapshot)
+    [(path, rendered)] = files.items()
+    front, body = parse(path, rendered)
+    assert front["id"] == fact.id and front["value"] == fact.value and front["tags"] == list(fact.tags)
+    assert front.get("task") == fact.task_id and front["subject"] == fact.subject
+    assert body.strip() == fact.text.strip()
+    assert plan_import(snapshot, files).changes == []
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
