@@ -63,6 +63,7 @@ class MemoryTools:
             self.project_id = check_project_id(project_id)
         except ValueError as exc:
             raise MemoryFileError(f"project_id: {exc}") from None
+        self._owned = connection is None
         if connection is None:
             if settings is None:
                 raise MemoryFileError("MemoryTools needs settings (PVM_REDIS_URL) or a connection")
@@ -75,6 +76,17 @@ class MemoryTools:
             write = stream_writer(connection, shards)
         self._write = write
         self.agent_id = agent_id
+
+    def close(self) -> None:
+        """Close the Redis connection it opened (one it was given stays open)."""
+        if self._owned:
+            self.connection.close()
+
+    def __enter__(self) -> MemoryTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- reads
 

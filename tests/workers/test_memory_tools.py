@@ -30,8 +30,9 @@ NEW = (
 
 
 @pytest.fixture
-def tools(redis_client: redis.Redis, settings: Settings) -> MemoryTools:
-    return MemoryTools(P, settings)
+def tools(redis_client: redis.Redis, settings: Settings) -> Iterator[MemoryTools]:
+    with MemoryTools(P, settings) as built:
+        yield built
 
 
 def test_write_list_read_patch_append_each_write_a_minute(
