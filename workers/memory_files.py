@@ -549,6 +549,8 @@ class _Planner:
     # New facts of this import, by tier key and slot, so two new files in one slot see each other.
     fresh: list[Fact] = field(default_factory=list)
     exported_ids: dict[str, str] = field(default_factory=dict)  # path -> the fact id the export put there
+    # The newest version among the files: when the folder was exported, as far as the import can tell.
+    exported_at: int = 0
 
     def add(self, path: str, fact_id: str, minute: Minute) -> None:
         self.plan.changes.append(PlannedChange(path, fact_id, minute))
@@ -568,6 +570,7 @@ class _Planner:
             front_id = self.exported_ids.get(path)
             if front_id is not None:
                 self._claim(path, front_id)
+                self.exported_at = max(self.exported_at, self.snapshot.records[front_id].last_ms)
                 self.plan.unchanged += 1
                 return
         front, body = parse(path, text)
@@ -599,11 +602,13 @@ class _Planner:
             raise MemoryFileError(
                 f"{path}: {unknown[0]!r} is not a field of a fact file; fields: {', '.join(FACT_KEYS)}"
             )
+        version = front.get("version")
+        if isinstance(version, int) and not isinstance(version, bool):
+            self.exported_at = max(self.exported_at, version)
         expected = fact_front(stored.raw, stored.last_ms)
         if _same(expected, front, stored.raw["text"], body):
             self.plan.unchanged += 1
             return
-        version = front.get("version")
         if version != stored.last_ms:
             if isinstance(version, bool) or not isinstance(version, int):
                 raise MemoryFileError(
@@ -780,8 +785,12 @@ class _Planner:
     # -- files that went away
 
     def removed(self) -> None:
+        """Retract each fact whose file is gone, if the folder was exported after its last change."""
         for fid, stored in sorted(self.snapshot.records.items()):
             if fid in self.seen or stored.raw["status"] == FactStatus.RETRACTED.value:
+                continue
+            if stored.last_ms > self.exported_at:
+                # Made or changed after the newest file of the folder: whoever removed its file never saw it.
                 continue
             minute = retracted_minute(
                 stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, timestamp=self.clock.next()

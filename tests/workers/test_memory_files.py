@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,16 @@ def test_the_demo_exports_the_memory_and_prints_its_tree(redis_client: redis.Red
     assert "  facts/" in lines and "  learned/" in lines and any(line.strip() == "..." for line in lines)
     assert sorted(read_folder(out)) == sorted(export_files(read_snapshot(redis_client, P)))
     assert (out / fact_path(facts[0])).read_text().startswith("---\nid: ")
+
+
+def test_a_fact_made_after_the_export_is_not_retracted_by_its_missing_file(redis_client: redis.Redis) -> None:
+    rng = random.Random(12)
+    seed_memory(redis_client, rng, 3)
+    files = export_files(read_snapshot(redis_client, P))
+    late = random_fact(rng, 99)
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    apply(redis_client, [asserted_minute(late, timestamp=later)])  # the facts pool goes on after the export
+    removed = sorted(files)[0]
+    del files[removed]
+    plan = plan_import(read_snapshot(redis_client, P), files)
+    assert [(c.minute.event_type, c.path) for c in plan.changes] == [("fact_retracted", removed)]
