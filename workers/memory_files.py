@@ -712,6 +712,9 @@ class _Planner:
         if isinstance(value, (dict, list)) or value is None:
             raise MemoryFileError(f"{path}: value must be text, a number or true/false")
         text = body.strip() or None
+        tags = front.get("tags") or []
+        if not isinstance(tags, list):
+            raise MemoryFileError(f'{path}: tags must be a list such as ["db", "ops"], not {type(tags).__name__}')
         status = front.get("status", FactStatus.PROMOTED.value)
         when = self.clock.next()
         try:
@@ -747,7 +750,7 @@ class _Planner:
                 valid_from=front.get("valid_from"),
                 valid_until=front.get("valid_until"),
                 recorded_at=when,
-                tags=tuple(front.get("tags") or ()),
+                tags=tuple(tags),
                 single_valued=front.get("single_valued"),
             )
             view = self._slot_view(fact)

@@ -275,6 +275,9 @@ def test_identity_fields_cannot_change_in_place_and_unknown_ids_are_refused(redi
     other = files[path].replace(fact.id, "00000000-0000-5000-8000-000000000000")
     with pytest.raises(MemoryFileError, match="is not a fact of project apollo"):
         plan_import(snapshot, {**files, path: other})
+    new_file = "---\nsubject: a\nattribute: b\nvalue: c\ntags: ops\n---\n"
+    with pytest.raises(MemoryFileError, match=r"tags must be a list"):
+        plan_import(snapshot, {**files, "facts/new.md": new_file})
     bad = files[path].replace('"importance": ', "").replace("importance: ", "importance: 7 #", 1)
     with pytest.raises(MemoryFileError, match=r"importance .*outside 0\.\.1"):
         plan_import(snapshot, {**files, path: bad})
