@@ -262,14 +262,13 @@ def _thread_dir(thread: str) -> str:
 
 
 def chunk_path(chunk: Chunk) -> str:
-    return f"{SUMMARIES_ROOT}/{_thread_dir(str(chunk.thread))}/chunk-{chunk.first_seq}-{str(chunk.id)[:8]}{SUFFIX}"
+    return f"{SUMMARIES_ROOT}/{_thread_dir(str(chunk.thread))}/chunk-{chunk.first_seq:06d}-{str(chunk.id)[:8]}{SUFFIX}"
 
 
 def episode_path(episode: Episode) -> str:
     name = _slug(episode.title)[:40].strip("-") or "episode"
-    return (
-        f"{EPISODES_ROOT}/{_thread_dir(str(episode.thread))}/{episode.first_seq}-{name}-{str(episode.id)[:8]}{SUFFIX}"
-    )
+    folder = f"{EPISODES_ROOT}/{_thread_dir(str(episode.thread))}"
+    return f"{folder}/{episode.first_seq:06d}-{name}-{str(episode.id)[:8]}{SUFFIX}"
 
 
 # -- rendering and parsing ----------------------------------------------------------------------------------------
