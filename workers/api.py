@@ -55,6 +55,7 @@ from pvm.vectors import VectorStoreError
 from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, json_body, list_param
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.fact_routes import FactRoutes
+from workers.memory_routes import MemoryRoutes
 from workers.openapi import openapi_document
 from workers.stats import project_stats
 
@@ -311,7 +312,7 @@ def create_app(
             # Reads block (Redis, the vector engine) and so does encoding a large answer: both run in the
             # thread pool, not on the event loop, and both inside the error handling.
             try:
-                body = await read_body(request) if request.method == "POST" else b""
+                body = await read_body(request) if request.method in ("POST", "PUT") else b""
                 return await run_in_threadpool(respond, fn, request, body)
             except BadRequest as exc:
                 return JSONResponse(exc.body(), status_code=exc.status)
@@ -522,6 +523,7 @@ def create_app(
 
     facts = FactRoutes(FactStore(connection), reader.searcher, write)
     threads = SummaryStore(connection)
+    memory = MemoryRoutes(connection, write)
 
     def scoped(handler: Callable[[Request, bytes, TokenScope], Any]) -> Callable[[Request], Any]:
         """A facts route: its handler also gets the token's scope, which says whether it reaches the global tier."""
@@ -559,6 +561,13 @@ def create_app(
             Route("/v1/projects/{project_id}/learn", scoped(facts.learn), methods=["POST"]),
             Route("/v1/projects/{project_id}/recall", scoped(facts.recall)),
             Route("/v1/projects/{project_id}/recall/{key}", scoped(facts.recall)),
+            Route("/v1/projects/{project_id}/memory/export", scoped(memory.export), methods=["GET"]),
+            Route("/v1/projects/{project_id}/memory/export", scoped(memory.import_files), methods=["PUT"]),
+            Route("/v1/projects/{project_id}/memory/files", scoped(memory.list_files), methods=["GET"]),
+            Route("/v1/projects/{project_id}/memory/file", scoped(memory.read), methods=["GET"]),
+            Route("/v1/projects/{project_id}/memory/file", scoped(memory.write_file), methods=["PUT"]),
+            Route("/v1/projects/{project_id}/memory/patch", scoped(memory.patch), methods=["POST"]),
+            Route("/v1/projects/{project_id}/memory/append", scoped(memory.append), methods=["POST"]),
         ],
         middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )

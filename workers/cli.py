@@ -929,6 +929,46 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
+
+    files = export_files(read_snapshot(_connect(settings), args.project))
+    write_folder(args.out, files)
+    if args.json:
+        print(json.dumps({"project_id": args.project, "out": str(args.out), "files": sorted(files)}, indent=2))
+        return 0
+    print(f"pvm export: {len(files):,} files of project {args.project} in {args.out}")
+    if args.tree:
+        print("\n".join(tree_lines(files)))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.memory_files import MemoryFileError, plan_import, read_folder, read_snapshot, stream_writer
+
+    connection = _connect(settings)
+    try:
+        plan = plan_import(read_snapshot(connection, args.project), read_folder(args.folder))
+    except MemoryFileError as exc:
+        print(f"pvm import: {exc}", file=sys.stderr)
+        return 1
+    stream_ids = [] if args.dry_run or not plan.changes else stream_writer(connection, settings.shards)(plan.minutes)
+    if args.json:
+        answer = plan.to_dict()
+        answer.update(dry_run=args.dry_run, stream_ids=stream_ids)
+        print(json.dumps(answer, indent=2))
+        return 0
+    verb = "would write" if args.dry_run else "wrote"
+    print(
+        f"pvm import: {verb} {len(plan.changes):,} minutes for project {args.project} "
+        f"({plan.unchanged:,} files unchanged)"
+    )
+    if plan.changes:
+        rows = [{"event": c.minute.event_type, "path": c.path, "fact": c.fact_id[:8]} for c in plan.changes]
+        print(_table(rows, ("event", "path", "fact")))
+    return 0
+
+
 def cmd_optimize(args: argparse.Namespace, settings: Settings) -> int:
     from contracts import keys
     from pvm import defaults
@@ -1173,6 +1213,25 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--project", type=_project_id, required=True, help="the project")
     stats.add_argument("--json", action="store_true", help="machine-readable output")
     stats.set_defaults(func=cmd_stats)
+
+    export = sub.add_parser(
+        "export", help="a project's memory (facts, learned keys, episodes, summaries) as Markdown files in a folder"
+    )
+    export.add_argument("--project", type=_project_id, required=True, help="the project")
+    export.add_argument("--out", required=True, help="the folder (created; its old memory files are replaced)")
+    export.add_argument("--tree", action="store_true", help="print the files as a tree")
+    export.add_argument("--json", action="store_true", help="machine-readable output")
+    export.set_defaults(func=cmd_export)
+
+    import_cmd = sub.add_parser(
+        "import",
+        help="write a Markdown memory folder's edits back as minutes (one per change; a removed file retracts)",
+    )
+    import_cmd.add_argument("--project", type=_project_id, required=True, help="the project")
+    import_cmd.add_argument("folder", help="the folder that pvm export wrote (and a person edited)")
+    import_cmd.add_argument("--dry-run", action="store_true", help="show the minutes it would write; write none")
+    import_cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    import_cmd.set_defaults(func=cmd_import)
 
     optimize = sub.add_parser(
         "optimize", help="optimize the embedded engine's shards (queued for the index worker that owns them)"

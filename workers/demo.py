@@ -338,5 +338,24 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
             print("\n".join(shown_decision(FactStore(connection), project, session)))
         else:
             print("\n(PVM_DOWNSTREAM leaves out the facts pool: no facts to show.)")
+        # -- MEMORY: the project's memory as Markdown files a person can edit (docs/memory-files.md) ----------
+        print("\n" + "\n".join(export_memory(connection, project)))
         connection.close()
     return 0
+
+
+# -- MEMORY step -------------------------------------------------------------------------------------------------
+
+
+def export_memory(connection: redis.Redis, project: str, out: str = defaults.MEMORY_EXPORT_DIR) -> list[str]:
+    """Export `project`'s memory to `out` (`pvm export`) and return what the demo prints: where, and the tree."""
+    from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
+
+    files = export_files(read_snapshot(connection, project))
+    write_folder(out, files)
+    return [
+        f"The project's memory as Markdown files in {out}/ ({len(files)} files; edit them, then "
+        f"`pvm import --project {project} {out}` writes each change as a minute):",
+        "",
+        *("  " + line for line in tree_lines(files, per_folder=3)),
+    ]

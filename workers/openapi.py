@@ -353,6 +353,14 @@ ENVELOPES: dict[str, dict[str, Any]] = {
             "searched": _array(ref("TierKey"), description="the tier keys looked in, in order"),
         }
     ),
+    "MemoryRefused": _object(
+        {
+            "error": {"type": "string", "description": "every refused file, each naming the field and the fix"},
+            "field": {"type": "string", "description": "the body field, when the body itself is wrong"},
+            "problems": _array(_STRING, description="one line per refused file, when there are several"),
+        },
+        required=("error",),
+    ),
     "FieldError": _object(
         {
             "error": {"type": "string", "description": "what is wrong with the field and how to fix it"},
@@ -502,7 +510,7 @@ def _read(summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any]) ->
 def operations() -> dict[str, dict[str, Operation]]:
     """Every route of workers/api.py: path -> method -> its operation."""
     routes: dict[str, dict[str, Operation]] = {path: {op.method: op} for path, op in _minute_operations().items()}
-    for path, op in fact_operations():
+    for path, op in [*fact_operations(), *memory_operations()]:
         routes.setdefault(path, {})[op.method] = op
     return routes
 
@@ -925,6 +933,186 @@ def fact_operations() -> list[tuple[str, Operation]]:
         ),
         (f"{base}/recall", recall),
         (f"{base}/recall/{{key}}", dataclasses.replace(recall, body=recall_by_path)),
+    ]
+
+
+_MEMORY_ROOTS = "(facts|learned|episodes|summaries)"
+_MEMORY_SEGMENT = "[A-Za-z0-9_][A-Za-z0-9._-]*"
+_MEMORY_PATH = {
+    "type": "string",
+    "minLength": 4,
+    "maxLength": defaults.MEMORY_PATH_MAX_CHARS,
+    "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/{_MEMORY_SEGMENT}\\.md$",
+    "description": "a file of the project's Markdown memory, relative to its root (facts/..., learned/..., "
+    "episodes/..., summaries/...; .md)",
+    "example": "facts/project/decision/service-db-engine-61e5cb4a.md",
+}
+_MEMORY_TEXT = {
+    "type": "string",
+    "maxLength": defaults.MEMORY_FILE_MAX_BYTES,
+    "description": "Markdown with front-matter",
+}
+_MEMORY_REFUSED = _error(
+    "the file is refused: the message names the file, the field and the fix (problems: every refused file)",
+    "MemoryRefused",
+)
+_MEMORY_CONFLICT = _error(
+    "a stale version (the fact changed since the export: export again and redo the edit) or an edited "
+    "read-only file (episodes, summaries)",
+    "MemoryRefused",
+)
+_MEMORY_CHANGES = _object(
+    {
+        "path": _STRING,
+        "changed": {"type": "boolean"},
+        "minutes": _array(_object({}, required=(), additionalProperties=True)),
+        "stream_ids": _array(_STRING),
+    },
+    required=("path", "changed", "minutes", "stream_ids"),
+)
+_MEMORY_PLAN = _object(
+    {
+        "project_id": _STRING,
+        "minutes": {"type": "integer", "minimum": 0},
+        "unchanged": {"type": "integer", "minimum": 0},
+        "changes": _array(_object({}, required=(), additionalProperties=True)),
+        "dry_run": {"type": "boolean"},
+        "stream_ids": _array(_STRING),
+    },
+    required=("project_id", "minutes", "unchanged", "changes", "dry_run", "stream_ids"),
+)
+_MEMORY_FILES = _object({"files": {"type": "object", "additionalProperties": _STRING}}, required=("files",))
+_MEMORY_EXPORT = _object(
+    {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}},
+    required=("project_id", "files"),
+)
+
+
+def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool = True) -> Operation:
+    """A memory tool's write; `edits`: it changes a file that must exist (404 when none)."""
+    missing = {"404": _error("no such memory file", "MemoryRefused")} if edits else {}
+    return Operation(
+        method,
+        {
+            "summary": summary,
+            "parameters": [PROJECT, REQUEST_ID],
+            "requestBody": _body(_object(fields, required=tuple(fields)), "the file and the change"),
+            "responses": {
+                "200": _answer(
+                    "nothing changed: no minute written", schema=None, **{JSON: {"schema": _MEMORY_CHANGES}}
+                ),
+                "202": _answer(
+                    "the change minutes are on the streams", schema=None, **{JSON: {"schema": _MEMORY_CHANGES}}
+                ),
+                **missing,
+                "409": _MEMORY_CONFLICT,
+                "422": _MEMORY_REFUSED,
+                **_ERRORS,
+            },
+        },
+    )
+
+
+def memory_operations() -> list[tuple[str, Operation]]:
+    """The Markdown memory routes (workers/memory_routes.py): export, import, and the memory tools."""
+    base = "/v1/projects/{project_id}/memory"
+    read_file = _read(
+        "Read one memory file",
+        [query("path", _MEMORY_PATH, "the file", "facts/project/fact/x-12345678.md")],
+        _answer(
+            "the file",
+            schema=None,
+            **{
+                JSON: {
+                    "schema": _object(
+                        {"path": _STRING, "text": _STRING, "read_only": {"type": "boolean"}},
+                        required=("path", "text", "read_only"),
+                    )
+                }
+            },
+        ),
+    )
+    read_file.body["responses"]["404"] = _error("no such memory file", "MemoryRefused")
+    return [
+        (
+            f"{base}/export",
+            _read(
+                "The project's Markdown memory: every file, path -> text (docs/memory-files.md)",
+                [],
+                _answer("the files", schema=None, **{JSON: {"schema": _MEMORY_EXPORT}}),
+            ),
+        ),
+        (
+            f"{base}/export",
+            Operation(
+                "put",
+                {
+                    "summary": "Import a whole folder's files: each human change one minute; a fact whose file is "
+                    "gone is retracted; an unedited export writes nothing",
+                    "parameters": [
+                        PROJECT,
+                        query("dry_run", {"type": "boolean"}, "plan only: answer the minutes, write none"),
+                        REQUEST_ID,
+                    ],
+                    "requestBody": _body(_MEMORY_FILES, "the files, as GET answers them"),
+                    "responses": {
+                        "200": _answer(
+                            "planned (dry run) or nothing to change", schema=None, **{JSON: {"schema": _MEMORY_PLAN}}
+                        ),
+                        "202": _answer(
+                            "the change minutes are on the streams", schema=None, **{JSON: {"schema": _MEMORY_PLAN}}
+                        ),
+                        "409": _MEMORY_CONFLICT,
+                        "422": _MEMORY_REFUSED,
+                        **_ERRORS,
+                    },
+                },
+            ),
+        ),
+        (
+            f"{base}/files",
+            _read(
+                "List the memory files (under prefix)",
+                [
+                    query(
+                        "prefix",
+                        {"type": "string", "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/?$", "maxLength": 200},
+                        "a folder such as facts/project",
+                    )
+                ],
+                _answer(
+                    "the files",
+                    schema=None,
+                    **{
+                        JSON: {
+                            "schema": _object({"files": _array(_object({}, required=(), additionalProperties=True))})
+                        }
+                    },
+                ),
+            ),
+        ),
+        (f"{base}/file", read_file),
+        (
+            f"{base}/file",
+            _memory_write(
+                "put",
+                "Write one memory file (assert or edit a fact)",
+                {"path": _MEMORY_PATH, "text": _MEMORY_TEXT},
+                edits=False,
+            ),
+        ),
+        (
+            f"{base}/patch",
+            _memory_write(
+                "post",
+                "Replace the one occurrence of old in a memory file (refused when it occurs 0 or 2+ times)",
+                {"path": _MEMORY_PATH, "old": {"type": "string", "minLength": 1}, "new": _STRING},
+            ),
+        ),
+        (
+            f"{base}/append",
+            _memory_write("post", "Append text to a memory file's body", {"path": _MEMORY_PATH, "text": _STRING}),
+        ),
     ]
 
 

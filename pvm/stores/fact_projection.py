@@ -96,6 +96,11 @@ def order_key(minute: Minute) -> str:
     return f"{ms + _ORDER_OFFSET_MS:015d}|{minute.id}"
 
 
+def last_change_ms(created: str, versions: Mapping[str, str]) -> int:
+    """The time (Unix ms) of the newest of a stored fact's order keys: when it last changed (its version)."""
+    return max(int(key.partition("|")[0]) for key in (created, *versions.values())) - _ORDER_OFFSET_MS
+
+
 def time_ms(timestamp: str) -> int:
     """A minute timestamp in Unix ms, as order keys read it."""
     return int(parse_timestamp(timestamp).timestamp() * 1000)
@@ -167,7 +172,7 @@ class StoredFact:
     @property
     def last_ms(self) -> int:
         """The time (Unix ms) of the newest change applied to it: the largest of its order keys."""
-        return max(int(key.partition("|")[0]) for key in (self.created, *self.versions.values())) - _ORDER_OFFSET_MS
+        return last_change_ms(self.created, self.versions)
 
     def status_at(self, when: datetime) -> FactStatus:
         """Its status as PVM held it at `when`: retracted stays retracted; otherwise promoted once promoted.

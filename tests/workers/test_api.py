@@ -151,6 +151,11 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/recall",
         "/v1/projects/{project_id}/recall/{key}",
         "/v1/projects/{project_id}/threads/{thread}",
+        "/v1/projects/{project_id}/memory/export",
+        "/v1/projects/{project_id}/memory/files",
+        "/v1/projects/{project_id}/memory/file",
+        "/v1/projects/{project_id}/memory/patch",
+        "/v1/projects/{project_id}/memory/append",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 
@@ -162,6 +167,7 @@ PROTECTED = [
     ("GET", "/v1/projects/apollo/search", {"q": "conflict resolved"}, None, 200),
     ("GET", "/v1/projects/apollo/recent", {"n": 3}, None, 200),
     ("GET", "/v1/projects/apollo/minutes", {"ids": "nosuchid"}, None, 200),
+    ("GET", "/v1/projects/apollo/memory/export", {}, None, 200),
     ("POST", "/v1/minutes", {}, {"minutes": [{"project_id": "apollo", "event_type": "decision"}]}, 202),
 ]
 

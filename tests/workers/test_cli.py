@@ -634,6 +634,8 @@ def _redis_down_argv(port: str) -> dict[str, list[str]]:
         "optimize": ["optimize"],
         "evaluate": ["evaluate", "--project", "p1", "--dry-run"],
         "stats": ["stats", "--project", "p1"],
+        "export": ["export", "--project", "p1", "--out", "memory"],
+        "import": ["import", "--project", "p1", "memory"],
         "demo": ["demo", "--minutes", "5"],
     }
 

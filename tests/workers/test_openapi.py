@@ -323,6 +323,51 @@ THREAD_CALLS = [
     Call("down", "GET", THREAD, path={"thread": "project"}),  # 503
 ]
 
+MEMORY = "/v1/projects/{project_id}/memory"
+# The database fact's file (workers.memory_files.fact_path) and a new fact's.
+DB_FILE = f"facts/project/fact/stack-database-{FACT['database'][:8]}.md"
+NEW_FILE = "---\nsubject: stack\nattribute: broker\nvalue: Valkey\n---\n"
+MEMORY_READS = {
+    MEMORY + "/export": {},
+    MEMORY + "/files": {"prefix": "facts/project"},
+    MEMORY + "/file": {"path": DB_FILE},
+}
+MEMORY_WRITES = [
+    ("PUT", MEMORY + "/export", {"files": {"facts/project/new.md": NEW_FILE}}),
+    ("PUT", MEMORY + "/file", {"path": "facts/project/new.md", "text": NEW_FILE}),
+    ("POST", MEMORY + "/patch", {"path": DB_FILE, "old": "stack database: Postgres", "new": "stack db: Postgres"}),
+    ("POST", MEMORY + "/append", {"path": DB_FILE, "text": "More."}),
+]
+MEMORY_CALLS = [
+    *[Call("open", "GET", t, params=p) for t, p in MEMORY_READS.items()],
+    *[Call("open", "GET", t, project="-not-an-id", params=p) for t, p in MEMORY_READS.items()],
+    Call("open", "GET", MEMORY + "/files", params={"prefix": "../"}),
+    Call("open", "GET", MEMORY + "/file"),  # no path: 400
+    Call("open", "GET", MEMORY + "/file", params={"path": "facts/none.md"}),  # 404
+    # A project with no memory yet: its whole-folder import asserts one fact and retracts nothing.
+    Call("open", "PUT", MEMORY + "/export", project="empty", body=MEMORY_WRITES[0][2]),  # 202
+    Call("open", "PUT", MEMORY + "/export", project="empty", params={"dry_run": "true"}, body={"files": {}}),  # 200
+    Call("open", "PUT", MEMORY + "/export", params={"dry_run": "maybe"}, body={"files": {}}),  # 400
+    Call("open", "PUT", MEMORY + "/export", body={"files": {"episodes/x/1-y.md": NEW_FILE}}),  # read-only: 409
+    Call("open", "PUT", MEMORY + "/export", body={"files": []}),  # 422
+    *[Call("open", m, t, body=b) for m, t, b in MEMORY_WRITES[1:]],  # 202
+    *[Call("open", m, t, body={**b, "path": "../x.md"}) for m, t, b in MEMORY_WRITES[1:]],  # 400
+    *[Call("open", m, t, body={"surprise": 1}) for m, t, _ in MEMORY_WRITES[1:]],  # 422
+    Call("open", "POST", MEMORY + "/patch", body={"path": DB_FILE, "old": "stack database", "new": "stack database"}),
+    Call("open", "POST", MEMORY + "/append", body={"path": DB_FILE, "text": ""}),  # no change: 200
+    Call("open", "POST", MEMORY + "/patch", body={"path": DB_FILE, "old": FACT["database"], "new": FACT["cache"]}),
+    *[Call("open", m, t, body={**b, "path": "facts/none.md"}) for m, t, b in MEMORY_WRITES[2:]],  # 404
+    Call(
+        "open", "PUT", MEMORY + "/file", body={"path": "facts/elsewhere.md", "text": f"---\nid: {FACT['cache']}\n---\n"}
+    ),
+    *[Call("token", "GET", t, params=p) for t, p in MEMORY_READS.items()],
+    *[Call("token", m, t, body=b) for m, t, b in MEMORY_WRITES],
+    *[Call("scoped", "GET", t, project="borealis", params=p, token=TEAM_A) for t, p in MEMORY_READS.items()],
+    *[Call("scoped", m, t, project="borealis", body=b, token=TEAM_A) for m, t, b in MEMORY_WRITES],
+    *[Call("down", "GET", t, params=p) for t, p in MEMORY_READS.items()],
+    *[Call("down", m, t, body=b) for m, t, b in MEMORY_WRITES],
+]
+
 CALLS = [
     Call("open", "GET", "/healthz"),
     Call("open", "GET", "/openapi.json"),
@@ -351,6 +396,7 @@ CALLS = [
     Call("scoped", "POST", "/v1/minutes", body=[GOOD], token=TEAM_A),
     *FACT_CALLS,
     *THREAD_CALLS,
+    *MEMORY_CALLS,
     Call("down", "GET", "/healthz"),
     Call("down", "GET", "/openapi.json"),
     Call("down", "POST", "/v1/minutes", body=[GOOD]),
@@ -398,6 +444,18 @@ def test_real_answers_validate_and_every_documented_status_is_answered(
     for call in CALLS:
         response = send(apps[call.app], call)
         check_answer(documents[call.app], call.method, call.template, response)
+        answered.add((call.method.lower(), call.template, str(response.status_code)))
+
+    # The memory tools on files the export holds: one written back unchanged (200), a derived one appended to (409).
+    db_text = send(apps["open"], Call("open", "GET", MEMORY + "/file", params={"path": DB_FILE})).json()["text"]
+    listed = send(apps["open"], Call("open", "GET", MEMORY + "/files")).json()["files"]
+    derived = next(f["path"] for f in listed if f["read_only"])
+    for call in (
+        Call("open", "PUT", MEMORY + "/file", body={"path": DB_FILE, "text": db_text}),
+        Call("open", "POST", MEMORY + "/append", body={"path": derived, "text": "an edit"}),
+    ):
+        response = send(apps["open"], call)
+        check_answer(documents["open"], call.method, call.template, response)
         answered.add((call.method.lower(), call.template, str(response.status_code)))
 
     # A bug in a handler: 500 with a request id, on every route alike (the one wrapper answers it).
@@ -470,9 +528,10 @@ def test_schemathesis_fuzzing_from_the_document_finds_nothing(
         )
         def fuzz(case: Any) -> None:
             excluded = []
-            if case.method == "POST":
+            if case.method in ("POST", "PUT"):
                 # The contract checks what JSON Schema cannot say (data nesting, calendar dates, lone
-                # surrogates, an id once per batch, 64 KiB encoded), so a schema-valid minute may get 422.
+                # surrogates, an id once per batch, 64 KiB encoded), so a schema-valid minute may get 422;
+                # so does a Markdown memory file's front-matter (PUT .../memory/file, .../memory/export).
                 excluded.append(positive_data_acceptance)
             response = case.call()
             sent = parse_qs(urlsplit(response.request.url).query, keep_blank_values=True)

@@ -1,0 +1,461 @@
+"""The Markdown memory (workers/memory_files.py): export, import as minutes, versions, read-only files, folders.
+
+Facts reach the store the only way they can: change minutes applied by the facts store (`FactStore.apply_changes`,
+what the facts pool runs for every change minute the log hands it). Random memories come from a seeded
+generator, so a failure names its seed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, assume, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from contracts import decode_minute, keys, new_minute_id
+from contracts.errors import InvalidFact
+from contracts.fact_changes import (
+    asserted_minute,
+    edited_minute,
+    fact_change,
+    learned_minute,
+    retracted_minute,
+)
+from contracts.facts import Fact, FactType, TierKey
+from contracts.minute import Minute
+from contracts.summaries import Chunk, Episode, EpisodeKind, ThreadRef
+from pvm.config import Settings
+from pvm.stores.facts import FactStore
+from tests.memory_helpers import use_settings
+from workers import cli
+from workers.memory_files import (
+    FactRecord,
+    MemoryConflict,
+    MemoryFileError,
+    MemoryPathError,
+    MemorySnapshot,
+    export_files,
+    fact_path,
+    parse,
+    plan_import,
+    read_folder,
+    read_snapshot,
+    stream_writer,
+    write_folder,
+)
+
+P = "apollo"
+TYPES = [t.value for t in FactType]
+TRICKY = ["plain", 'quotes " and \\ slashes', "new\nline", "unicode ÄÖ 東京 \u2028 sep", "colon: yes # hash", "  pad  "]
+
+
+def apply(connection: redis.Redis, minutes: list[Minute]) -> None:
+    """Apply change minutes to the facts store, as the facts pool does once the log made them durable."""
+    FactStore(connection).apply_changes([(m, fact_change(m)) for m in minutes])
+
+
+def random_fact(rng: random.Random, i: int) -> Fact:
+    """A fact in a slot of its own (so no supersession), with tricky text and a random type, tier and status."""
+    mid = new_minute_id()
+    task = rng.random() < 0.3
+    return Fact.new(
+        type=rng.choice(TYPES),
+        text=f"{rng.choice(TRICKY)} fact {i}",
+        subject=f"svc:{i} {rng.choice(['auth', 'db', 'café'])}",
+        attribute=rng.choice(["owner", "ttl", "engine", "port"]) + f" {i}",
+        value=rng.choice([f"v{i}", str(rng.randint(1, 99)), "Postgres 16", "true"]),
+        tier_key=TierKey.for_task(P, f"T-{i % 3}") if task else TierKey.for_project(P),
+        confidence=round(rng.random(), 3),
+        importance=rng.choice([None, round(rng.random(), 2)]),
+        source_minute_ids=[mid],
+        status=rng.choice(["pending", "promoted"]),
+        tags=rng.sample(["db", "ops", "auth", "x y"], rng.randint(0, 2)),
+    )
+
+
+def seed_memory(connection: redis.Redis, rng: random.Random, n: int) -> list[Fact]:
+    """n random facts (some edited, some retracted) and two learned keys, applied to the store."""
+    facts = [random_fact(rng, i) for i in range(n)]
+    minutes = [asserted_minute(f) for f in facts]
+    for f in rng.sample(facts, n // 4):
+        minutes.append(edited_minute(f, importance=0.42, text=f"{f.text} (edited)"))
+    for f in rng.sample(facts, n // 6):
+        minutes.append(retracted_minute(f, "wrong"))
+    minutes.append(learned_minute("deploy window", "Tue 10:00", TierKey.for_project(P)))
+    minutes.append(learned_minute("oncall", "ana", TierKey.for_task(P, "T-1")))
+    apply(connection, minutes)
+    return facts
+
+
+def streamed(connection: redis.Redis, settings: Settings) -> list[Minute]:
+    out = []
+    for shard in range(settings.shards):
+        out += [decode_minute(f[keys.MINUTE_FIELD]) for _, f in connection.xrange(keys.stream(shard))]
+    return out
+
+
+# -- round trip ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_export_then_import_of_random_memories_writes_nothing(redis_client: redis.Redis, seed: int) -> None:
+    rng = random.Random(seed)
+    seed_memory(redis_client, rng, 40)
+    snapshot = read_snapshot(redis_client, P)
+    assert len(snapshot.records) == 42
+    files = export_files(snapshot)
+    plan = plan_import(snapshot, files)
+    assert plan.changes == [], f"seed {seed}: {plan.to_dict()}"
+    assert plan.unchanged == len(files) == 42
+    # Reformatted by an editor (the whole front-matter as block YAML) is still no change.
+    import yaml
+
+    restyled = {}
+    for path, text in files.items():
+        front, body = parse(path, text)
+        restyled[path] = "---\n" + yaml.safe_dump(front, allow_unicode=True, sort_keys=True) + "---\n" + body + "\n"
+    assert plan_import(snapshot, restyled).changes == [], f"seed {seed}"
+
+
+@given(
+    text=st.text(min_size=1, max_size=200),
+    subject=st.text(min_size=1, max_size=40),
+    value=st.one_of(st.text(min_size=1, max_size=60), st.integers(), st.booleans()),
+    tags=st.lists(st.text(min_size=1, max_size=20), max_size=3, unique=True),
+    task=st.one_of(st.none(), st.text(min_size=1, max_size=30)),
+)
+@hsettings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_any_fact_renders_to_a_file_that_imports_as_no_change(
+    text: str, subject: str, value: str | int | bool, tags: list[str], task: str | None
+) -> None:
+    """Whatever its text holds (quotes, colons, '---' lines, control characters, line separators), a fact's file
+    parses back to the same front-matter and imports as no change."""
+    try:
+        fact = Fact.new(
+            type="fact",
+            text=text,
+            subject=subject,
+            attribute="attr",
+            value=value,
+            tier_key=TierKey.for_project(P) if task is None else TierKey.for_task(P, task),
+            confidence=0.5,
+            source_minute_ids=[new_minute_id()],
+            tags=tags,
+        )
+    except InvalidFact:
+        assume(False)
+        return
+    record = FactRecord(fact.to_dict(), 1_795_708_800_000, fact)
+    snapshot = MemorySnapshot(P, {fact.id: record})
+    files = export_files(snapshot)
+    [(path, rendered)] = files.items()
+    front, body = parse(path, rendered)
+    assert front["id"] == fact.id and front["value"] == fact.value and front["tags"] == list(fact.tags)
+    assert front.get("task") == fact.task_id and front["subject"] == fact.subject
+    assert body.strip() == fact.text.strip()
+    assert plan_import(snapshot, files).changes == []
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_random_edits_write_exactly_the_right_minutes_and_apply_to_what_the_files_say(
+    redis_client: redis.Redis, seed: int
+) -> None:
+    rng = random.Random(seed)
+    seed_memory(redis_client, rng, 30)
+    snapshot = read_snapshot(redis_client, P)
+    files = export_files(snapshot)
+    by_id = {parse(p, t)[0]["id"]: p for p, t in files.items()}
+    live = [s.fact for s in snapshot.records.values() if s.fact.status.value != "retracted"]
+    rng.shuffle(live)
+    expected: Counter[tuple[str, str]] = Counter()
+    edited = files.copy()
+    for fact in live[:4]:  # importance and text: one fact_edited each
+        path = by_id[fact.id]
+        text = edited[path].replace(f"importance: {fact.importance!r}", "importance: 0.13", 1)
+        edited[path] = text.rstrip("\n") + "\nMore detail.\n"
+        expected[("fact_edited", fact.id)] += 1
+    for fact in live[4:6]:  # removed file: fact_retracted
+        del edited[by_id[fact.id]]
+        expected[("fact_retracted", fact.id)] += 1
+    for fact in live[6:8]:  # status: retracted
+        path = by_id[fact.id]
+        edited[path] = edited[path].replace(f'status: "{fact.status.value}"', 'status: "retracted"', 1)
+        expected[("fact_retracted", fact.id)] += 1
+    pending = [f for f in live[8:] if f.status.value == "pending"][:2]
+    for fact in pending:  # status: promoted (each in a slot of its own: nothing to supersede)
+        path = by_id[fact.id]
+        edited[path] = edited[path].replace('status: "pending"', 'status: "promoted"', 1)
+        expected[("fact_promoted", fact.id)] += 1
+    edited["facts/project/new-by-hand.md"] = (
+        "---\ntype: decision\nsubject: service:web\nattribute: framework\nvalue: Starlette\n---\n"
+        "We serve with Starlette.\n"
+    )
+    plan = plan_import(snapshot, edited)
+    got = Counter((c.minute.event_type, c.fact_id) for c in plan.changes if c.minute.event_type != "fact_asserted")
+    assert got == expected, f"seed {seed}"
+    [asserted] = [c for c in plan.changes if c.minute.event_type == "fact_asserted"]
+    assert len(plan.changes) == sum(expected.values()) + 1
+
+    # Written and applied, the memory is what the files say: its export imports as no change.
+    stream_writer(redis_client, 4)(plan.minutes)
+    apply(redis_client, plan.minutes)
+    after = read_snapshot(redis_client, P)
+    assert after.records[asserted.fact_id].fact.value == "Starlette"
+    for fact in live[:4]:
+        assert after.records[fact.id].fact.importance == 0.13
+        assert after.records[fact.id].fact.text.endswith("More detail.")
+    for fact in live[4:8]:
+        assert after.records[fact.id].fact.status.value == "retracted"
+    for fact in pending:
+        assert after.records[fact.id].fact.status.value == "promoted"
+    assert plan_import(after, export_files(after)).changes == []
+
+
+def test_a_new_value_in_a_single_valued_slot_supersedes_the_old_one(redis_client: redis.Redis) -> None:
+    old = Fact.new(
+        type="decision",
+        text="db is Postgres 15",
+        subject="stack",
+        attribute="database",
+        value="Postgres 15",
+        tier_key=TierKey.for_project(P),
+        confidence=1.0,
+        source_minute_ids=[new_minute_id()],
+        status="promoted",
+        valid_from="2026-01-01T00:00:00Z",
+    )
+    apply(redis_client, [asserted_minute(old)])
+    snapshot = read_snapshot(redis_client, P)
+    files = export_files(snapshot)
+    files["facts/project/decision/pg16.md"] = (
+        "---\ntype: decision\nsubject: stack\nattribute: database\nvalue: Postgres 16\n---\n"
+    )
+    plan = plan_import(snapshot, files)
+    assert [c.minute.event_type for c in plan.changes] == ["fact_asserted", "fact_superseded"]
+    assert plan.changes[1].fact_id == old.id
+
+
+# -- refusals -----------------------------------------------------------------------------------------------------
+
+
+def test_an_edit_of_a_fact_changed_since_the_export_is_refused_naming_the_file_and_both_versions(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    [fact] = seed_memory(redis_client, random.Random(7), 1)
+    snapshot = read_snapshot(redis_client, P)
+    files = export_files(snapshot)
+    path = fact_path(fact)
+    exported_version = snapshot.records[fact.id].last_ms
+    apply(redis_client, [edited_minute(snapshot.records[fact.id].fact, confidence=0.01)])  # someone else's change
+    now = read_snapshot(redis_client, P)
+    files[path] = files[path].rstrip("\n") + "\nmy edit\n"
+    with pytest.raises(MemoryConflict) as refused:
+        plan_import(now, files)
+    message = str(refused.value)
+    assert path in message and str(exported_version) in message and str(now.records[fact.id].last_ms) in message
+    assert "Export again" in message
+    assert streamed(redis_client, settings) == []
+
+
+def test_identity_fields_cannot_change_in_place_and_unknown_ids_are_refused(redis_client: redis.Redis) -> None:
+    [fact] = seed_memory(redis_client, random.Random(8), 1)
+    snapshot = read_snapshot(redis_client, P)
+    files = export_files(snapshot)
+    path = fact_path(fact)
+    changed = files[path].replace(f'value: "{fact.value}"', 'value: "something else"', 1)
+    with pytest.raises(MemoryFileError, match="value cannot change in place"):
+        plan_import(snapshot, {**files, path: changed})
+    other = files[path].replace(fact.id, "00000000-0000-5000-8000-000000000000")
+    with pytest.raises(MemoryFileError, match="is not a fact of project apollo"):
+        plan_import(snapshot, {**files, path: other})
+    new_file = "---\nsubject: a\nattribute: b\nvalue: c\ntags: ops\n---\n"
+    with pytest.raises(MemoryFileError, match=r"tags must be a list"):
+        plan_import(snapshot, {**files, "facts/new.md": new_file})
+    bad = files[path].replace('"importance": ', "").replace("importance: ", "importance: 7 #", 1)
+    with pytest.raises(MemoryFileError, match=r"importance .*outside 0\.\.1"):
+        plan_import(snapshot, {**files, path: bad})
+
+
+def _thread_records() -> tuple[Chunk, Episode]:
+    thread = ThreadRef.parse("deploy-42")
+    chunk = Chunk(project_id=P, thread=thread, seq_ranges=((1, 10),), minute_count=10, summary="They deployed.")
+    episode = Episode(
+        project_id=P,
+        thread=thread,
+        kinds=(EpisodeKind(next(iter(EpisodeKind)).value),),
+        title="Deploy failed then passed",
+        summary="The deploy failed, was fixed, and passed.",
+        minute_ids=(new_minute_id(),),
+        first_seq=3,
+        last_seq=9,
+    )
+    return chunk, episode
+
+
+def test_episodes_and_summaries_are_read_only() -> None:
+    chunk, episode = _thread_records()
+    snapshot = MemorySnapshot(P, {}, (chunk,), (episode,))
+    files = export_files(snapshot)
+    assert sorted(p.split("/")[0] for p in files) == ["episodes", "summaries"]
+    assert plan_import(snapshot, files).changes == []
+    for path in files:
+        edited = {**files, path: files[path].replace("passed.", "passed!").replace("deployed.", "deployed!")}
+        with pytest.raises(MemoryConflict, match="read-only"):
+            plan_import(snapshot, edited)
+    with pytest.raises(MemoryConflict, match="read-only"):
+        plan_import(snapshot, {**files, "episodes/new.md": "---\ntitle: x\n---\n"})
+
+
+# -- the sandbox --------------------------------------------------------------------------------------------------
+
+ATTACKS = [
+    "../secrets.md",
+    "facts/../../etc/passwd.md",
+    "facts/../learned/x.md",
+    "/etc/passwd.md",
+    "facts//x.md",
+    "facts/./x.md",
+    "facts/.hidden.md",
+    "facts/%2e%2e/%2e%2e/x.md",
+    "facts/%252e%252e/x.md",
+    "facts/..%2fx.md",
+    "facts\\..\\x.md",
+    "C:/facts/x.md",
+    "facts/x.md\x00.txt",
+    "facts/x\n.md",
+    "facts/x.txt",
+    "facts",
+    "other/x.md",
+    "facts/" + "a" * 300 + ".md",
+    "facts/\u2025/x.md",
+    "facts/x.md/",
+    "",
+]
+
+
+@pytest.mark.parametrize("path", ATTACKS)
+def test_paths_outside_the_memory_root_are_refused(path: str) -> None:
+    snapshot = MemorySnapshot(P, {})
+    with pytest.raises(MemoryPathError):
+        plan_import(snapshot, {path: "---\nsubject: a\nattribute: b\nvalue: c\n---\n"}, partial=True)
+
+
+def test_fuzzed_paths_never_leave_the_root(tmp_path: Path) -> None:
+    from workers.memory_files import check_memory_path
+
+    rng = random.Random(13)
+    segments = ["facts", "learned", "episodes", "..", ".", "%2e%2e", "a", "b.md", ".md", "x\x00.md", "~", "..%2f", ""]
+    separators = ["/", "/", "/", "\\", "//", "%2f"]
+    root = (tmp_path / "root").resolve()
+    accepted = 0
+    for _ in range(5000):
+        parts = [rng.choice(segments) for _ in range(rng.randint(1, 5))]
+        path = rng.choice(["", "", "/"]) + "".join(p + rng.choice(separators) for p in parts[:-1]) + parts[-1]
+        try:
+            checked = check_memory_path(path)
+        except MemoryPathError:
+            continue
+        accepted += 1
+        assert ".." not in checked.split("/") and "\x00" not in checked and "%" not in checked
+        assert (root / checked).resolve().is_relative_to(root), path
+    assert accepted > 0  # the generator reaches valid paths too
+
+
+def test_a_folder_with_a_symlink_out_of_it_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("---\nsubject: a\nattribute: b\nvalue: c\n---\n")
+    memory = tmp_path / "memory"
+    write_folder(memory, export_files(MemorySnapshot(P, {})))
+    (memory / "facts" / "project").mkdir(parents=True)
+    (memory / "facts" / "project" / "inside.md").write_text("---\nsubject: a\nattribute: b\nvalue: c\n---\n")
+    (memory / "facts" / "linked.md").symlink_to(memory / "facts" / "project" / "inside.md")
+    assert sorted(read_folder(memory)) == ["facts/linked.md", "facts/project/inside.md"]
+    os.symlink(outside / "secret.md", memory / "facts" / "escape.md")
+    with pytest.raises(MemoryPathError, match="outside the memory folder"):
+        read_folder(memory)
+    (memory / "facts" / "escape.md").unlink()
+    os.symlink(outside, memory / "learned")
+    with pytest.raises(MemoryPathError, match="outside the memory folder"):
+        read_folder(memory)
+    with pytest.raises(MemoryPathError, match="symlink"):
+        write_folder(memory, {})
+
+
+def test_an_oversized_file_is_refused(tmp_path: Path) -> None:
+    from pvm import defaults
+
+    big = "---\nsubject: a\nattribute: b\nvalue: c\n---\n" + "x" * defaults.MEMORY_FILE_MAX_BYTES
+    with pytest.raises(MemoryFileError, match="MEMORY_FILE_MAX_BYTES"):
+        plan_import(MemorySnapshot(P, {}), {"facts/big.md": big})
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "facts" / "big.md").write_text(big)
+    with pytest.raises(MemoryFileError, match="MEMORY_FILE_MAX_BYTES"):
+        read_folder(tmp_path)
+
+
+# -- the CLI ------------------------------------------------------------------------------------------------------
+
+
+def test_cli_export_edit_import(
+    redis_client: redis.Redis,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    use_settings(settings, monkeypatch)
+    [fact] = seed_memory(redis_client, random.Random(9), 1)
+    out = tmp_path / "memory"
+    assert cli.main(["export", "--project", P, "--out", str(out), "--tree"]) == 0
+    shown = capsys.readouterr().out
+    assert "3 files of project apollo" in shown and "learned/" in shown and "facts/" in shown
+    assert cli.main(["import", "--project", P, str(out)]) == 0
+    assert "wrote 0 minutes" in capsys.readouterr().out
+    assert streamed(redis_client, settings) == []
+    target = out / fact_path(fact)
+    target.write_text(target.read_text().rstrip("\n") + "\nA person added this.\n")
+    assert cli.main(["import", "--project", P, str(out), "--dry-run"]) == 0
+    assert "would write 1 minutes" in capsys.readouterr().out
+    assert streamed(redis_client, settings) == []
+    assert cli.main(["import", "--project", P, str(out), "--json"]) == 0
+    [minute] = streamed(redis_client, settings)
+    assert minute.event_type == "fact_edited" and minute.data["changes"]["text"].endswith("A person added this.")
+    (out / "facts" / "x.md").write_text("no front-matter")
+    assert cli.main(["import", "--project", P, str(out)]) == 1
+    assert "facts/x.md: a memory file starts with a '---' line" in capsys.readouterr().err
+
+
+# -- the demo's MEMORY step ---------------------------------------------------------------------------------------
+
+
+def test_the_demo_exports_the_memory_and_prints_its_tree(redis_client: redis.Redis, tmp_path: Path) -> None:
+    from workers.demo import export_memory
+
+    facts = seed_memory(redis_client, random.Random(10), 12)
+    out = tmp_path / "var" / "memory"
+    lines = export_memory(redis_client, P, str(out))
+    assert lines[0].startswith(f"The project's memory as Markdown files in {out}/ (14 files;")
+    assert "  facts/" in lines and "  learned/" in lines and any(line.strip() == "..." for line in lines)
+    assert sorted(read_folder(out)) == sorted(export_files(read_snapshot(redis_client, P)))
+    assert (out / fact_path(facts[0])).read_text().startswith("---\nid: ")
+
+
+def test_a_fact_made_after_the_export_is_not_retracted_by_its_missing_file(redis_client: redis.Redis) -> None:
+    rng = random.Random(12)
+    seed_memory(redis_client, rng, 3)
+    files = export_files(read_snapshot(redis_client, P))
+    late = random_fact(rng, 99)
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    apply(redis_client, [asserted_minute(late, timestamp=later)])  # the facts pool goes on after the export
+    removed = sorted(files)[0]
+    del files[removed]
+    plan = plan_import(read_snapshot(redis_client, P), files)
+    assert [(c.minute.event_type, c.path) for c in plan.changes] == [("fact_retracted", removed)]

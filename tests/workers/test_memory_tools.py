@@ -1,0 +1,164 @@
+"""The memory tools (workers/memory_tools.py) and the memory routes of the reader API (workers/memory_routes.py).
+
+Against the embedded Valkey: every write is a minute on the shard streams, applied to the facts store the way the
+facts pool applies it (`apply`), and the reads then show it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from pvm.config import Settings
+from pvm.reader import ContextReader
+from pvm.stores.log import LogReader
+from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
+from tests.workers.test_memory_files import ATTACKS, P, apply, seed_memory, streamed
+from workers.api import create_app
+from workers.memory_files import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError, fact_path
+from workers.memory_tools import MemoryTools
+
+NEW = (
+    "---\ntype: decision\nsubject: service:web\nattribute: framework\nvalue: Starlette\n---\nWe serve with Starlette.\n"
+)
+
+
+@pytest.fixture
+def tools(redis_client: redis.Redis, settings: Settings) -> Iterator[MemoryTools]:
+    with MemoryTools(P, settings) as built:
+        yield built
+
+
+def test_write_list_read_patch_append_each_write_a_minute(
+    tools: MemoryTools, redis_client: redis.Redis, settings: Settings
+) -> None:
+    assert tools.list() == []
+    written = tools.write("facts/project/web.md", NEW)
+    assert written["changed"] and [m["event_type"] for m in written["minutes"]] == ["fact_asserted"]
+    [minute] = streamed(redis_client, settings)
+    assert minute.event_type == "fact_asserted" and minute.agent_id == "memory-tools"
+    apply(redis_client, [minute])
+    [listed] = tools.list()
+    assert listed["path"].startswith("facts/project/decision/service-web-framework-") and not listed["read_only"]
+    assert tools.list("facts/project") == [listed] and tools.list("learned") == []
+    path = listed["path"]
+    assert "We serve with Starlette." in tools.read(path)["text"]
+
+    assert tools.write(path, tools.read(path)["text"]) == {
+        "path": path,
+        "changed": False,
+        "minutes": [],
+        "stream_ids": [],
+    }
+    patched = tools.patch(path, "We serve with Starlette.", "We serve with Starlette behind uvicorn.")
+    assert [m["event_type"] for m in patched["minutes"]] == ["fact_edited"]
+    apply(redis_client, streamed(redis_client, settings)[1:])
+    assert "behind uvicorn." in tools.read(path)["text"]
+    appended = tools.append(path, "Chosen in the 2026 review.")
+    assert [m["event_type"] for m in appended["minutes"]] == ["fact_edited"]
+    apply(redis_client, streamed(redis_client, settings)[2:])
+    assert tools.read(path)["text"].endswith("behind uvicorn.\nChosen in the 2026 review.\n")
+    assert len(streamed(redis_client, settings)) == 3
+
+
+def test_patch_refuses_missing_and_ambiguous_matches(tools: MemoryTools, redis_client: redis.Redis) -> None:
+    [fact] = seed_memory(redis_client, random.Random(3), 1)
+    path = fact_path(fact)
+    with pytest.raises(MemoryFileError, match="old text not found"):
+        tools.patch(path, "no such text anywhere", "x")
+    with pytest.raises(MemoryFileError, match=r"occurs \d+ times"):
+        tools.patch(path, '"', "'")
+    with pytest.raises(MemoryFileError, match="old must not be empty"):
+        tools.patch(path, "", "x")
+    with pytest.raises(MemoryNotFound):
+        tools.patch("facts/project/nothing.md", "a", "b")
+
+
+def test_tools_refuse_paths_out_of_the_root_read_only_files_and_misplaced_ids(
+    tools: MemoryTools, redis_client: redis.Redis
+) -> None:
+    for path in ATTACKS:
+        for call in (lambda p: tools.read(p), lambda p: tools.write(p, NEW), lambda p: tools.append(p, "x")):
+            with pytest.raises(MemoryPathError):
+                call(path)
+    with pytest.raises(MemoryPathError):
+        tools.list("../")
+    [fact] = seed_memory(redis_client, random.Random(4), 1)
+    text = tools.read(fact_path(fact))["text"]
+    with pytest.raises(MemoryConflict, match="lives at its own path"):
+        tools.write("facts/project/elsewhere.md", text)
+    with pytest.raises(MemoryConflict, match="read-only"):
+        tools.write("episodes/x/1-y.md", "---\ntitle: x\n---\n")
+
+
+# -- over HTTP ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(redis_client: redis.Redis, settings: Settings, tmp_path: Path) -> Iterator[TestClient]:
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), None)
+    app = create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
+    with TestClient(app) as c:
+        yield c
+
+
+def call(client: TestClient, method: str, route: str, token: str = APOLLO_ONLY, **kwargs: Any) -> Any:
+    return client.request(method, f"/v1/projects/{P}/memory/{route}", headers=bearer(token), **kwargs)
+
+
+def test_export_and_import_over_http(client: TestClient, redis_client: redis.Redis, settings: Settings) -> None:
+    [fact] = seed_memory(redis_client, random.Random(5), 1)
+    r = call(client, "GET", "export")
+    assert r.status_code == 200, r.text
+    files = r.json()["files"]
+    assert len(files) == 3 and fact_path(fact) in files
+    r = call(client, "PUT", "export", json={"files": files})
+    assert r.status_code == 200 and r.json()["minutes"] == 0 and r.json()["unchanged"] == 3
+    edited = {**files, fact_path(fact): files[fact_path(fact)].rstrip("\n") + "\nEdited over HTTP.\n"}
+    r = call(client, "PUT", "export", params={"dry_run": "true"}, json={"files": edited})
+    assert r.status_code == 200 and r.json()["dry_run"] and r.json()["changes"][0]["event_type"] == "fact_edited"
+    assert streamed(redis_client, settings) == []
+    r = call(client, "PUT", "export", json={"files": edited})
+    assert r.status_code == 202 and len(r.json()["stream_ids"]) == 1
+    [minute] = streamed(redis_client, settings)
+    assert minute.event_type == "fact_edited"
+    apply(redis_client, [minute])
+    r = call(client, "PUT", "export", json={"files": edited})  # the old version, now stale
+    assert r.status_code == 409 and "older than the store's version" in r.json()["error"]
+    r = call(client, "PUT", "export", json={"files": {"../x.md": "x", "facts/y.md": "nope"}})
+    assert r.status_code in (400, 422) and len(r.json()["problems"]) == 2
+    assert call(client, "GET", "export", token=CURATOR).status_code == 200
+    other = client.get("/v1/projects/zeus/memory/export", headers=bearer(APOLLO_ONLY))
+    assert other.status_code == 403
+
+
+def test_memory_tools_over_http(client: TestClient, redis_client: redis.Redis, settings: Settings) -> None:
+    r = call(client, "PUT", "file", json={"path": "facts/project/web.md", "text": NEW})
+    assert r.status_code == 202 and r.json()["minutes"][0]["event_type"] == "fact_asserted", r.text
+    apply(redis_client, streamed(redis_client, settings))
+    [listed] = call(client, "GET", "files").json()["files"]
+    path = listed["path"]
+    r = call(client, "GET", "file", params={"path": path})
+    assert r.status_code == 200 and "Starlette" in r.json()["text"]
+    r = call(client, "POST", "patch", json={"path": path, "old": "We serve", "new": "We now serve"})
+    assert r.status_code == 202 and r.json()["minutes"][0]["event_type"] == "fact_edited"
+    r = call(client, "POST", "patch", json={"path": path, "old": '"', "new": "'"})
+    assert r.status_code == 422 and "occurs" in r.json()["error"]
+    r = call(client, "POST", "append", json={"path": path, "text": "More."})
+    assert r.status_code == 202
+    assert call(client, "GET", "file", params={"path": "facts/none.md"}).status_code == 404
+    for attack in ATTACKS:
+        r = call(client, "GET", "file", params={"path": attack})
+        assert r.status_code == 400, (attack, r.text)
+        r = call(client, "PUT", "file", json={"path": attack, "text": NEW})
+        assert r.status_code in (400, 422), (attack, r.text)
+    r = client.put(
+        "/v1/projects/zeus/memory/file", json={"path": "facts/a.md", "text": NEW}, headers=bearer(APOLLO_ONLY)
+    )
+    assert r.status_code == 403

@@ -1,0 +1,136 @@
+"""The memory routes of the reader API: a project's Markdown memory exported and imported, and the memory tools.
+
+``GET /v1/projects/{p}/memory/export`` answers every file (path -> text);
+``PUT`` on the same path imports a whole folder's files (``?dry_run=true``
+plans without writing). ``/memory/files`` lists, ``/memory/file`` reads (GET)
+and writes (PUT), ``/memory/patch`` and ``/memory/append`` edit one file. Every
+change is a knowledge-change minute appended to the shard streams by the API's
+one writer (`workers.memory_files`, `workers.memory_tools`); the facts pool
+applies it, so a write answers 202 and shows in reads a moment later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from contracts.minute import Minute
+from workers.api_request import BadRequest, InvalidField, json_object
+from workers.auth import TokenScope
+from workers.memory_files import (
+    MemoryFileError,
+    check_memory_path,
+    export_files,
+    plan_import,
+    read_snapshot,
+)
+from workers.memory_tools import MemoryTools
+
+Write = Callable[[Sequence[Minute]], list[str]]
+
+
+class MemoryRefused(BadRequest):
+    """A `MemoryFileError` as an answer: its status, its message and every refused file."""
+
+    def __init__(self, error: MemoryFileError) -> None:
+        super().__init__(str(error))
+        self.status = error.status
+        self.problems = error.problems
+
+    def body(self) -> dict[str, Any]:
+        return {"error": str(self), "problems": self.problems} if len(self.problems) > 1 else {"error": str(self)}
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0", ""):
+        raise BadRequest(f"query parameter {name}={raw!r} must be true or false")
+    return raw in ("true", "1")
+
+
+@dataclass(frozen=True)
+class MemoryRoutes:
+    """The handlers, over one Redis and the API's stream writer."""
+
+    connection: redis.Redis
+    write: Write
+
+    def _tools(self, request: Request) -> MemoryTools:
+        return MemoryTools(request.path_params["project_id"], connection=self.connection, write=self.write)
+
+    def export(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``GET …/memory/export``: every memory file of the project, path -> text."""
+        project_id = request.path_params["project_id"]
+        files = export_files(read_snapshot(self.connection, project_id))
+        return {"project_id": project_id, "files": files}
+
+    def import_files(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``PUT …/memory/export``: make the project's memory the files sent (a fact with no file is retracted)."""
+        project_id = request.path_params["project_id"]
+        given = json_object(body, ("files",))
+        files = given["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise InvalidField("files", "must be an object of path -> file text, as GET …/memory/export answers")
+        dry_run = _flag(request, "dry_run")
+        try:
+            plan = plan_import(read_snapshot(self.connection, project_id), files)
+        except MemoryFileError as exc:
+            raise MemoryRefused(exc) from None
+        answer = plan.to_dict()
+        answer["dry_run"] = dry_run
+        answer["stream_ids"] = [] if dry_run or not plan.changes else self.write(plan.minutes)
+        return JSONResponse(answer, status_code=200 if dry_run or not plan.changes else 202)
+
+    def list_files(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``GET …/memory/files``: the files under ``prefix`` (all without it)."""
+        try:
+            return {"files": self._tools(request).list(request.query_params.get("prefix", ""))}
+        except MemoryFileError as exc:
+            raise MemoryRefused(exc) from None
+
+    def read(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``GET …/memory/file?path=``: one file."""
+        path = request.query_params.get("path")
+        if not path:
+            raise BadRequest("query parameter path is required: GET …/memory/file?path=facts/...")
+        try:
+            return self._tools(request).read(path)
+        except MemoryFileError as exc:
+            raise MemoryRefused(exc) from None
+
+    def _written(self, change: Callable[[MemoryTools], dict[str, Any]], request: Request) -> JSONResponse:
+        try:
+            answer = change(self._tools(request))
+        except MemoryFileError as exc:
+            raise MemoryRefused(exc) from None
+        return JSONResponse(answer, status_code=202 if answer["changed"] else 200)
+
+    def write_file(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``PUT …/memory/file`` ``{"path", "text"}``: write one file (assert or edit a fact)."""
+        given = json_object(body, ("path", "text"))
+        path = _path_field(given)
+        return self._written(lambda tools: tools.write(path, given["text"]), request)
+
+    def patch(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``POST …/memory/patch`` ``{"path", "old", "new"}``: replace the one occurrence of ``old``."""
+        given = json_object(body, ("path", "old", "new"))
+        path = _path_field(given)
+        return self._written(lambda tools: tools.patch(path, given["old"], given["new"]), request)
+
+    def append(self, request: Request, body: bytes, scope: TokenScope) -> Any:
+        """``POST …/memory/append`` ``{"path", "text"}``: add to the end of a file's body."""
+        given = json_object(body, ("path", "text"))
+        path = _path_field(given)
+        return self._written(lambda tools: tools.append(path, given["text"]), request)
+
+
+def _path_field(given: dict[str, Any]) -> str:
+    try:
+        return check_memory_path(given["path"])
+    except MemoryFileError as exc:
+        raise MemoryRefused(exc) from None

@@ -1,0 +1,172 @@
+"""Memory tools for agents: list, read, write, patch and append the files of a project's Markdown memory.
+
+The files are the view `workers.memory_files` renders; nothing is stored as a
+file. Every path is checked against the sandbox (`check_memory_path`: inside
+the project's memory root, no ``..``, no absolute or encoded paths, no control
+characters, size limits in `pvm.defaults`), and a write becomes the minutes an
+import of that one file would write (`plan_import` with ``partial``): each
+human or agent change is a knowledge-change minute, through the streams. A
+write that changes nothing writes no minute. Episodes and summaries are
+read-only. Every failure a caller can fix is a `MemoryFileError`.
+
+One class, `MemoryTools`, serves the HTTP routes (``/v1/projects/{p}/memory/...``)
+and the MCP server; each method returns plain JSON-able values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from contracts.minute import Minute, check_project_id
+from pvm import defaults
+from pvm.config import Settings
+from workers.memory_files import (
+    DERIVED_ROOTS,
+    MemoryConflict,
+    MemoryFileError,
+    MemoryNotFound,
+    MemoryPathError,
+    check_memory_path,
+    check_size,
+    export_files,
+    parse,
+    plan_import,
+    read_snapshot,
+    stream_writer,
+)
+
+Write = Callable[[Sequence[Minute]], list[str]]
+
+TOOL_AGENT = "memory-tools"
+
+
+class MemoryTools:
+    """The memory tools over one project: `list`, `read`, `write`, `patch`, `append`.
+
+    Build it with `MemoryTools(project_id, settings)` (its own Redis connection, minutes to the settings'
+    shard streams) or, inside a server, with a `connection` and a `write` function of its own.
+    """
+
+    def __init__(
+        self,
+        project_id: str,
+        settings: Settings | None = None,
+        *,
+        connection: redis.Redis | None = None,
+        write: Write | None = None,
+        agent_id: str = TOOL_AGENT,
+    ) -> None:
+        try:
+            self.project_id = check_project_id(project_id)
+        except ValueError as exc:
+            raise MemoryFileError(f"project_id: {exc}") from None
+        self._owned = connection is None
+        if connection is None:
+            if settings is None:
+                raise MemoryFileError("MemoryTools needs settings (PVM_REDIS_URL) or a connection")
+            from pvm.connection import redis_from_settings
+
+            connection = redis_from_settings(settings)
+        self.connection = connection
+        if write is None:
+            shards = settings.shards if settings is not None else defaults.SHARDS
+            write = stream_writer(connection, shards)
+        self._write = write
+        self.agent_id = agent_id
+
+    def close(self) -> None:
+        """Close the Redis connection it opened (one it was given stays open)."""
+        if self._owned:
+            self.connection.close()
+
+    def __enter__(self) -> MemoryTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads
+
+    def _files(self) -> dict[str, str]:
+        return export_files(read_snapshot(self.connection, self.project_id))
+
+    def list(self, prefix: str = "") -> list[dict[str, Any]]:
+        """The memory files under `prefix` (a folder such as ``facts/project``; empty: all), sorted by path."""
+        if not isinstance(prefix, str):
+            raise MemoryPathError("prefix must be text such as 'facts/project'")
+        if prefix:
+            folder = prefix.rstrip("/")
+            check_memory_path(f"{folder}/x.md", "prefix")
+            folder += "/"
+        else:
+            folder = ""
+        return [
+            {"path": path, "bytes": len(text.encode("utf-8")), "read_only": path.split("/", 1)[0] in DERIVED_ROOTS}
+            for path, text in self._files().items()
+            if path.startswith(folder)
+        ]
+
+    def read(self, path: str) -> dict[str, Any]:
+        """One file: ``{"path", "text", "read_only"}``; `MemoryNotFound` when there is none."""
+        check_memory_path(path)
+        text = self._files().get(path)
+        if text is None:
+            raise MemoryNotFound(f"{path}: no such memory file in project {self.project_id}; list shows the files")
+        return {"path": path, "text": text, "read_only": path.split("/", 1)[0] in DERIVED_ROOTS}
+
+    # -- writes: each change a minute
+
+    def write(self, path: str, text: str) -> dict[str, Any]:
+        """Make `path` hold `text`: a new file (no ``id``) asserts a fact, an edited one edits it."""
+        check_memory_path(path)
+        if not isinstance(text, str):
+            raise MemoryFileError("text must be the file's Markdown, front-matter first")
+        check_size(path, text)
+        snapshot = read_snapshot(self.connection, self.project_id)
+        current = export_files(snapshot)
+        held = current.get(path)
+        named = parse(path, text)[0].get("id")
+        if held is None and named is not None:
+            raise MemoryConflict(
+                f"{path}: no file here; fact {str(named)[:40]} lives at its own path (list shows it). "
+                "Drop the id (and version, sources, relations, recorded_at, promoted_from, period) to assert a new fact"
+            )
+        if held is not None and named != parse(path, held)[0].get("id"):
+            raise MemoryConflict(f"{path}: this file is fact {parse(path, held)[0].get('id')}; keep its id line")
+        plan = plan_import(snapshot, {path: text}, partial=True, agent_id=self.agent_id)
+        stream_ids = self._write(plan.minutes) if plan.changes else []
+        return {
+            "path": path,
+            "changed": bool(plan.changes),
+            "minutes": [c.to_dict() for c in plan.changes],
+            "stream_ids": stream_ids,
+        }
+
+    def patch(self, path: str, old: str, new: str) -> dict[str, Any]:
+        """Replace the one occurrence of `old` in the file with `new`; refused when `old` occurs 0 or 2+ times."""
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise MemoryFileError("old and new must be text")
+        if not old:
+            raise MemoryFileError("old must not be empty: name the exact text to replace")
+        text = self.read(path)["text"]
+        count = text.count(old)
+        if count == 0:
+            raise MemoryFileError(f"{path}: old text not found; read the file and copy the exact text to replace")
+        if count > 1:
+            raise MemoryFileError(
+                f"{path}: old text occurs {count} times; include more of the surrounding text so it occurs once"
+            )
+        return self.write(path, text.replace(old, new, 1))
+
+    def append(self, path: str, text: str) -> dict[str, Any]:
+        """Add `text` to the end of an existing file's body (a fact's text)."""
+        if not isinstance(text, str):
+            raise MemoryFileError("text must be text")
+        current = self.read(path)["text"]
+        return self.write(path, current.rstrip("\n") + "\n" + text.strip("\n") + "\n")
+
+
+__all__ = ["MemoryConflict", "MemoryFileError", "MemoryNotFound", "MemoryPathError", "MemoryTools"]
