@@ -316,3 +316,10 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 # (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
+
+# -- MCP server, `pvm mcp` (workers/mcp_server.py) (area: agentapi) --------------------------------------------
+MCP_PORT = 8090  # `pvm mcp --transport http --port`; the reader API keeps API_PORT
+MCP_PATH = "/mcp"  # where the streamable HTTP transport answers
+MCP_CLIENTS = 64  # API clients kept open over HTTP, one per bearer token seen; the least recently used goes first
+MCP_SEARCH_K = 5  # hits the `search` tool returns unless asked
+MCP_FACTS_LIMIT = 20  # facts the `facts` tool lists unless asked

@@ -841,7 +841,30 @@ def cmd_recall(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # Commands that only call the reader API: they run in a client-only install (`pip install pvm`).
-CLIENT_COMMANDS = (cmd_context, cmd_search, cmd_facts, cmd_learn, cmd_recall)
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from workers import mcp_server
+    except ImportError as exc:
+        raise SystemExit(
+            f"pvm mcp: needs the mcp extra ({exc.name or exc} not installed): pip install 'pvm[mcp]'"
+        ) from None
+    if args.transport == "stdio":
+        # stdout is the protocol's: nothing else may be printed there.
+        mcp_server.run_stdio(args.api_url, args.token, settings)
+        return 0
+    if args.token is not None:
+        raise SystemExit("pvm mcp: --token is for stdio; over HTTP each caller sends its own bearer token")
+    print(
+        f"pvm mcp: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}, calling the reader API at "
+        f"{args.api_url or settings.api_url or defaults.API_URL}"
+    )
+    sys.stdout.flush()
+    mcp_server.run_http(args.api_url, args.addr, args.port, settings)
+    return 0
+
+
+# Commands that need only the client library (and, for `mcp`, the mcp extra): they call the reader API.
+CLIENT_COMMANDS = (cmd_context, cmd_search, cmd_facts, cmd_learn, cmd_recall, cmd_mcp)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -1196,6 +1219,20 @@ def build_parser() -> argparse.ArgumentParser:
         "own minutes; name an existing one to add to it)",
     )
     demo.set_defaults(func=cmd_demo)
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="PVM's memory as MCP tools (emit, search, context, learn, recall, facts) over stdio or HTTP",
+        description="Serve PVM's memory to MCP hosts: each tool calls the reader API (PVM_API_URL) with a token, "
+        "so a caller reaches only its token's projects. Over stdio the token is --token, else PVM_API_TOKEN; "
+        "over HTTP each request's Authorization: Bearer header. Needs the mcp extra (pip install 'pvm[mcp]').",
+    )
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or http")
+    mcp.add_argument("--token", help="stdio: the API token to call with (default: PVM_API_TOKEN)")
+    mcp.add_argument("--api-url", help="the reader API to call (default: PVM_API_URL)")
+    mcp.add_argument("--addr", default=defaults.BIND_ADDR, help=f"http: address to bind (default {defaults.BIND_ADDR})")
+    mcp.add_argument("--port", type=_port, default=defaults.MCP_PORT, help=f"http: port (default {defaults.MCP_PORT})")
+    mcp.set_defaults(func=cmd_mcp)
     _describe(parser)
     return parser
 

@@ -1,0 +1,121 @@
+"""`pvm mcp`: an MCP client from the SDK lists and calls every tool over stdio (a subprocess) and streamable HTTP
+(uvicorn on a loopback port), each tool going through the real reader API; a project outside the token's is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import redis
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from pvm import engines
+from pvm.config import Settings
+from pvm.reader import ContextReader
+from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes, use_settings
+from tests.pvm.test_client import serving
+from tests.workers.test_api_facts import APOLLO_ONLY, write_tokens
+from workers.api import create_app
+from workers.demo import sample_session
+from workers.mcp_server import TOOLS, Gateway, http_app
+
+EXPECTED_TOOLS = ["emit", "search", "context", "learn", "recall", "facts"]
+
+
+@pytest.fixture
+def api_url(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
+    """The token-guarded reader API over 60 minutes of project apollo (tokens: tests/workers/test_api_facts.py)."""
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=2)))
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    app = create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
+    with serving(app) as url:
+        yield url
+    engines.close_shared()
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+async def exercise(client: Client) -> dict[str, Any]:
+    """List the tools, call each one for apollo, and call one for a project the token does not reach."""
+    listed = await client.list_tools()
+    answers: dict[str, Any] = {"tools": [t.name for t in listed.tools]}
+    calls: dict[str, dict[str, Any]] = {
+        "emit": {"project_id": "apollo", "event_type": "decision", "agent_id": "coder", "memory_note": "use JWT"},
+        "search": {"project_id": "apollo", "query": "conflict resolved", "k": 3},
+        "context": {"project_id": "apollo", "agent_id": "coder", "task": "tune the cache"},
+        "learn": {"project_id": "apollo", "key": "deploy window", "value": "Tue 10:00", "agent_id": "coder"},
+        "recall": {"project_id": "apollo", "key": "nothing learned"},
+        "facts": {"project_id": "apollo", "limit": 5},
+    }
+    for name, arguments in calls.items():
+        result = await client.call_tool(name, arguments)
+        assert not result.is_error, f"{name}: {_text(result)}"
+        answers[name] = result.structured_content if name != "context" else _text(result)
+    refused = await client.call_tool("search", {"project_id": "borealis", "query": "anything"})
+    answers["refused"] = (refused.is_error, _text(refused))
+    invalid = await client.call_tool("search", {"project_id": "apollo"})  # no query
+    answers["invalid"] = (invalid.is_error, _text(invalid))
+    return answers
+
+
+def check(answers: dict[str, Any]) -> None:
+    assert answers["tools"] == EXPECTED_TOOLS == TOOLS.names()
+    assert len(answers["emit"]["id"]) == 26 and answers["emit"]["stream_id"]
+    hits = answers["search"]["hits"]
+    assert 0 < len(hits) <= 3 and all(h["minute"]["project_id"] == "apollo" for h in hits)
+    assert answers["context"].startswith("# Context for coder")
+    assert answers["learn"]["fact_id"] and answers["learn"]["minute_id"]
+    assert answers["recall"]["key"] == "nothing learned" and answers["recall"]["fact"] is None
+    assert answers["facts"]["facts"] == []  # nothing applied yet: the facts pool does not run here
+    is_error, message = answers["refused"]
+    assert is_error and "may not read project borealis" in message and "403" in message
+    is_error, message = answers["invalid"]
+    assert is_error and "query" in message
+
+
+def test_every_tool_answers_over_stdio_with_the_token_of_the_process(api_url: str) -> None:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "workers.cli", "mcp", "--token", APOLLO_ONLY],
+        env={"PVM_API_URL": api_url, "PVM_API_TOKEN": "", "PATH": os.environ.get("PATH", "")},
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+
+    async def run() -> dict[str, Any]:
+        async with Client(server, read_timeout_seconds=60) as client:
+            return await exercise(client)
+
+    check(asyncio.run(run()))
+
+
+def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_url: str) -> None:
+    app = http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")
+
+    async def run(url: str, token: str | None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            if token is None:
+                return await client.call_tool("recall", {"project_id": "apollo", "key": "k"})
+            return await exercise(client)
+
+    with serving(app) as base:
+        url = f"{base}/mcp"
+        check(asyncio.run(run(url, APOLLO_ONLY)))
+        anonymous = asyncio.run(run(url, None))
+    assert anonymous.is_error and "requires a token" in _text(anonymous)
