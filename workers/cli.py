@@ -597,7 +597,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         where = "(stateless: run index workers with `pvm worker index`)"
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
-    run_server(settings, args.addr, args.port, index_worker, tokens=tokens)
+    if args.mcp:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            raise SystemExit("pvm serve --mcp: needs the mcp extra: pip install 'pvm[mcp]'") from None
+        print(f"pvm serve: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}")
+        sys.stdout.flush()
+    run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp)
     return 0
 
 
@@ -1102,6 +1109,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "yes", "no"],
         default="auto",
         help="run the index pool in this process (auto: yes with the embedded engine, which one process must own)",
+    )
+    serve.add_argument(
+        "--mcp",
+        action="store_true",
+        help=f"also serve the MCP tools at {defaults.MCP_PATH} (as pvm mcp --transport http does, without its hop)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -12,9 +12,9 @@ decides the projects a caller reaches, as on the API (`workers/auth.py`):
 A call for a project outside the token's projects is refused (the tool's
 error says which project, and that the token may not read it).
 
-The API is PVM_API_URL (`--api-url`); `build_server(transport=...)` can also
-serve an API app in-process (`httpx.ASGITransport(app)`), as the tests and
-bench/surface_mcp.py do.
+The API is PVM_API_URL (`--api-url`). `pvm serve --mcp` serves the tools
+beside the API instead (`beside_api`): at /mcp of the API's own address,
+calling the API app in-process, a socket hop less.
 
 ADDING_TOOLS
 ------------
@@ -273,6 +273,29 @@ def http_app(gateway: Gateway, host: str = defaults.BIND_ADDR, path: str = defau
     return build_server(gateway).streamable_http_app(
         streamable_http_path=path, stateless_http=True, json_response=True, host=host
     )
+
+
+def beside_api(api: Any, host: str = defaults.BIND_ADDR, path: str = defaults.MCP_PATH) -> Any:
+    """The API app with the MCP tools at `path` (`pvm serve --mcp`), calling the API in this process.
+
+    The tools reach the API app through `httpx.ASGITransport`, not over a
+    socket: no second server, no loopback hop (bench/surface_mcp.py measures
+    both). Each request's bearer token is passed on as `pvm mcp --transport
+    http` passes it, so the API's own auth decides what it reaches.
+    """
+    import httpx
+
+    gateway = Gateway("http://pvm-api", per_request_token=True, transport=httpx.ASGITransport(app=api))
+    tools = http_app(gateway, host=host, path=path)  # on loopback the SDK also checks Host and Origin
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        # The MCP app's lifespan runs its session manager; the API app has none of its own.
+        if scope["type"] == "lifespan" or scope.get("path", "").rstrip("/") == path:
+            await tools(scope, receive, send)
+        else:
+            await api(scope, receive, send)
+
+    return app
 
 
 def run_stdio(api_url: str | None, token: str | None, settings: Settings) -> None:

@@ -1,5 +1,6 @@
 """`pvm mcp`: an MCP client from the SDK lists and calls every tool over stdio (a subprocess) and streamable HTTP
-(uvicorn on a loopback port), each tool going through the real reader API; a project outside the token's is refused."""
+(uvicorn on a loopback port: `pvm mcp --transport http`, and `pvm serve --mcp` beside the API), each tool going
+through the real reader API; a project outside the token's, or no token, is refused."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +27,9 @@ from tests.pvm.test_client import serving
 from tests.workers.test_api_facts import APOLLO_ONLY, write_tokens
 from workers.api import create_app
 from workers.demo import sample_session
-from workers.mcp_server import TOOLS, Gateway, http_app
+from workers.mcp_server import TOOLS, Gateway, beside_api, http_app
 
 EXPECTED_TOOLS = ["emit", "search", "context", "learn", "recall", "facts"]
-
-
-@pytest.fixture
-def api_url(
-    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> Iterator[str]:
-    """The token-guarded reader API over 60 minutes of project apollo (tokens: tests/workers/test_api_facts.py)."""
-    use_settings(settings, monkeypatch)
-    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=2)))
-    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
-    app = create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
-    with serving(app) as url:
-        yield url
-    engines.close_shared()
 
 
 def _text(result: Any) -> str:
@@ -86,11 +74,11 @@ def check(answers: dict[str, Any]) -> None:
     assert is_error and "query" in message
 
 
-def test_every_tool_answers_over_stdio_with_the_token_of_the_process(api_url: str) -> None:
+def test_every_tool_answers_over_stdio_with_the_token_of_the_process(api_app: Any) -> None:
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "workers.cli", "mcp", "--token", APOLLO_ONLY],
-        env={"PVM_API_URL": api_url, "PVM_API_TOKEN": "", "PATH": os.environ.get("PATH", "")},
+        env={"PVM_API_TOKEN": "", "PATH": os.environ.get("PATH", "")},
         cwd=str(Path(__file__).resolve().parents[2]),
     )
 
@@ -98,11 +86,37 @@ def test_every_tool_answers_over_stdio_with_the_token_of_the_process(api_url: st
         async with Client(server, read_timeout_seconds=60) as client:
             return await exercise(client)
 
-    check(asyncio.run(run()))
+    with serving(api_app) as api_url:
+        server.env = {**(server.env or {}), "PVM_API_URL": api_url}
+        check(asyncio.run(run()))
 
 
-def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_url: str) -> None:
-    app = http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")
+@pytest.fixture
+def api_app(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[Any]:
+    """The token-guarded reader API app over 60 minutes of project apollo (tokens: tests/workers/test_api_facts.py)."""
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=2)))
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    yield create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
+    engines.close_shared()
+
+
+@contextmanager
+def mcp_over_http(api: Any, where: str) -> Iterator[str]:
+    """The MCP endpoint's URL: `pvm mcp --transport http` calling the API over HTTP, or `pvm serve --mcp`."""
+    with serving(api) as api_url:
+        if where == "beside the API":
+            yield f"{api_url}/mcp"
+            return
+        with serving(http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")) as base:
+            yield f"{base}/mcp"
+
+
+@pytest.mark.parametrize("where", ["pvm mcp", "beside the API"])
+def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_app: Any, where: str) -> None:
+    served = beside_api(api_app, host="127.0.0.1") if where == "beside the API" else api_app
 
     async def run(url: str, token: str | None) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -114,8 +128,10 @@ def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_ur
                 return await client.call_tool("recall", {"project_id": "apollo", "key": "k"})
             return await exercise(client)
 
-    with serving(app) as base:
-        url = f"{base}/mcp"
+    with mcp_over_http(served, where) as url:
         check(asyncio.run(run(url, APOLLO_ONLY)))
         anonymous = asyncio.run(run(url, None))
+        if where == "beside the API":  # the API's own routes answer as before
+            health = httpx2.get(url.removesuffix("/mcp") + "/healthz")
+            assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert anonymous.is_error and "requires a token" in _text(anonymous)
