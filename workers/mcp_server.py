@@ -18,14 +18,16 @@ calling the API app in-process, a socket hop less.
 
 ADDING_TOOLS
 ------------
-A tool is one async function registered in `TOOLS` with `@TOOLS.tool`: its
-first parameter is the `AsyncClient` (already holding the caller's token), the
+A tool is one async function registered in `TOOLS` with `@TOOLS.tool`
+(`@TOOLS.named("list")` for a name the module should not define): its first
+parameter is the `AsyncClient` (already holding the caller's token), the
 others are the tool's arguments, typed (`Annotated[..., Field(description=...)]`
 for a description), and its docstring is the tool's description. Return
 JSON-able values (a dict for structured output, or text); a `PvmError` it
-raises becomes the tool's error message. Call the route's client method (add
-one to `pvm/routes.py` if the route is new), never the stores: the API is
-where tenancy is checked. Example:
+raises becomes the tool's error message. Call the route's client method,
+never the stores: the API is where tenancy is checked. A new route gets a
+builder in `pvm/routes.py` and one line in each client (`Client`,
+`AsyncClient`). Example:
 
     @TOOLS.tool
     async def stats(api: AsyncClient, project_id: ProjectId) -> dict[str, Any]:
@@ -63,10 +65,18 @@ class ToolRegistry:
 
     def tool(self, fn: ToolFunction) -> ToolFunction:
         """Register `fn` as the tool of its name (see ADDING_TOOLS in the module's docstring)."""
-        if fn.__name__ in self.functions:
-            raise ValueError(f"an MCP tool named {fn.__name__!r} is registered already")
-        self.functions[fn.__name__] = fn
-        return fn
+        return self.named(fn.__name__)(fn)
+
+    def named(self, name: str) -> Callable[[ToolFunction], ToolFunction]:
+        """Register a function as the tool `name`, for a name a module should not define (``list``, ``open``)."""
+
+        def register(fn: ToolFunction) -> ToolFunction:
+            if name in self.functions:
+                raise ValueError(f"an MCP tool named {name!r} is registered already")
+            self.functions[name] = fn
+            return fn
+
+        return register
 
     def names(self) -> list[str]:
         return list(self.functions)
@@ -234,7 +244,7 @@ def _close_later(client: AsyncClient) -> None:
     task.add_done_callback(_closing.discard)
 
 
-def _served(fn: ToolFunction, gateway: Gateway) -> Any:
+def _served(name: str, fn: ToolFunction, gateway: Gateway) -> Any:
     """The SDK's tool for a registered function: its signature without the client, plus the request's context."""
     from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
@@ -250,9 +260,9 @@ def _served(fn: ToolFunction, gateway: Gateway) -> Any:
     arguments = list(signature.parameters.values())[1:]  # the first is the AsyncClient
     context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     call.__signature__ = signature.replace(parameters=[*arguments, context])  # type: ignore[attr-defined]
-    call.__name__ = fn.__name__
+    call.__name__ = name
     call.__doc__ = fn.__doc__
-    return Tool.from_function(call, name=fn.__name__, description=inspect.getdoc(fn), context_kwarg="ctx")
+    return Tool.from_function(call, name=name, description=inspect.getdoc(fn), context_kwarg="ctx")
 
 
 def build_server(gateway: Gateway, registry: ToolRegistry = TOOLS) -> Any:
@@ -263,7 +273,7 @@ def build_server(gateway: Gateway, registry: ToolRegistry = TOOLS) -> Any:
         name="pvm",
         instructions="PVM is this project's shared memory: search it, read your context, record what you did, "
         "learn and recall values. Every tool names a project; your token reaches only its projects.",
-        tools=[_served(fn, gateway) for fn in registry.functions.values()],
+        tools=[_served(name, fn, gateway) for name, fn in registry.functions.items()],
         log_level="WARNING",
     )
 

@@ -18,16 +18,17 @@ import redis
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from pvm import engines
+from pvm import AsyncClient, engines
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
+from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, use_settings
 from tests.pvm.test_client import serving
 from tests.workers.test_api_facts import APOLLO_ONLY, write_tokens
 from workers.api import create_app
 from workers.demo import sample_session
-from workers.mcp_server import TOOLS, Gateway, beside_api, http_app
+from workers.mcp_server import TOOLS, Gateway, ProjectId, ToolRegistry, beside_api, build_server, http_app
 
 EXPECTED_TOOLS = ["emit", "search", "context", "learn", "recall", "facts"]
 
@@ -135,3 +136,26 @@ def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_ap
             health = httpx2.get(url.removesuffix("/mcp") + "/healthz")
             assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert anonymous.is_error and "requires a token" in _text(anonymous)
+
+
+def test_a_tool_is_one_function_in_a_registry() -> None:
+    registry = ToolRegistry()
+
+    @registry.named("list")
+    async def listing(api: AsyncClient, project_id: ProjectId) -> dict[str, Any]:
+        """The project asked for, and what the tool was handed to call the API with."""
+        return {"project_id": project_id, "client": type(api).__name__}
+
+    with pytest.raises(ValueError, match="registered already"):
+        registry.named("list")(listing)
+
+    async def run() -> tuple[Any, Any]:
+        server = build_server(Gateway(f"http://127.0.0.1:{free_port()}", "unused"), registry)
+        async with Client(server) as client:  # in-process: the tool never reaches the API
+            listed = (await client.list_tools()).tools
+            return listed, await client.call_tool("list", {"project_id": "apollo"})
+
+    listed, answer = asyncio.run(run())
+    assert [t.name for t in listed] == ["list"] and listed[0].description.startswith("The project asked for")
+    assert set(listed[0].input_schema["properties"]) == {"project_id"}  # neither the client nor the context
+    assert answer.structured_content == {"project_id": "apollo", "client": "AsyncClient"}
