@@ -5,17 +5,21 @@
               multi-agent sessions plus 4 side projects), through the log pool's
               and the index pool's steps, then one explicit `engine.optimize()`,
               as bench/reader.py does (its `build_minutes`, `Loader`, `load`).
-2. serve      in this process, as `pvm serve` runs it: the reader API
-              (`workers.api.create_app`, token-guarded) under uvicorn on a
-              loopback port; and, as `pvm mcp --transport http` runs it, the MCP
-              server (`workers.mcp_server.http_app`) under uvicorn on another,
-              calling the API over HTTP with each caller's bearer token.
+2. serve      in this process, as `pvm serve --mcp` runs it: the reader API
+              (`workers.api.create_app`, token-guarded) with the MCP tools at
+              /mcp beside it (`workers.mcp_server.beside_api`: the tools call
+              the API app in-process), under uvicorn on a loopback port; and, as
+              `pvm mcp --transport http` runs it, the MCP server on its own
+              (`workers.mcp_server.http_app`) under uvicorn on another port,
+              calling the API over HTTP. Both pass each caller's bearer token on.
 3. measure    from a separate process (an agent host): the SDK's MCP client
               (`mcp.Client` over streamable HTTP) calls the `search` tool with
               varied queries (k=5), each call timed from the call to its parsed
-              result, after a warm-up. For comparison, the same queries through
-              `pvm.Client.search` straight to the API, and `ContextReader.search`
-              in-process (what the API itself spends).
+              result, after a warm-up: mcp_call_* through `pvm serve --mcp`,
+              mcp_proxy_call_* through `pvm mcp`. For comparison, the same
+              queries through `pvm.Client.search` straight to the API, and
+              `ContextReader.search` in-process (what the API itself spends);
+              and each server's CPU time per call (`*_server_cpu_ms`).
                                                         target: mcp_call_p99_ms <= 20 at 100k
 
 Progress goes to stderr; the result (one JSON object with --json, else a table) to stdout.
@@ -68,7 +72,7 @@ from pvm import defaults, engines
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from workers.api import create_app
-from workers.mcp_server import Gateway, http_app
+from workers.mcp_server import Gateway, beside_api, http_app
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 1_000
@@ -103,7 +107,7 @@ def serving(app: Any, label: str) -> Iterator[str]:
 
 
 def client_main() -> int:
-    """Read {"via", "mcp_url", "api_url", "token", "project", "queries", "warmup"} on stdin; print the timings."""
+    """Read {"via": "mcp" | "api", "url", "token", "project", "queries", "warmup"} on stdin; print the timings."""
     spec = json.load(sys.stdin)
     if spec["via"] == "mcp":
         timed, hits = asyncio.run(_time_mcp(spec))
@@ -124,7 +128,7 @@ async def _time_mcp(spec: dict[str, Any]) -> tuple[list[float], list[int]]:
     hits: list[int] = []
     async with (
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
-        Client(streamable_http_client(spec["mcp_url"], http_client=http)) as client,
+        Client(streamable_http_client(spec["url"], http_client=http)) as client,
     ):
         for i, query in enumerate(spec["queries"]):
             arguments = {"project_id": spec["project"], "query": query, "k": SEARCH_K}
@@ -144,7 +148,7 @@ def _time_api(spec: dict[str, Any]) -> list[float]:
 
     clock = time.perf_counter_ns
     timed: list[float] = []
-    with Client(spec["api_url"], spec["token"]) as api:
+    with Client(spec["url"], spec["token"]) as api:
         for i, query in enumerate(spec["queries"]):
             started = clock()
             api.search(spec["project"], query, SEARCH_K)
@@ -193,29 +197,28 @@ def run(main_minutes: int, calls: int, seed: int, progress: Progress) -> dict[st
                 direct.append((time.perf_counter_ns() - started) / 1e6)
             result.update(_stats("reader_search", sorted(direct[WARMUP_CALLS:])))
             api = create_app(reader, connection, live.shards, api_token=TOKEN)
-            with serving(api, "api") as api_url:
-                mcp = http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")
-                with serving(mcp, "mcp") as mcp_base:
-                    spec = {
-                        "mcp_url": f"{mcp_base}{defaults.MCP_PATH}",
-                        "api_url": api_url,
-                        "token": TOKEN,
-                        "project": MAIN_PROJECT,
-                        "queries": queries,
-                        "warmup": WARMUP_CALLS,
-                    }
+            # `pvm serve --mcp`: the tools at /mcp of the API's server, calling the API app in-process.
+            with serving(beside_api(api, host="127.0.0.1"), "api") as api_url:
+                # `pvm mcp --transport http`: a server of its own, calling the API over loopback HTTP.
+                proxy = http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")
+                with serving(proxy, "mcp") as proxy_url:
+                    spec = {"token": TOKEN, "project": MAIN_PROJECT, "queries": queries, "warmup": WARMUP_CALLS}
                     load_before = os.getloadavg()[0]
-                    for via, name in (("mcp", "mcp_call"), ("api", "api_search")):
-                        progress.tick(f"timing {calls:,} search calls over {via.upper()} from a client process", True)
+                    for via, name, url in (
+                        ("mcp", "mcp_call", f"{api_url}{defaults.MCP_PATH}"),
+                        ("mcp", "mcp_proxy_call", f"{proxy_url}{defaults.MCP_PATH}"),
+                        ("api", "api_search", api_url),
+                    ):
+                        progress.tick(f"timing {calls:,} calls: {name}, from a client process", True)
                         cpu_before = time.process_time()
-                        timings = _client_process({**spec, "via": via})
+                        timings = _client_process({**spec, "via": via, "url": url})
                         cpu_ms = (time.process_time() - cpu_before) * 1000 / (calls + WARMUP_CALLS)
                         result.update(_stats(name, timings["ms"]))
-                        # What serving one call cost this process (both servers, the reader): CPU time, which
+                        # What serving one call cost this process (its servers, the reader): CPU time, which
                         # other load on the machine inflates far less than wall time.
                         result[f"{name}_server_cpu_ms"] = round(cpu_ms, 3)
                         if via == "mcp":
-                            result["mcp_hits_mean"] = round(sum(timings["hits"]) / len(timings["hits"]), 2)
+                            result[f"{name}_hits_mean"] = round(sum(timings["hits"]) / len(timings["hits"]), 2)
                     load_after = os.getloadavg()[0]
             # The machine's 1-minute load average around the timed calls: above ~1 others shared the cores.
             result["load_avg"] = [round(load_before, 2), round(load_after, 2)]
@@ -243,23 +246,25 @@ def _client_process(spec: dict[str, Any]) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     label = f"@{result['minutes_main'] // 1000}k"
     rows = [
-        (f"search over MCP p50 / p99 {label}", f"{result['mcp_call_p50_ms']} / {result['mcp_call_p99_ms']} ms",
-         "mcp_call_p99_ms"),
+        (f"search over MCP (serve --mcp) p50 / p99 {label}",
+         f"{result['mcp_call_p50_ms']} / {result['mcp_call_p99_ms']} ms", "mcp_call_p99_ms"),
+        (f"search over MCP (pvm mcp) p50 / p99 {label}",
+         f"{result['mcp_proxy_call_p50_ms']} / {result['mcp_proxy_call_p99_ms']} ms", ""),
         (f"search over the API p50 / p99 {label}", f"{result['api_search_p50_ms']} / {result['api_search_p99_ms']} ms",
          ""),
         (f"reader.search p50 / p99 {label}", f"{result['reader_search_p50_ms']} / "
          f"{result['reader_search_p99_ms']} ms", ""),
-        ("server CPU per call: MCP / API", f"{result['mcp_call_server_cpu_ms']} / "
-         f"{result['api_search_server_cpu_ms']} ms", ""),
+        ("server CPU per call: serve --mcp / pvm mcp / API", f"{result['mcp_call_server_cpu_ms']} / "
+         f"{result['mcp_proxy_call_server_cpu_ms']} / {result['api_search_server_cpu_ms']} ms", ""),
     ]  # fmt: skip
     met = result.get("met", {})
-    lines = [f"{'METRIC':<38}{'VALUE':>22}  {'TARGET':<12}RESULT"]
+    lines = [f"{'METRIC':<50}{'VALUE':>22}  {'TARGET':<12}RESULT"]
     for name, value, key in rows:
         target = verdict = ""
         if key in TARGETS:
             op, bound = TARGETS[key]
             target, verdict = f"{op} {bound:g}", VERDICT_WORDS[met.get(key)]
-        lines.append(f"{name:<38}{value:>22}  {target:<12}{verdict}")
+        lines.append(f"{name:<50}{value:>22}  {target:<12}{verdict}")
     lines += [
         "",
         f"{machine_line(result['machine'], server=False)}; load {result['load_avg']}; {result['elapsed_s']:.0f} s",
@@ -293,8 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "warmup_calls": WARMUP_CALLS,
         "search_k": SEARCH_K,
         "engine": "embedded (qdrant-edge), lexical only",
-        "transport": "streamable HTTP (stateless, JSON answers), the API over loopback HTTP, bearer token",
-        "client": "mcp.Client in a separate process; the API and the MCP server share this one (two uvicorn threads)",
+        "transport": "streamable HTTP (stateless, JSON answers), bearer token",
+        "mcp_call": "pvm serve --mcp: the tools at /mcp of the API's server, calling the API app in-process",
+        "mcp_proxy_call": "pvm mcp --transport http: its own server, calling the API over loopback HTTP",
+        "client": "mcp.Client in a separate process; both servers share this one (two uvicorn threads)",
     }
     result["targets"] = target_texts(TARGETS)
     result["met"] = verdicts(result, TARGETS)
