@@ -1,9 +1,18 @@
-"""Errors a producer can cause, each naming the field and the fix."""
+"""Errors a producer can cause, each naming the field and the fix, and `PvmError`, the base of all PVM raises."""
 
 from __future__ import annotations
 
 
-class ContractError(ValueError):
+class PvmError(Exception):
+    """Base of every error PVM raises to its callers: contract, configuration, client, reader, store errors.
+
+    `except pvm.PvmError` catches them all; each subclass also keeps the
+    builtin base it had (ValueError, RuntimeError, ImportError), so code that
+    caught those goes on working.
+    """
+
+
+class ContractError(PvmError, ValueError):
     """Base of every error raised for input that breaks the wire contract."""
 
 

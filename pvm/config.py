@@ -23,13 +23,14 @@ from typing import Any, Generic, TypeVar, overload
 from urllib.parse import urlsplit
 
 from contracts import keys
+from contracts.errors import PvmError
 from pvm import defaults
 
 T = TypeVar("T")
 _DEFINITION = "pvm.setting"  # the key of a field's declaration in its dataclass metadata
 
 
-class ConfigError(ValueError):
+class ConfigError(PvmError, ValueError):
     """An environment variable holds a value PVM cannot use."""
 
 

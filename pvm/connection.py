@@ -6,11 +6,12 @@ from typing import cast
 
 import redis
 
+from contracts.errors import PvmError
 from pvm import defaults
 from pvm.config import Settings
 
 
-class NoRedisConfigured(RuntimeError):
+class NoRedisConfigured(PvmError, RuntimeError):
     """Neither PVM_REDIS_URL nor an explicit URL names a Redis server."""
 
     def __init__(self) -> None:

@@ -327,3 +327,10 @@ MEMORY_IMPORT_MAX_BYTES = 512 * 1024 * 1024  # bytes one folder import reads (th
 MEMORY_WRITE_CHUNK = 1_000  # minutes per MULTI/EXEC when an import writes its changes to the stream
 MEMORY_SLUG_CHARS = 60  # the readable part of a file name (subject and attribute), before the id's first 8 hex
 MEMORY_EXPORT_DIR = "var/memory"  # where `make demo` exports the demo project's memory
+
+# -- MCP server, `pvm mcp` (workers/mcp_server.py) (area: agentapi) --------------------------------------------
+MCP_PORT = 8090  # `pvm mcp --transport http --port`; the reader API keeps API_PORT
+MCP_PATH = "/mcp"  # where the streamable HTTP transport answers
+MCP_CLIENTS = 64  # API clients kept open over HTTP, one per bearer token seen; the least recently used goes first
+MCP_SEARCH_K = 5  # hits the `search` tool returns unless asked
+MCP_FACTS_LIMIT = 20  # facts the `facts` tool lists unless asked

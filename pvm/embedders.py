@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from contracts.errors import PvmError
 from pvm.config import ConfigError
 from pvm.defaults import (
     EMBED_BACKOFF_BASE_S,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class EmbeddingError(Exception):
+class EmbeddingError(PvmError):
     """An embedding request failed for good (after retries, or at once when retrying cannot help)."""
 
     def __init__(self, message: str, *, status: int | None = None, attempts: int = 0) -> None:

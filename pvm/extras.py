@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from contracts.errors import PvmError
+
 SERVER_EXTRA = "pip install 'pvm[server]'"
 
 # Import name -> distribution, for every package the `server` extra adds (pyproject.toml).
@@ -28,7 +30,7 @@ SERVER_PACKAGES = {
 }
 
 
-class ServerExtraMissing(ImportError):
+class ServerExtraMissing(PvmError, ImportError):
     """A feature needs a package of the `server` extra that this install lacks; the message says how to add it."""
 
     def __init__(self, module: str, feature: str) -> None:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from contracts.errors import PvmError
 from pvm.config import ConfigError, Settings
 from pvm.defaults import (
     LLM_BACKOFF_BASE_S,
@@ -99,7 +100,7 @@ REPAIR_INSTRUCTION = (
 )
 
 
-class LLMError(Exception):
+class LLMError(PvmError):
     """An LLM call failed; the message says why and what to change."""
 
     def __init__(self, message: str, *, status: int | None = None, attempts: int = 0) -> None:

@@ -17,7 +17,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,12 +26,13 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from contracts import decode_durable_fields, keys
-from contracts.errors import InvalidFact
+from contracts.errors import InvalidFact, PvmError
 from contracts.facts import GLOBAL_KEY, Fact, FactType, TierKey
 from contracts.memory import BudgetReport, ContextPackage, SearchFilters, SearchHit, agent_lines, hit_line, minute_line
 from contracts.minute import is_valid_project_id, utc_now_iso
 from contracts.summaries import SYSTEM_EVENT_TYPES, Chunk, Episode, SummaryError, ThreadRef, chunk_line, episode_line
 from pvm import context_facts, defaults
+from pvm.config import Settings
 from pvm.context_facts import CURRENT_READ, PROMOTED_MARKER, FactMemo, KnownFact
 from pvm.knowledge import check_key
 from pvm.stores.agent_memory import AgentMemoryStore
@@ -64,6 +65,14 @@ end
 return {bodies, redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]),
         redis.call('HGETALL', KEYS[5]), redis.call('SMEMBERS', KEYS[6])}
 """
+
+
+class ReaderError(PvmError, ValueError):
+    """A read that cannot be made as asked (no project, a bad budget, task id or thread); the message names it."""
+
+
+class SearchUnavailable(PvmError, RuntimeError):
+    """A search asked of a reader built without a vector store."""
 
 
 class Searcher(Protocol):
@@ -108,7 +117,7 @@ def estimate_tokens(text: str) -> int:
 def require_project(project_id: object) -> str:
     """Tenancy fails closed: every read names a project."""
     if not isinstance(project_id, str) or not project_id:
-        raise ValueError("project_id is required: PVM never reads across projects; pass the project to read")
+        raise ReaderError("project_id is required: PVM never reads across projects; pass the project to read")
     return project_id
 
 
@@ -229,14 +238,14 @@ class ContextReader:
         self.experience_k = experience_k
         split = tuple(float(w) for w in fact_tier_split)
         if len(split) != 3 or not all(math.isfinite(w) and w >= 0 for w in split) or not sum(split):
-            raise ValueError(
+            raise ReaderError(
                 f"fact_tier_split must be three weights (task, project, global), each >= 0 and not all 0, "
                 f"such as {defaults.FACT_TIER_SPLIT}; got {fact_tier_split!r} (PVM_FACT_TIER_SPLIT)"
             )
         self.fact_tier_split = split
         for name, share in (("recent_share", recent_share), ("retrieved_share", retrieved_share)):
             if not (math.isfinite(share) and 0 <= share <= 1):
-                raise ValueError(f"{name} must be a share of the budget from 0 to 1, got {share!r}")
+                raise ReaderError(f"{name} must be a share of the budget from 0 to 1, got {share!r}")
         self.thread_recent = thread_recent
         self.recent_share = recent_share
         self.retrieved_share = retrieved_share
@@ -246,6 +255,60 @@ class ContextReader:
         self._facts = FactMemo(line_cost)
         self._minutes = MinuteMemo()
         self.fact_store = FactStore(connection)
+        self._owned: list[Callable[[], None]] = []  # what `close()` releases: only what `from_settings` opened
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, search: bool | None = None) -> ContextReader:
+        """A reader of the configured Redis and log (PVM_REDIS_URL, PVM_HOME), weighted as PVM_* settings say.
+
+        `search`: None (the default) searches when PVM_QDRANT_URL names a Qdrant
+        server, which any number of readers share; True also opens the embedded
+        engine under $PVM_HOME, which only one process may hold (so not beside a
+        running `pvm up` / `pvm serve`: read through `pvm.Client` there); False
+        never searches. The engine needs the server extra. `close()` (or a
+        `with` block) releases the connection and the engine it opened.
+        """
+        from pvm.connection import redis_from_settings
+
+        settings = settings or Settings.from_env()
+        connection = redis_from_settings(settings)
+        searcher: Searcher | None = None
+        wanted = bool(settings.qdrant_url) if search is None else search
+        if wanted:
+            from pvm import engines
+
+            try:
+                searcher = engines.searcher_for(settings)  # type: ignore[assignment]
+            except BaseException:
+                connection.close()
+                raise
+        reader = cls(
+            connection,
+            LogReader(settings.log_dir),
+            searcher,
+            fact_tier_split=settings.fact_tier_split,
+            thread_recent=settings.summary_recent,
+            recent_share=settings.context_recent_share,
+            retrieved_share=settings.context_retrieved_share,
+        )
+        reader._owned.append(connection.close)
+        if searcher is not None:
+            from pvm.engines import close_shared
+
+            reader._owned.append(close_shared)
+        return reader
+
+    def close(self) -> None:
+        """Release what `from_settings` opened (its Redis connection, its engine); a reader given them keeps them."""
+        owned, self._owned = self._owned, []
+        for release in reversed(owned):
+            release()
+
+    def __enter__(self) -> ContextReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- single reads --------------------------------------------------------------
 
@@ -308,7 +371,10 @@ class ContextReader:
         """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
         require_project(project_id)
         if self.searcher is None:
-            raise RuntimeError("this reader has no vector store configured; semantic search is unavailable")
+            raise SearchUnavailable(
+                "this reader has no vector store configured; semantic search is unavailable: build it with "
+                "ContextReader.from_settings(search=True), or give it a searcher"
+            )
         result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k, prefer=prefer)
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
@@ -362,11 +428,11 @@ class ContextReader:
         """
         require_project(project_id)
         if not isinstance(agent_id, str) or not agent_id:
-            raise ValueError("agent_id is required: the context is built for one agent")
+            raise ReaderError("agent_id is required: the context is built for one agent")
         if budget_tokens < 1:
-            raise ValueError(f"budget_tokens must be at least 1, got {budget_tokens}")
+            raise ReaderError(f"budget_tokens must be at least 1, got {budget_tokens}")
         if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-            raise ValueError(f"tags must be a list of strings, such as ['deploy', 'payments']; got {tags!r}")
+            raise ReaderError(f"tags must be a list of strings, such as ['deploy', 'payments']; got {tags!r}")
         tier_keys = _tier_keys(project_id, task_id, include_global)
         thread_ref = _thread_ref(thread)
         read_at = time.time()
@@ -619,7 +685,7 @@ def _thread_ref(thread: str | None) -> ThreadRef | None:
     try:
         return ThreadRef.parse(thread)
     except SummaryError as exc:
-        raise ValueError(f"thread: {exc.problem}") from None
+        raise ReaderError(f"thread: {exc.problem}") from None
 
 
 def _tier_keys(project_id: str, task_id: str | None, include_global: bool) -> list[TierKey]:
@@ -631,7 +697,7 @@ def _tier_keys(project_id: str, task_id: str | None, include_global: bool) -> li
         try:
             tiers.insert(0, TierKey.for_task(project_id, task_id))
         except InvalidFact as exc:
-            raise ValueError(f"task_id: {exc.problem}") from None
+            raise ReaderError(f"task_id: {exc.problem}") from None
     if include_global:
         tiers.append(GLOBAL_KEY)
     return tiers

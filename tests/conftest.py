@@ -55,6 +55,7 @@ INTEGRATION = (
     "tests/workers/test_cli.py::test_unknown_pool_and_bad_counts_are_refused",
     "tests/workers/test_cli.py::test_version_is_the_package_version",
     "tests/workers/test_jobs.py::test_the_pvm_worker_command_refuses_planted_jobs_on_every_queue",
+    "tests/workers/test_mcp_server.py::test_every_tool_answers_over_stdio_with_the_token_of_the_process",
     "tests/workers/test_runner.py::test_a_running_worker_drops_a_dead_workers_registration_and_keeps_its_own",
     "tests/workers/test_runner.py::test_several_processes_serve_one_pool",
     "tests/workers/test_runner.py::test_sigterm_finishes_the_current_batch_then_exits",

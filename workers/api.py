@@ -573,7 +573,14 @@ def create_app(
     )
 
 
-def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tokens: TokenFile | None = None) -> None:
+def run_server(
+    settings: Settings,
+    addr: str,
+    port: int,
+    index_worker: bool,
+    tokens: TokenFile | None = None,
+    mcp: bool = False,
+) -> None:
     """`pvm serve`: the API under uvicorn; with the embedded engine also the index and evaluate pools, in this process.
 
     The embedded engine's files belong to one process, so the process that
@@ -603,7 +610,11 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
         recent_share=settings.context_recent_share,
         retrieved_share=settings.context_retrieved_share,
     )
-    app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
+    app: Any = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
+    if mcp:  # `pvm serve --mcp`: the MCP tools at /mcp, calling this app in-process
+        from workers.mcp_server import beside_api
+
+        app = beside_api(app, host=addr)
     if settings.api_token is None and tokens is None and not is_loopback(addr):
         log.warning(
             "the reader API on %s:%d is unauthenticated: anyone who reaches it can read and write every project; "

@@ -597,7 +597,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         where = "(stateless: run index workers with `pvm worker index`)"
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
-    run_server(settings, args.addr, args.port, index_worker, tokens=tokens)
+    if args.mcp:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            raise SystemExit("pvm serve --mcp: needs the mcp extra: pip install 'pvm[mcp]'") from None
+        print(f"pvm serve: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}")
+        sys.stdout.flush()
+    run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp)
     return 0
 
 
@@ -841,7 +848,30 @@ def cmd_recall(args: argparse.Namespace, settings: Settings) -> int:
 
 
 # Commands that only call the reader API: they run in a client-only install (`pip install pvm`).
-CLIENT_COMMANDS = (cmd_context, cmd_search, cmd_facts, cmd_learn, cmd_recall)
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from workers import mcp_server
+    except ImportError as exc:
+        raise SystemExit(
+            f"pvm mcp: needs the mcp extra ({exc.name or exc} not installed): pip install 'pvm[mcp]'"
+        ) from None
+    if args.transport == "stdio":
+        # stdout is the protocol's: nothing else may be printed there.
+        mcp_server.run_stdio(args.api_url, args.token, settings)
+        return 0
+    if args.token is not None:
+        raise SystemExit("pvm mcp: --token is for stdio; over HTTP each caller sends its own bearer token")
+    print(
+        f"pvm mcp: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}, calling the reader API at "
+        f"{args.api_url or settings.api_url or defaults.API_URL}"
+    )
+    sys.stdout.flush()
+    mcp_server.run_http(args.api_url, args.addr, args.port, settings)
+    return 0
+
+
+# Commands that need only the client library (and, for `mcp`, the mcp extra): they call the reader API.
+CLIENT_COMMANDS = (cmd_context, cmd_search, cmd_facts, cmd_learn, cmd_recall, cmd_mcp)
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -1120,6 +1150,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="run the index pool in this process (auto: yes with the embedded engine, which one process must own)",
     )
+    serve.add_argument(
+        "--mcp",
+        action="store_true",
+        help=f"also serve the MCP tools at {defaults.MCP_PATH} (as pvm mcp --transport http does, without its hop)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     token = sub.add_parser("token", help="project-scoped tokens for the reader API (PVM_API_TOKENS_FILE)")
@@ -1255,6 +1290,20 @@ def build_parser() -> argparse.ArgumentParser:
         "own minutes; name an existing one to add to it)",
     )
     demo.set_defaults(func=cmd_demo)
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="PVM's memory as MCP tools (emit, search, context, learn, recall, facts) over stdio or HTTP",
+        description="Serve PVM's memory to MCP hosts: each tool calls the reader API (PVM_API_URL) with a token, "
+        "so a caller reaches only its token's projects. Over stdio the token is --token, else PVM_API_TOKEN; "
+        "over HTTP each request's Authorization: Bearer header. Needs the mcp extra (pip install 'pvm[mcp]').",
+    )
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or http")
+    mcp.add_argument("--token", help="stdio: the API token to call with (default: PVM_API_TOKEN)")
+    mcp.add_argument("--api-url", help="the reader API to call (default: PVM_API_URL)")
+    mcp.add_argument("--addr", default=defaults.BIND_ADDR, help=f"http: address to bind (default {defaults.BIND_ADDR})")
+    mcp.add_argument("--port", type=_port, default=defaults.MCP_PORT, help=f"http: port (default {defaults.MCP_PORT})")
+    mcp.set_defaults(func=cmd_mcp)
     _describe(parser)
     return parser
 

@@ -24,7 +24,7 @@ from typing import Any, cast
 import redis
 
 from contracts import keys
-from contracts.errors import InvalidFact
+from contracts.errors import InvalidFact, PvmError
 from contracts.fact_changes import (
     FactChange,
     fact_change,
@@ -56,7 +56,7 @@ from pvm.stores.fact_projection import (
 PROMOTED_ONLY = (FactStatus.PROMOTED,)
 
 
-class FactStoreBusy(RuntimeError):
+class FactStoreBusy(PvmError, RuntimeError):
     """Others kept changing the same project's facts while a change was being applied; the caller retries."""
 
 

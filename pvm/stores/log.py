@@ -28,6 +28,7 @@ from typing import Any
 import msgpack
 
 from contracts import Minute, decode_durable_fields, decode_durable_minute
+from contracts.errors import PvmError
 from contracts.minute import is_valid_project_id
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
@@ -36,7 +37,7 @@ from pvm.fsync import fsync_dir
 SEGMENT_SUFFIX = ".seg"
 
 
-class LogError(RuntimeError):
+class LogError(PvmError, RuntimeError):
     """The log directory is unusable (permissions, a corrupt segment in the middle)."""
 
 

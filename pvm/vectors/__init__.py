@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeGuard
 
+from contracts.errors import PvmError
 from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm import defaults
@@ -101,7 +102,7 @@ def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class VectorStoreError(RuntimeError):
+class VectorStoreError(PvmError, RuntimeError):
     """The vector store cannot do what was asked; the message says why and what to do."""
 
 

@@ -1,7 +1,9 @@
-"""PVMClient against the real reader API (Starlette under uvicorn on a loopback port, real Redis, real engine)."""
+"""Client and AsyncClient against the real reader API (Starlette under uvicorn on loopback, real Redis, real engine)."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -16,10 +18,11 @@ import uvicorn
 
 from contracts import InvalidMinute, Minute, new_minute_id
 from contracts.memory import ContextPackage
-from pvm import PVMAPIError, PVMClient, PVMRequestError, PVMServerError, defaults, engines
-from pvm.client import _id_chunks, project_path
+from pvm import AsyncClient, Client, PVMAPIError, PVMClient, PVMRequestError, PVMServerError, defaults, engines
+from pvm.client import project_path
 from pvm.config import ConfigError, Settings
 from pvm.reader import ContextReader
+from pvm.routes import _id_chunks
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, use_settings
@@ -222,3 +225,80 @@ def test_project_ids_are_checked_and_quoted() -> None:
             with pytest.raises(InvalidMinute) as refused:
                 api.recent(bad)
             assert refused.value.field == "project_id"
+
+
+def _routes_of(client_type: type) -> set[str]:
+    """The methods of a client class that are routes (built from `pvm.routes`)."""
+    return {name for name, member in vars(client_type).items() if getattr(member, "__module__", "") == "pvm.routes"}
+
+
+def test_the_async_client_has_every_route_and_answers_as_the_sync_one(
+    api_url: str, api: Client, reader: ContextReader
+) -> None:
+    assert PVMClient is Client
+    sync_routes = _routes_of(Client)
+    assert sync_routes == _routes_of(AsyncClient) and {"search", "recall", "post_minutes", "thread"} <= sync_routes
+    assert all(inspect.iscoroutinefunction(getattr(AsyncClient, name)) for name in sync_routes)
+    newest = api.recent("apollo", 5)
+
+    async def run() -> dict[str, Any]:
+        async with AsyncClient(api_url, TOKEN, retry_backoff=0.01) as aapi:
+            return {
+                "health": await aapi.health(),
+                "context": await aapi.context("apollo", "coder", task="tune the cache", budget_tokens=100_000),
+                "text": await aapi.context_text("apollo", "coder"),
+                "search": await aapi.search("apollo", "conflict resolved", k=3),
+                "recent": await aapi.recent("apollo", 5),
+                "minutes": await aapi.minutes("apollo", [newest[2]["id"], newest[0]["id"]]),
+                "stats": await aapi.stats("apollo"),
+                "thread": await aapi.thread("apollo", "project", recent=3),
+                "facts": await aapi.facts("apollo"),
+                "recall": await aapi.recall("apollo", "nothing learned"),
+                "posted": await aapi.post_minutes([Minute(project_id="apollo", event_type="message")]),
+            }
+
+    got = asyncio.run(run())
+    assert got["health"] == api.health()
+    package = api.context("apollo", "coder", task="tune the cache", budget_tokens=100_000)
+    ids = [h["minute_id"] for h in package["relevant_experience"]]  # scores move with each read: the hits do not
+    assert ids and [h["minute_id"] for h in got["context"]["relevant_experience"]] == ids
+    assert got["text"].startswith("# Context for coder")
+    hits = api.search("apollo", "conflict resolved", k=3)["hits"]
+    assert hits and [h["minute_id"] for h in got["search"]["hits"]] == [h["minute_id"] for h in hits]
+    assert got["recent"] == newest and [m["id"] for m in got["minutes"]] == [newest[2]["id"], newest[0]["id"]]
+    assert got["stats"]["minutes"] == api.stats("apollo")["minutes"]
+    assert got["thread"] == api.thread("apollo", "project", recent=3)
+    assert got["facts"] == api.facts("apollo") and got["recall"]["fact"] is None
+    assert got["posted"]["accepted"] == 1
+
+
+def test_async_errors_are_the_sync_ones(api_url: str) -> None:
+    async def run() -> tuple[PVMAPIError, PVMAPIError]:
+        async with AsyncClient(api_url, "not-it", retry_backoff=0.01) as wrong:
+            with pytest.raises(PVMRequestError) as refused:
+                await wrong.recent("apollo")
+        async with AsyncClient(f"http://127.0.0.1:{free_port()}", "", retries=1, retry_backoff=0.01) as nowhere:
+            with pytest.raises(PVMServerError) as unreachable:
+                await nowhere.health()
+        return refused.value, unreachable.value
+
+    refused, unreachable = asyncio.run(run())
+    assert refused.status == 401 and "refused the token: set PVM_API_TOKEN" in str(refused)
+    assert unreachable.status is None and "point PVM_API_URL at it" in str(unreachable)
+    assert "token=unset" in repr(AsyncClient(api_url, ""))
+
+
+def test_reads_return_minute_records_with_as_minutes(api: Client, api_url: str) -> None:
+    newest = api.recent("apollo", 3)
+    records = api.recent("apollo", 3, as_minutes=True)
+    assert all(isinstance(m, Minute) for m in records) and [m.to_dict() for m in records] == newest
+    by_id = api.minutes("apollo", [newest[1]["id"]], as_minutes=True)
+    assert by_id == [Minute.from_dict(newest[1])]
+    hits = api.search("apollo", "conflict resolved", k=2, as_minutes=True)["hits"]
+    assert hits and all(isinstance(h["minute"], Minute) and h["minute"].id == h["minute_id"] for h in hits)
+
+    async def run() -> list[Any]:
+        async with AsyncClient(api_url, TOKEN) as aapi:
+            return await aapi.recent("apollo", 3, as_minutes=True)
+
+    assert asyncio.run(run()) == records

@@ -13,8 +13,10 @@ from contracts.memory import ContextPackage, SearchFilters, agent_lines, hit_lin
 from pvm import engines
 from pvm.config import Settings
 from pvm.embedders import EmbeddingConfigError
-from pvm.reader import ContextReader, estimate_tokens
+from pvm.reader import ContextReader, ReaderError, SearchUnavailable, estimate_tokens
 from pvm.stores.log import LogReader
+from pvm.vectors import ShardLockedError
+from pvm.vectors.edge import EdgeEngine
 from tests.memory_helpers import log_minutes, use_settings
 from tests.openai_server import OpenAIServer, delay, status
 from workers.demo import sample_session
@@ -361,3 +363,39 @@ def test_a_second_context_reads_remembered_minutes_as_the_first_and_callers_get_
     assert second.recent[0]["memory_note"] == minutes[-50].memory_note != "changed by a caller"
     assert second.render() == third.render()
     assert [m["id"] for m in second.recent] == [m.id for m in minutes[-50:]]
+
+
+def _clients(connection: redis.Redis) -> int:
+    return len(connection.client_list())
+
+
+def test_a_reader_from_settings_reads_then_releases_its_connection_and_engine(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_settings(settings, monkeypatch)
+    minutes = list(sample_session("apollo", 30, seed=5))
+    log_minutes(redis_client, settings, minutes)
+    engines.close_shared()  # log_minutes indexed through this process's engine: from_settings opens its own
+    before = _clients(redis_client)
+    with ContextReader.from_settings(settings, search=True) as reader:
+        assert [m["id"] for m in reader.get_recent("apollo", 5)] == [m.id for m in minutes[-5:]]
+        assert reader.search("apollo", "login bug", k=3)
+        assert _clients(redis_client) == before + 1
+        with pytest.raises(ShardLockedError):
+            EdgeEngine(settings.vector_dir)  # the reader holds the embedded engine while it is open
+    assert _clients(redis_client) == before
+    EdgeEngine(settings.vector_dir).close()  # released: another owner can open it
+
+    with ContextReader.from_settings(settings) as lexical_only:  # no PVM_QDRANT_URL: no search, no engine held
+        assert lexical_only.searcher is None and len(lexical_only.get_recent("apollo", 3)) == 3
+        with pytest.raises(SearchUnavailable, match="from_settings"):
+            lexical_only.search("apollo", "login bug")
+        with pytest.raises(ReaderError, match="project_id is required"):
+            lexical_only.get_recent("")
+    lexical_only.close()  # closing twice is harmless
+
+
+def test_a_reader_given_its_connection_leaves_it_open(redis_client: redis.Redis, settings: Settings) -> None:
+    with ContextReader(redis_client, LogReader(settings.log_dir)) as reader:
+        reader.get_recent("apollo")
+    assert redis_client.ping()

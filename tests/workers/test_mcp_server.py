@@ -1,0 +1,161 @@
+"""`pvm mcp`: an MCP client from the SDK lists and calls every tool over stdio (a subprocess) and streamable HTTP
+(uvicorn on a loopback port: `pvm mcp --transport http`, and `pvm serve --mcp` beside the API), each tool going
+through the real reader API; a project outside the token's, or no token, is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import redis
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from pvm import AsyncClient, engines
+from pvm.config import Settings
+from pvm.reader import ContextReader
+from pvm.stores.log import LogReader
+from tests.conftest import free_port
+from tests.memory_helpers import log_minutes, use_settings
+from tests.pvm.test_client import serving
+from tests.workers.test_api_facts import APOLLO_ONLY, write_tokens
+from workers.api import create_app
+from workers.demo import sample_session
+from workers.mcp_server import TOOLS, Gateway, ProjectId, ToolRegistry, beside_api, build_server, http_app
+
+EXPECTED_TOOLS = ["emit", "search", "context", "learn", "recall", "facts"]
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+async def exercise(client: Client) -> dict[str, Any]:
+    """List the tools, call each one for apollo, and call one for a project the token does not reach."""
+    listed = await client.list_tools()
+    answers: dict[str, Any] = {"tools": [t.name for t in listed.tools]}
+    calls: dict[str, dict[str, Any]] = {
+        "emit": {"project_id": "apollo", "event_type": "decision", "agent_id": "coder", "memory_note": "use JWT"},
+        "search": {"project_id": "apollo", "query": "conflict resolved", "k": 3},
+        "context": {"project_id": "apollo", "agent_id": "coder", "task": "tune the cache"},
+        "learn": {"project_id": "apollo", "key": "deploy window", "value": "Tue 10:00", "agent_id": "coder"},
+        "recall": {"project_id": "apollo", "key": "nothing learned"},
+        "facts": {"project_id": "apollo", "limit": 5},
+    }
+    for name, arguments in calls.items():
+        result = await client.call_tool(name, arguments)
+        assert not result.is_error, f"{name}: {_text(result)}"
+        answers[name] = result.structured_content if name != "context" else _text(result)
+    refused = await client.call_tool("search", {"project_id": "borealis", "query": "anything"})
+    answers["refused"] = (refused.is_error, _text(refused))
+    invalid = await client.call_tool("search", {"project_id": "apollo"})  # no query
+    answers["invalid"] = (invalid.is_error, _text(invalid))
+    return answers
+
+
+def check(answers: dict[str, Any]) -> None:
+    assert answers["tools"] == EXPECTED_TOOLS == TOOLS.names()
+    assert len(answers["emit"]["id"]) == 26 and answers["emit"]["stream_id"]
+    hits = answers["search"]["hits"]
+    assert 0 < len(hits) <= 3 and all(h["minute"]["project_id"] == "apollo" for h in hits)
+    assert answers["context"].startswith("# Context for coder")
+    assert answers["learn"]["fact_id"] and answers["learn"]["minute_id"]
+    assert answers["recall"]["key"] == "nothing learned" and answers["recall"]["fact"] is None
+    assert answers["facts"]["facts"] == []  # nothing applied yet: the facts pool does not run here
+    is_error, message = answers["refused"]
+    assert is_error and "may not read project borealis" in message and "403" in message
+    is_error, message = answers["invalid"]
+    assert is_error and "query" in message
+
+
+def test_every_tool_answers_over_stdio_with_the_token_of_the_process(api_app: Any) -> None:
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "workers.cli", "mcp", "--token", APOLLO_ONLY],
+        env={"PVM_API_TOKEN": "", "PATH": os.environ.get("PATH", "")},
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+
+    async def run() -> dict[str, Any]:
+        async with Client(server, read_timeout_seconds=60) as client:
+            return await exercise(client)
+
+    with serving(api_app) as api_url:
+        server.env = {**(server.env or {}), "PVM_API_URL": api_url}
+        check(asyncio.run(run()))
+
+
+@pytest.fixture
+def api_app(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[Any]:
+    """The token-guarded reader API app over 60 minutes of project apollo (tokens: tests/workers/test_api_facts.py)."""
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=2)))
+    reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
+    yield create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
+    engines.close_shared()
+
+
+@contextmanager
+def mcp_over_http(api: Any, where: str) -> Iterator[str]:
+    """The MCP endpoint's URL: `pvm mcp --transport http` calling the API over HTTP, or `pvm serve --mcp`."""
+    with serving(api) as api_url:
+        if where == "beside the API":
+            yield f"{api_url}/mcp"
+            return
+        with serving(http_app(Gateway(api_url, per_request_token=True), host="127.0.0.1")) as base:
+            yield f"{base}/mcp"
+
+
+@pytest.mark.parametrize("where", ["pvm mcp", "beside the API"])
+def test_every_tool_answers_over_http_scoped_by_each_callers_bearer_token(api_app: Any, where: str) -> None:
+    served = beside_api(api_app, host="127.0.0.1") if where == "beside the API" else api_app
+
+    async def run(url: str, token: str | None) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            if token is None:
+                return await client.call_tool("recall", {"project_id": "apollo", "key": "k"})
+            return await exercise(client)
+
+    with mcp_over_http(served, where) as url:
+        check(asyncio.run(run(url, APOLLO_ONLY)))
+        anonymous = asyncio.run(run(url, None))
+        if where == "beside the API":  # the API's own routes answer as before
+            health = httpx2.get(url.removesuffix("/mcp") + "/healthz")
+            assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert anonymous.is_error and "requires a token" in _text(anonymous)
+
+
+def test_a_tool_is_one_function_in_a_registry() -> None:
+    registry = ToolRegistry()
+
+    @registry.named("list")
+    async def listing(api: AsyncClient, project_id: ProjectId) -> dict[str, Any]:
+        """The project asked for, and what the tool was handed to call the API with."""
+        return {"project_id": project_id, "client": type(api).__name__}
+
+    with pytest.raises(ValueError, match="registered already"):
+        registry.named("list")(listing)
+
+    async def run() -> tuple[Any, Any]:
+        server = build_server(Gateway(f"http://127.0.0.1:{free_port()}", "unused"), registry)
+        async with Client(server) as client:  # in-process: the tool never reaches the API
+            listed = (await client.list_tools()).tools
+            return listed, await client.call_tool("list", {"project_id": "apollo"})
+
+    listed, answer = asyncio.run(run())
+    assert [t.name for t in listed] == ["list"] and listed[0].description.startswith("The project asked for")
+    assert set(listed[0].input_schema["properties"]) == {"project_id"}  # neither the client nor the context
+    assert answer.structured_content == {"project_id": "apollo", "client": "AsyncClient"}
