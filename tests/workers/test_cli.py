@@ -587,6 +587,7 @@ def test_dead_refuses_ids_that_are_not_stream_ids(capsys: pytest.CaptureFixture[
 # -- one line, never a traceback ---------------------------------------------------------------------------------
 
 NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
+    "mcp",
     "log tail",
     "token new",
     "context",
