@@ -316,3 +316,13 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 # (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
+
+# PAIR loop, pvm/pair.py, pvm/checklist.py and pvm/pair_llm.py (area: pair).
+PAIR_TARGET = 95  # PVM_PAIR_TARGET: the score (0-100) at which the loop stops
+PAIR_ROUNDS = 3  # PVM_PAIR_ROUNDS: judgments per run at most (and one revision fewer)
+PAIR_K = 5  # PVM_PAIR_K: memories retrieved per gap
+PAIR_MAX_K = 16
+PAIR_JUDGE = "checklist"  # PVM_PAIR_JUDGE: checklist (offline, deterministic) or llm (PVM_LLM_MODEL)
+PAIR_REVISER = "extractive"  # PVM_PAIR_REVISER: extractive (offline, quotes memories) or llm
+PAIR_SEARCH_EXTRA = 10  # candidates searched beyond k, so that PAIR's own minutes left out do not leave k short
+PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more words when it holds this share of them
