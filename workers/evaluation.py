@@ -11,7 +11,8 @@ Scores (each 0..1, the design's four):
 - relevance: how often agents were given it (the reader's access counts),
   1 at `SCORE_RELEVANCE_FULL` reads;
 - accuracy: the minute's own ``success_criteria_met`` / 100, else its task's
-  final outcome (a PAIR judge's score of the task counts: `task_outcome`), else the event type's prior (`workers.assessment`); minus
+  final outcome (a PAIR judge's score of the task counts: `task_outcome`),
+  else the event type's prior (`workers.assessment`); minus
   `SCORE_CORRECTION_PENALTY` for each later minute that corrects it;
 - impact: the mean of min(1, later references / `SCORE_IMPACT_REFS_FULL`)
   and whether its task succeeded (1, 0, or 0.5 unknown). A correction is not
