@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from contracts.facts import is_valid_task_id
 from contracts.memory import FactHit, SearchFilters, SearchHit
 from contracts.minute import Minute
 from contracts.pair import (
@@ -457,6 +458,8 @@ class Pair:
             raise PairError("rounds", f"{limit!r} must be from 1 to {MAX_ROUNDS}")
         if isinstance(goal, bool) or not isinstance(goal, int) or not 1 <= goal <= 100:
             raise PairError("target", f"{goal!r} must be a score from 1 to 100")
+        if task_id is not None and not is_valid_task_id(task_id):
+            raise PairError("task_id", f"{str(task_id)[:40]!r} is not a task id: non-blank text of at most 128 chars")
         # Checked before the first judgment: a run that cannot be recorded is not run.
         Minute(project_id=project_id, event_type="pair_evaluation", agent_id=agent_id, data={"task_id": task_id})
         run_id = uuid.uuid4().hex

@@ -46,6 +46,7 @@ from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from contracts.summaries import SUMMARY_EVENT_TYPES, SYSTEM_EVENT_TYPES, SummaryError, ThreadRef
 from pvm import defaults
 from pvm.config import Settings
+from pvm.pair import Pair
 from pvm.reader import ContextReader
 from pvm.search import PREFERENCES
 from pvm.stores.facts import FactStore
@@ -56,6 +57,7 @@ from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, j
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.fact_routes import FactRoutes
 from workers.openapi import openapi_document
+from workers.pair_routes import PairRoute
 from workers.stats import project_stats
 
 log = logging.getLogger(__name__)
@@ -278,12 +280,15 @@ def create_app(
     shards: int,
     api_token: str | None = None,
     tokens: TokenFile | None = None,
+    pair: Pair | None = None,
 ) -> Starlette:
     """The API over one reader and one Redis.
 
     With `api_token` and/or `tokens`, every route but the health check needs a
     bearer token: `api_token` reaches every project, a token in `tokens` only
-    its own.
+    its own. `pair` gives the PAIR route its judge, reviser and limits (default:
+    the checklist judge and the extractive reviser); it searches with the
+    reader's searcher and writes its minutes as the facts routes do.
     """
     # A token read from a file-backed secret often ends in a newline no client will send.
     token = (api_token or "").strip() or None
@@ -521,6 +526,7 @@ def create_app(
         return [e.decode() if isinstance(e, bytes) else str(e) for e in append_batch(encoded)]
 
     facts = FactRoutes(FactStore(connection), reader.searcher, write)
+    pairs = PairRoute(pair or Pair(), reader.searcher, write)
     threads = SummaryStore(connection)
 
     def scoped(handler: Callable[[Request, bytes, TokenScope], Any]) -> Callable[[Request], Any]:
@@ -559,6 +565,7 @@ def create_app(
             Route("/v1/projects/{project_id}/learn", scoped(facts.learn), methods=["POST"]),
             Route("/v1/projects/{project_id}/recall", scoped(facts.recall)),
             Route("/v1/projects/{project_id}/recall/{key}", scoped(facts.recall)),
+            Route("/v1/projects/{project_id}/pair", route(pairs.run), methods=["POST"]),
         ],
         middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )
@@ -579,6 +586,7 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
 
     from pvm.connection import redis_from_settings
     from pvm.engines import close_shared, searcher_for
+    from pvm.pair import SearchRetriever
     from pvm.stores.log import LogReader
 
     # Before anything else: a tokens file that cannot be used stops the server (TokenFileError), never opens it.
@@ -594,7 +602,9 @@ def run_server(settings: Settings, addr: str, port: int, index_worker: bool, tok
         recent_share=settings.context_recent_share,
         retrieved_share=settings.context_retrieved_share,
     )
-    app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
+    # The judge and reviser PVM_PAIR_* ask for; the route gives the loop the reader's search and the API's writes.
+    pair = Pair.from_settings(settings, retriever=SearchRetriever(reader.searcher), record=lambda minute: None)  # type: ignore[arg-type]
+    app = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens, pair=pair)
     if settings.api_token is None and tokens is None and not is_loopback(addr):
         log.warning(
             "the reader API on %s:%d is unauthenticated: anyone who reaches it can read and write every project; "
