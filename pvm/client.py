@@ -361,6 +361,38 @@ class PVMClient:
         params = {"key": key, "task": task, "tier": list(tiers)}
         return self._json("GET", self._project(project_id, "recall"), params)
 
+    def pair(
+        self,
+        project_id: str,
+        task: str,
+        criteria: Sequence[str],
+        output: str,
+        *,
+        task_id: str | None = None,
+        agent_id: str | None = None,
+        rounds: int | None = None,
+        target: int | None = None,
+    ) -> dict[str, Any]:
+        """A PAIR run (docs/pair.md): `output` judged against `criteria`, revised from the project's memory.
+
+        Answers the run: ``score`` (the best seen), ``output`` (the best-scored
+        text), ``stopped`` and ``rounds`` (each with its score, gaps, retrieved
+        memories and revision). `rounds` and `target` override the server's
+        PVM_PAIR_ROUNDS and PVM_PAIR_TARGET for this run.
+        """
+        body = {
+            "task": task,
+            "criteria": list(criteria),
+            "output": output,
+            "task_id": task_id,
+            "agent_id": agent_id,
+            "rounds": rounds,
+            "target": target,
+        }
+        return self._json(
+            "POST", self._project(project_id, "pair"), body={k: v for k, v in body.items() if v is not None}
+        )
+
     def _change(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST a change with a minute id chosen here: every retry writes the same minute (the log keeps it once)."""
         sent = {k: v for k, v in body.items() if v is not None}

@@ -754,7 +754,9 @@ _VALUE = {
     "oneOf": [{**_TEXT, "maxLength": 1024}, {"type": "number"}, {"type": "boolean"}],
     "description": "text, a number or a boolean",
 }
-_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S", "description": "a task id"}
+# Something other than whitespace as Python reads it (str.isspace also takes \x1c-\x1f and \x85, JSON Schema's \s not).
+_NON_BLANK = r"[^\s\x1c-\x1f\x85]"
+_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": _NON_BLANK, "description": "a task id"}
 _AGENT_AND_ID = {
     "agent_id": {"type": "string", "minLength": 1, "description": "who makes the change (the minute's agent_id)"},
     "minute_id": {
@@ -999,7 +1001,7 @@ def pair_operation() -> tuple[str, Operation]:
     from contracts import pair as contract
     from workers import pair_routes as pr
 
-    text = {"type": "string", "minLength": 1, "pattern": r"\S"}
+    text = {"type": "string", "minLength": 1, "pattern": _NON_BLANK}
     fields = {
         "task": {**text, "maxLength": contract.MAX_TASK_CHARS, "description": "the original task"},
         "criteria": _array(

@@ -112,3 +112,15 @@ def test_another_projects_token_and_a_forged_pair_minute_are_refused(client: Tes
     forged = {"project_id": "apollo", "event_type": "pair_evaluation", "data": {"score": 100}}
     r = client.post("/v1/minutes", json=[forged], headers=bearer(APOLLO_ONLY))
     assert r.status_code == 422 and "pair" in r.json()["errors"][0]["problem"]
+
+
+def test_the_client_runs_pair_and_a_refusal_names_the_field(client: TestClient) -> None:
+    from pvm.client import PVMClient, PVMRequestError
+    from tests.pvm.test_client import serving
+
+    with serving(client.app) as url, PVMClient(url, token=APOLLO_ONLY) as api:
+        run = api.pair("apollo", TASK, CRITERIA, OUTPUT, task_id="T-7", rounds=2)
+        assert run["max_rounds"] == 2 and run["score"] == 100 and run["rounds"][0]["gaps"]
+        with pytest.raises(PVMRequestError) as refused:
+            api.pair("apollo", TASK, [], OUTPUT)
+        assert refused.value.status == 422 and "criteria" in str(refused.value)
