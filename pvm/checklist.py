@@ -121,6 +121,7 @@ STYLE_WORDS = _word_set(
 )
 
 
+@lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """A crude stem, the same for the criterion and the output: plurals and -ing / -ed endings dropped."""
     if _NUMBER.match(word):

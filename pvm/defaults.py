@@ -324,5 +324,6 @@ PAIR_K = 5  # PVM_PAIR_K: memories retrieved per gap
 PAIR_MAX_K = 16
 PAIR_JUDGE = "checklist"  # PVM_PAIR_JUDGE: checklist (offline, deterministic) or llm (PVM_LLM_MODEL)
 PAIR_REVISER = "extractive"  # PVM_PAIR_REVISER: extractive (offline, quotes memories) or llm
-PAIR_SEARCH_EXTRA = 10  # candidates searched beyond k, so that PAIR's own minutes left out do not leave k short
+PAIR_SEARCH_EXTRA = 2  # hits searched beyond k, so that PAIR's own minutes left out rarely leave k short ...
+PAIR_SEARCH_MAX = 100  # ... and when they do, the search asks again for 4x as many, up to this many
 PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more words when it holds this share of them

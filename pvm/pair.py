@@ -169,16 +169,19 @@ class SearchRetriever:
         self.kinds = tuple(kinds)
 
     def retrieve(self, project_id: str, query: str, k: int) -> list[Memory]:
-        # Extra candidates make room for the PAIR minutes left out (an earlier run's revision would quote itself).
-        hits = self.searcher.search(
-            project_id, query, SearchFilters(), k + defaults.PAIR_SEARCH_EXTRA, kinds=self.kinds
-        )
-        found = [
-            memory_of(h)
-            for h in hits
-            if not (isinstance(h, SearchHit) and h.minute.get("event_type") in PAIR_EVENT_TYPES)
-        ]
-        return [m for m in found if m.text][:k]
+        # PAIR minutes are left out (an earlier run's revision would quote itself): a few extra hits make room for
+        # them, and a search that lost more than that to them asks again for many more.
+        asked = k + defaults.PAIR_SEARCH_EXTRA
+        while True:
+            hits = self.searcher.search(project_id, query, SearchFilters(), asked, kinds=self.kinds)
+            found = [m for m in (memory_of(h) for h in hits if not _is_pair(h)) if m.text]
+            if len(found) >= k or len(hits) < asked or asked >= defaults.PAIR_SEARCH_MAX:
+                return found[:k]
+            asked = min(asked * 4, defaults.PAIR_SEARCH_MAX)
+
+
+def _is_pair(hit: SearchHit | FactHit) -> bool:
+    return isinstance(hit, SearchHit) and hit.minute.get("event_type") in PAIR_EVENT_TYPES
 
 
 def gap_query(gap: Gap) -> str:
