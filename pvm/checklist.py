@@ -97,7 +97,7 @@ STOP_WORDS = _word_set(
     there them they he she his her we our you your i me my which what how why when where who whom whose than
     then so such also both each every all any some into onto about over per via if else but yet just only very
     more most less least other another same own one ones clearly explicitly exactly properly correctly well
-    briefly
+    briefly whether after before instead during while because since until
     """
 )
 # Words that say what to do with a term, not the term: "mentions the rollback plan" checks rollback and plan.
@@ -123,19 +123,22 @@ STYLE_WORDS = _word_set(
 
 @lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
-    """A crude stem, the same for the criterion and the output: plurals and -ing / -ed endings dropped."""
+    """A crude stem, the same for the criterion and the output: plurals, -ing / -ed endings and a final e dropped.
+
+    ``rotated``, ``rotates`` and ``rotate`` are all ``rotat``; ``cookies`` and ``cookie`` ``cooki``.
+    """
     if _NUMBER.match(word):
         return number(word)
     if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
+        return word[:-3] + "i"
     if len(word) > 5 and word.endswith("ing"):
-        return word[:-3]
-    if len(word) > 4 and word.endswith("ed"):
-        return word[:-2]
-    if len(word) > 4 and word.endswith(("ses", "xes", "ches", "shes", "zes")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
+        word = word[:-3]
+    elif len(word) > 4 and word.endswith(("ed", "ses", "xes", "ches", "shes", "zes")):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    if len(word) > 3 and word.endswith(("e", "y")):
+        return word[:-1] + ("i" if word.endswith("y") else "")
     return word
 
 

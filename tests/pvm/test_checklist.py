@@ -85,3 +85,13 @@ def test_numbers_bounds_and_length() -> None:
 def test_the_same_output_gets_the_same_verdict() -> None:
     criteria = ["Mentions the rollback plan", "p99 latency under 200 ms"]
     assert JUDGE.judge("t", criteria, "a plan") == JUDGE.judge("t", criteria, "a plan")
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [("rotate", "rotated", "rotates", "rotating"), ("cookie", "cookies"), ("entry", "entries"), ("fix", "fixes")],
+)
+def test_the_forms_of_a_word_share_one_stem(forms: tuple[str, ...]) -> None:
+    from pvm.checklist import stem
+
+    assert len({stem(f) for f in forms}) == 1, {f: stem(f) for f in forms}
