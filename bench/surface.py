@@ -111,7 +111,7 @@ def pair_cases(minutes: Sequence[Minute], n: int, seed: int) -> list[PairCase]:
                 task=f"Write the incident report for the {thing} outage ({failed.data.get('task_id')})",
                 criteria=(
                     f"Names the root cause of the {thing} outage",
-                    f'Quotes the error: "{error}"' if error else f"Says what broke on the {thing}",
+                    f'Quotes "{error}"' if error else f"Says what broke on the {thing}",
                     f"Names who the {thing} fix was handed to",
                     "Does not blame a person",
                 ),

@@ -242,6 +242,11 @@ def _content(word: str) -> bool:
     )
 
 
+def content_stems(text: str) -> frozenset[str]:
+    """The stems of the words of `text` a check could be made of (no stop, instruction or style words)."""
+    return frozenset(stem(w) for w in words(text) if _content(w))
+
+
 def _term_checks(tokens: Sequence[str]) -> list[Check]:
     """One check per content word, numbers as number checks, ``X or Y`` as one check with alternatives."""
     groups: list[list[str]] = []

@@ -326,4 +326,5 @@ PAIR_JUDGE = "checklist"  # PVM_PAIR_JUDGE: checklist (offline, deterministic) o
 PAIR_REVISER = "extractive"  # PVM_PAIR_REVISER: extractive (offline, quotes memories) or llm
 PAIR_SEARCH_EXTRA = 2  # hits searched beyond k, so that PAIR's own minutes left out rarely leave k short ...
 PAIR_SEARCH_MAX = 100  # ... and when they do, the search asks again for 4x as many, up to this many
+PAIR_ABOUT_WORDS = 2  # a quoted sentence shares this many of its criterion's other words (or all, when fewer)
 PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more words when it holds this share of them

@@ -51,7 +51,7 @@ from contracts.pair import (
     pair_minute,
 )
 from pvm import defaults
-from pvm.checklist import ChecklistJudge, Verdict, normalized, stem, words
+from pvm.checklist import ChecklistJudge, Verdict, content_stems, normalized, stem, words
 
 if TYPE_CHECKING:
     from pvm.config import Settings
@@ -224,8 +224,12 @@ class ExtractiveReviser:
 
     For each gap, the sentence of the retrieved memories that holds the most
     missing terms not yet covered is appended (``<sentence> [<memory id>]``),
-    then the next, until every term is covered or no sentence adds one. A
-    sentence of the output holding all of a forbidden term's words is removed.
+    then the next, until every term is covered or no sentence adds one; of
+    equals, the one sharing more words with the rest of the criterion. Only
+    sentences sharing two of those words (or all, when it has fewer) are
+    candidates: for "Names who the billing service fix was handed to", a
+    sentence about the billing service. A sentence of the output holding all of a forbidden term's words
+    is removed.
     Nothing is invented: a term no memory holds stays missing.
     """
 
@@ -241,17 +245,23 @@ class ExtractiveReviser:
         quoted: set[str] = set()
         for entry in gaps:
             wanted = [label for label in entry.gap.missing if not covers(have, label)]
+            # What the criterion is about besides what is missing: a sentence holding little of it is about
+            # something else ("the search index fix was handed to dba" names no owner of the billing service fix).
+            about = content_stems(entry.gap.criterion) - content_stems(" ".join(entry.gap.missing))
+            enough = min(defaults.PAIR_ABOUT_WORDS, len(about))
             candidates = [
-                (s, m.id, frozenset(stem(w) for w in words(s)))
+                (s, m.id, held)
                 for m in entry.memories
                 for s in sentences(m.text)
                 if normalized(s) not in quoted
+                for held in (frozenset(stem(w) for w in words(s)),)
+                if len(about & held) >= enough
             ]
             while wanted and candidates:
-                best, best_id, best_stems, gain = None, "", frozenset[str](), 0
+                best, best_id, best_stems, gain = None, "", frozenset[str](), (0, 0)
                 for s, memory_id, stems in candidates:
-                    count = sum(covers(stems, label) for label in wanted)
-                    if count > gain:
+                    count = (sum(covers(stems, label) for label in wanted), len(about & stems))
+                    if count[0] and count > gain:
                         best, best_id, best_stems, gain = s, memory_id, stems, count
                 if best is None:
                     break

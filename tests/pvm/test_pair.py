@@ -283,3 +283,19 @@ def test_from_settings_builds_the_configured_loop(
     assert len(stream) == 1  # the emitter it owned wrote the evaluation and was closed (flushed)
     with pytest.raises(ValueError, match="PVM_LLM_MODEL"):
         Pair.from_settings(settings.with_(pair_judge="llm"), retriever=STORE, record=lambda m: None)
+
+
+def test_the_extractive_reviser_quotes_only_sentences_about_the_criterion() -> None:
+    gap = Gap("Names who the billing service fix was handed to", ("handed",), (), 50)
+    memories = (
+        Memory("m-other", "minute", "The search index fix was handed to dba."),
+        Memory("m-billing", "minute", "Tester handed the billing service fix to coder."),
+    )
+    revised = ExtractiveReviser().revise(
+        TASK, [gap.criterion], "The billing service broke.", [GapMemories(gap, "q", memories)]
+    )
+    assert "[m-billing]" in revised.text and "m-other" not in revised.text
+    only_other = ExtractiveReviser().revise(
+        TASK, [gap.criterion], "The billing service broke.", [GapMemories(gap, "q", memories[:1])]
+    )
+    assert only_other.text == "The billing service broke."  # nothing about the billing service to quote

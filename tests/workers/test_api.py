@@ -151,6 +151,7 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/recall",
         "/v1/projects/{project_id}/recall/{key}",
         "/v1/projects/{project_id}/threads/{thread}",
+        "/v1/projects/{project_id}/pair",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 
