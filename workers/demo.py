@@ -246,7 +246,7 @@ def pair_lines(run: dict[str, Any]) -> list[str]:
                 lines += [f"    [{m['id']}] ({m['kind']}) {m['text']}" for m in found["memories"]]
         if r["revision"] is not None:
             lines.append(f"  revision by {r['reviser']}:")
-            lines += [f"    {line}" for line in str(r["revision"]).splitlines()]
+            lines += [f"    {line}" if line else "" for line in str(r["revision"]).splitlines()]
     lines.append(
         f"stopped: {run['stopped']}; best score {run['score']}/100 (target {run['target']}); "
         f"{len(run['minute_ids'])} minutes written (pair_evaluation, pair_revision)"
@@ -379,7 +379,7 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
             print("\n(PVM_DOWNSTREAM leaves out the facts pool: no facts to show.)")
         connection.close()
         print("\n" + "=" * 100)
-        print(f"PAIR: agent {PAIR_AGENT!r}'s output, checked against its task's success criteria by a fresh judge")
+        print(f"PAIR: agent {PAIR_AGENT}'s output, checked against its task's success criteria by a fresh judge")
         print("=" * 100)
         print(f"task: {PAIR_TASK}")
         print("criteria:\n" + "\n".join(f"  {i}. {c}" for i, c in enumerate(PAIR_CRITERIA, 1)))
