@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.codec import MinuteTooLarge, encode_minute
 from contracts.errors import ContractError
 from contracts.minute import MAX_ID_LENGTH, EventType, Minute
 
@@ -46,6 +47,9 @@ MAX_TERM_CHARS = 200
 MAX_RETRIEVED = 16  # ids retrieved for one gap
 MAX_NOTE_CHARS = 500  # a fallback's reason, a judge's or reviser's name
 MAX_ROUNDS = 20
+# Task, criteria and output together: what one pair_evaluation repeats, with its gaps, within one minute's 64 KiB.
+MAX_RUN_CHARS = 24_000
+KEPT_TERMS = 3  # a gap's terms kept per list when its minute would not fit otherwise (`pair_minute`)
 
 PAIR_EVENT_TYPES = frozenset({EventType.PAIR_EVALUATION.value, EventType.PAIR_REVISION.value})
 
@@ -75,6 +79,17 @@ def check_criteria(value: Any, field: str = "criteria") -> tuple[str, ...]:
     if not value or len(value) > MAX_CRITERIA:
         raise PairError(field, f"has {len(value)} criteria; give 1 to {MAX_CRITERIA}")
     return tuple(check_text(c, f"{field}[{i}]", MAX_CRITERION_CHARS).strip() for i, c in enumerate(value))
+
+
+def check_run_size(task: str, criteria: Sequence[str], output: str) -> None:
+    """`PairError` naming ``output`` when the task, criteria and output together pass `MAX_RUN_CHARS`."""
+    size = len(task) + sum(len(c) for c in criteria) + len(output)
+    if size > MAX_RUN_CHARS:
+        raise PairError(
+            "output",
+            f"the task, criteria and output hold {size} characters in all; the limit is {MAX_RUN_CHARS} "
+            "(MAX_RUN_CHARS, so that every round fits one minute): shorten the output or split the criteria",
+        )
 
 
 def check_score(value: Any, field: str = "score") -> int:
@@ -287,7 +302,12 @@ def pair_minute(
     agent_id: str | None = None,
     references: Sequence[str] = (),
 ) -> Minute:
-    """The minute that records one evaluation or revision (its `task_id` lets the evaluate pool score the task)."""
+    """The minute that records one evaluation or revision (its `task_id` lets the evaluate pool score the task).
+
+    One that would pass 64 KiB keeps less: an evaluation the first `KEPT_TERMS` missing and forbidden terms of
+    each gap (then none), a revision the first `KEPT_TERMS` ids of each retrieval and a shorter query (then one
+    id); the score, the criteria, the output and the revision stay whole.
+    """
     if isinstance(change, PairEvaluation):
         event_type = EventType.PAIR_EVALUATION.value
         note = f"PAIR round {change.round}: {change.score}/100 by {change.judge}" + (
@@ -296,14 +316,37 @@ def pair_minute(
     else:
         event_type = EventType.PAIR_REVISION.value
         note = f"PAIR round {change.round}: revised by {change.reviser}"
-    data = change.to_data()
-    if task_id is not None:
-        data["task_id"] = task_id
-    return Minute(
-        project_id=project_id,
-        event_type=event_type,
-        agent_id=agent_id,
-        data=data,
-        memory_note=note[:MAX_NOTE_CHARS],
-        context_references=tuple(references),
-    )
+    for kept in (None, KEPT_TERMS, 0):  # a minute that would pass 64 KiB keeps less of each gap
+        data = _trimmed(change.to_data(), kept)
+        if task_id is not None:
+            data["task_id"] = task_id
+        minute = Minute(
+            project_id=project_id,
+            event_type=event_type,
+            agent_id=agent_id,
+            data=data,
+            memory_note=note[:MAX_NOTE_CHARS],
+            context_references=tuple(references),
+        )
+        try:
+            encode_minute(minute)
+        except MinuteTooLarge:
+            if kept == 0:
+                raise
+            continue
+        return minute
+    raise AssertionError("unreachable")
+
+
+def _trimmed(data: dict[str, Any], kept: int | None) -> dict[str, Any]:
+    """`data` with each gap's terms (an evaluation), or each retrieval's query and ids (a revision), cut to `kept`."""
+    if kept is None:
+        return data
+    if "gaps" in data:
+        data["gaps"] = [{**g, "missing": g["missing"][:kept], "forbidden": g["forbidden"][:kept]} for g in data["gaps"]]
+    if "retrieved" in data:
+        data["retrieved"] = [
+            {**r, "query": r["query"][: MAX_TERM_CHARS * max(1, kept)], "ids": r["ids"][: max(1, kept)]}
+            for r in data["retrieved"]
+        ]
+    return data

@@ -47,6 +47,7 @@ from contracts.pair import (
     PairRevision,
     Retrieved,
     check_criteria,
+    check_run_size,
     check_text,
     pair_minute,
 )
@@ -465,6 +466,7 @@ class Pair:
         task = check_text(task, "task", MAX_TASK_CHARS).strip()
         criteria = check_criteria(criteria)
         output = check_text(output, "output", MAX_OUTPUT_CHARS)
+        check_run_size(task, criteria, output)
         limit = self.rounds if rounds is None else rounds
         goal = self.target if target is None else target
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ROUNDS:

@@ -1025,7 +1025,11 @@ def pair_operation() -> tuple[str, Operation]:
                 "summary": "PAIR: a fresh judge scores the output against the criteria, memories retrieved for each "
                 "gap revise it, the revision is judged again, until the target or the round limit",
                 "parameters": [PROJECT, REQUEST_ID],
-                "requestBody": _body(_object(fields, required=pr.PAIR_FIELDS), "the task, criteria and output"),
+                "requestBody": _body(
+                    _object(fields, required=pr.PAIR_FIELDS),
+                    f"the task, criteria and output: at most {contract.MAX_RUN_CHARS} characters together (422 "
+                    "naming output beyond), so that every round fits one minute",
+                ),
                 "responses": {"200": _answer("the run and its rounds", "PairRun"), "422": _FIELD_ERROR, **_ERRORS},
             },
         ),

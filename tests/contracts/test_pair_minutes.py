@@ -79,3 +79,34 @@ def test_a_malformed_evaluation_is_refused_naming_the_field(data_change: dict[st
 def test_pair_minutes_are_written_only_by_pvm_and_belong_to_no_thread() -> None:
     assert {"pair_evaluation", "pair_revision"} <= SYSTEM_EVENT_TYPES
     assert thread_of(pair_minute("apollo", evaluation(), task_id="T-7")) is None
+
+
+def test_an_evaluation_too_large_for_one_minute_keeps_fewer_terms_per_gap() -> None:
+    from contracts.pair import KEPT_TERMS, MAX_CRITERIA, MAX_CRITERION_CHARS, MAX_TERM_CHARS, MAX_TERMS
+
+    criteria = tuple(f"{i} " + "c" * (MAX_CRITERION_CHARS - 4) for i in range(MAX_CRITERIA))
+    gaps = tuple(Gap(c, tuple("t" * MAX_TERM_CHARS for _ in range(MAX_TERMS)), (), 0) for c in criteria)
+    big = evaluation(criteria=criteria, gaps=gaps, output="o" * 4_000)
+    made = pair_minute("apollo", big, task_id="T-7")
+    assert len(encode_minute(made)) <= 64 * 1024
+    kept = pair_change(decode_minute(encode_minute(made)))
+    assert isinstance(kept, PairEvaluation) and kept.score == big.score and kept.criteria == criteria
+    assert all(len(g.missing) <= KEPT_TERMS for g in kept.gaps) and len(kept.gaps) == MAX_CRITERIA
+
+
+def test_a_revision_too_large_for_one_minute_keeps_fewer_ids_per_retrieval() -> None:
+    from contracts.pair import KEPT_TERMS, MAX_CRITERIA, MAX_OUTPUT_CHARS, MAX_RETRIEVED
+
+    retrieved = tuple(
+        Retrieved(
+            f"criterion {i} " + "c" * 480,
+            "q" * 3_000,
+            tuple(f"01M8CCTMD465JQH9APEC74G3{j:02d}" for j in range(MAX_RETRIEVED)),
+        )
+        for i in range(MAX_CRITERIA)
+    )
+    big = PairRevision("0f3c", 1, "extractive", "r" * MAX_OUTPUT_CHARS, retrieved)
+    made = pair_minute("apollo", big)
+    kept = pair_change(decode_minute(encode_minute(made)))
+    assert isinstance(kept, PairRevision) and kept.revision == big.revision and len(kept.retrieved) == MAX_CRITERIA
+    assert all(len(r.ids) <= KEPT_TERMS for r in kept.retrieved)

@@ -299,3 +299,17 @@ def test_the_extractive_reviser_quotes_only_sentences_about_the_criterion() -> N
         TASK, [gap.criterion], "The billing service broke.", [GapMemories(gap, "q", memories[:1])]
     )
     assert only_other.text == "The billing service broke."  # nothing about the billing service to quote
+
+
+def test_the_largest_request_still_fits_its_minutes_or_is_refused_up_front() -> None:
+    from contracts import encode_minute
+    from contracts.pair import MAX_CRITERIA, MAX_CRITERION_CHARS, MAX_RUN_CHARS
+
+    words = " ".join(f"term{i}" for i in range(200))
+    criteria = [(f"c{i} " + words)[:MAX_CRITERION_CHARS] for i in range(MAX_CRITERIA)]
+    with pytest.raises(ValueError, match="MAX_RUN_CHARS"):
+        Pair().run("apollo", TASK, criteria, "x" * 10_000)
+    room = MAX_RUN_CHARS - len(TASK) - sum(len(c) for c in criteria)
+    written: list[Minute] = []
+    result = Pair(record=written.append, retriever=Memories([])).run("apollo", TASK, criteria, "y " * (room // 2))
+    assert result.rounds[0].gaps and all(len(encode_minute(m)) > 0 for m in written)
