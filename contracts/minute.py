@@ -62,6 +62,9 @@ class EventType(StrEnum):
     # A chunk summary a model wrote (the summarize pool): replay reads it instead of calling the model again.
     # Payload and parser: contracts/summaries.py.
     CHUNK_SUMMARIZED = "chunk_summarized"
+    # A PAIR round (pvm/pair.py): a judge's score and gaps, and a revision. Payloads and parser: contracts/pair.py.
+    PAIR_EVALUATION = "pair_evaluation"
+    PAIR_REVISION = "pair_revision"
 
 
 KNOWN_EVENT_TYPES = frozenset(e.value for e in EventType)

@@ -28,6 +28,7 @@ from contracts.errors import ContractError, InvalidMinute
 from contracts.fact_changes import FACT_EVENT_TYPES
 from contracts.facts import is_valid_task_id
 from contracts.minute import MAX_NAME_LENGTH, EventType, Minute, Scope, check_project_id
+from contracts.pair import PAIR_EVENT_TYPES
 
 MAX_SUMMARY_CHARS = 2_000  # one chunk's summary (a merged chunk's too)
 MAX_TOPICS = 12
@@ -42,9 +43,9 @@ MAX_DECISIONS = 32  # decisions one chunk names (a merged chunk keeps its newest
 MAX_DECISION_CHARS = 300
 
 SUMMARY_EVENT_TYPES = frozenset({EventType.CHUNK_SUMMARIZED.value})
-# Event types only PVM writes (the facts pool's changes, the summarize pool's summaries): producers may not send
-# them, recent windows and threads leave them out (their view is the facts and the thread's chunks).
-SYSTEM_EVENT_TYPES = FACT_EVENT_TYPES | SUMMARY_EVENT_TYPES
+# Event types only PVM writes (the facts pool's changes, the summarize pool's summaries, PAIR rounds): producers may
+# not send them, recent windows and threads leave them out (their view is the facts and the thread's chunks).
+SYSTEM_EVENT_TYPES = FACT_EVENT_TYPES | SUMMARY_EVENT_TYPES | PAIR_EVENT_TYPES
 
 
 class SummaryError(ContractError):

@@ -327,6 +327,7 @@ class Client(_Connection):
     retract = _sync(routes.retract)
     learn = _sync(routes.learn)
     recall = _sync(routes.recall)
+    pair = _sync(routes.pair)
 
 
 class AsyncClient(_Connection):
@@ -385,6 +386,7 @@ class AsyncClient(_Connection):
     retract = _async(routes.retract)
     learn = _async(routes.learn)
     recall = _async(routes.recall)
+    pair = _async(routes.pair)
 
 
 PVMClient = Client  # the name before `Client`; both stay

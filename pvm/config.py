@@ -679,6 +679,39 @@ class Settings:
         "share of a thread's context budget its chunk summaries and episodes may use, besides what the newest "
         "minutes leave",
     )
+    # -- PAIR loop (area: pair; docs/pair.md) --
+    pair_target: int = setting(
+        "PVM_PAIR_TARGET",
+        Integer(minimum=1, maximum=100),
+        defaults.PAIR_TARGET,
+        "score (0-100) at which a PAIR run stops revising",
+    )
+    pair_rounds: int = setting(
+        "PVM_PAIR_ROUNDS",
+        Integer(minimum=1, maximum=20),
+        defaults.PAIR_ROUNDS,
+        "judgments a PAIR run makes at most (and one revision fewer)",
+    )
+    pair_k: int = setting(
+        "PVM_PAIR_K",
+        Integer(minimum=1, maximum=defaults.PAIR_MAX_K),
+        defaults.PAIR_K,
+        "memories (minutes and facts) a PAIR run retrieves for each gap",
+    )
+    pair_judge: str = setting(
+        "PVM_PAIR_JUDGE",
+        Choice("checklist", "llm"),
+        defaults.PAIR_JUDGE,
+        "who judges a PAIR round: checklist (criteria read as checks; offline, deterministic) or llm "
+        "(PVM_LLM_MODEL; the checklist judges a round the model fails)",
+    )
+    pair_reviser: str = setting(
+        "PVM_PAIR_REVISER",
+        Choice("extractive", "llm"),
+        defaults.PAIR_REVISER,
+        "who revises a PAIR output: extractive (quotes the retrieved memories that fill each gap, cited by id) or "
+        "llm (PVM_LLM_MODEL; extractive for a round the model fails)",
+    )
     redis_start_wait_s: float = setting(
         "PVM_REDIS_START_WAIT",
         Number(minimum=0),

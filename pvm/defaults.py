@@ -334,3 +334,15 @@ MCP_PATH = "/mcp"  # where the streamable HTTP transport answers
 MCP_CLIENTS = 64  # API clients kept open over HTTP, one per bearer token seen; the least recently used goes first
 MCP_SEARCH_K = 5  # hits the `search` tool returns unless asked
 MCP_FACTS_LIMIT = 20  # facts the `facts` tool lists unless asked
+
+# PAIR loop, pvm/pair.py, pvm/checklist.py and pvm/pair_llm.py (area: pair).
+PAIR_TARGET = 95  # PVM_PAIR_TARGET: the score (0-100) at which the loop stops
+PAIR_ROUNDS = 3  # PVM_PAIR_ROUNDS: judgments per run at most (and one revision fewer)
+PAIR_K = 5  # PVM_PAIR_K: memories retrieved per gap
+PAIR_MAX_K = 16
+PAIR_JUDGE = "checklist"  # PVM_PAIR_JUDGE: checklist (offline, deterministic) or llm (PVM_LLM_MODEL)
+PAIR_REVISER = "extractive"  # PVM_PAIR_REVISER: extractive (offline, quotes memories) or llm
+PAIR_SEARCH_EXTRA = 2  # hits searched beyond k, so that PAIR's own minutes left out rarely leave k short ...
+PAIR_SEARCH_MAX = 100  # ... and when they do, the search asks again for 4x as many, up to this many
+PAIR_ABOUT_WORDS = 2  # a quoted sentence shares this many of its criterion's other words (or all, when fewer)
+PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more words when it holds this share of them

@@ -336,6 +336,30 @@ def recall(project_id: str, key: str, *, task: str | None = None, tiers: Sequenc
     return _one(Request("GET", _project(project_id, "recall"), params), _as_is)
 
 
+def pair(
+    project_id: str,
+    task: str,
+    criteria: Sequence[str],
+    output: str,
+    *,
+    task_id: str | None = None,
+    agent_id: str | None = None,
+    rounds: int | None = None,
+    target: int | None = None,
+) -> Call[dict[str, Any]]:
+    """A PAIR run (docs/pair.md): `output` judged against `criteria`, revised from the project's memory.
+
+    Answers the run: ``score`` (the best seen), ``output`` (the best-scored
+    text), ``stopped`` and ``rounds`` (each with its score, gaps, retrieved
+    memories and revision). `rounds` and `target` override the server's
+    PVM_PAIR_ROUNDS and PVM_PAIR_TARGET for this run.
+    """
+    body: dict[str, Any] = {"task": task, "criteria": list(criteria), "output": output, "task_id": task_id}
+    body.update(agent_id=agent_id, rounds=rounds, target=target)
+    sent = {k: v for k, v in body.items() if v is not None}
+    return _one(Request("POST", _project(project_id, "pair"), body=sent), _as_is)
+
+
 def _instant(when: str | datetime | None) -> str | None:
     """`as_of` as the API takes it: ISO 8601 with an offset (an aware datetime is written so)."""
     if isinstance(when, datetime):

@@ -46,6 +46,7 @@ from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from contracts.summaries import SUMMARY_EVENT_TYPES, SYSTEM_EVENT_TYPES, SummaryError, ThreadRef
 from pvm import defaults
 from pvm.config import Settings
+from pvm.pair import Pair
 from pvm.reader import ContextReader
 from pvm.search import PREFERENCES
 from pvm.stores.facts import FactStore
@@ -57,6 +58,7 @@ from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.fact_routes import FactRoutes
 from workers.memory_routes import MemoryRoutes
 from workers.openapi import openapi_document
+from workers.pair_routes import PairRoute
 from workers.stats import project_stats
 
 log = logging.getLogger(__name__)
@@ -279,12 +281,15 @@ def create_app(
     shards: int,
     api_token: str | None = None,
     tokens: TokenFile | None = None,
+    pair: Pair | None = None,
 ) -> Starlette:
     """The API over one reader and one Redis.
 
     With `api_token` and/or `tokens`, every route but the health check needs a
     bearer token: `api_token` reaches every project, a token in `tokens` only
-    its own.
+    its own. `pair` gives the PAIR route its judge, reviser and limits (default:
+    the checklist judge and the extractive reviser); it searches with the
+    reader's searcher and writes its minutes as the facts routes do.
     """
     # A token read from a file-backed secret often ends in a newline no client will send.
     token = (api_token or "").strip() or None
@@ -522,6 +527,7 @@ def create_app(
         return [e.decode() if isinstance(e, bytes) else str(e) for e in append_batch(encoded)]
 
     facts = FactRoutes(FactStore(connection), reader.searcher, write)
+    pairs = PairRoute(pair or Pair(), reader.searcher, write)
     threads = SummaryStore(connection)
     memory = MemoryRoutes(connection, write)
 
@@ -568,6 +574,7 @@ def create_app(
             Route("/v1/projects/{project_id}/memory/file", scoped(memory.write_file), methods=["PUT"]),
             Route("/v1/projects/{project_id}/memory/patch", scoped(memory.patch), methods=["POST"]),
             Route("/v1/projects/{project_id}/memory/append", scoped(memory.append), methods=["POST"]),
+            Route("/v1/projects/{project_id}/pair", route(pairs.run), methods=["POST"]),
         ],
         middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
     )
@@ -595,6 +602,7 @@ def run_server(
 
     from pvm.connection import redis_from_settings
     from pvm.engines import close_shared, searcher_for
+    from pvm.pair import SearchRetriever
     from pvm.stores.log import LogReader
 
     # Before anything else: a tokens file that cannot be used stops the server (TokenFileError), never opens it.
@@ -610,7 +618,9 @@ def run_server(
         recent_share=settings.context_recent_share,
         retrieved_share=settings.context_retrieved_share,
     )
-    app: Any = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens)
+    # The judge and reviser PVM_PAIR_* ask for; the route gives the loop the reader's search and the API's writes.
+    pair = Pair.from_settings(settings, retriever=SearchRetriever(reader.searcher), record=lambda minute: None)  # type: ignore[arg-type]
+    app: Any = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens, pair=pair)
     if mcp:  # `pvm serve --mcp`: the MCP tools at /mcp, calling this app in-process
         from workers.mcp_server import beside_api
 

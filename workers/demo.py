@@ -6,7 +6,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from contracts import Minute, keys
 from contracts.facts import FactType, TierKey
@@ -215,6 +215,45 @@ def shown_decision(store: FactStore, project_id: str, session: Sequence[Minute])
     return (changed or found or [["No decision reached the facts store."]])[0]
 
 
+# -- the PAIR step ----------------------------------------------------------------------------------------------------
+
+# One agent's output checked against its task's success criteria (docs/pair.md); the session's notes can fill its gaps.
+PAIR_AGENT = "coder"
+PAIR_TASK = "Fix the login bug and write up what was wrong for the release notes"
+PAIR_CRITERIA = (
+    "Says the session cookie expired after 5 minutes instead of 8 hours",
+    "Says whether the refresh token is rotated on login",
+    'Names the cookie fix, "SameSite=Lax"',
+    "Does not mention Safari",
+)
+PAIR_OUTPUT = "Fixed the login bug: the session cookie now lasts as long as it should. Safari users were affected."
+
+
+def pair_lines(run: dict[str, Any]) -> list[str]:
+    """A PAIR run (`PairResult.to_dict`) as the demo prints it: judge -> gaps -> memories -> revision -> re-judge."""
+    lines: list[str] = []
+    for r in run["rounds"]:
+        again = " (re-judge)" if r["round"] > 1 else ""
+        judged = f"judge{again}, round {r['round']}: {r['score']}/100 by {r['judge']}"
+        lines.append(judged + (f" ({r['judge_fallback']})" if r["judge_fallback"] else ""))
+        for gap in r["gaps"]:
+            said = [f"missing {', '.join(gap['missing'])}"] if gap["missing"] else []
+            said += [f"holds {', '.join(gap['forbidden'])}"] if gap["forbidden"] else []
+            lines.append(f"  gap: {gap['criterion']} -- {'; '.join(said)}")
+        for found in r["retrieved"]:
+            if found["memories"]:
+                lines.append(f"  memories for {found['criterion']!r}:")
+                lines += [f"    [{m['id']}] ({m['kind']}) {m['text']}" for m in found["memories"]]
+        if r["revision"] is not None:
+            lines.append(f"  revision by {r['reviser']}:")
+            lines += [f"    {line}" if line else "" for line in str(r["revision"]).splitlines()]
+    lines.append(
+        f"stopped: {run['stopped']}; best score {run['score']}/100 (target {run['target']}); "
+        f"{len(run['minute_ids'])} minutes written (pair_evaluation, pair_revision)"
+    )
+    return lines
+
+
 def _wait(label: str, done: Callable[[], int], target: int, timeout: float = 90) -> bool:
     deadline = time.monotonic() + timeout
     shown = -1
@@ -341,6 +380,15 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
         # -- MEMORY: the project's memory as Markdown files a person can edit (docs/memory-files.md) ----------
         print("\n" + "\n".join(export_memory(connection, project)))
         connection.close()
+        print("\n" + "=" * 100)
+        print(f"PAIR: agent {PAIR_AGENT}'s output, checked against its task's success criteria by a fresh judge")
+        print("=" * 100)
+        print(f"task: {PAIR_TASK}")
+        print("criteria:\n" + "\n".join(f"  {i}. {c}" for i, c in enumerate(PAIR_CRITERIA, 1)))
+        print(f"output:\n  {PAIR_OUTPUT}\n")
+        with PVMClient(settings=live, timeout=60, retries=0) as api:
+            run = api.pair(project, PAIR_TASK, PAIR_CRITERIA, PAIR_OUTPUT, task_id="fix-login-bug", agent_id=PAIR_AGENT)
+        print("\n".join(pair_lines(run)))
     return 0
 
 

@@ -11,7 +11,8 @@ Scores (each 0..1, the design's four):
 - relevance: how often agents were given it (the reader's access counts),
   1 at `SCORE_RELEVANCE_FULL` reads;
 - accuracy: the minute's own ``success_criteria_met`` / 100, else its task's
-  final outcome, else the event type's prior (`workers.assessment`); minus
+  final outcome (a PAIR judge's score of the task counts: `task_outcome`),
+  else the event type's prior (`workers.assessment`); minus
   `SCORE_CORRECTION_PENALTY` for each later minute that corrects it;
 - impact: the mean of min(1, later references / `SCORE_IMPACT_REFS_FULL`)
   and whether its task succeeded (1, 0, or 0.5 unknown). A correction is not
@@ -32,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts import Minute
+from contracts.minute import EventType
+from contracts.pair import PairError, PairEvaluation
 from pvm import defaults
 from pvm.context_facts import words
 from workers.assessment import ACCURACY_BY_EVENT, DEFAULT_ACCURACY, outcome, stated_text, success_score
@@ -113,7 +116,18 @@ class TaskOutcome:
 
 
 def task_outcome(minute: Minute) -> TaskOutcome | None:
-    """The outcome a minute reports for its task (`workers.assessment.outcome`), None when it reports none."""
+    """The outcome a minute reports for its task (`workers.assessment.outcome`), None when it reports none.
+
+    A ``pair_evaluation`` reports its score (0-100) as the task's success, and success as reaching its run's
+    target: a PAIR judge checked the task's output against its criteria. One whose data is not a valid
+    evaluation reports nothing.
+    """
+    if minute.event_type == EventType.PAIR_EVALUATION.value:
+        try:
+            judged = PairEvaluation.from_data(minute.data)
+        except PairError:
+            return None
+        return TaskOutcome(judged.score >= judged.target, judged.score / 100.0)
     result = outcome(minute)
     if result is None:
         return None

@@ -361,6 +361,72 @@ ENVELOPES: dict[str, dict[str, Any]] = {
         },
         required=("error",),
     ),
+    "PairGap": _object(
+        {
+            "criterion": _STRING,
+            "missing": _array(_STRING, description="what the output lacks for the criterion"),
+            "forbidden": _array(_STRING, description="what the output holds that the criterion rules out"),
+            "score": {"type": "integer", "minimum": 0, "maximum": 100, "description": "how far it meets it"},
+        }
+    ),
+    "PairRound": _object(
+        {
+            "round": {"type": "integer", "minimum": 1},
+            "score": {"type": "integer", "minimum": 0, "maximum": 100},
+            "gaps": _array(ref("PairGap"), description="one per criterion not fully met"),
+            "judge": {"type": "string", "description": "checklist, or llm:<model>"},
+            "judge_fallback": {
+                "type": ["string", "null"],
+                "description": "why the LLM judge did not judge this round (the checklist did); null when it did",
+            },
+            "evaluation_id": ref("MinuteId"),
+            "retrieved": _array(
+                _object(
+                    {
+                        "criterion": _STRING,
+                        "query": _STRING,
+                        "memories": _array(
+                            _object(
+                                {
+                                    "id": _STRING,
+                                    "kind": {"enum": ["minute", "fact"]},
+                                    "text": _STRING,
+                                    "score": {"type": "number"},
+                                }
+                            )
+                        ),
+                    }
+                ),
+                description="the memories retrieved for each gap (empty on the last round)",
+            ),
+            "revision": {"type": ["string", "null"], "description": "the revised output; null on the last round"},
+            "reviser": {"type": ["string", "null"]},
+            "reviser_fallback": {"type": ["string", "null"]},
+            "revision_id": {"anyOf": [ref("MinuteId"), {"type": "null"}]},
+        }
+    ),
+    "PairRun": _object(
+        {
+            "run_id": _STRING,
+            "project_id": ref("ProjectId"),
+            "task_id": {"type": ["string", "null"]},
+            "target": {"type": "integer", "minimum": 1, "maximum": 100},
+            "max_rounds": {"type": "integer", "minimum": 1},
+            "score": {"type": "integer", "minimum": 0, "maximum": 100, "description": "the best score seen"},
+            "reached_target": {"type": "boolean"},
+            "stopped": {
+                "enum": ["target", "rounds", "no_progress"],
+                "description": "why the loop ended: the target reached, the round limit, a revision that changed "
+                "nothing",
+            },
+            "output": {"type": "string", "description": "the best-scored output (the original unless one beat it)"},
+            "rounds": _array(ref("PairRound")),
+            "minute_ids": _array(
+                ref("MinuteId"), description="the pair_evaluation and pair_revision minutes written, in order"
+            ),
+        },
+        description="A finished PAIR run; its rounds are on the streams as minutes.",
+    ),
     "FieldError": _object(
         {
             "error": {"type": "string", "description": "what is wrong with the field and how to fix it"},
@@ -510,7 +576,7 @@ def _read(summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any]) ->
 def operations() -> dict[str, dict[str, Operation]]:
     """Every route of workers/api.py: path -> method -> its operation."""
     routes: dict[str, dict[str, Operation]] = {path: {op.method: op} for path, op in _minute_operations().items()}
-    for path, op in [*fact_operations(), *memory_operations()]:
+    for path, op in [*fact_operations(), *memory_operations(), pair_operation()]:
         routes.setdefault(path, {})[op.method] = op
     return routes
 
@@ -696,7 +762,9 @@ _VALUE = {
     "oneOf": [{**_TEXT, "maxLength": 1024}, {"type": "number"}, {"type": "boolean"}],
     "description": "text, a number or a boolean",
 }
-_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S", "description": "a task id"}
+# Something other than whitespace as Python reads it (str.isspace also takes \x1c-\x1f and \x85, JSON Schema's \s not).
+_NON_BLANK = r"[^\s\x1c-\x1f\x85]"
+_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": _NON_BLANK, "description": "a task id"}
 _AGENT_AND_ID = {
     "agent_id": {"type": "string", "minLength": 1, "description": "who makes the change (the minute's agent_id)"},
     "minute_id": {
@@ -1114,6 +1182,46 @@ def memory_operations() -> list[tuple[str, Operation]]:
             _memory_write("post", "Append text to a memory file's body", {"path": _MEMORY_PATH, "text": _STRING}),
         ),
     ]
+
+
+def pair_operation() -> tuple[str, Operation]:
+    """The PAIR route: judge an output against its criteria, revise it from memory, re-judge."""
+    from contracts import pair as contract
+    from workers import pair_routes as pr
+
+    text = {"type": "string", "minLength": 1, "pattern": _NON_BLANK}
+    fields = {
+        "task": {**text, "maxLength": contract.MAX_TASK_CHARS, "description": "the original task"},
+        "criteria": _array(
+            {**text, "maxLength": contract.MAX_CRITERION_CHARS},
+            minItems=1,
+            maxItems=contract.MAX_CRITERIA,
+            description="the task's success criteria, one check each",
+        ),
+        "output": {**text, "maxLength": contract.MAX_OUTPUT_CHARS, "description": "the output to judge"},
+        "task_id": _TASK,
+        "agent_id": {"type": "string", "maxLength": 128, "description": "whose output it is (the minutes' agent_id)"},
+        "rounds": {**_bounded(1, contract.MAX_ROUNDS), "description": "judgments at most (default PVM_PAIR_ROUNDS)"},
+        "target": {**_bounded(1, 100), "description": "the score that stops the loop (default PVM_PAIR_TARGET)"},
+    }
+    assert set(fields) == {*pr.PAIR_FIELDS, *pr.PAIR_OPTIONAL}
+    return (
+        "/v1/projects/{project_id}/pair",
+        Operation(
+            "post",
+            {
+                "summary": "PAIR: a fresh judge scores the output against the criteria, memories retrieved for each "
+                "gap revise it, the revision is judged again, until the target or the round limit",
+                "parameters": [PROJECT, REQUEST_ID],
+                "requestBody": _body(
+                    _object(fields, required=pr.PAIR_FIELDS),
+                    f"the task, criteria and output: at most {contract.MAX_RUN_CHARS} characters together (422 "
+                    "naming output beyond), so that every round fits one minute",
+                ),
+                "responses": {"200": _answer("the run and its rounds", "PairRun"), "422": _FIELD_ERROR, **_ERRORS},
+            },
+        ),
+    )
 
 
 def openapi_document(token_required: bool = False, scoped: bool = False) -> dict[str, Any]:

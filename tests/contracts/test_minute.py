@@ -146,6 +146,9 @@ def test_known_event_types() -> None:
         "task_memory_cleared",
         # the summarize pool's model-written summaries (contracts/summaries.py)
         "chunk_summarized",
+        # PAIR rounds (contracts/pair.py)
+        "pair_evaluation",
+        "pair_revision",
     } == KNOWN_EVENT_TYPES
     for name in KNOWN_EVENT_TYPES:
         # Known types also satisfy the rule for unknown ones, so the JSON Schema can use one pattern.

@@ -156,6 +156,7 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/memory/file",
         "/v1/projects/{project_id}/memory/patch",
         "/v1/projects/{project_id}/memory/append",
+        "/v1/projects/{project_id}/pair",
     }
     assert client.get("/healthz").json() == {"status": "ok"}
 

@@ -600,6 +600,7 @@ NO_REDIS_COMMANDS = {  # the log files, a token, the reader API
     "learn",
     "recall",
     "thread show",
+    "pair",
 }
 
 

@@ -97,3 +97,27 @@ def test_the_demo_session_through_the_pools_keeps_the_new_value_current_and_the_
     assert shown_decision(store, PROJECT, session) == next(
         (lines for task, lines in shown if task == "fix-login-bug"), shown[0][1]
     )
+
+
+def test_the_demo_pair_step_fills_the_coders_gaps_from_the_session_and_prints_every_stage(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pvm import engines
+    from pvm.pair import Pair, SearchRetriever
+    from tests.memory_helpers import log_minutes, use_settings
+    from workers.demo import PAIR_CRITERIA, PAIR_OUTPUT, PAIR_TASK, pair_lines
+
+    use_settings(settings, monkeypatch)
+    log_minutes(redis_client, settings, list(sample_session(PROJECT, defaults.DEMO_MINUTES, seed=7)))
+    try:
+        pair = Pair(retriever=SearchRetriever(engines.searcher_for(settings)))  # type: ignore[arg-type]
+        run = pair.run(PROJECT, PAIR_TASK, PAIR_CRITERIA, PAIR_OUTPUT, task_id="fix-login-bug").to_dict()
+    finally:
+        engines.close_shared()
+    first, last = run["rounds"][0], run["rounds"][-1]
+    assert len(first["gaps"]) == len(PAIR_CRITERIA) and last["score"] > first["score"]
+    assert "Safari" not in run["output"] and "SameSite=Lax" in run["output"]
+    text = "\n".join(pair_lines(run))
+    for stage in ("judge, round 1", "gap: Does not mention Safari -- holds safari", "memories for", "revision by",
+                  "judge (re-judge), round 2", "stopped:"):  # fmt: skip
+        assert stage in text, stage

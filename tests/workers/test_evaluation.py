@@ -163,3 +163,29 @@ def test_fact_near_duplicates_merge_rewordings_into_the_best_and_never_different
     assert evaluation.fact_near_duplicates(twins, 1.0)[0].absorbed == ("f2",)  # only the same words
     rivals = [_twin(1, "ledger", "retry three times on timeout"), _twin(2, "ledger", "retry five times on timeout")]
     assert evaluation.fact_near_duplicates(rivals, 0.0) == []
+
+
+def test_a_pair_evaluation_is_its_tasks_outcome_and_sets_the_accuracy_of_the_tasks_minutes() -> None:
+    from contracts.pair import PairEvaluation, pair_minute
+    from workers.evaluate_pool import RESCORE, Carry, SliceMinute, judge_minutes
+
+    def judged(score: int, round: int = 1) -> Any:
+        change = PairEvaluation("run1", round, score, 95, "checklist", "Plan it", ("Names the owner",), "out")
+        return pair_minute("p1", change, task_id="T-1")
+
+    assert evaluation.task_outcome(judged(40)) == TaskOutcome(False, 0.4)
+    assert evaluation.task_outcome(judged(96)) == TaskOutcome(True, 0.96)  # met its run's target
+    assert evaluation.task_outcome(minute("pair_evaluation", data={"task_id": "T-1", "score": "forged"})) is None
+    done = minute("task_completed", 1, data={"task_id": "T-1"})  # alone: a success, accuracy 1
+    first, last = judged(40), judged(70, round=2)
+    at = NOW - DAY_MS
+    verdict, _ = judge_minutes(
+        [SliceMinute(1, done, at), SliceMinute(2, first, at), SliceMinute(3, last, at)],
+        Carry(),
+        {},
+        frozenset(),
+        NOW,
+        ScorePolicy(),
+        RESCORE,
+    )
+    assert verdict.scores[done.id]["accuracy"] == 0.7  # the newest PAIR score is the task's final outcome

@@ -367,8 +367,19 @@ MEMORY_CALLS = [
     *[Call("down", "GET", t, params=p) for t, p in MEMORY_READS.items()],
     *[Call("down", m, t, body=b) for m, t, b in MEMORY_WRITES],
 ]
+PAIR = "/v1/projects/{project_id}/pair"
+PAIR_BODY = {"task": "Pick the cache", "criteria": ["Names the cache", "Does not mention Memcached"], "output": "x"}
+PAIR_CALLS = [
+    Call("open", "POST", PAIR, body={**PAIR_BODY, "task_id": "T-1", "agent_id": "coder", "rounds": 2, "target": 90}),
+    Call("open", "POST", PAIR, content=b"{not json"),  # 400
+    Call("open", "POST", PAIR, body={**PAIR_BODY, "criteria": []}),  # 422
+    Call("token", "POST", PAIR, body=PAIR_BODY),  # 401
+    Call("scoped", "POST", PAIR, project="borealis", body=PAIR_BODY, token=TEAM_A),  # 403
+    Call("down", "POST", PAIR, body=PAIR_BODY),  # 503
+]
 
 CALLS = [
+    *PAIR_CALLS,
     Call("open", "GET", "/healthz"),
     Call("open", "GET", "/openapi.json"),
     Call("open", "POST", "/v1/minutes", body={"minutes": [GOOD, {**GOOD, "id": "client-chosen-id-1"}]}),

@@ -1,0 +1,583 @@
+"""PAIR: check an agent's output against its task's success criteria, and revise it from the project's memory.
+
+A round: a *fresh* judge (it sees only the task, the criteria and the output,
+never the author's context) scores the output 0-100 and names the gaps, one per
+criterion not met; for each gap PVM retrieves the project's top memories
+(hybrid search over minutes and facts); a reviser writes a revision from the
+gaps and those memories; the next round judges the revision. The loop stops at
+the target score (PVM_PAIR_TARGET, 95), at the round limit (PVM_PAIR_ROUNDS, 3:
+at most that many judgments and one revision fewer), or when a revision changes
+nothing. It returns every round and the best output it saw.
+
+Every judgment is a ``pair_evaluation`` minute and every revision a
+``pair_revision`` minute (`contracts.pair`), written through the caller's
+`record` (an `Emitter.emit`, or the API's append), so a run is auditable and
+replay never calls a model; the evaluate pool reads a task's newest score as
+its outcome.
+
+    with Pair.from_settings(settings) as pair:
+        result = pair.run("apollo", task, criteria, output, task_id="T-7")
+    result.to_dict()["rounds"]  # [{"round": 1, "score": 62, "gaps": [...], "retrieved": [...], "revision": ...}]
+
+Judges and revisers are protocols (`Judge`, `Reviser`): the deterministic
+`ChecklistJudge` (`pvm.checklist`) and `ExtractiveReviser` here are the offline
+defaults; `pvm.pair_llm` has the LLM pair (PVM_PAIR_JUDGE=llm,
+PVM_PAIR_REVISER=llm), which fall back to these for a round their model fails.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from contracts.facts import is_valid_task_id
+from contracts.memory import FactHit, SearchFilters, SearchHit
+from contracts.minute import Minute
+from contracts.pair import (
+    MAX_OUTPUT_CHARS,
+    MAX_ROUNDS,
+    MAX_TASK_CHARS,
+    PAIR_EVENT_TYPES,
+    Gap,
+    PairError,
+    PairEvaluation,
+    PairRevision,
+    Retrieved,
+    check_criteria,
+    check_run_size,
+    check_text,
+    pair_minute,
+)
+from pvm import defaults
+from pvm.checklist import ChecklistJudge, Verdict, content_stems, normalized, stem, words
+
+if TYPE_CHECKING:
+    from pvm.config import Settings
+
+__all__ = [
+    "ChecklistJudge",
+    "ExtractiveReviser",
+    "Judge",
+    "Memory",
+    "Pair",
+    "PairResult",
+    "PairRound",
+    "Retriever",
+    "Reviser",
+    "SearchRetriever",
+    "Verdict",
+    "run_pair",
+]
+
+STOP_TARGET = "target"  # the score reached the target
+STOP_ROUNDS = "rounds"  # the round limit was reached
+STOP_NO_PROGRESS = "no_progress"  # the reviser changed nothing: another round would judge the same text
+# What a minute's memory says, besides its note, in order: the texts a reviser can quote.
+MEMORY_TEXT_KEYS = ("resolution", "decision", "recommendation", "assignment_reasoning", "reason", "error", "outcome")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+# -- the parts ----------------------------------------------------------------------------------------------------
+
+
+class Judge(Protocol):
+    """Scores an output against success criteria. It is given nothing but the task, the criteria and the output."""
+
+    name: str
+
+    def judge(self, task: str, criteria: Sequence[str], output: str) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A memory retrieved for a gap: a minute or a fact, its id, the text a reviser may quote, its search score."""
+
+    id: str
+    kind: str  # "minute" or "fact"
+    text: str
+    score: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "text": self.text, "score": round(self.score, 4)}
+
+
+@dataclass(frozen=True, slots=True)
+class GapMemories:
+    """A gap, the query that searched for it, and the memories found, best first."""
+
+    gap: Gap
+    query: str
+    memories: tuple[Memory, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Revised:
+    """A reviser's answer: the revised output, who revised it, why the configured reviser did not (else None)."""
+
+    text: str
+    reviser: str
+    fallback: str | None = None
+
+
+class Reviser(Protocol):
+    """Writes a revised output from the gaps and the memories retrieved for them."""
+
+    name: str
+
+    def revise(self, task: str, criteria: Sequence[str], output: str, gaps: Sequence[GapMemories]) -> Revised: ...
+
+
+class Retriever(Protocol):
+    """Finds a project's memories for a text."""
+
+    def retrieve(self, project_id: str, query: str, k: int) -> list[Memory]: ...
+
+
+class Searcher(Protocol):
+    """`pvm.search.HybridSearch`, as far as PAIR uses it."""
+
+    def search(
+        self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = ..., *, kinds: Collection[str]
+    ) -> Sequence[SearchHit | FactHit]: ...
+
+
+# -- retrieval -----------------------------------------------------------------------------------------------------
+
+
+def memory_of(hit: SearchHit | FactHit) -> Memory:
+    """A search hit as a memory: a fact's sentence; a minute's note and the texts of its data."""
+    if isinstance(hit, FactHit):
+        return Memory(hit.fact_id, "fact", str(hit.fact.get("text") or ""), hit.score)
+    minute = hit.minute
+    data = minute.get("data") or {}
+    texts = [minute.get("memory_note")] + [data.get(key) for key in MEMORY_TEXT_KEYS]
+    parts = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
+    return Memory(hit.minute_id, "minute", " ".join(_sentence(p) for p in dict.fromkeys(parts)), hit.score)
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+class SearchRetriever:
+    """The project's minutes and facts for a gap, by hybrid search; PAIR's own minutes are never retrieved."""
+
+    def __init__(self, searcher: Searcher, kinds: Collection[str] = ("minute", "fact")) -> None:
+        self.searcher = searcher
+        self.kinds = tuple(kinds)
+
+    def retrieve(self, project_id: str, query: str, k: int) -> list[Memory]:
+        # PAIR minutes are left out (an earlier run's revision would quote itself): a few extra hits make room for
+        # them, and a search that lost more than that to them asks again for many more.
+        asked = k + defaults.PAIR_SEARCH_EXTRA
+        while True:
+            hits = self.searcher.search(project_id, query, SearchFilters(), asked, kinds=self.kinds)
+            found = [m for m in (memory_of(h) for h in hits if not _is_pair(h)) if m.text]
+            if len(found) >= k or len(hits) < asked or asked >= defaults.PAIR_SEARCH_MAX:
+                return found[:k]
+            asked = min(asked * 4, defaults.PAIR_SEARCH_MAX)
+
+
+def _is_pair(hit: SearchHit | FactHit) -> bool:
+    return isinstance(hit, SearchHit) and hit.minute.get("event_type") in PAIR_EVENT_TYPES
+
+
+def gap_query(gap: Gap) -> str:
+    """What is searched for a gap: the criterion, then what the output lacks (what it must not hold is no query)."""
+    return " ".join([gap.criterion, *gap.missing])[:MAX_TASK_CHARS]
+
+
+# -- the offline reviser -------------------------------------------------------------------------------------------
+
+
+def _label_stems(label: str) -> list[tuple[str, ...]]:
+    """A missing label as alternatives of stem sets: ``Postgres or MySQL`` -> [(postgres,), (mysql,)]."""
+    out = []
+    for part in re.split(r"\s+or\s+", label.lower()):
+        part = re.sub(r"\(has \d+\)", "", part)
+        stems = tuple(stem(w) for w in words(part) if w not in _QUIET)
+        if stems:
+            out.append(stems)
+    return out
+
+
+_QUIET = frozenset(("the", "a", "an", "of", "to", "and", "is", "are", "in", "for", "on", "with", "not"))
+
+
+def covers(sentence_stems: frozenset[str], label: str) -> bool:
+    """Whether a sentence holds what a missing label names (any alternative; most of a long one's words)."""
+    for stems in _label_stems(label):
+        held = sum(s in sentence_stems for s in stems)
+        if held == len(stems) or (len(stems) > 2 and held / len(stems) >= defaults.PAIR_LABEL_COVER):
+            return True
+    return False
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+class ExtractiveReviser:
+    """Revises without a model: quotes the retrieved sentences that fill each gap, cited by id; drops forbidden ones.
+
+    For each gap, the sentence of the retrieved memories that holds the most
+    missing terms not yet covered is appended (``<sentence> [<memory id>]``),
+    then the next, until every term is covered or no sentence adds one; of
+    equals, the one sharing more words with the rest of the criterion. Only
+    sentences sharing two of those words (or all, when it has fewer) are
+    candidates: for "Names who the billing service fix was handed to", a
+    sentence about the billing service. A sentence of the output holding all of a forbidden term's words
+    is removed.
+    Nothing is invented: a term no memory holds stays missing.
+    """
+
+    name = "extractive"
+
+    def revise(self, task: str, criteria: Sequence[str], output: str, gaps: Sequence[GapMemories]) -> Revised:
+        kept = sentences(output) if any(g.gap.forbidden for g in gaps) else None
+        if kept is not None:
+            banned = [label for g in gaps for label in g.gap.forbidden]
+            kept = [s for s in kept if not any(_holds_all(s, label) for label in banned)]
+        have = frozenset(stem(w) for w in words(output if kept is None else " ".join(kept)))
+        added: list[str] = []
+        quoted: set[str] = set()
+        for entry in gaps:
+            wanted = [label for label in entry.gap.missing if not covers(have, label)]
+            # What the criterion is about besides what is missing: a sentence holding little of it is about
+            # something else ("the search index fix was handed to dba" names no owner of the billing service fix).
+            about = content_stems(entry.gap.criterion) - content_stems(" ".join(entry.gap.missing))
+            enough = min(defaults.PAIR_ABOUT_WORDS, len(about))
+            candidates = [
+                (s, m.id, held)
+                for m in entry.memories
+                for s in sentences(m.text)
+                if normalized(s) not in quoted
+                for held in (frozenset(stem(w) for w in words(s)),)
+                if len(about & held) >= enough
+            ]
+            while wanted and candidates:
+                best, best_id, best_stems, gain = None, "", frozenset[str](), (0, 0)
+                for s, memory_id, stems in candidates:
+                    count = (sum(covers(stems, label) for label in wanted), len(about & stems))
+                    if count[0] and count > gain:
+                        best, best_id, best_stems, gain = s, memory_id, stems, count
+                if best is None:
+                    break
+                added.append(f"{best} [{best_id}]")
+                quoted.add(normalized(best))
+                have |= best_stems
+                wanted = [label for label in wanted if not covers(best_stems, label)]
+                candidates = [c for c in candidates if c[0] != best]
+        body = output.strip() if kept is None else " ".join(kept)
+        text = "\n\n".join(p for p in (body, "\n".join(added)) if p)
+        return Revised(text[:MAX_OUTPUT_CHARS] or output, self.name)
+
+
+def _holds_all(sentence: str, label: str) -> bool:
+    stems = frozenset(stem(w) for w in words(sentence))
+    return all(s in stems for s in (stem(w) for w in words(label)))
+
+
+# -- the loop ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PairRound:
+    """One round: the judgment, and (unless it ended the loop) the memories retrieved and the revision."""
+
+    round: int
+    score: int
+    gaps: tuple[Gap, ...]
+    judge: str
+    judge_fallback: str | None
+    evaluation_id: str
+    retrieved: tuple[GapMemories, ...] = ()
+    revision: str | None = None
+    reviser: str | None = None
+    reviser_fallback: str | None = None
+    revision_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "score": self.score,
+            "gaps": [g.to_dict() for g in self.gaps],
+            "judge": self.judge,
+            "judge_fallback": self.judge_fallback,
+            "evaluation_id": self.evaluation_id,
+            "retrieved": [
+                {"criterion": r.gap.criterion, "query": r.query, "memories": [m.to_dict() for m in r.memories]}
+                for r in self.retrieved
+            ],
+            "revision": self.revision,
+            "reviser": self.reviser,
+            "reviser_fallback": self.reviser_fallback,
+            "revision_id": self.revision_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PairResult:
+    """A finished run: its rounds, the best output seen and its score, and why it stopped."""
+
+    run_id: str
+    project_id: str
+    task_id: str | None
+    target: int
+    max_rounds: int
+    rounds: tuple[PairRound, ...]
+    output: str  # the best-scored output (the first of equals): the original when no revision scored higher
+    score: int
+    stopped: str  # STOP_TARGET, STOP_ROUNDS or STOP_NO_PROGRESS
+    minute_ids: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as plain JSON values (what the API answers)."""
+        return {
+            "run_id": self.run_id,
+            "project_id": self.project_id,
+            "task_id": self.task_id,
+            "target": self.target,
+            "max_rounds": self.max_rounds,
+            "score": self.score,
+            "reached_target": self.score >= self.target,
+            "stopped": self.stopped,
+            "output": self.output,
+            "rounds": [r.to_dict() for r in self.rounds],
+            "minute_ids": list(self.minute_ids),
+        }
+
+
+Record = Callable[[Minute], object]
+
+
+class Pair:
+    """The PAIR loop over a judge, a reviser and a retriever; minutes go to `record` (None: not recorded)."""
+
+    def __init__(
+        self,
+        judge: Judge | None = None,
+        reviser: Reviser | None = None,
+        retriever: Retriever | None = None,
+        record: Record | None = None,
+        *,
+        target: int = defaults.PAIR_TARGET,
+        rounds: int = defaults.PAIR_ROUNDS,
+        k: int = defaults.PAIR_K,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        if isinstance(target, bool) or not isinstance(target, int) or not 1 <= target <= 100:
+            raise ValueError(f"target={target!r} must be a score from 1 to 100 (PVM_PAIR_TARGET)")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+            raise ValueError(f"rounds={rounds!r} must be from 1 to {MAX_ROUNDS} (PVM_PAIR_ROUNDS)")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= defaults.PAIR_MAX_K:
+            raise ValueError(f"k={k!r} must be from 1 to {defaults.PAIR_MAX_K} memories per gap (PVM_PAIR_K)")
+        self.judge = judge or ChecklistJudge()
+        self.reviser = reviser or ExtractiveReviser()
+        self.retriever = retriever
+        self.record = record
+        self.target = target
+        self.rounds = rounds
+        self.k = k
+        self._close = close
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, retriever: Retriever | None = None, record: Record | None = None
+    ) -> Pair:
+        """The loop the settings ask for: PVM_PAIR_JUDGE / _REVISER / _TARGET / _ROUNDS / _K.
+
+        Without `retriever`, this process's search engine (`pvm.engines`, the
+        server extra); without `record`, an `Emitter` the returned loop owns:
+        use it as a context manager, or call `close()`.
+        """
+        closers: list[Callable[[], None]] = []
+        judge: Judge = ChecklistJudge()
+        reviser: Reviser = ExtractiveReviser()
+        if settings.pair_judge == "llm" or settings.pair_reviser == "llm":
+            from pvm.llm import require_llm
+            from pvm.pair_llm import LLMJudge, LLMReviser
+
+            llm = require_llm(settings, purpose="PVM_PAIR_JUDGE=llm / PVM_PAIR_REVISER=llm")
+            closers.append(llm.close)
+            if settings.pair_judge == "llm":
+                judge = LLMJudge(llm)
+            if settings.pair_reviser == "llm":
+                reviser = LLMReviser(llm)
+        if retriever is None:
+            from pvm.engines import searcher_for
+
+            retriever = SearchRetriever(searcher_for(settings))  # type: ignore[arg-type]
+        if record is None:
+            from pvm.emitter import Emitter
+
+            emitter = Emitter(settings=settings)
+            record = emitter.emit
+            closers.append(emitter.close)
+
+        def close() -> None:
+            for closer in closers:
+                closer()
+
+        return cls(
+            judge,
+            reviser,
+            retriever,
+            record,
+            target=settings.pair_target,
+            rounds=settings.pair_rounds,
+            k=settings.pair_k,
+            close=close,
+        )
+
+    def close(self) -> None:
+        """Release what `from_settings` opened (the emitter is flushed)."""
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+    def __enter__(self) -> Pair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(
+        self,
+        project_id: str,
+        task: str,
+        criteria: Sequence[str],
+        output: str,
+        *,
+        task_id: str | None = None,
+        agent_id: str | None = None,
+        rounds: int | None = None,
+        target: int | None = None,
+    ) -> PairResult:
+        """Judge, retrieve, revise, re-judge until the target or the round limit; every round recorded as minutes.
+
+        Raises `PairError` (a ValueError) naming the argument when the task,
+        criteria or output cannot be judged, and `InvalidMinute` for a project,
+        task or agent id that is not one.
+        """
+        task = check_text(task, "task", MAX_TASK_CHARS).strip()
+        criteria = check_criteria(criteria)
+        output = check_text(output, "output", MAX_OUTPUT_CHARS)
+        check_run_size(task, criteria, output)
+        limit = self.rounds if rounds is None else rounds
+        goal = self.target if target is None else target
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ROUNDS:
+            raise PairError("rounds", f"{limit!r} must be from 1 to {MAX_ROUNDS}")
+        if isinstance(goal, bool) or not isinstance(goal, int) or not 1 <= goal <= 100:
+            raise PairError("target", f"{goal!r} must be a score from 1 to 100")
+        if task_id is not None and not is_valid_task_id(task_id):
+            raise PairError("task_id", f"{str(task_id)[:40]!r} is not a task id: non-blank text of at most 128 chars")
+        # Checked before the first judgment: a run that cannot be recorded is not run.
+        Minute(project_id=project_id, event_type="pair_evaluation", agent_id=agent_id, data={"task_id": task_id})
+        run_id = uuid.uuid4().hex
+        done: list[PairRound] = []
+        minute_ids: list[str] = []
+        best, best_score = output, -1
+        previous: str | None = None
+        current = output
+        stopped = STOP_ROUNDS
+        for number in range(1, limit + 1):
+            verdict = self.judge.judge(task, criteria, current)
+            evaluation = PairEvaluation(
+                run_id,
+                number,
+                verdict.score,
+                goal,
+                verdict.judge,
+                task,
+                criteria,
+                current,
+                verdict.gaps,
+                verdict.fallback,
+            )
+            evaluation_id = self._write(project_id, evaluation, task_id, agent_id, [previous] if previous else [])
+            minute_ids.append(evaluation_id)
+            if verdict.score > best_score:
+                best, best_score = current, verdict.score
+            judged = PairRound(number, verdict.score, verdict.gaps, verdict.judge, verdict.fallback, evaluation_id)
+            if verdict.score >= goal:
+                stopped = STOP_TARGET
+                done.append(judged)
+                break
+            if number == limit:
+                done.append(judged)
+                break
+            found = tuple(self._retrieve(project_id, gap) for gap in verdict.gaps)
+            revised = self.reviser.revise(task, criteria, current, found)
+            revision = PairRevision(
+                run_id,
+                number,
+                revised.reviser,
+                revised.text,
+                tuple(Retrieved(r.gap.criterion, r.query, tuple(m.id for m in r.memories)) for r in found),
+                revised.fallback,
+            )
+            cited = [m.id for r in found for m in r.memories if m.kind == "minute"]
+            revision_id = self._write(
+                project_id, revision, task_id, agent_id, list(dict.fromkeys([evaluation_id, *cited]))
+            )
+            minute_ids.append(revision_id)
+            done.append(
+                PairRound(
+                    number,
+                    verdict.score,
+                    verdict.gaps,
+                    verdict.judge,
+                    verdict.fallback,
+                    evaluation_id,
+                    found,
+                    revised.text,
+                    revised.reviser,
+                    revised.fallback,
+                    revision_id,
+                )
+            )
+            if revised.text.strip() == current.strip():
+                stopped = STOP_NO_PROGRESS
+                break
+            previous, current = revision_id, revised.text
+        return PairResult(
+            run_id, project_id, task_id, goal, limit, tuple(done), best, best_score, stopped, tuple(minute_ids)
+        )
+
+    def _retrieve(self, project_id: str, gap: Gap) -> GapMemories:
+        query = gap_query(gap)
+        if self.retriever is None or not gap.missing:
+            return GapMemories(gap, query, ())
+        return GapMemories(gap, query, tuple(self.retriever.retrieve(project_id, query, self.k)))
+
+    def _write(
+        self,
+        project_id: str,
+        change: PairEvaluation | PairRevision,
+        task_id: str | None,
+        agent_id: str | None,
+        references: Sequence[str],
+    ) -> str:
+        minute = pair_minute(project_id, change, task_id=task_id, agent_id=agent_id, references=references[:256])
+        if self.record is not None:
+            self.record(minute)
+        return minute.id
+
+
+def run_pair(
+    settings: Settings,
+    project_id: str,
+    task: str,
+    criteria: Sequence[str],
+    output: str,
+    *,
+    task_id: str | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """One PAIR run as the settings configure it, as plain JSON values (`PairResult.to_dict`)."""
+    with Pair.from_settings(settings) as pair:
+        return pair.run(project_id, task, criteria, output, task_id=task_id, agent_id=agent_id).to_dict()
