@@ -79,7 +79,8 @@ class PVMAPIError(PvmError):
         self.status = status  # the HTTP status; None when no answer came (unreachable, timed out)
         self.message = message  # the server's own error text (or the transport's)
         self.request_id = request_id  # find the server's log line with it
-        # per-minute problems of a refused batch: {"index", "field", "problem"}; a facts change's: {"field", "problem"}
+        # per-minute problems of a refused batch: {"index", "field", "problem"}; a facts change's: {"field", "problem"};
+        # a refused memory import's: {"problem"} for each refused file
         self.errors = list(errors)
 
 
@@ -233,6 +234,8 @@ class _Connection:
         errors = [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
         if not errors and isinstance(body.get("field"), str):  # a facts route's 422 names one body field
             errors = [{"field": body["field"], "problem": message}]
+        if not errors and isinstance(body.get("problems"), list):  # a refused memory import: each refused file
+            errors = [{"problem": str(problem)} for problem in body["problems"]]
         if status == 401:
             refused = "refused the token" if self._token else "requires a token"
             summary = f"the reader API {refused}: set PVM_API_TOKEN to the server's token (API at {self.base_url})"
@@ -311,6 +314,7 @@ class Client(_Connection):
             return exc
 
     health = _sync(routes.health)
+    openapi = _sync(routes.openapi)
     context = _sync(routes.context)
     context_text = _sync(routes.context_text)
     thread = _sync(routes.thread)
@@ -328,6 +332,13 @@ class Client(_Connection):
     learn = _sync(routes.learn)
     recall = _sync(routes.recall)
     pair = _sync(routes.pair)
+    memory_list = _sync(routes.memory_list)
+    memory_read = _sync(routes.memory_read)
+    memory_write = _sync(routes.memory_write)
+    memory_patch = _sync(routes.memory_patch)
+    memory_append = _sync(routes.memory_append)
+    memory_export = _sync(routes.memory_export)
+    memory_import = _sync(routes.memory_import)
 
 
 class AsyncClient(_Connection):
@@ -370,6 +381,7 @@ class AsyncClient(_Connection):
             return exc
 
     health = _async(routes.health)
+    openapi = _async(routes.openapi)
     context = _async(routes.context)
     context_text = _async(routes.context_text)
     thread = _async(routes.thread)
@@ -387,6 +399,13 @@ class AsyncClient(_Connection):
     learn = _async(routes.learn)
     recall = _async(routes.recall)
     pair = _async(routes.pair)
+    memory_list = _async(routes.memory_list)
+    memory_read = _async(routes.memory_read)
+    memory_write = _async(routes.memory_write)
+    memory_patch = _async(routes.memory_patch)
+    memory_append = _async(routes.memory_append)
+    memory_export = _async(routes.memory_export)
+    memory_import = _async(routes.memory_import)
 
 
 PVMClient = Client  # the name before `Client`; both stay

@@ -94,6 +94,11 @@ def health() -> Call[dict[str, Any]]:
     return _one(Request("GET", "/healthz"), _as_is)
 
 
+def openapi() -> Call[dict[str, Any]]:
+    """The API's OpenAPI 3.1 description (`GET /openapi.json`): every route, parameter and answer."""
+    return _one(Request("GET", "/openapi.json"), _as_is)
+
+
 def context(
     project_id: str,
     agent_id: str,
@@ -358,6 +363,56 @@ def pair(
     body.update(agent_id=agent_id, rounds=rounds, target=target)
     sent = {k: v for k, v in body.items() if v is not None}
     return _one(Request("POST", _project(project_id, "pair"), body=sent), _as_is)
+
+
+# -- the Markdown memory and the memory tools (docs/memory-files.md) -------------------------------------------
+
+
+def _memory(project_id: str, route: str) -> str:
+    return _project(project_id, "memory/" + route)
+
+
+def memory_list(project_id: str, prefix: str | None = None) -> Call[list[dict[str, Any]]]:
+    """The project's memory files under `prefix` (a folder such as ``facts/project``; None: all), sorted by path:
+    ``[{"path", "bytes", "read_only"}]``."""
+    return _one(Request("GET", _memory(project_id, "files"), {"prefix": prefix}), lambda a: list(a["files"]))
+
+
+def memory_read(project_id: str, path: str) -> Call[dict[str, Any]]:
+    """One memory file: ``{"path", "text", "read_only"}``; `PVMRequestError` 404 when there is none, 400 for a path
+    outside the project's memory root."""
+    return _one(Request("GET", _memory(project_id, "file"), {"path": path}), _as_is)
+
+
+def memory_write(project_id: str, path: str, text: str) -> Call[dict[str, Any]]:
+    """Make `path` hold `text` (Markdown, front-matter first): a new file asserts a fact, an edited one edits it.
+
+    ``{"path", "changed", "minutes", "stream_ids"}``: each change one minute, applied by the facts pool.
+    """
+    return _one(Request("PUT", _memory(project_id, "file"), body={"path": path, "text": text}), _as_is)
+
+
+def memory_patch(project_id: str, path: str, old: str, new: str) -> Call[dict[str, Any]]:
+    """Replace the one occurrence of `old` in the file with `new`; refused (422) when `old` occurs 0 or 2+ times."""
+    return _one(Request("POST", _memory(project_id, "patch"), body={"path": path, "old": old, "new": new}), _as_is)
+
+
+def memory_append(project_id: str, path: str, text: str) -> Call[dict[str, Any]]:
+    """Add `text` to the end of an existing file's body (a fact's text)."""
+    return _one(Request("POST", _memory(project_id, "append"), body={"path": path, "text": text}), _as_is)
+
+
+def memory_export(project_id: str) -> Call[dict[str, str]]:
+    """Every file of the project's Markdown memory: path -> text (`memory_import` takes it back)."""
+    return _one(Request("GET", _memory(project_id, "export")), lambda a: dict(a["files"]))
+
+
+def memory_import(project_id: str, files: Mapping[str, str], *, dry_run: bool = False) -> Call[dict[str, Any]]:
+    """Make the project's memory the `files` given (path -> text, as `memory_export` answers them): each change
+    one minute, a fact whose file is gone retracted. ``{"minutes", "unchanged", "changes", "dry_run", "stream_ids"}``;
+    `dry_run` plans and writes nothing. A file edited from a stale export is refused (409)."""
+    params = {"dry_run": "true" if dry_run else None}
+    return _one(Request("PUT", _memory(project_id, "export"), params, body={"files": dict(files)}), _as_is)
 
 
 def _instant(when: str | datetime | None) -> str | None:

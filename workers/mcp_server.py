@@ -186,6 +186,89 @@ async def facts(
     return await api.facts(project_id, q=q, task=task, types=types or (), limit=limit)
 
 
+@TOOLS.tool
+async def pair(
+    api: AsyncClient,
+    project_id: ProjectId,
+    task: Annotated[str, Field(description="the original task, as it was given")],
+    criteria: Annotated[list[str], Field(min_length=1, description="the task's success criteria, one check each")],
+    output: Annotated[str, Field(description="the output to check against the criteria")],
+    task_id: TaskId = None,
+    agent_id: AgentId = None,
+    rounds: Annotated[int | None, Field(ge=1, description="judgments at most (default PVM_PAIR_ROUNDS)")] = None,
+    target: Annotated[int | None, Field(ge=1, le=100, description="the score that stops the loop")] = None,
+) -> dict[str, Any]:
+    """PAIR: a fresh judge scores the output against the criteria (0-100) and names the gaps; memories retrieved
+    for each gap revise it; the revision is judged again, until the target or the round limit. Every round is
+    written as minutes. Answers the run: score, output (the best-scored), stopped, rounds."""
+    return await api.pair(
+        project_id, task, criteria, output, task_id=task_id, agent_id=agent_id, rounds=rounds, target=target
+    )
+
+
+# -- the memory tools: the project's Markdown memory as files (docs/memory-files.md) ---------------------------
+
+MemoryPath = Annotated[
+    str,
+    Field(
+        description="a memory file, relative to the project's memory root: facts/..., learned/..., episodes/..., "
+        "summaries/... ending in .md (list shows them); no '..', no absolute paths"
+    ),
+]
+
+
+@TOOLS.named("list")
+async def list_files(
+    api: AsyncClient,
+    project_id: ProjectId,
+    prefix: Annotated[str | None, Field(description="only files under this folder, e.g. facts/project")] = None,
+) -> dict[str, Any]:
+    """The files of the project's Markdown memory (facts, learned keys, episodes, summaries): path, size, and
+    whether it is read-only."""
+    return {"files": await api.memory_list(project_id, prefix)}
+
+
+@TOOLS.tool
+async def read(api: AsyncClient, project_id: ProjectId, path: MemoryPath) -> dict[str, Any]:
+    """One memory file: its Markdown text (YAML front-matter, then the body) and whether it is read-only."""
+    return await api.memory_read(project_id, path)
+
+
+@TOOLS.tool
+async def write(
+    api: AsyncClient,
+    project_id: ProjectId,
+    path: MemoryPath,
+    text: Annotated[str, Field(description="the whole file: front-matter (type, subject, attribute, value...), body")],
+) -> dict[str, Any]:
+    """Write a memory file: a new file (no id line) asserts a fact, an edited one edits it. Each change is a
+    minute; `changed` is false when the text changes nothing."""
+    return await api.memory_write(project_id, path, text)
+
+
+@TOOLS.tool
+async def patch(
+    api: AsyncClient,
+    project_id: ProjectId,
+    path: MemoryPath,
+    old: Annotated[str, Field(description="the exact text to replace; it must occur exactly once in the file")],
+    new: Annotated[str, Field(description="the text to put in its place")],
+) -> dict[str, Any]:
+    """Replace the one occurrence of `old` in a memory file with `new` (refused when it occurs 0 or 2+ times)."""
+    return await api.memory_patch(project_id, path, old, new)
+
+
+@TOOLS.tool
+async def append(
+    api: AsyncClient,
+    project_id: ProjectId,
+    path: MemoryPath,
+    text: Annotated[str, Field(description="the text to add at the end of the file's body")],
+) -> dict[str, Any]:
+    """Add text to the end of an existing memory file's body (a fact's text)."""
+    return await api.memory_append(project_id, path, text)
+
+
 # -- the server -----------------------------------------------------------------------------------------------
 
 
@@ -272,7 +355,8 @@ def build_server(gateway: Gateway, registry: ToolRegistry = TOOLS) -> Any:
     return MCPServer(
         name="pvm",
         instructions="PVM is this project's shared memory: search it, read your context, record what you did, "
-        "learn and recall values. Every tool names a project; your token reaches only its projects.",
+        "learn and recall values, and list, read and edit its memory files. Every tool names a project; your "
+        "token reaches only its projects.",
         tools=[_served(name, fn, gateway) for name, fn in registry.functions.items()],
         log_level="WARNING",
     )

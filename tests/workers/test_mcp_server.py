@@ -26,11 +26,18 @@ from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, use_settings
 from tests.pvm.test_client import serving
 from tests.workers.test_api_facts import APOLLO_ONLY, write_tokens
+from tests.workers.test_memory_files import apply, streamed
+from tests.workers.test_memory_tools import NEW
 from workers.api import create_app
 from workers.demo import sample_session
 from workers.mcp_server import TOOLS, Gateway, ProjectId, ToolRegistry, beside_api, build_server, http_app
+from workers.memory_tools import MemoryTools
 
-EXPECTED_TOOLS = ["emit", "search", "context", "learn", "recall", "facts"]
+EXPECTED_TOOLS = [
+    *("emit", "search", "context", "learn", "recall", "facts", "pair"),
+    *("list", "read", "write", "patch", "append"),
+]
+SEEDED = "facts/project/web.md"  # written through the memory tools before the server starts: one fact of apollo
 
 
 def _text(result: Any) -> str:
@@ -48,16 +55,73 @@ async def exercise(client: Client) -> dict[str, Any]:
         "learn": {"project_id": "apollo", "key": "deploy window", "value": "Tue 10:00", "agent_id": "coder"},
         "recall": {"project_id": "apollo", "key": "nothing learned"},
         "facts": {"project_id": "apollo", "limit": 5},
+        "pair": {
+            "project_id": "apollo",
+            "task": "Pick the web framework",
+            "criteria": ["Names the web framework", "Does not mention Flask"],
+            "output": "We picked Flask.",
+            "rounds": 2,
+        },
     }
     for name, arguments in calls.items():
         result = await client.call_tool(name, arguments)
         assert not result.is_error, f"{name}: {_text(result)}"
         answers[name] = result.structured_content if name != "context" else _text(result)
+    answers["memory"] = await exercise_memory(client)
     refused = await client.call_tool("search", {"project_id": "borealis", "query": "anything"})
     answers["refused"] = (refused.is_error, _text(refused))
     invalid = await client.call_tool("search", {"project_id": "apollo"})  # no query
     answers["invalid"] = (invalid.is_error, _text(invalid))
     return answers
+
+
+async def exercise_memory(client: Client) -> dict[str, Any]:
+    """Call each memory tool for apollo's one fact, then a path outside the sandbox, an ambiguous patch, and a
+    project the token does not reach."""
+    answers: dict[str, Any] = {}
+    listed = await client.call_tool("list", {"project_id": "apollo", "prefix": "facts/project"})
+    assert not listed.is_error, _text(listed)
+    answers["list"] = files = listed.structured_content["files"]
+    path = files[0]["path"]
+    fact = {"project_id": "apollo", "path": path}
+    calls: dict[str, dict[str, Any]] = {
+        "read": fact,
+        "write": {"project_id": "apollo", "path": "facts/project/cache.md", "text": NEW.replace("web", "cache")},
+        "patch": {**fact, "old": "We serve with Starlette.", "new": "We serve with Starlette and uvicorn."},
+        "append": {**fact, "text": "Chosen in the 2026 review."},
+    }
+    for name, arguments in calls.items():
+        result = await client.call_tool(name, arguments)
+        assert not result.is_error, f"{name}: {_text(result)}"
+        answers[name] = result.structured_content
+    for name, arguments in {
+        "outside": ("read", {"project_id": "apollo", "path": "../secrets.md"}),
+        "absolute": ("write", {"project_id": "apollo", "path": "/etc/passwd.md", "text": NEW}),
+        "ambiguous": ("patch", {**fact, "old": "e", "new": "E"}),
+        "other_project": ("list", {"project_id": "borealis"}),
+    }.items():
+        refused = await client.call_tool(*arguments)
+        answers[name] = (refused.is_error, _text(refused))
+    return answers
+
+
+def check_memory(answers: dict[str, Any]) -> None:
+    [listed] = answers["list"]
+    assert listed["path"].startswith("facts/project/decision/service-web-framework-") and not listed["read_only"]
+    assert answers["read"]["path"] == listed["path"] and "We serve with Starlette." in answers["read"]["text"]
+    assert answers["write"]["changed"] and [m["event_type"] for m in answers["write"]["minutes"]] == ["fact_asserted"]
+    for edit in ("patch", "append"):
+        assert answers[edit]["changed"] and [m["event_type"] for m in answers[edit]["minutes"]] == ["fact_edited"]
+        assert answers[edit]["path"] == listed["path"] and len(answers[edit]["stream_ids"]) == 1
+    is_error, message = answers["outside"]
+    assert is_error and "pvm: the reader API refused the request (400): path '../secrets.md'" in message
+    assert "paths stay inside the memory" in message
+    is_error, message = answers["absolute"]
+    assert is_error and "(400)" in message and "relative to the project's memory root" in message
+    is_error, message = answers["ambiguous"]
+    assert is_error and "(422)" in message and "include more of the surrounding text" in message
+    is_error, message = answers["other_project"]
+    assert is_error and "(403)" in message and "borealis" in message
 
 
 def check(answers: dict[str, Any]) -> None:
@@ -68,7 +132,12 @@ def check(answers: dict[str, Any]) -> None:
     assert answers["context"].startswith("# Context for coder")
     assert answers["learn"]["fact_id"] and answers["learn"]["minute_id"]
     assert answers["recall"]["key"] == "nothing learned" and answers["recall"]["fact"] is None
-    assert answers["facts"]["facts"] == []  # nothing applied yet: the facts pool does not run here
+    # the seeded fact alone: the facts pool does not run here, so what the tools wrote is not applied
+    assert [f["subject"] for f in answers["facts"]["facts"]] == ["service:web"]
+    run = answers["pair"]
+    assert run["project_id"] == "apollo" and 1 <= len(run["rounds"]) <= 2 and run["minute_ids"]
+    assert any("flask" in " ".join(g["forbidden"]).lower() for g in run["rounds"][0]["gaps"])
+    check_memory(answers["memory"])
     is_error, message = answers["refused"]
     assert is_error and "may not read project borealis" in message and "403" in message
     is_error, message = answers["invalid"]
@@ -99,6 +168,9 @@ def api_app(
     """The token-guarded reader API app over 60 minutes of project apollo (tokens: tests/workers/test_api_facts.py)."""
     use_settings(settings, monkeypatch)
     log_minutes(redis_client, settings, list(sample_session("apollo", 60, seed=2)))
+    with MemoryTools("apollo", settings) as tools:
+        tools.write(SEEDED, NEW)
+    apply(redis_client, streamed(redis_client, settings))
     reader = ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
     yield create_app(reader, redis_client, settings.shards, tokens=write_tokens(tmp_path / "tokens.json"))
     engines.close_shared()
