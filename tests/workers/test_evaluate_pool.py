@@ -498,3 +498,128 @@ def test_a_dry_run_reports_fact_merges_and_writes_nothing(redis_client: redis.Re
     assert not redis_client.exists(keys.evaluation_merged(P), keys.evaluation_pruned(P), keys.evaluation_scores(P))
     assert len(store.current([TierKey.for_project(P)])) == 5
     assert engines.shared_engine(stack).count(P, FACT) == 5
+
+
+# -- near-duplicates across pages of a run ---------------------------------------------------------------------------
+
+
+def test_near_duplicate_minutes_on_different_pages_of_a_run_merge(redis_client: redis.Redis, stack: Settings) -> None:
+    small = stack.with_(evaluate_slice=2)
+    task = {"task_id": "deploy-9"}
+    minutes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(2, days_ago=3, data=task, memory_note="rotated the database credentials for the reporting job"),
+        m(3, days_ago=2, data=task, memory_note="the flaky login test was quarantined by the platform team"),
+        m(4, days_ago=2, data=task, memory_note="upgraded the queue workers to the new runtime image"),
+        m(5, days_ago=1, data=task, memory_note="payments service deploy failed on the canary host"),
+        m(6, days_ago=1, data={"task_id": "other"}, memory_note="payments service deploy failed on the canary host"),
+    ]
+    log_minutes(redis_client, small, minutes)
+    redis_client.hset(keys.access_counts(P), "ev00001", 5)  # the oldest is read most: it survives
+
+    report = evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    assert report.slices == 4  # three pages of minutes, one of facts: the twins sit two pages apart
+    assert [(x["survivor"], x["absorbed"]) for x in report.merged] == [("ev00001", ["ev00005"])]  # not ev00006
+    assert redis_client.hget(keys.evaluation_merged(P), "ev00005") == b"ev00001"
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), "ev00005"))
+    assert record["why"] == "merged" and record["into"] == "ev00001" and record["tokens"] > 0
+    points = {p.minute_id: p.payload for p in engines.shared_engine(small).retrieve(P, ["ev00001", "ev00005"])}
+    assert points["ev00001"]["merged_from"] == ["ev00005"] and points["ev00005"]["merged_into"] == "ev00001"
+    found = search(small, "payments deploy canary")
+    assert "ev00001" in found and "ev00005" not in found and "ev00006" in found
+    assert redis_client.hget(keys.minute_by_id(P), "ev00005") is None
+    assert int(redis_client.hget(keys.evaluation_totals(P), "merged")) == 1
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+
+
+def test_a_newer_page_survivor_is_absorbed_by_a_better_twin_on_an_older_page(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    small = stack.with_(evaluate_slice=2)
+    task = {"task_id": "deploy-9"}
+    minutes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(2, days_ago=3, data=task, memory_note="rotated the database credentials for the reporting job"),
+        m(3, days_ago=1, data=task, memory_note="payments service deploy failed on the canary host"),
+    ]
+    log_minutes(redis_client, small, minutes)
+    redis_client.hset(keys.access_counts(P), "ev00001", 5)
+
+    dry = evaluate_pool.evaluate_here(redis_client, small, P)  # the newer one is judged first and kept, then absorbed
+    assert [(x["survivor"], x["absorbed"]) for x in dry.merged] == [("ev00001", ["ev00003"])]
+    assert [(p["id"], p["why"], p["into"]) for p in dry.pruned] == [("ev00003", "merged", "ev00001")]
+    assert dry.pruned[0]["tokens"] > 0 and not redis_client.exists(keys.evaluation_merged(P))
+
+    evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    assert redis_client.hget(keys.evaluation_merged(P), "ev00003") == b"ev00001"
+    points = {p.minute_id: p.payload for p in engines.shared_engine(small).retrieve(P, ["ev00001", "ev00003"])}
+    assert points["ev00003"]["merged_into"] == "ev00001" and points["ev00003"]["scores"]["composite"] > 0
+    assert points["ev00001"]["merged_from"] == ["ev00003"]
+    assert "ev00003" not in search(small, "payments deploy canary")
+    assert redis_client.zscore(keys.recent_window(P), "ev00003") is None
+    assert redis_client.zscore(keys.agent_recent_window(P, "a1"), "ev00003") is None
+
+
+@pytest.fixture
+def paged_hashes(redis_client: redis.Redis) -> Any:
+    """Hashes in the hashtable encoding from their first field, so HSCAN pages them (a small hash is one page)."""
+    before = redis_client.config_get("hash-max-listpack-entries")["hash-max-listpack-entries"]
+    redis_client.config_set("hash-max-listpack-entries", 0)
+    yield
+    redis_client.config_set("hash-max-listpack-entries", before)
+
+
+def test_near_duplicate_facts_on_different_pages_of_a_run_merge(
+    redis_client: redis.Redis, stack: Settings, paged_hashes: None
+) -> None:
+    small = stack.with_(evaluate_slice=1)
+    twins = [
+        _stated("billing service", "database", "Postgres cluster"),
+        _stated("billing service", "database", "the postgres cluster"),
+        _stated("billing service", "database", "primary Postgres cluster"),
+        _stated("ledger", "database", "MySQL"),
+        _stated("ledger", "database", "Postgres"),  # another value of a single-valued slot: never merges
+        _stated("billing service", "database", "Postgres cluster", TierKey.for_task(P, "t1")),  # another tier key
+    ]
+    store = _hold(redis_client, small, twins)
+    redis_client.hset(keys.fact_reads(TierKey.for_project(P)), twins[0].id, 3)
+    # Other facts of the project until the three twins sit on three pages of the run's HSCAN (its pages are the
+    # hash's buckets, placed by the server's random hash seed).
+    for n in range(300):
+        if len({_page_of(redis_client, small, twin.id) for twin in twins[:3]}) == 3:
+            break
+        FactStore(redis_client).apply(asserted_minute(_stated(f"filler {n}", "owner", f"team {n}"), minute_id=f"x{n}"))
+    assert len({_page_of(redis_client, small, twin.id) for twin in twins[:3]}) == 3
+
+    report = evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    absorbed = sorted(a for x in report.merged for a in x["absorbed"])
+    assert absorbed == sorted([twins[1].id, twins[2].id])
+    merged = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.evaluation_merged(P)).items()}
+    assert sorted(merged) == absorbed
+
+    def final(fact_id: str) -> str:  # a survivor absorbed on a later page passes its twins on: follow the chain
+        while fact_id in merged:
+            fact_id = merged[fact_id]
+        return fact_id
+
+    assert final(twins[1].id) == final(twins[2].id) == twins[0].id  # the best scored, wherever its page
+    current = {f.id for f in store.current([TierKey.for_project(P), TierKey.for_task(P, "t1")])}
+    assert {twins[0].id, twins[3].id, twins[4].id, twins[5].id} <= current
+    assert not {twins[1].id, twins[2].id} & current
+    [survivor] = engines.shared_engine(small).get_points(P, [twins[0].id])
+    assert survivor.payload["merged_from"] == sorted(i for i, into in merged.items() if into == twins[0].id)
+
+
+def _page_of(connection: redis.Redis, settings: Settings, fact_id: str) -> int:
+    """Which HSCAN page (of `PVM_EVALUATE_SLICE`) of the project's facts holds `fact_id`, as a run reads them."""
+    cursor, page = 0, 0
+    while True:
+        cursor, raw = connection.hscan(keys.facts_by_id(TierKey.for_project(P)), cursor, count=settings.evaluate_slice)
+        if fact_id.encode() in raw:
+            return page
+        if not cursor:
+            raise AssertionError(f"{fact_id} is not a fact of {P}")
+        page += 1
