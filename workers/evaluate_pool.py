@@ -40,7 +40,7 @@ from rq import Queue, get_current_job
 
 from contracts import Minute, keys
 from contracts.fact_changes import FACT_EVENT_TYPES
-from contracts.facts import GLOBAL_KEY, FactStatus, Tier, TierKey
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, Tier, TierKey
 from contracts.memory import minute_line
 from pvm import defaults
 from pvm.config import Settings
@@ -652,6 +652,10 @@ class Evaluation:
             annotations.setdefault(survivor, {"scores": scores_of(survivor)})["merged_from"] = sorted(
                 {*earlier, *absorbed}
             )
+        if self.mode == RESCORE and self.tenant == GLOBAL_TENANT:
+            # No replay re-indexes the global tier's points (every project's log feeds them): the rescoring run a
+            # replay queues brings back the ones a run had pruned or merged away (`restore_global`).
+            annotations = {i: {"pruned_ms": None} for i in verdict.fact_scores}
         if annotations:
             self.engine.annotate(self.tenant, annotations, kind=FACT)
         pipe = self.connection.pipeline(transaction=False)
@@ -854,11 +858,17 @@ def _current_run(connection: redis.Redis, project_id: str) -> str | None:
 
 
 def plan() -> dict[str, Any]:
-    """RQ job (the ``evaluate`` schedule): start a run of every project that has none going."""
+    """RQ job (the ``evaluate`` schedule): start a run of every project that has none going, and of the global tier.
+
+    The global tier's facts are shared by every project, so one run of their own judges them (`GLOBAL_RUN`),
+    once a schedule and under one lease, rather than every project's run racing over them.
+    """
     job = get_current_job()
     assert job is not None, f"{keys.EVALUATE_PLAN_JOB} runs inside an RQ worker"
     connection, settings = job.connection, Settings.from_env()
     projects = sorted(p.decode() for p in cast(set[bytes], connection.smembers(keys.projects())))
+    if connection.exists(keys.facts_by_id(GLOBAL_KEY)):
+        projects.append(GLOBAL_RUN)
     started: list[str] = []
     busy: list[str] = []
     for project_id in projects:
@@ -949,6 +959,33 @@ def forget(connection: redis.Redis, project_id: str) -> None:
         keys.evaluation_conflicts(project_id),
         keys.evaluation_totals(project_id),
     )
+
+
+def restore_global(connection: redis.Redis) -> int:
+    """Undo the global tier's prunes and merges in Redis for a replay; how many facts come back.
+
+    The global tier is fed by every project's log, so a replay of any project restores it: its pruned facts
+    return to the tier's read set and type sets, and `forget` drops the run's records; their points come back
+    with the rescoring run of `GLOBAL_RUN` the replay queues.
+    """
+    pruned = [i.decode() for i in cast(list[bytes], connection.hkeys(keys.evaluation_pruned(GLOBAL_RUN)))]
+    raws = cast(list[bytes | None], connection.hmget(keys.facts_by_id(GLOBAL_KEY), pruned)) if pruned else []
+    pipe = connection.pipeline(transaction=False)
+    restored = 0
+    for raw in raws:
+        if raw is None:
+            continue  # forgotten since (a replay of every project resets the tier and applies it again)
+        fact = StoredFact.unpack(raw).fact
+        _restore_fact(pipe, fact)
+        restored += 1
+    pipe.execute()
+    forget(connection, GLOBAL_RUN)
+    return restored
+
+
+def _restore_fact(pipe: redis.client.Pipeline, fact: Fact) -> None:
+    """Put a pruned fact back where a prune took it from (`Evaluation._write_facts`)."""
+    pipe.zadd(keys.facts_in_tier(fact.tier_key), {fact.id: time_ms(fact.recorded_at)})
 
 
 def run_state(connection: redis.Redis, project_id: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import redis
 from starlette.testclient import TestClient
 
 from contracts import Minute, keys
-from contracts.fact_changes import asserted_minute
-from contracts.facts import Fact, FactStatus, FactType, TierKey
+from contracts.fact_changes import asserted_minute, tier_promoted_minute
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, FactType, TierKey
 from contracts.memory import SearchFilters
 from pvm import engines
 from pvm.client import PVMClient
@@ -24,6 +24,7 @@ from pvm.reader import ContextReader
 from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
+from pvm.vectors import GLOBAL_TENANT
 from tests.memory_helpers import log_minutes, use_settings
 from tests.pvm.test_client import serving
 from workers import cli, evaluate_pool, replay
@@ -623,3 +624,63 @@ def _page_of(connection: redis.Redis, settings: Settings, fact_id: str) -> int:
         if not cursor:
             raise AssertionError(f"{fact_id} is not a fact of {P}")
         page += 1
+
+
+# -- the global tier ---------------------------------------------------------------------------------------------------
+
+
+def _promoted(subject: str, days_ago: float) -> list[Minute]:
+    """A project fact and its promotion to the global tier, both `days_ago`: the minutes a project's log holds."""
+    fact = _fact(subject, days_ago)
+    asserted = asserted_minute(fact, minute_id=f"gl-{subject}", timestamp=fact.recorded_at)
+    return [asserted, tier_promoted_minute(fact, minute_id=f"gu-{subject}", timestamp=fact.recorded_at)]
+
+
+def test_stale_global_facts_are_evaluated_pruned_and_restored_by_replay(
+    redis_client: redis.Redis, stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changes = [*_promoted("billing", 200), *_promoted("ledger", 1)]
+    store = FactStore(redis_client)
+    for change in changes:
+        store.apply(change)
+    log_minutes(redis_client, stack, [*KEPT, *changes])  # a change to the global tier is a minute of some project
+    by_subject = {f.slot.subject: f for f in store.current([GLOBAL_KEY])}
+    stale, fresh = by_subject["billing"], by_subject["ledger"]
+    engine = engines.shared_engine(stack)
+    assert engine.count(GLOBAL_TENANT, FACT) == 2
+
+    dry = evaluate_pool.evaluate_here(redis_client, stack, evaluate_pool.GLOBAL_RUN)
+    assert [(p["id"], p["why"], p["kind"]) for p in dry.pruned] == [(stale.id, "decayed", FACT)]
+    assert dry.facts_scored == 2 and len(store.current([GLOBAL_KEY])) == 2  # a dry run writes nothing
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--global", "--dry-run", "--json"]) == 0
+    assert [p["id"] for p in json.loads(capsys.readouterr().out)["pruned"]] == [stale.id]
+    # A project's run leaves the global tier alone.
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+    assert len(store.current([GLOBAL_KEY])) == 2
+
+    # The scheduler's plan starts the global tier's run beside the projects'.
+    redis_client.sadd(keys.projects(), P)
+    pool_queue("evaluate", redis_client).enqueue(keys.EVALUATE_PLAN_JOB)
+    run_worker(redis_client, "evaluate")
+
+    state = evaluate_pool.run_state(redis_client, evaluate_pool.GLOBAL_RUN)
+    assert state["status"] == "done" and state["scored"] == 2 and state["pruned"] == 1
+    assert [f.id for f in store.current([GLOBAL_KEY])] == [fresh.id]
+    assert engine.count(GLOBAL_TENANT, FACT) == 1 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 1
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN), stale.id))
+    assert record["why"] == "decayed" and record["tier_key"] == "global"
+    stats = project_stats(redis_client, evaluate_pool.GLOBAL_RUN)
+    assert stats["pruned"] == 1 and stats["facts"]["by_tier"] == {"global": 1} and stats["last_evaluated"]
+    capsys.readouterr()
+    assert cli.main(["stats", "--global", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == stats
+    assert cli.main(["status", "--json"]) == 0
+    assert evaluate_pool.GLOBAL_RUN in [run["project_id"] for run in json.loads(capsys.readouterr().out)["evaluations"]]
+
+    assert replay.replay(redis_client, stack, P, wait=False) == 0
+    run_worker(redis_client, "index", "evaluate")
+
+    assert {f.id for f in store.current([GLOBAL_KEY])} == {stale.id, fresh.id}
+    assert engine.count(GLOBAL_TENANT, FACT) == 2 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 0
+    assert not redis_client.exists(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN))
