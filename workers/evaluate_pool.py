@@ -289,6 +289,7 @@ def judge_facts(
     if mode != FULL:
         return verdict
     tiers = {stored.fact.id: str(stored.fact.tier_key) for stored in facts}
+    types = {stored.fact.id: stored.fact.type.value for stored in facts}
     verdict.merges = evaluation.fact_near_duplicates(twins, policy.fact_dedupe_at)
     in_page = {a for merge in verdict.merges for a in merge.absorbed}
     heads = [t for t in twins if t.memory_id not in in_page]
@@ -322,6 +323,7 @@ def judge_facts(
                     "t": h.at_ms,
                     "s": verdict.fact_scores[h.memory_id],
                     "tk": tiers[h.memory_id],
+                    "ty": types[h.memory_id],
                     "f": absorbed_by.get(h.memory_id, []),
                 },
             )
@@ -668,6 +670,8 @@ class Evaluation:
                 pipe.hset(keys.evaluation_merged(p), fact_id, why["into"])
             tier = by_id[fact_id].fact.tier_key if fact_id in by_id else TierKey.parse(why["tier_key"])
             pipe.zrem(keys.facts_in_tier(tier), fact_id)  # out of every context's facts section
+            fact_type = by_id[fact_id].fact.type if fact_id in by_id else verdict.elsewhere[fact_id]["ty"]
+            pipe.srem(keys.facts_of_type(tier, fact_type), fact_id)  # and out of reads by type (`pvm facts --type`)
         merged = sum(len(m.absorbed) for m in verdict.merges)
         self._count(pipe, len(verdict.fact_scores), len(verdict.pruned) - merged, merged, 0, 0)
         kept = [scores for fact_id, scores in verdict.fact_scores.items() if fact_id not in verdict.pruned]
@@ -986,6 +990,7 @@ def restore_global(connection: redis.Redis) -> int:
 def _restore_fact(pipe: redis.client.Pipeline, fact: Fact) -> None:
     """Put a pruned fact back where a prune took it from (`Evaluation._write_facts`)."""
     pipe.zadd(keys.facts_in_tier(fact.tier_key), {fact.id: time_ms(fact.recorded_at)})
+    pipe.sadd(keys.facts_of_type(fact.tier_key, fact.type), fact.id)
 
 
 def run_state(connection: redis.Redis, project_id: str) -> dict[str, Any]:

@@ -315,6 +315,8 @@ def test_decayed_facts_leave_search_and_contexts_and_stats_count_what_is_left(
     assert [p["id"] for p in report.pruned if p["kind"] == FACT] == [old.id] and report.facts_scored == 2
     assert engine.count(P, FACT) == 1 and engine.count(P, FACT_PRUNED) == 1  # out of fact searches
     assert [f.id for f in store.current([TierKey.for_project(P)])] == [fresh.id]  # out of contexts' facts
+    assert store.current([TierKey.for_project(P)], types=["fact"]) == []  # and out of reads by type
+    assert [f.id for f in store.current([TierKey.for_project(P)], types=["fact", "decision"])] == [fresh.id]
     scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), old.id))
     assert scores["importance"] == 0.5 and scores["composite"] < 0.3
 
@@ -667,6 +669,7 @@ def test_stale_global_facts_are_evaluated_pruned_and_restored_by_replay(
     state = evaluate_pool.run_state(redis_client, evaluate_pool.GLOBAL_RUN)
     assert state["status"] == "done" and state["scored"] == 2 and state["pruned"] == 1
     assert [f.id for f in store.current([GLOBAL_KEY])] == [fresh.id]
+    assert [f.id for f in store.current([GLOBAL_KEY], types=["fact"])] == [fresh.id]
     assert engine.count(GLOBAL_TENANT, FACT) == 1 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 1
     record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN), stale.id))
     assert record["why"] == "decayed" and record["tier_key"] == "global"
@@ -682,5 +685,6 @@ def test_stale_global_facts_are_evaluated_pruned_and_restored_by_replay(
     run_worker(redis_client, "index", "evaluate")
 
     assert {f.id for f in store.current([GLOBAL_KEY])} == {stale.id, fresh.id}
+    assert {f.id for f in store.current([GLOBAL_KEY], types=["fact"])} == {stale.id, fresh.id}
     assert engine.count(GLOBAL_TENANT, FACT) == 2 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 0
     assert not redis_client.exists(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN))
