@@ -225,11 +225,13 @@ def judge_all(
     scored = 0
     for high in range(len(minutes), 0, -slice_size):
         part = minutes[max(0, high - slice_size) : high]
-        # What the carry holds for this slice, as the pool reads its scratch (only this slice's ids and tasks).
-        verdict, carry = evaluate_pool.judge_minutes(part, carry, reads, frozenset(), now_ms, policy, index=index)
-        if index is not None:
-            gone = [i for i in verdict.elsewhere if i in verdict.pruned]
-            index.file(verdict.filed, evaluate_pool.survivors_elsewhere(verdict), gone)
+        # What the carry holds for this slice, as the pool reads its scratch (only this slice's ids and tasks);
+        # the collector paused per slice, as the pool's slice job pauses it.
+        with evaluate_pool.cyclic_gc_paused():
+            verdict, carry = evaluate_pool.judge_minutes(part, carry, reads, frozenset(), now_ms, policy, index=index)
+            if index is not None:
+                gone = [i for i in verdict.elsewhere if i in verdict.pruned]
+                index.file(verdict.filed, evaluate_pool.survivors_elsewhere(verdict), gone)
         scored += len(verdict.scores)
         for memory_id, why in verdict.pruned.items():
             (merged if why["why"] == "merged" else pruned).add(memory_id)

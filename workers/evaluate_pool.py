@@ -26,11 +26,13 @@ process and writes nothing but its own scratch, which it deletes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -217,6 +219,25 @@ def judge_minutes(
                 if h.memory_id in wanted and h.memory_id not in verdict.pruned
             ]
     return verdict, older
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a slice is judged (unless someone else already paused it).
+
+    A slice allocates tens of containers per memory, and the run's candidate index many long-lived ones;
+    reference counting frees them, and the collector's passes over them cost a quarter of the judging core
+    (bench/lifecycle_evaluate.py at 100k, as the index pool measured for its batches). Cycles made meanwhile
+    are collected after it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _judged(memory_id: str, record: Mapping[str, Any]) -> Judged:
@@ -430,13 +451,14 @@ class Evaluation:
 
     def step(self, at: Step, report: Report | None = None) -> Step | None:
         """Evaluate one slice; returns the next step (None: the run is complete)."""
-        if at.phase == MINUTES:
-            low = max(0, at.position - self.slice)
-            if at.position > 0:
-                self._minutes_slice(low, at.position, report)
-            return Step(MINUTES, low) if low > 0 else Step(FACTS, 0)
-        cursor = self._facts_slice(at.position, report)
-        return Step(FACTS, cursor) if cursor else None
+        with cyclic_gc_paused():
+            if at.phase == MINUTES:
+                low = max(0, at.position - self.slice)
+                if at.position > 0:
+                    self._minutes_slice(low, at.position, report)
+                return Step(MINUTES, low) if low > 0 else Step(FACTS, 0)
+            cursor = self._facts_slice(at.position, report)
+            return Step(FACTS, cursor) if cursor else None
 
     def scratch(self) -> list[str]:
         return [keys.evaluation_scratch(self.project_id, self.run_id, w) for w in SCRATCH]
