@@ -13,7 +13,9 @@
                                                         target: >= 0.9 each
                     The near-duplicate threshold is measured here: `dedupe_sweep` is precision and recall of the
                     merges alone at each threshold on a tuning seed, and `dedupe_heldout` the chosen default
-                    (PVM_DEDUPE_AT) on another seed.
+                    (PVM_DEDUPE_AT) on another seed. `dedupe_across_pages`: on pages of ACROSS_SLICE, the
+                    planted duplicates a page or more from their original, merged within a page only (before)
+                    and with the run's candidate index (after; workers/candidate_index.py).
 3. context          bench/reader.py's load (the log pool's and index pool's steps, one process) to N minutes,
                     `ContextReader.build_context` p99 (``..._before_evaluation``), then a real evaluation run
                     over them (`evaluate_here`, applying: scores written onto every point, prunes), then

@@ -226,7 +226,7 @@ def cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a slice is judged (unless someone else already paused it).
 
     A slice allocates tens of containers per memory, and the run's candidate index many long-lived ones;
-    reference counting frees them, and the collector's passes over them cost a quarter of the judging core
+    reference counting frees them, and the collector's passes over them cost about a quarter of the judging core
     (bench/lifecycle_evaluate.py at 100k, as the index pool measured for its batches). Cycles made meanwhile
     are collected after it.
     """
