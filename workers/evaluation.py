@@ -441,28 +441,25 @@ def _fact_better(a: FactTwin, b: FactTwin) -> bool:
 _ORDER: dict[str, tuple[int, str]] = {}  # word -> its place in the order (crc32, then the word: a total order)
 
 
-def _word_order(word: str) -> tuple[int, str]:
-    place = _ORDER.get(word)
-    if place is None:
-        if len(_ORDER) >= defaults.DEDUPE_ORDER_CACHE:
-            _ORDER.clear()
-        place = _ORDER[word] = (zlib.crc32(word.encode()), word)
-    return place
-
-
 def prefix_words(words: frozenset[str], threshold: float) -> list[str]:
     """The words a memory is filed and looked up under: its first |w| - ceil(t |w|) + 1 in crc32 order."""
     if not words:
         return []
+    if len(_ORDER) >= defaults.DEDUPE_ORDER_CACHE:
+        _ORDER.clear()
+    for word in words:
+        if word not in _ORDER:
+            _ORDER[word] = (zlib.crc32(word.encode()), word)
     keep = len(words) - math.ceil(threshold * len(words) - 1e-9) + 1
-    return sorted(words, key=_word_order)[: max(1, keep)]
+    return sorted(words, key=_ORDER.__getitem__)[: max(1, keep)]
 
 
 def minute_buckets(item: Judged, threshold: float) -> list[str]:
     """Where a minute's near-duplicates of other pages are filed: its group and each of its prefix words."""
     if len(item.words) < defaults.DEDUPE_MIN_WORDS:
         return []
-    return [f"m|{item.group}|{word}" for word in prefix_words(item.words, threshold)]
+    group = f"m|{item.group}|"
+    return [group + word for word in prefix_words(item.words, threshold)]
 
 
 def fact_buckets(item: FactTwin) -> list[str]:
@@ -501,12 +498,12 @@ def merge_across(
     into: dict[str, list[tuple[str, float]]] = {}
     for head in order:
         twins: list[tuple[Item, float]] = []
-        for other_id in candidates.get(head.memory_id, ()):
+        for other_id in candidates[head.memory_id]:
             other = earlier.get(other_id)
-            if other is None or other_id == head.memory_id or other_id in taken:
+            if other is None or other_id in taken or other_id == head.memory_id:
                 continue
             score = similarity(head, other)
-            if score and score >= threshold:
+            if score >= threshold and score:
                 twins.append((other, score))
         if not twins:
             continue
