@@ -13,7 +13,9 @@
                                                         target: >= 0.9 each
                     The near-duplicate threshold is measured here: `dedupe_sweep` is precision and recall of the
                     merges alone at each threshold on a tuning seed, and `dedupe_heldout` the chosen default
-                    (PVM_DEDUPE_AT) on another seed.
+                    (PVM_DEDUPE_AT) on another seed. `dedupe_across_pages`: on pages of ACROSS_SLICE, the
+                    planted duplicates a page or more from their original, merged within a page only (before)
+                    and with the run's candidate index (after; workers/candidate_index.py).
 3. context          bench/reader.py's load (the log pool's and index pool's steps, one process) to N minutes,
                     `ContextReader.build_context` p99 (``..._before_evaluation``), then a real evaluation run
                     over them (`evaluate_here`, applying: scores written onto every point, prunes), then
@@ -49,6 +51,7 @@ from pvm.stores.fact_projection import StoredFact
 from pvm.stores.log import LogReader
 from workers import evaluate_pool
 from workers.assessment import timestamp_ms
+from workers.candidate_index import CandidateIndex
 from workers.evaluate_pool import Carry, SliceMinute
 from workers.evaluation import ScorePolicy
 
@@ -61,6 +64,8 @@ TARGETS: dict[str, tuple[Any, ...]] = {
 PROJECT = "lifecycle"
 DAY = timedelta(days=1)
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+PARAPHRASED: dict[str, str] = {}  # a planted duplicate's id -> the id of the minute it paraphrases
+ACROSS_SLICE = 500  # pages of the dedupe-across-pages figure: small, so many duplicates sit a page or more away
 TUNE_SEED, HELDOUT_SEED = 11, 23
 
 
@@ -77,6 +82,8 @@ def _vocabulary(rng: random.Random, n: int) -> list[str]:
 
 def planted(n: int, seed: int, now: datetime) -> tuple[list[SliceMinute], dict[str, int], dict[str, str]]:
     """`n` minutes in log order, their read counts, and the planted ones: id -> stale | duplicate | superseded.
+
+    The original a duplicate paraphrases is in `PARAPHRASED` (duplicate id -> original id).
 
     About 70% should stay: minutes of tasks that succeeded, read 3-10 times or within the grace period, some
     referenced by later ones. The rest should go: 15% stale (chatter of no task, 20-120 days old, never read or
@@ -148,7 +155,7 @@ def planted(n: int, seed: int, now: datetime) -> tuple[list[SliceMinute], dict[s
             events.append((days, m, 0))
             planted_ids[m.id] = "stale"
         elif roll < 0.95 and kept_notes:
-            original_task, text, original_days, _ = rng.choice(kept_notes)
+            original_task, text, original_days, original_id = rng.choice(kept_notes)
             words = text.split()
             for _ in range(rng.randint(1, 3)):
                 op = rng.random()
@@ -170,6 +177,7 @@ def planted(n: int, seed: int, now: datetime) -> tuple[list[SliceMinute], dict[s
             )
             events.append((days, m, rng.randint(0, 1)))
             planted_ids[m.id] = "duplicate"
+            PARAPHRASED[m.id] = original_id
         else:
             days = rng.uniform(20, 80)
             wrong = Minute(
@@ -200,21 +208,62 @@ def planted(n: int, seed: int, now: datetime) -> tuple[list[SliceMinute], dict[s
 
 
 def judge_all(
-    minutes: Sequence[SliceMinute], reads: dict[str, int], now_ms: int, policy: ScorePolicy, slice_size: int
+    minutes: Sequence[SliceMinute],
+    reads: dict[str, int],
+    now_ms: int,
+    policy: ScorePolicy,
+    slice_size: int,
+    across: bool = True,
 ) -> tuple[set[str], set[str], int]:
-    """A run of the judging core over every slice, newest first: (pruned for their score, merged away, scored)."""
+    """A run of the judging core over every slice, newest first: (pruned for their score, merged away, scored).
+
+    `across`: with the run's candidate index (in memory), as the pool runs; without it, dedupe within a slice
+    only (the pool before it had one).
+    """
     carry = Carry()
+    index = CandidateIndex() if across else None
     pruned: set[str] = set()
     merged: set[str] = set()
     scored = 0
     for high in range(len(minutes), 0, -slice_size):
         part = minutes[max(0, high - slice_size) : high]
-        # What the carry holds for this slice, as the pool reads its scratch (only this slice's ids and tasks).
-        verdict, carry = evaluate_pool.judge_minutes(part, carry, reads, frozenset(), now_ms, policy)
+        # What the carry holds for this slice, as the pool reads its scratch (only this slice's ids and tasks);
+        # the collector paused per slice, as the pool's slice job pauses it.
+        with evaluate_pool.cyclic_gc_paused():
+            verdict, carry = evaluate_pool.judge_minutes(part, carry, reads, frozenset(), now_ms, policy, index=index)
+            if index is not None:
+                gone = [i for i in verdict.elsewhere if i in verdict.pruned]
+                index.file(verdict.filed, evaluate_pool.survivors_elsewhere(verdict), gone)
         scored += len(verdict.scores)
         for memory_id, why in verdict.pruned.items():
             (merged if why["why"] == "merged" else pruned).add(memory_id)
     return pruned, merged, scored
+
+
+def dedupe_across_pages(n: int, now: datetime) -> dict[str, Any]:
+    """Planted duplicates whose original sits on another page (pages of `ACROSS_SLICE`): merged before and after.
+
+    Before: dedupe within a page only (no candidate index). After: the pool's run, with it. Recall over the
+    duplicates a page or more away from their original, and over all; precision of all merges (held-out seed).
+    """
+    now_ms = int(now.timestamp() * 1000)
+    minutes, reads, planted_ids = planted(n, HELDOUT_SEED, now)
+    page = {m.minute.id: (len(minutes) - m.seq) // ACROSS_SLICE for m in minutes}  # pages go newest first
+    duplicates = {i for i, why in planted_ids.items() if why == "duplicate"}
+    apart = {i for i in duplicates if page[i] != page[PARAPHRASED[i]]}
+    out: dict[str, Any] = {"slice": ACROSS_SLICE, "duplicates": len(duplicates), "on_another_page": len(apart)}
+    for label, across in (("before", False), ("after", True)):
+        started = time.perf_counter()
+        _, merged, scored = judge_all(minutes, reads, now_ms, ScorePolicy(), ACROSS_SLICE, across)
+        seconds = time.perf_counter() - started
+        precision, recall = _precision_recall(merged, duplicates)
+        out[label] = {
+            "recall_across_pages": round(len(merged & apart) / max(1, len(apart)), 4),
+            "recall": round(recall, 4),
+            "precision": round(precision, 4),
+            "judged_per_s": round(scored / seconds),
+        }
+    return {"dedupe_across_pages": out}
 
 
 def _precision_recall(predicted: set[str], actual: set[str]) -> tuple[float, float]:
@@ -494,6 +543,8 @@ def run(quick: bool = False, progress: Progress | None = None) -> dict[str, Any]
     result.update(evaluate_speed(speed_n, now))
     progress.tick(f"prune precision and recall on {planted_n:,} planted minutes", force=True)
     result.update(prune_quality(planted_n, now))
+    progress.tick(f"dedupe across pages of {ACROSS_SLICE} on {planted_n:,} planted minutes", force=True)
+    result.update(dedupe_across_pages(planted_n, now))
     progress.tick(f"fact dedupe precision and recall on {planted_n // 4:,} planted facts", force=True)
     result.update(fact_dedupe_quality(planted_n // 4, now))
     result.update(context_with_scores(context_n, calls, progress))
@@ -513,6 +564,13 @@ def table(result: dict[str, Any]) -> str:
         f"context_p99_ms_100k       {result.get('context_p99_ms_100k')!s:>10}",
         "dedupe sweep (threshold: precision / recall): "
         + ", ".join(f"{r['threshold']}: {r['precision']}/{r['recall']}" for r in result["dedupe_sweep"]),
+        "dedupe across pages of {slice} ({on_another_page:,} of {duplicates:,} duplicates a page or more away): "
+        "recall there {b[recall_across_pages]} -> {a[recall_across_pages]}, all {b[recall]} -> {a[recall]}, "
+        "precision {b[precision]} -> {a[precision]}".format(
+            **result["dedupe_across_pages"],
+            b=result["dedupe_across_pages"]["before"],
+            a=result["dedupe_across_pages"]["after"],
+        ),
         "fact dedupe sweep (threshold: precision / recall): "
         + ", ".join(f"{r['threshold']}: {r['precision']}/{r['recall']}" for r in result["fact_dedupe_sweep"]),
         f"fact dedupe held out at {result['fact_dedupe_heldout']['threshold']}: "

@@ -427,7 +427,10 @@ def evaluation_run(project_id: str) -> str:
 
 def evaluation_scratch(project_id: str, run_id: str, what: str) -> str:
     """A run's working hash: what newer slices learned for older ones (``refs``, ``corrections``, ``tasks``), and
-    which slices told them (``pushed``)."""
+    which slices told them (``pushed``); the run's candidate index for dedupe across pages (``buckets``: bucket ->
+    ids of kept memories, ``records``: id -> what dedupe and the writer need; `workers.candidate_index`).
+
+    The global tier's run is named `pvm.vectors.GLOBAL_TENANT` (``_global``) in every evaluation key."""
     return f"{PREFIX}:{{p:{project_id}}}:eval:{run_id}:{what}"
 
 

@@ -276,6 +276,11 @@ DEDUPE_MIN_WORDS = 4  # notes with fewer words are never judged duplicates (too 
 # one value and subjects that do, merge into the better scored one; one side's words must hold the other's, so
 # two different values never merge at any threshold. Measured in bench/lifecycle_evaluate.py (docs/lifecycle.md).
 FACT_DEDUPE_AT = 0.6  # PVM_FACT_DEDUPE_AT
+# Dedupe across the pages of a run (area: evaluate pool, evalscope): a run's candidate index
+# (workers/candidate_index.py) files each kept memory under its buckets; a bucket keeps the newest this many ids, so
+# a page's lookups stay bounded (a bucket fills only with many memories of one group sharing a word).
+DEDUPE_BUCKET_CAP = 32
+DEDUPE_ORDER_CACHE = 200_000  # words whose place in the prefix filter's order a process keeps (then starts over)
 # Contradicting patterns: the losing memory's composite is multiplied by this, so the better outcome ranks first.
 CONFLICT_PENALTY = 0.5
 # Fusion "agree" (area: retrieval, issue 12 follow-up): min-max legs whose dense share of relevance follows the legs'

@@ -942,6 +942,8 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
     from workers.queues import live_workers, pool_queue
 
     connection = _connect(settings)
+    if args.global_tier:
+        args.project = evaluate_pool.GLOBAL_RUN
     if args.dry_run:
         report = evaluate_pool.evaluate_here(connection, settings, args.project)
         if args.json:
@@ -988,9 +990,10 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from pvm.vectors import GLOBAL_TENANT
     from workers.stats import project_stats
 
-    stats = project_stats(_connect(settings), args.project)
+    stats = project_stats(_connect(settings), GLOBAL_TENANT if args.global_tier else args.project)
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
@@ -1291,7 +1294,11 @@ def build_parser() -> argparse.ArgumentParser:
         "memories from the vector store and hot caches (never the log; `pvm replay` restores them). Queued for "
         "the evaluate worker, waited for; --dry-run runs here and writes nothing.",
     )
-    evaluate.add_argument("--project", type=_project_id, required=True, help="the project")
+    scope = evaluate.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--project", type=_project_id, help="the project")
+    scope.add_argument(
+        "--global", dest="global_tier", action="store_true", help="the global tier's facts (their own run, `_global`)"
+    )
     evaluate.add_argument("--dry-run", action="store_true", help="print what it would prune, merge and rescore")
     evaluate.add_argument("--no-wait", action="store_true", help="queue the run and return")
     evaluate.add_argument("--limit", type=int, default=20, help="rows per table of a dry run (default 20)")
@@ -1299,7 +1306,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=cmd_evaluate)
 
     stats = sub.add_parser("stats", help="a project's memory in numbers: minutes, facts, pruned, merged, scores")
-    stats.add_argument("--project", type=_project_id, required=True, help="the project")
+    scope = stats.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--project", type=_project_id, help="the project")
+    scope.add_argument("--global", dest="global_tier", action="store_true", help="the global tier's facts")
     stats.add_argument("--json", action="store_true", help="machine-readable output")
     stats.set_defaults(func=cmd_stats)
 

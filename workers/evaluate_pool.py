@@ -26,11 +26,13 @@ process and writes nothing but its own scratch, which it deletes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -40,7 +42,7 @@ from rq import Queue, get_current_job
 
 from contracts import Minute, keys
 from contracts.fact_changes import FACT_EVENT_TYPES
-from contracts.facts import FactStatus, TierKey
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, Tier, TierKey
 from contracts.memory import minute_line
 from pvm import defaults
 from pvm.config import Settings
@@ -50,8 +52,10 @@ from pvm.protocols import FACT, VectorEngine
 from pvm.reader import estimate_tokens
 from pvm.stores.fact_projection import StoredFact, time_ms
 from pvm.stores.log import LogReader
+from pvm.vectors import GLOBAL_TENANT
 from workers import evaluation
 from workers.assessment import stated_text, timestamp_ms
+from workers.candidate_index import CandidateIndex
 from workers.evaluation import Judged, ScorePolicy, SliceVerdict, TaskOutcome
 from workers.fact_text import value_key
 from workers.queues import pool_queue
@@ -62,7 +66,13 @@ FULL = "full"  # score, resolve conflicts, merge near-duplicates, prune
 RESCORE = "rescore"  # score and resolve conflicts only: what a replay runs, so what it restored stays
 MODES = (FULL, RESCORE)
 # A run's scratch hashes: later references and corrections by minute id, final outcomes by task, slices pushed.
-SCRATCH = ("refs", "corrections", "tasks", "pushed")
+# The run's candidate index for dedupe across pages (`workers.candidate_index`): ``buckets`` and ``records``.
+SCRATCH = ("refs", "corrections", "tasks", "pushed", "buckets", "records")
+# The global tier's run: its facts, evaluated like a project's (no minutes: no project's log is the global tier's).
+# Its records are kept under this name, the vector store's tenant of global facts (a name no project can have).
+GLOBAL_RUN = GLOBAL_TENANT
+# Which tiers of a facts hash a run judges: a project's run its project and task tiers, the global run the global.
+_TIERS = {Tier.PROJECT: (Tier.PROJECT, Tier.TASK), Tier.GLOBAL: (Tier.GLOBAL,)}
 MINUTES, FACTS = "minutes", "facts"  # the phases of a run: log slices newest first, then the facts (HSCAN pages)
 
 
@@ -96,6 +106,7 @@ def judge_minutes(
     now_ms: int,
     policy: ScorePolicy,
     mode: str = FULL,
+    index: CandidateIndex | None = None,
 ) -> tuple[SliceVerdict, Carry]:
     """Judge one slice (`minutes` in log order); returns the verdict and what to carry to older slices.
 
@@ -103,7 +114,9 @@ def judge_minutes(
     slice's own minutes); `reads` the reader's access counts; `skip` the
     minutes already pruned or merged (not judged again; their references
     still count). The returned `Carry` holds only what concerns minutes older
-    than the slice.
+    than the slice. With the run's candidate `index` (full mode), the slice's
+    memories also merge with their near-duplicates of the slices judged
+    before, and `verdict.filed` lists what the caller files for the next ones.
     """
     in_slice = {m.minute.id for m in minutes}
     for m in reversed(minutes):  # the newest outcome of a task is its final one
@@ -163,6 +176,20 @@ def judge_minutes(
             for j in judged
         ]
         verdict.merges = evaluation.near_duplicates(current, policy.dedupe_at)
+        in_page = {a for merge in verdict.merges for a in merge.absorbed}
+        heads = [j for j in current if j.memory_id not in in_page]
+        if index is not None:
+            wanted = {h.memory_id: b for h in heads if (b := evaluation.minute_buckets(h, policy.dedupe_at))}
+            candidates, records, earlier = index.lookup(wanted, _judged)
+            across = evaluation.merge_across(
+                [h for h in heads if h.memory_id in wanted],
+                earlier,
+                candidates,
+                evaluation.minute_similarity,
+                policy.dedupe_at,
+            )
+            verdict.merges += across
+            verdict.elsewhere = {i: records[i] for m in across for i in (m.survivor, *m.absorbed) if i in records}
         merged = {a for merge in verdict.merges for a in merge.absorbed}
         for merge in verdict.merges:
             for absorbed in merge.absorbed:
@@ -171,7 +198,73 @@ def judge_minutes(
             age_s = (now_ms - by_id[memory_id].at_ms) / 1000.0
             if memory_id not in merged and evaluation.prunable(scores["composite"], age_s, policy):
                 verdict.pruned[memory_id] = {"why": "score"}
+        if index is not None:
+            absorbed_by = _absorbed_by(verdict.merges)
+            losers = {c.loser: c.winner for c in verdict.conflicts}
+            verdict.filed = [
+                (
+                    h.memory_id,
+                    wanted[h.memory_id],
+                    {
+                        "g": h.group,
+                        "w": h.words,  # packed as a list (`workers.candidate_index`)
+                        "c": h.composite,
+                        "t": h.at_ms,
+                        "s": verdict.scores[h.memory_id],
+                        "f": absorbed_by.get(h.memory_id, []),
+                        "x": losers.get(h.memory_id),
+                    },
+                )
+                for h in heads
+                if h.memory_id in wanted and h.memory_id not in verdict.pruned
+            ]
     return verdict, older
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a slice is judged (unless someone else already paused it).
+
+    A slice allocates tens of containers per memory, and the run's candidate index many long-lived ones;
+    reference counting frees them, and the collector's passes over them cost about a quarter of the judging core
+    (bench/lifecycle_evaluate.py at 100k, as the index pool measured for its batches). Cycles made meanwhile
+    are collected after it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _judged(memory_id: str, record: Mapping[str, Any]) -> Judged:
+    """A minute of an earlier page as the candidate index holds it."""
+    return Judged(memory_id, record["g"], frozenset(record["w"]), record["c"], record["t"], 0.0)
+
+
+def _twin(fact_id: str, record: Mapping[str, Any]) -> evaluation.FactTwin:
+    """A fact of an earlier page as the candidate index holds it."""
+    return evaluation.FactTwin(
+        fact_id,
+        record["g"],
+        record["sub"],
+        record["val"],
+        frozenset(record["sw"]),
+        frozenset(record["vw"]),
+        record["c"],
+        record["t"],
+    )
+
+
+def _absorbed_by(merges: Sequence[evaluation.Merge]) -> dict[str, list[str]]:
+    """Survivor -> every id merged into it (a survivor may have merges on its page and across pages)."""
+    out: dict[str, list[str]] = {}
+    for merge in merges:
+        out.setdefault(merge.survivor, []).extend(merge.absorbed)
+    return {survivor: sorted(set(absorbed)) for survivor, absorbed in out.items()}
 
 
 def judge_facts(
@@ -181,11 +274,13 @@ def judge_facts(
     now_ms: int,
     policy: ScorePolicy,
     mode: str = FULL,
+    index: CandidateIndex | None = None,
 ) -> SliceVerdict:
     """Score current facts (importance x decay), merge near-duplicates of one tier key and pick those to prune.
 
     `reads`: id -> (count, last read ms). A merged-away fact leaves as a pruned one does (why ``merged``,
-    ``into`` its survivor); the survivor may still be pruned for its own score.
+    ``into`` its survivor); the survivor may still be pruned for its own score. With the run's candidate
+    `index`, facts also merge with their near-duplicates of the pages judged before (as `judge_minutes`).
     """
     verdict = SliceVerdict()
     twins: list[evaluation.FactTwin] = []
@@ -215,7 +310,17 @@ def judge_facts(
     if mode != FULL:
         return verdict
     tiers = {stored.fact.id: str(stored.fact.tier_key) for stored in facts}
+    types = {stored.fact.id: stored.fact.type.value for stored in facts}
     verdict.merges = evaluation.fact_near_duplicates(twins, policy.fact_dedupe_at)
+    in_page = {a for merge in verdict.merges for a in merge.absorbed}
+    heads = [t for t in twins if t.memory_id not in in_page]
+    if index is not None:
+        wanted = {h.memory_id: evaluation.fact_buckets(h) for h in heads}
+        candidates, records, earlier = index.lookup(wanted, _twin)
+        across = evaluation.merge_across(heads, earlier, candidates, evaluation.fact_similarity, policy.fact_dedupe_at)
+        verdict.merges += across
+        verdict.elsewhere = {i: records[i] for m in across for i in (m.survivor, *m.absorbed) if i in records}
+        tiers.update({i: r["tk"] for i, r in verdict.elsewhere.items()})
     for merge in verdict.merges:
         for absorbed in merge.absorbed:
             why = {"why": "merged", "into": merge.survivor, "kind": FACT, "tier_key": tiers[absorbed]}
@@ -223,6 +328,29 @@ def judge_facts(
     for fact_id, scores in verdict.fact_scores.items():
         if fact_id not in verdict.pruned and evaluation.prunable(scores["composite"], age_s[fact_id], policy):
             verdict.pruned[fact_id] = {"why": "decayed", "kind": FACT, "tier_key": tiers[fact_id]}
+    if index is not None:
+        absorbed_by = _absorbed_by(verdict.merges)
+        verdict.filed = [
+            (
+                h.memory_id,
+                wanted[h.memory_id],
+                {
+                    "g": h.group,
+                    "sub": h.subject,
+                    "val": h.value,
+                    "sw": h.subject_words,
+                    "vw": h.value_words,
+                    "c": h.composite,
+                    "t": h.at_ms,
+                    "s": verdict.fact_scores[h.memory_id],
+                    "tk": tiers[h.memory_id],
+                    "ty": types[h.memory_id],
+                    "f": absorbed_by.get(h.memory_id, []),
+                },
+            )
+            for h in heads
+            if h.memory_id not in verdict.pruned
+        ]
     return verdict
 
 
@@ -306,6 +434,9 @@ class Evaluation:
         self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self.log = LogReader(settings.log_dir)
         self._first_scored: set[str] = set()  # minutes of the last slice written that had no score before
+        self.tenant = GLOBAL_TENANT if project_id == GLOBAL_RUN else project_id  # where its fact points live
+        *_, buckets, records = self.scratch()
+        self.index = CandidateIndex(connection, buckets, records) if mode == FULL else None
 
     @property
     def engine(self) -> VectorEngine:
@@ -320,13 +451,14 @@ class Evaluation:
 
     def step(self, at: Step, report: Report | None = None) -> Step | None:
         """Evaluate one slice; returns the next step (None: the run is complete)."""
-        if at.phase == MINUTES:
-            low = max(0, at.position - self.slice)
-            if at.position > 0:
-                self._minutes_slice(low, at.position, report)
-            return Step(MINUTES, low) if low > 0 else Step(FACTS, 0)
-        cursor = self._facts_slice(at.position, report)
-        return Step(FACTS, cursor) if cursor else None
+        with cyclic_gc_paused():
+            if at.phase == MINUTES:
+                low = max(0, at.position - self.slice)
+                if at.position > 0:
+                    self._minutes_slice(low, at.position, report)
+                return Step(MINUTES, low) if low > 0 else Step(FACTS, 0)
+            cursor = self._facts_slice(at.position, report)
+            return Step(FACTS, cursor) if cursor else None
 
     def scratch(self) -> list[str]:
         return [keys.evaluation_scratch(self.project_id, self.run_id, w) for w in SCRATCH]
@@ -351,7 +483,7 @@ class Evaluation:
             return
         ids = [m.minute.id for m in minutes]
         tasks = sorted({t for m in minutes if (t := stated_text(m.minute.data.get("task_id")))})
-        refs_key, corrections_key, tasks_key, pushed_key = self.scratch()
+        refs_key, corrections_key, tasks_key, pushed_key, *_ = self.scratch()
         pipe = self.connection.pipeline(transaction=False)
         for name in (refs_key, corrections_key, keys.access_counts(self.project_id)):
             pipe.hmget(name, ids)
@@ -364,9 +496,15 @@ class Evaluation:
             {t: _outcome(raw) for t, raw in zip(tasks, outcomes[: len(tasks)], strict=True) if raw is not None},
         )
         skip = frozenset(i for i, raw in zip(ids, pruned, strict=True) if raw is not None)
-        verdict, older = judge_minutes(minutes, carry, _counts(ids, reads), skip, self.now_ms, self.policy, self.mode)
+        verdict, older = judge_minutes(
+            minutes, carry, _counts(ids, reads), skip, self.now_ms, self.policy, self.mode, self.index
+        )
         by_id = {m.minute.id: m.minute for m in minutes}
-        tokens = {i: estimate_tokens(minute_line(by_id[i].to_dict())) for i in verdict.pruned}
+        tokens = {i: _line_tokens(by_id[i]) for i in verdict.pruned if i in by_id}
+        tokens.update({i: int(r.get("k", 0)) for i, r in verdict.elsewhere.items() if i in verdict.pruned})
+        if self.index is not None:
+            filed = [(i, b, {**r, "k": _line_tokens(by_id[i]), "a": by_id[i].agent_id}) for i, b, r in verdict.filed]
+            self.index.file(filed, survivors_elsewhere(verdict), [i for i in verdict.elsewhere if i in verdict.pruned])
         # Once per slice, even when its job is retried: a second push would count every reference twice.
         if self.connection.hsetnx(pushed_key, str(high), 1):
             pipe = self.connection.pipeline(transaction=False)
@@ -394,7 +532,7 @@ class Evaluation:
 
     def _write_minutes(self, verdict: SliceVerdict, by_id: Mapping[str, Minute], tokens: Mapping[str, int]) -> None:
         p = self.project_id
-        merged_from = {m.survivor: list(m.absorbed) for m in verdict.merges}
+        merged_from = _absorbed_by(verdict.merges)
         losers = {c.loser: c.winner for c in verdict.conflicts}
         annotations: dict[str, dict[str, Any]] = {}
         for memory_id, scores in verdict.scores.items():
@@ -406,6 +544,7 @@ class Evaluation:
                 "merged_from": merged_from.get(memory_id),
                 "conflict_with": losers.get(memory_id),
             }
+        annotations.update(self._annotations_elsewhere(verdict, merged_from))
         self.engine.annotate(p, annotations)
         known = (
             cast(list[bytes | None], self.connection.hmget(keys.evaluation_scores(p), list(verdict.scores)))
@@ -420,11 +559,12 @@ class Evaluation:
             pipe.hset(keys.evaluation_conflicts(p), mapping=losers)  # type: ignore[arg-type]
         reclaimed = 0
         for memory_id, why in verdict.pruned.items():
-            minute = by_id[memory_id]
+            earlier = verdict.elsewhere.get(memory_id)
+            agent_id = by_id[memory_id].agent_id if earlier is None else earlier.get("a")
             record = {
                 **why,
                 "at_ms": self.now_ms,
-                "composite": verdict.scores[memory_id]["composite"],
+                "composite": _composite(verdict, memory_id),
                 "tokens": tokens[memory_id],
                 "kind": "minute",
             }
@@ -434,21 +574,41 @@ class Evaluation:
             pipe.zrem(keys.recent_window(p), memory_id)
             pipe.hdel(keys.minute_by_id(p), memory_id)
             pipe.zrem(keys.minute_by_id_order(p), memory_id)
-            if minute.agent_id:
-                pipe.zrem(keys.agent_recent_window(p, minute.agent_id), memory_id)
+            if agent_id:
+                pipe.zrem(keys.agent_recent_window(p, agent_id), memory_id)
             reclaimed += tokens[memory_id]
         merged = sum(len(m.absorbed) for m in verdict.merges)
         self._count(pipe, len(verdict.scores), len(verdict.pruned) - merged, merged, len(verdict.conflicts), reclaimed)
         kept = [scores for memory_id, scores in verdict.scores.items() if memory_id not in verdict.pruned]
+        # Kept by an earlier page and absorbed by this one: out of the run's sums again.
+        gone = [r["s"] for i, r in verdict.elsewhere.items() if i in verdict.pruned]
         for part in (*evaluation.SCORE_PARTS, "composite"):
-            pipe.hincrbyfloat(keys.evaluation_run(p), f"sum_{part}", math.fsum(s[part] for s in kept))
-        pipe.hincrby(keys.evaluation_run(p), "kept_minutes", len(kept))
+            total = math.fsum(s[part] for s in kept) - math.fsum(s[part] for s in gone)
+            pipe.hincrbyfloat(keys.evaluation_run(p), f"sum_{part}", total)
+        pipe.hincrby(keys.evaluation_run(p), "kept_minutes", len(kept) - len(gone))
         pipe.execute()
+
+    def _annotations_elsewhere(
+        self, verdict: SliceVerdict, merged_from: Mapping[str, list[str]]
+    ) -> dict[str, dict[str, Any]]:
+        """The annotations of earlier pages' memories this page's merges changed, from their index records."""
+        out: dict[str, dict[str, Any]] = {}
+        for memory_id, record in verdict.elsewhere.items():
+            pruned = verdict.pruned.get(memory_id)
+            absorbed = sorted({*record.get("f", []), *merged_from.get(memory_id, [])})
+            out[memory_id] = {
+                "scores": record["s"],
+                "pruned_ms": self.now_ms if pruned else None,
+                "merged_into": pruned.get("into") if pruned else None,
+                "merged_from": absorbed or None,
+                "conflict_with": record.get("x"),
+            }
+        return out
 
     # -- facts --
 
     def _facts_slice(self, cursor: int, report: Report | None) -> int:
-        tier = TierKey.for_project(self.project_id)
+        tier = GLOBAL_KEY if self.project_id == GLOBAL_RUN else TierKey.for_project(self.project_id)
         cursor, raw = cast(
             tuple[int, dict[bytes, bytes]],
             self.connection.hscan(keys.facts_by_id(tier), cursor, count=self.slice),
@@ -460,7 +620,7 @@ class Evaluation:
             except Exception as exc:
                 log.warning("evaluate pool: a fact record of %s does not decode: %s", self.project_id, exc)
                 continue
-            if stored.fact.tier_key.project_id == self.project_id:
+            if stored.fact.tier_key.project_id == tier.project_id and stored.fact.tier_key.tier in _TIERS[tier.tier]:
                 facts.append(stored)
         ids = [s.fact.id for s in facts]
         reads: dict[str, tuple[int, int | None]] = {}
@@ -474,7 +634,10 @@ class Evaluation:
             for n, fact_id in enumerate(ids):
                 count, at = counts[2 * n], counts[2 * n + 1]
                 reads[fact_id] = (int(count) if count else 0, time_ms(at.decode()) if at else None)
-        verdict = judge_facts(facts, reads, skip, self.now_ms, self.policy, self.mode)
+        verdict = judge_facts(facts, reads, skip, self.now_ms, self.policy, self.mode, self.index)
+        if self.index is not None:
+            dropped = [i for i in verdict.elsewhere if i in verdict.pruned]
+            self.index.file(verdict.filed, survivors_elsewhere(verdict), dropped)
         if self.apply and (verdict.fact_scores or verdict.pruned):
             self._write_facts(verdict, {s.fact.id: s for s in facts})
         if report is not None:
@@ -485,7 +648,7 @@ class Evaluation:
                     "id": fact_id,
                     "kind": FACT,
                     "why": why["why"],
-                    "composite": verdict.fact_scores[fact_id]["composite"],
+                    "composite": _composite(verdict, fact_id),
                     "tokens": 0,
                 }
                 if why.get("into"):
@@ -499,30 +662,45 @@ class Evaluation:
 
     def _write_facts(self, verdict: SliceVerdict, by_id: Mapping[str, StoredFact]) -> None:
         p = self.project_id
-        merged_from = {m.survivor: list(m.absorbed) for m in verdict.merges}
+        merged_from = _absorbed_by(verdict.merges)
+
+        def scores_of(fact_id: str) -> dict[str, float]:
+            return verdict.fact_scores.get(fact_id) or verdict.elsewhere[fact_id]["s"]
+
         annotations: dict[str, dict[str, Any]] = {
-            i: {"scores": verdict.fact_scores[i], "pruned_ms": self.now_ms, "merged_into": why.get("into")}
+            i: {"scores": scores_of(i), "pruned_ms": self.now_ms, "merged_into": why.get("into")}
             for i, why in verdict.pruned.items()
         }
         for survivor, absorbed in merged_from.items():
-            annotations.setdefault(survivor, {"scores": verdict.fact_scores[survivor]})["merged_from"] = absorbed
+            earlier = verdict.elsewhere.get(survivor, {}).get("f", [])
+            annotations.setdefault(survivor, {"scores": scores_of(survivor)})["merged_from"] = sorted(
+                {*earlier, *absorbed}
+            )
+        if self.mode == RESCORE and self.tenant == GLOBAL_TENANT:
+            # No replay re-indexes the global tier's points (every project's log feeds them): the rescoring run a
+            # replay queues brings back the ones a run had pruned or merged away (`restore_global`).
+            annotations = {i: {"pruned_ms": None} for i in verdict.fact_scores}
         if annotations:
-            self.engine.annotate(p, annotations, kind=FACT)
+            self.engine.annotate(self.tenant, annotations, kind=FACT)
         pipe = self.connection.pipeline(transaction=False)
         if verdict.fact_scores:
             pipe.hset(keys.evaluation_scores(p), mapping={i: _pack(s) for i, s in verdict.fact_scores.items()})
         for fact_id, why in verdict.pruned.items():
-            fact = by_id[fact_id].fact
-            record = {**why, "at_ms": self.now_ms, "composite": verdict.fact_scores[fact_id]["composite"], "tokens": 0}
+            record = {**why, "at_ms": self.now_ms, "composite": _composite(verdict, fact_id), "tokens": 0}
             pipe.hset(keys.evaluation_pruned(p), fact_id, _pack(record))
             if why.get("into"):
                 pipe.hset(keys.evaluation_merged(p), fact_id, why["into"])
-            pipe.zrem(keys.facts_in_tier(fact.tier_key), fact_id)  # out of every context's facts section
+            tier = by_id[fact_id].fact.tier_key if fact_id in by_id else TierKey.parse(why["tier_key"])
+            pipe.zrem(keys.facts_in_tier(tier), fact_id)  # out of every context's facts section
+            fact_type = by_id[fact_id].fact.type if fact_id in by_id else verdict.elsewhere[fact_id]["ty"]
+            pipe.srem(keys.facts_of_type(tier, fact_type), fact_id)  # and out of reads by type (`pvm facts --type`)
         merged = sum(len(m.absorbed) for m in verdict.merges)
         self._count(pipe, len(verdict.fact_scores), len(verdict.pruned) - merged, merged, 0, 0)
         kept = [scores for fact_id, scores in verdict.fact_scores.items() if fact_id not in verdict.pruned]
-        pipe.hincrbyfloat(keys.evaluation_run(p), "sum_fact_composite", math.fsum(s["composite"] for s in kept))
-        pipe.hincrby(keys.evaluation_run(p), "kept_facts", len(kept))
+        gone = [r["s"] for i, r in verdict.elsewhere.items() if i in verdict.pruned]
+        total = math.fsum(s["composite"] for s in kept) - math.fsum(s["composite"] for s in gone)
+        pipe.hincrbyfloat(keys.evaluation_run(p), "sum_fact_composite", total)
+        pipe.hincrby(keys.evaluation_run(p), "kept_facts", len(kept) - len(gone))
         pipe.execute()
 
     # -- bookkeeping --
@@ -549,7 +727,7 @@ class Evaluation:
                 "id": memory_id,
                 "kind": "minute",
                 "why": why["why"],
-                "composite": verdict.scores[memory_id]["composite"],
+                "composite": _composite(verdict, memory_id),
                 "tokens": tokens[memory_id],
             }
             if why.get("into"):
@@ -568,6 +746,27 @@ class Evaluation:
                 old = _unpack(raw)["composite"] if raw is not None else None
                 if old != scores["composite"]:
                     report.rescored.append({"id": memory_id, "before": old, "after": scores["composite"]})
+
+
+def _line_tokens(minute: Minute) -> int:
+    """What a minute costs in a context: the tokens of its rendered line."""
+    return estimate_tokens(minute_line(minute.to_dict()))
+
+
+def _composite(verdict: SliceVerdict, memory_id: str) -> float:
+    """A judged memory's composite: of this page's scores, else of its record in the run's candidate index."""
+    scores = verdict.scores.get(memory_id) or verdict.fact_scores.get(memory_id)
+    return float(scores["composite"] if scores else verdict.elsewhere[memory_id]["c"])
+
+
+def survivors_elsewhere(verdict: SliceVerdict) -> dict[str, dict[str, Any]]:
+    """Earlier pages' survivors of this page's merges, their index records listing what they absorbed now."""
+    merged_from = _absorbed_by(verdict.merges)
+    return {
+        i: {**r, "f": sorted({*r.get("f", []), *merged_from.get(i, [])})}
+        for i, r in verdict.elsewhere.items()
+        if i not in verdict.pruned
+    }
 
 
 def _counts(ids: Sequence[str], raws: Sequence[bytes | None]) -> dict[str, int]:
@@ -685,11 +884,17 @@ def _current_run(connection: redis.Redis, project_id: str) -> str | None:
 
 
 def plan() -> dict[str, Any]:
-    """RQ job (the ``evaluate`` schedule): start a run of every project that has none going."""
+    """RQ job (the ``evaluate`` schedule): start a run of every project that has none going, and of the global tier.
+
+    The global tier's facts are shared by every project, so one run of their own judges them (`GLOBAL_RUN`),
+    once a schedule and under one lease, rather than every project's run racing over them.
+    """
     job = get_current_job()
     assert job is not None, f"{keys.EVALUATE_PLAN_JOB} runs inside an RQ worker"
     connection, settings = job.connection, Settings.from_env()
     projects = sorted(p.decode() for p in cast(set[bytes], connection.smembers(keys.projects())))
+    if connection.exists(keys.facts_by_id(GLOBAL_KEY)):
+        projects.append(GLOBAL_RUN)
     started: list[str] = []
     busy: list[str] = []
     for project_id in projects:
@@ -780,6 +985,34 @@ def forget(connection: redis.Redis, project_id: str) -> None:
         keys.evaluation_conflicts(project_id),
         keys.evaluation_totals(project_id),
     )
+
+
+def restore_global(connection: redis.Redis) -> int:
+    """Undo the global tier's prunes and merges in Redis for a replay; how many facts come back.
+
+    The global tier is fed by every project's log, so a replay of any project restores it: its pruned facts
+    return to the tier's read set and type sets, and `forget` drops the run's records; their points come back
+    with the rescoring run of `GLOBAL_RUN` the replay queues.
+    """
+    pruned = [i.decode() for i in cast(list[bytes], connection.hkeys(keys.evaluation_pruned(GLOBAL_RUN)))]
+    raws = cast(list[bytes | None], connection.hmget(keys.facts_by_id(GLOBAL_KEY), pruned)) if pruned else []
+    pipe = connection.pipeline(transaction=False)
+    restored = 0
+    for raw in raws:
+        if raw is None:
+            continue  # forgotten since (a replay of every project resets the tier and applies it again)
+        fact = StoredFact.unpack(raw).fact
+        _restore_fact(pipe, fact)
+        restored += 1
+    pipe.execute()
+    forget(connection, GLOBAL_RUN)
+    return restored
+
+
+def _restore_fact(pipe: redis.client.Pipeline, fact: Fact) -> None:
+    """Put a pruned fact back where a prune took it from (`Evaluation._write_facts`)."""
+    pipe.zadd(keys.facts_in_tier(fact.tier_key), {fact.id: time_ms(fact.recorded_at)})
+    pipe.sadd(keys.facts_of_type(fact.tier_key, fact.type), fact.id)
 
 
 def run_state(connection: redis.Redis, project_id: str) -> dict[str, Any]:

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from contracts import Minute
 from contracts.minute import EventType
@@ -438,6 +439,104 @@ def _fact_better(a: FactTwin, b: FactTwin) -> bool:
     return (a.composite, a.at_ms, a.memory_id) > (b.composite, b.at_ms, b.memory_id)
 
 
+# -- near-duplicates across the pages of a run ---------------------------------------------------------------------
+#
+# A run judges a tier key's memories a page at a time; a near-duplicate on another page is found through the run's
+# candidate index (`workers.candidate_index`): every kept memory of the pages judged so far, filed under a few
+# bucket names, so a page looks up only its own memories' buckets. Buckets are exact for the rules above:
+#
+# - minutes: the prefix filter of set-similarity joins. Order all words by a fixed hash (crc32: the same order in
+#   every process and run); two word sets with Jaccard >= t share a word among the first |x| - ceil(t |x|) + 1
+#   words of each (|x ∩ y| >= t max(|x|, |y|)), so a memory files itself under those words of its group and finds
+#   every twin at the threshold;
+# - facts: one group and one slot subject or one value, two exact buckets.
+
+
+_ORDER: dict[str, tuple[int, str]] = {}  # word -> its place in the order (crc32, then the word: a total order)
+
+
+def prefix_words(words: frozenset[str], threshold: float) -> list[str]:
+    """The words a memory is filed and looked up under: its first |w| - ceil(t |w|) + 1 in crc32 order."""
+    if not words:
+        return []
+    if len(_ORDER) >= defaults.DEDUPE_ORDER_CACHE:
+        _ORDER.clear()
+    for word in words:
+        if word not in _ORDER:
+            _ORDER[word] = (zlib.crc32(word.encode()), word)
+    keep = len(words) - math.ceil(threshold * len(words) - 1e-9) + 1
+    return sorted(words, key=_ORDER.__getitem__)[: max(1, keep)]
+
+
+def minute_buckets(item: Judged, threshold: float) -> list[str]:
+    """Where a minute's near-duplicates of other pages are filed: its group and each of its prefix words."""
+    if len(item.words) < defaults.DEDUPE_MIN_WORDS:
+        return []
+    group = f"m|{item.group}|"
+    return [group + word for word in prefix_words(item.words, threshold)]
+
+
+def fact_buckets(item: FactTwin) -> list[str]:
+    """Where a fact's near-duplicates of other pages are filed: its group with its slot subject, and with its value."""
+    return [f"s|{item.group}|{item.subject}", f"v|{item.group}|{item.value}"]
+
+
+def minute_similarity(a: Judged, b: Judged) -> float:
+    """`near_duplicates`' rule for two minutes: the Jaccard of their words, 0 across groups or for short notes."""
+    x, y = a.words, b.words
+    if a.group != b.group or len(x) < defaults.DEDUPE_MIN_WORDS or len(y) < defaults.DEDUPE_MIN_WORDS:
+        return 0.0
+    shared = len(x & y)
+    return shared / (len(x) + len(y) - shared)
+
+
+Item = TypeVar("Item", Judged, FactTwin)
+
+
+def merge_across(
+    heads: Sequence[Item],
+    earlier: Mapping[str, Item],
+    candidates: Mapping[str, Iterable[str]],
+    similarity: Callable[[Item, Item], float],
+    threshold: float,
+) -> list[Merge]:
+    """Merges of this page's `heads` (what in-page dedupe kept) with the kept memories of earlier pages.
+
+    `candidates`: head id -> ids of `earlier` filed under its buckets. Greedy from the best head: a head and
+    its twins of earlier pages (similarity >= `threshold`) merge into the best of them (composite, then newer,
+    then id), as in one page; an earlier memory absorbed here is absorbed once. A merge's survivor or absorbed
+    ids may be of earlier pages; the caller writes those from the index's records.
+    """
+    order = sorted((h for h in heads if h.memory_id in candidates), key=lambda h: (-h.composite, -h.at_ms, h.memory_id))
+    taken: set[str] = set()
+    into: dict[str, list[tuple[str, float]]] = {}
+    for head in order:
+        twins: list[tuple[Item, float]] = []
+        for other_id in candidates[head.memory_id]:
+            other = earlier.get(other_id)
+            if other is None or other_id in taken or other_id == head.memory_id:
+                continue
+            score = similarity(head, other)
+            if score >= threshold and score:
+                twins.append((other, score))
+        if not twins:
+            continue
+        group: list[Item] = [head]
+        group += [t for t, _ in twins]
+        best = max(group, key=lambda x: (x.composite, x.at_ms, x.memory_id))
+        if best is head:
+            for other, score in twins:
+                taken.add(other.memory_id)
+                into.setdefault(head.memory_id, []).append((other.memory_id, score))
+        else:
+            taken.add(head.memory_id)
+            into.setdefault(best.memory_id, []).append((head.memory_id, similarity(head, best)))
+    return [
+        Merge(survivor, tuple(sorted(a for a, _ in absorbed)), round(min(s for _, s in absorbed), 4))
+        for survivor, absorbed in sorted(into.items())
+    ]
+
+
 def contradictions(items: Sequence[Judged]) -> list[Conflict]:
     """Pairs recommending opposite actions for one situation; the better outcome (accuracy, then newer) wins."""
     by_situation: dict[str, list[Judged]] = {}
@@ -470,6 +569,11 @@ class SliceVerdict:
     merges: list[Merge] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
     fact_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Memories of earlier pages that this page's merges changed (absorbed, or a survivor gaining duplicates): id ->
+    # their record in the run's candidate index (scores, tokens, what they absorbed before...), for the writer.
+    elsewhere: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What this page keeps, to file in the run's candidate index: (id, buckets, record).
+    filed: list[tuple[str, list[str], dict[str, Any]]] = field(default_factory=list)
 
 
 def mean(values: Iterable[float]) -> float | None:

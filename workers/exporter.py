@@ -38,6 +38,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply
 from pvm.metrics import BATCH_BUCKETS, FRESHNESS_BUCKETS, PROVIDER_BUCKETS, Histogram, read_histogram
+from pvm.vectors import GLOBAL_TENANT  # the global tier's evaluation run is named for it (workers.evaluate_pool)
 from workers.queues import live_workers
 from workers.serializers import MsgpackSerializer
 
@@ -325,7 +326,7 @@ def _evaluations(connection: redis.Redis) -> list[dict[str, Any]]:
     from workers.evaluate_pool import run_state
 
     completed = {_s(k): float(v) for k, v in hash_reply(connection.hgetall(keys.evaluated_projects())).items()}
-    projects = sorted({_s(p) for p in connection.smembers(keys.projects())} | set(completed))
+    projects = sorted({_s(p) for p in connection.smembers(keys.projects())} | set(completed) | {GLOBAL_TENANT})
     out = []
     for project_id in projects:
         state = run_state(connection, project_id)

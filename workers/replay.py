@@ -36,6 +36,7 @@ from rq.job import Job
 
 from contracts import ContractError, FactChange, Minute, fact_change, keys
 from contracts.fact_changes import FACT_EVENT_TYPES
+from contracts.facts import GLOBAL_KEY
 from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
@@ -322,12 +323,15 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
         replay_facts(connection, settings, p)
         evaluate_pool.forget(connection, p)  # pruned and merged memories come back with the index
         replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
+    evaluate_pool.restore_global(connection)  # every project's log feeds the global tier: its prunes are undone too
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
-    for rebuilt in enqueued:
+    runs = [(r.project_id, r.index_ids[-1] if r.index_ids else r.reset_id) for r in enqueued]
+    if enqueued and connection.exists(keys.facts_by_id(GLOBAL_KEY)):
+        runs.append((evaluate_pool.GLOBAL_RUN, runs[-1][1]))  # its points come back once the fact changes are in
+    for project_id, after in runs:
         # The scores come back too: a rescoring run (no prune, no merge) once the project's index is rebuilt.
-        after = rebuilt.index_ids[-1] if rebuilt.index_ids else rebuilt.reset_id
-        if evaluate_pool.enqueue_run(connection, settings, rebuilt.project_id, evaluate_pool.RESCORE, after) is None:
-            print(f"pvm replay: {rebuilt.project_id} is being evaluated; the next evaluation rebuilds its scores")
+        if evaluate_pool.enqueue_run(connection, settings, project_id, evaluate_pool.RESCORE, after) is None:
+            print(f"pvm replay: {project_id} is being evaluated; the next evaluation rebuilds its scores")
     total = sum(p.minutes for p in enqueued)
     if wait:
         try:

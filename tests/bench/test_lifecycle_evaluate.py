@@ -48,3 +48,10 @@ def test_the_planted_facts_merge_their_rewordings_and_keep_their_look_alikes() -
     merged = bench.fact_merges(facts, reads, now_ms, defaults.FACT_DEDUPE_AT)
     assert len(merged & duplicates) >= 0.95 * len(duplicates) and len(merged - duplicates) <= 0.02 * len(merged)
     assert bench.fact_merges(facts, reads, now_ms, 0.2) - duplicates  # a low threshold merges different values
+
+
+def test_duplicates_pages_apart_merge_only_with_the_candidate_index() -> None:
+    across = bench.dedupe_across_pages(6_000, NOW)["dedupe_across_pages"]
+    assert across["on_another_page"] > 20  # pages of ACROSS_SLICE spread the planted duplicates
+    assert across["before"]["recall_across_pages"] < 0.2 <= 0.9 <= across["after"]["recall_across_pages"]
+    assert across["after"]["precision"] >= 0.95

@@ -13,8 +13,8 @@ import redis
 from starlette.testclient import TestClient
 
 from contracts import Minute, keys
-from contracts.fact_changes import asserted_minute
-from contracts.facts import Fact, FactStatus, FactType, TierKey
+from contracts.fact_changes import asserted_minute, tier_promoted_minute
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, FactType, TierKey
 from contracts.memory import SearchFilters
 from pvm import engines
 from pvm.client import PVMClient
@@ -24,6 +24,7 @@ from pvm.reader import ContextReader
 from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
+from pvm.vectors import GLOBAL_TENANT
 from tests.memory_helpers import log_minutes, use_settings
 from tests.pvm.test_client import serving
 from workers import cli, evaluate_pool, replay
@@ -314,6 +315,8 @@ def test_decayed_facts_leave_search_and_contexts_and_stats_count_what_is_left(
     assert [p["id"] for p in report.pruned if p["kind"] == FACT] == [old.id] and report.facts_scored == 2
     assert engine.count(P, FACT) == 1 and engine.count(P, FACT_PRUNED) == 1  # out of fact searches
     assert [f.id for f in store.current([TierKey.for_project(P)])] == [fresh.id]  # out of contexts' facts
+    assert store.current([TierKey.for_project(P)], types=["fact"]) == []  # and out of reads by type
+    assert [f.id for f in store.current([TierKey.for_project(P)], types=["fact", "decision"])] == [fresh.id]
     scores = msgpack.unpackb(redis_client.hget(keys.evaluation_scores(P), old.id))
     assert scores["importance"] == 0.5 and scores["composite"] < 0.3
 
@@ -498,3 +501,190 @@ def test_a_dry_run_reports_fact_merges_and_writes_nothing(redis_client: redis.Re
     assert not redis_client.exists(keys.evaluation_merged(P), keys.evaluation_pruned(P), keys.evaluation_scores(P))
     assert len(store.current([TierKey.for_project(P)])) == 5
     assert engines.shared_engine(stack).count(P, FACT) == 5
+
+
+# -- near-duplicates across pages of a run ---------------------------------------------------------------------------
+
+
+def test_near_duplicate_minutes_on_different_pages_of_a_run_merge(redis_client: redis.Redis, stack: Settings) -> None:
+    small = stack.with_(evaluate_slice=2)
+    task = {"task_id": "deploy-9"}
+    minutes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(2, days_ago=3, data=task, memory_note="rotated the database credentials for the reporting job"),
+        m(3, days_ago=2, data=task, memory_note="the flaky login test was quarantined by the platform team"),
+        m(4, days_ago=2, data=task, memory_note="upgraded the queue workers to the new runtime image"),
+        m(5, days_ago=1, data=task, memory_note="payments service deploy failed on the canary host"),
+        m(6, days_ago=1, data={"task_id": "other"}, memory_note="payments service deploy failed on the canary host"),
+    ]
+    log_minutes(redis_client, small, minutes)
+    redis_client.hset(keys.access_counts(P), "ev00001", 5)  # the oldest is read most: it survives
+
+    report = evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    assert report.slices == 4  # three pages of minutes, one of facts: the twins sit two pages apart
+    assert [(x["survivor"], x["absorbed"]) for x in report.merged] == [("ev00001", ["ev00005"])]  # not ev00006
+    assert redis_client.hget(keys.evaluation_merged(P), "ev00005") == b"ev00001"
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(P), "ev00005"))
+    assert record["why"] == "merged" and record["into"] == "ev00001" and record["tokens"] > 0
+    points = {p.minute_id: p.payload for p in engines.shared_engine(small).retrieve(P, ["ev00001", "ev00005"])}
+    assert points["ev00001"]["merged_from"] == ["ev00005"] and points["ev00005"]["merged_into"] == "ev00001"
+    found = search(small, "payments deploy canary")
+    assert "ev00001" in found and "ev00005" not in found and "ev00006" in found
+    assert redis_client.hget(keys.minute_by_id(P), "ev00005") is None
+    assert int(redis_client.hget(keys.evaluation_totals(P), "merged")) == 1
+    assert not list(redis_client.scan_iter(match=keys.evaluation_scratch(P, "*", "*")))
+
+
+def test_a_newer_page_survivor_is_absorbed_by_a_better_twin_on_an_older_page(
+    redis_client: redis.Redis, stack: Settings
+) -> None:
+    small = stack.with_(evaluate_slice=2)
+    task = {"task_id": "deploy-9"}
+    minutes = [
+        m(1, days_ago=3, data=task, memory_note="the deploy of the payments service failed on the canary host"),
+        m(2, days_ago=3, data=task, memory_note="rotated the database credentials for the reporting job"),
+        m(3, days_ago=1, data=task, memory_note="payments service deploy failed on the canary host"),
+    ]
+    log_minutes(redis_client, small, minutes)
+    redis_client.hset(keys.access_counts(P), "ev00001", 5)
+
+    dry = evaluate_pool.evaluate_here(redis_client, small, P)  # the newer one is judged first and kept, then absorbed
+    assert [(x["survivor"], x["absorbed"]) for x in dry.merged] == [("ev00001", ["ev00003"])]
+    assert [(p["id"], p["why"], p["into"]) for p in dry.pruned] == [("ev00003", "merged", "ev00001")]
+    assert dry.pruned[0]["tokens"] > 0 and not redis_client.exists(keys.evaluation_merged(P))
+
+    evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    assert redis_client.hget(keys.evaluation_merged(P), "ev00003") == b"ev00001"
+    points = {p.minute_id: p.payload for p in engines.shared_engine(small).retrieve(P, ["ev00001", "ev00003"])}
+    assert points["ev00003"]["merged_into"] == "ev00001" and points["ev00003"]["scores"]["composite"] > 0
+    assert points["ev00001"]["merged_from"] == ["ev00003"]
+    assert "ev00003" not in search(small, "payments deploy canary")
+    assert redis_client.zscore(keys.recent_window(P), "ev00003") is None
+    assert redis_client.zscore(keys.agent_recent_window(P, "a1"), "ev00003") is None
+
+
+@pytest.fixture
+def paged_hashes(redis_client: redis.Redis) -> Any:
+    """Hashes in the hashtable encoding from their first field, so HSCAN pages them (a small hash is one page)."""
+    before = redis_client.config_get("hash-max-listpack-entries")["hash-max-listpack-entries"]
+    redis_client.config_set("hash-max-listpack-entries", 0)
+    yield
+    redis_client.config_set("hash-max-listpack-entries", before)
+
+
+def test_near_duplicate_facts_on_different_pages_of_a_run_merge(
+    redis_client: redis.Redis, stack: Settings, paged_hashes: None
+) -> None:
+    small = stack.with_(evaluate_slice=1)
+    twins = [
+        _stated("billing service", "database", "Postgres cluster"),
+        _stated("billing service", "database", "the postgres cluster"),
+        _stated("billing service", "database", "primary Postgres cluster"),
+        _stated("ledger", "database", "MySQL"),
+        _stated("ledger", "database", "Postgres"),  # another value of a single-valued slot: never merges
+        _stated("billing service", "database", "Postgres cluster", TierKey.for_task(P, "t1")),  # another tier key
+    ]
+    store = _hold(redis_client, small, twins)
+    redis_client.hset(keys.fact_reads(TierKey.for_project(P)), twins[0].id, 3)
+    # Other facts of the project until the three twins sit on three pages of the run's HSCAN (its pages are the
+    # hash's buckets, placed by the server's random hash seed).
+    for n in range(300):
+        if len({_page_of(redis_client, small, twin.id) for twin in twins[:3]}) == 3:
+            break
+        FactStore(redis_client).apply(asserted_minute(_stated(f"filler {n}", "owner", f"team {n}"), minute_id=f"x{n}"))
+    assert len({_page_of(redis_client, small, twin.id) for twin in twins[:3]}) == 3
+
+    report = evaluate_pool.evaluate_here(redis_client, small, P, apply=True, engine=engines.shared_engine(small))
+
+    absorbed = sorted(a for x in report.merged for a in x["absorbed"])
+    assert absorbed == sorted([twins[1].id, twins[2].id])
+    merged = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.evaluation_merged(P)).items()}
+    assert sorted(merged) == absorbed
+
+    def final(fact_id: str) -> str:  # a survivor absorbed on a later page passes its twins on: follow the chain
+        while fact_id in merged:
+            fact_id = merged[fact_id]
+        return fact_id
+
+    assert final(twins[1].id) == final(twins[2].id) == twins[0].id  # the best scored, wherever its page
+    current = {f.id for f in store.current([TierKey.for_project(P), TierKey.for_task(P, "t1")])}
+    assert {twins[0].id, twins[3].id, twins[4].id, twins[5].id} <= current
+    assert not {twins[1].id, twins[2].id} & current
+    [survivor] = engines.shared_engine(small).get_points(P, [twins[0].id])
+    assert survivor.payload["merged_from"] == sorted(i for i, into in merged.items() if into == twins[0].id)
+
+
+def _page_of(connection: redis.Redis, settings: Settings, fact_id: str) -> int:
+    """Which HSCAN page (of `PVM_EVALUATE_SLICE`) of the project's facts holds `fact_id`, as a run reads them."""
+    cursor, page = 0, 0
+    while True:
+        cursor, raw = connection.hscan(keys.facts_by_id(TierKey.for_project(P)), cursor, count=settings.evaluate_slice)
+        if fact_id.encode() in raw:
+            return page
+        if not cursor:
+            raise AssertionError(f"{fact_id} is not a fact of {P}")
+        page += 1
+
+
+# -- the global tier ---------------------------------------------------------------------------------------------------
+
+
+def _promoted(subject: str, days_ago: float) -> list[Minute]:
+    """A project fact and its promotion to the global tier, both `days_ago`: the minutes a project's log holds."""
+    fact = _fact(subject, days_ago)
+    asserted = asserted_minute(fact, minute_id=f"gl-{subject}", timestamp=fact.recorded_at)
+    return [asserted, tier_promoted_minute(fact, minute_id=f"gu-{subject}", timestamp=fact.recorded_at)]
+
+
+def test_stale_global_facts_are_evaluated_pruned_and_restored_by_replay(
+    redis_client: redis.Redis, stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changes = [*_promoted("billing", 200), *_promoted("ledger", 1)]
+    store = FactStore(redis_client)
+    for change in changes:
+        store.apply(change)
+    log_minutes(redis_client, stack, [*KEPT, *changes])  # a change to the global tier is a minute of some project
+    by_subject = {f.slot.subject: f for f in store.current([GLOBAL_KEY])}
+    stale, fresh = by_subject["billing"], by_subject["ledger"]
+    engine = engines.shared_engine(stack)
+    assert engine.count(GLOBAL_TENANT, FACT) == 2
+
+    dry = evaluate_pool.evaluate_here(redis_client, stack, evaluate_pool.GLOBAL_RUN)
+    assert [(p["id"], p["why"], p["kind"]) for p in dry.pruned] == [(stale.id, "decayed", FACT)]
+    assert dry.facts_scored == 2 and len(store.current([GLOBAL_KEY])) == 2  # a dry run writes nothing
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--global", "--dry-run", "--json"]) == 0
+    assert [p["id"] for p in json.loads(capsys.readouterr().out)["pruned"]] == [stale.id]
+    # A project's run leaves the global tier alone.
+    evaluate_pool.evaluate_here(redis_client, stack, P, apply=True, engine=engine)
+    assert len(store.current([GLOBAL_KEY])) == 2
+
+    # The scheduler's plan starts the global tier's run beside the projects'.
+    redis_client.sadd(keys.projects(), P)
+    pool_queue("evaluate", redis_client).enqueue(keys.EVALUATE_PLAN_JOB)
+    run_worker(redis_client, "evaluate")
+
+    state = evaluate_pool.run_state(redis_client, evaluate_pool.GLOBAL_RUN)
+    assert state["status"] == "done" and state["scored"] == 2 and state["pruned"] == 1
+    assert [f.id for f in store.current([GLOBAL_KEY])] == [fresh.id]
+    assert [f.id for f in store.current([GLOBAL_KEY], types=["fact"])] == [fresh.id]
+    assert engine.count(GLOBAL_TENANT, FACT) == 1 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 1
+    record = msgpack.unpackb(redis_client.hget(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN), stale.id))
+    assert record["why"] == "decayed" and record["tier_key"] == "global"
+    stats = project_stats(redis_client, evaluate_pool.GLOBAL_RUN)
+    assert stats["pruned"] == 1 and stats["facts"]["by_tier"] == {"global": 1} and stats["last_evaluated"]
+    capsys.readouterr()
+    assert cli.main(["stats", "--global", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == stats
+    assert cli.main(["status", "--json"]) == 0
+    assert evaluate_pool.GLOBAL_RUN in [run["project_id"] for run in json.loads(capsys.readouterr().out)["evaluations"]]
+
+    assert replay.replay(redis_client, stack, P, wait=False) == 0
+    run_worker(redis_client, "index", "evaluate")
+
+    assert {f.id for f in store.current([GLOBAL_KEY])} == {stale.id, fresh.id}
+    assert {f.id for f in store.current([GLOBAL_KEY], types=["fact"])} == {stale.id, fresh.id}
+    assert engine.count(GLOBAL_TENANT, FACT) == 2 and engine.count(GLOBAL_TENANT, FACT_PRUNED) == 0
+    assert not redis_client.exists(keys.evaluation_pruned(evaluate_pool.GLOBAL_RUN))

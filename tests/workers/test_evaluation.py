@@ -189,3 +189,33 @@ def test_a_pair_evaluation_is_its_tasks_outcome_and_sets_the_accuracy_of_the_tas
         RESCORE,
     )
     assert verdict.scores[done.id]["accuracy"] == 0.7  # the newest PAIR score is the task's final outcome
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.6, 0.75, 0.9])
+def test_near_duplicates_always_share_a_bucket_of_the_prefix_filter(threshold: float) -> None:
+    import random
+
+    rng = random.Random(7)
+    vocabulary = [f"w{i}" for i in range(60)]
+    checked = 0
+    for _ in range(3000):
+        a = frozenset(rng.sample(vocabulary, rng.randint(4, 14)))
+        b = frozenset(rng.sample(sorted(a), rng.randint(max(1, len(a) - 3), len(a))) + rng.sample(vocabulary, 2))
+        x, y = Judged("a", "g", a, 0.5, 0, 0.5), Judged("b", "g", b, 0.5, 0, 0.5)
+        if evaluation.minute_similarity(x, y) >= threshold:
+            checked += 1
+            assert set(evaluation.minute_buckets(x, threshold)) & set(evaluation.minute_buckets(y, threshold))
+    assert checked > 100
+    other = Judged("c", "h", a, 0.5, 0, 0.5)  # another group (tier key or event type): never a shared bucket
+    assert not set(evaluation.minute_buckets(x, threshold)) & set(evaluation.minute_buckets(other, threshold))
+
+
+def test_merge_across_keeps_the_best_wherever_it_sits() -> None:
+    words = frozenset(["deploy", "payments", "service", "failed", "canary", "host"])
+    head = Judged("new", "g", words, 0.4, 2, 0.5)
+    earlier = {"old": Judged("old", "g", words | {"again"}, 0.7, 1, 0.5), "far": Judged("far", "h", words, 0.9, 1, 0.5)}
+    merges = evaluation.merge_across([head], earlier, {"new": ["old", "far"]}, evaluation.minute_similarity, 0.6)
+    assert [(m.survivor, m.absorbed) for m in merges] == [("old", ("new",))]  # not "far": another group
+    better = Judged("new", "g", words, 0.9, 2, 0.5)
+    merges = evaluation.merge_across([better], earlier, {"new": ["old"]}, evaluation.minute_similarity, 0.6)
+    assert [(m.survivor, m.absorbed) for m in merges] == [("new", ("old",))]
