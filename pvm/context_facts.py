@@ -102,11 +102,23 @@ def _stem(word: str) -> str:
     return word
 
 
+_STEMS: dict[str, str] = {}  # word -> its stem ("" for a stopword): most words of a fleet's notes recur
+_STEMS_SIZE = 65_536  # past this many words the memo starts over
+
+
 def words(*texts: str) -> frozenset[str]:
     """The content words of `texts`, lowercased and stemmed, stopwords left out."""
     out: set[str] = set()
+    stems = _STEMS
     for text in texts:
-        out.update(_stem(w) for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS)
+        for word in _WORD.findall(text.casefold()):
+            stem = stems.get(word)
+            if stem is None:
+                if len(stems) >= _STEMS_SIZE:
+                    stems.clear()
+                stem = stems[word] = "" if word in _STOPWORDS else _stem(word)
+            if stem:
+                out.add(stem)
     return frozenset(out)
 
 

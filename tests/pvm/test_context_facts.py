@@ -460,3 +460,17 @@ def test_a_context_reads_exactly_the_tiers_it_names(
     assert {f["tier_key"] for f in (*pkg.facts, *pkg.rules)} <= wanted
     assert {int(f["text"].split()[1]) for f in pkg.facts} == expected_facts
     assert {int(r["subject"].split()[-1]) for r in pkg.rules} == expected_rules
+
+
+def test_words_read_the_same_from_the_stem_memo_as_stemmed_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    from pvm import context_facts
+
+    monkeypatch.setattr(context_facts, "_STEMS_SIZE", 5)  # the memo starts over many times below
+    rng = random.Random(3)
+    vocabulary = ["the", "Deploys", "failing", "studies", "ran", "I", "ÉCOLE", "naïve", "x_y", "with", "caches"]
+    for _ in range(500):
+        text = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 9)))
+        said = context_facts._WORD.findall(text.casefold())
+        assert context_facts.words(text) == {context_facts._stem(w) for w in said if w not in context_facts._STOPWORDS}
