@@ -316,3 +316,8 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 # (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
+
+# Log group commit (issue 14): each log writer's journal is its commit point, one fsync per batch. Past this size
+# the writer fsyncs the segments it wrote and empties its journal (a checkpoint); after a machine crash, at most
+# this much journal is read back into the segments.
+LOG_JOURNAL_BYTES = 32 * 1024 * 1024
