@@ -338,6 +338,7 @@ class LogWriter:
         self._commit_lock = threading.Lock()
         self._journal: _Journal | None = None
         self._recovered = False
+        self._recover_lock = threading.Lock()
         self._written: set[Path] = set()  # segments written since the last checkpoint
         self.restored = 0  # records this writer restored from the journals of writers that are gone
 
@@ -356,10 +357,15 @@ class LogWriter:
         records whose journal commit was durable. Journals of gone writers are removed afterwards. (After a
         kill -9 alone there is nothing to bring back: the segments were written before the commit.)
         """
-        with self._lock:
+        with self._recover_lock:  # another thread of this process appends only once it is done
             if self._recovered:
                 return 0
+            restored = self._recover()
             self._recovered = True
+            self.restored += restored
+            return restored
+
+    def _recover(self) -> int:
         directory = self.log_dir / JOURNAL_DIR
         try:
             names = sorted(n for n in os.listdir(directory) if n.endswith(JOURNAL_SUFFIX))
@@ -392,7 +398,6 @@ class LogWriter:
             path.unlink(missing_ok=True)
         if gone:
             fsync_dir(directory)
-        self.restored += restored
         return restored
 
     def open(self, project_id: str) -> int:
