@@ -12,6 +12,12 @@ producer encoded it. Writers of one project take an exclusive ``flock`` on
 the minute id stays an idempotency key across processes. Readers take no lock:
 they read the intact prefix of each segment, which is always a whole number of
 records.
+
+A batch is committed by one fsync whatever the number of its projects: its
+frames go to the segments, then the whole batch to the writer's journal
+(``<log_dir>/.journal/<random>.jnl``), fsynced. Segments are fsynced behind it
+at checkpoints and rebuilt from the journals after a machine crash
+(docs/log-format.md, "Group commit").
 """
 
 from __future__ import annotations
