@@ -21,7 +21,8 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     measured inside the log, excluding process start-up: minutes
                     made durable after the first record's durable_at, divided by
                     (last durable_at - first durable_at). Wall-clock rates from
-                    process spawn are reported too.     target: >= 10,000/s
+                    process spawn are reported too.     target: >= 25,000/s with 8
+                                                        projects, >= 20,000/s with 64
 4. durable latency  the whole stack running (embedded Valkey + 1 dispatcher + 1 log
                     worker); minutes emitted at a fixed offered load of 5,000/s for
                     ~10 s, time.time() recorded per minute id at emit; afterwards
@@ -101,9 +102,17 @@ MIN_COUNT = 500
 TARGETS: dict[str, tuple[str, float, str]] = {
     "emit_p99_us": ("<=", 20, "us"),
     "producer_per_s": (">=", 50_000, "/s"),
-    "pipeline_per_s": (">=", 10_000, "/s"),
+    "pipeline_per_s": (">=", 25_000, "/s"),
     "durable_p99_ms": ("<=", 250, "ms"),
 }
+# Issue 14: dispatch + log at 1 + 1 processes, >= 25,000/s with 8 projects, >= 20,000/s with 64 (or more).
+PIPELINE_TARGET_MANY_PROJECTS = (64, 20_000)
+
+
+def targets_for(projects: int) -> dict[str, tuple[str, float, str]]:
+    """The targets of a run over `projects` projects (the pipeline's depends on how many)."""
+    many, bound = PIPELINE_TARGET_MANY_PROJECTS
+    return TARGETS | ({"pipeline_per_s": (">=", bound, "/s")} if projects >= many else {})
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -506,7 +515,7 @@ def table(result: dict[str, Any]) -> str:
     for label, value, key in rows:
         target = verdict = ""
         if key:
-            op, bound, unit = TARGETS[key]
+            op, bound, unit = targets_for(result["config"]["projects"])[key]
             target = f"{op} {bound:,} {unit}"
             verdict = VERDICT_WORDS[met[key]]
         lines.append(f"{label:<28}{value:>22}  {target:<16}{verdict}")
@@ -590,8 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pipeline_rate_basis": "minutes durable after the first record's durable_at / (last durable_at - first)",
         "durable_latency_basis": "log record durable_at (stamped before the batch's write and commit) - emit time",
     }
-    result["targets"] = target_texts(TARGETS)
-    result["met"] = verdicts(result, TARGETS)
+    result["targets"] = target_texts(targets_for(len(projects)))
+    result["met"] = verdicts(result, targets_for(len(projects)))
     return report(result, started, args.json, table, box)
 
 

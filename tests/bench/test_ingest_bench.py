@@ -22,3 +22,11 @@ def test_projects_must_be_at_least_one() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--projects", "0"])
     assert parse_args(["--projects", "64"]).projects == 64
+
+
+def test_the_pipeline_target_depends_on_the_number_of_projects() -> None:
+    from bench.ingest import targets_for
+
+    assert targets_for(8)["pipeline_per_s"] == (">=", 25_000, "/s")
+    assert targets_for(64)["pipeline_per_s"] == (">=", 20_000, "/s")
+    assert targets_for(64)["durable_p99_ms"] == ("<=", 250, "ms")
