@@ -43,6 +43,7 @@ from pvm.fsync import fsync_dir, fsync_file
 SEGMENT_SUFFIX = ".seg"
 JOURNAL_DIR = ".journal"  # not a project id: those start with a letter or digit
 JOURNAL_SUFFIX = ".jnl"
+JOURNAL_STAGING_SUFFIX = ".new"  # a journal being created, not yet under its flock
 
 
 class LogError(RuntimeError):
@@ -267,7 +268,7 @@ class _Journal:
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         name = uuid.uuid4().hex
-        staging = directory / f"{name}.new"
+        staging = directory / f"{name}{JOURNAL_STAGING_SUFFIX}"
         fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)  # before it has a name a recovering writer looks at
         self.path = directory / f"{name}{JOURNAL_SUFFIX}"
@@ -374,10 +375,13 @@ class LogWriter:
     def _recover(self) -> int:
         directory = self.log_dir / JOURNAL_DIR
         try:
-            names = sorted(n for n in os.listdir(directory) if n.endswith(JOURNAL_SUFFIX))
+            listed = os.listdir(directory)
         except FileNotFoundError:
             return 0
-        gone: list[Path] = []
+        names = sorted(n for n in listed if n.endswith(JOURNAL_SUFFIX))
+        # A writer killed while creating its journal left it unnamed, and empty: nothing to bring back.
+        staged = [directory / n for n in listed if n.endswith(JOURNAL_STAGING_SUFFIX)]
+        gone = [path for path in staged if _read_journal(path) is not None]
         by_project: dict[str, list[tuple[bytes, Path]]] = {}
         for name in names:
             path = directory / name
