@@ -10,7 +10,7 @@ the code the pools and the reader run in production:
               earlier minutes) arrive in 500-minute batches, ~90% of them in the
               measured project and the rest in 4 small ones, interleaved in time.
               Per batch, as the log pool does: `log_pool.process` (the durable
-              log, one fsync per project) and `MinuteCache.update` (recent
+              log, one fsync per batch) and `MinuteCache.update` (recent
               windows, minutes by id, log head) in one pipeline. Then, as
               `workers.index_pool.run` does without RQ, `index_pool.index_batch`:
               decode, build points, agent memory (`AgentMemoryStore.apply`), the

@@ -20,7 +20,7 @@ log       pvm-log is filled, in one MULTI/EXEC once `pvm worker log --processes 
           `workers.log_pool.run([[entry_id, minute_bytes], ...])`, 500 minutes of
           all projects each (--batch), Queue.prepare_data + enqueue_many.
           Completion = the log records' durable_at (stamped by the log writer
-          just before a project's write+fsync). The pool fans out to pvm-index as
+          just before a batch's write and commit). The pool fans out to pvm-index as
           in production (PVM_DOWNSTREAM=index); nothing drains that queue.
 index     N minutes are appended to the log first (workers.log_pool.process, the
           log pool's core, in this process), and pvm-index is filled with the jobs
@@ -563,7 +563,7 @@ def run_log(
         n,
         events,
         drain.released,
-        "log records' durable_at (stamped before each project's write+fsync)",
+        "log records' durable_at (stamped before each batch's write and commit)",
         job_events=jobs,
     )
     out["jobs_ended_per_s"] = round(span_rate(jobs)[0])

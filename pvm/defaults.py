@@ -351,3 +351,8 @@ PAIR_SEARCH_EXTRA = 2  # hits searched beyond k, so that PAIR's own minutes left
 PAIR_SEARCH_MAX = 100  # ... and when they do, the search asks again for 4x as many, up to this many
 PAIR_ABOUT_WORDS = 2  # a quoted sentence shares this many of its criterion's other words (or all, when fewer)
 PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more words when it holds this share of them
+
+# Log group commit (issue 14): each log writer's journal is its commit point, one fsync per batch. Past this size
+# the writer fsyncs the segments it wrote and empties its journal (a checkpoint); after a machine crash, at most
+# this much journal is read back into the segments.
+LOG_JOURNAL_BYTES = 32 * 1024 * 1024

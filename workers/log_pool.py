@@ -4,9 +4,10 @@ This is the commit point of PVM. Everything after the fsync (Redis caches,
 downstream pools) is derived from what the log holds and can be rebuilt from it.
 
 The log head (`keys.log_head`) is contiguous by construction, however many log
-processes run: a project's seqs are assigned under its ``flock`` and fsynced
-before the lock is released, so when any process writes a head, every seq at or
-below it is already durable. (A process that dies between its fsync and its
+processes run: a project's seqs are assigned under its ``flock`` and committed
+(the writer's journal fsynced, once for the whole batch) before the lock is
+released, so when any process writes a head, every seq at or below it is
+already durable. (A process that dies between its fsync and its
 cache update leaves its minutes durable; its job's retry refreshes the caches.)
 """
 
@@ -26,6 +27,7 @@ from contracts import decode_durable_fields, keys
 from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
+from pvm.fsync import fsync_calls
 from pvm.metrics import MetricsRecorder, entry_time_ms
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
@@ -55,10 +57,16 @@ class LogBatchResult:
 
     appended: int = 0
     duplicates: int = 0
+    fsyncs: int = 0  # made by this batch (one commit; more when another writer held some of its projects)
     projects: dict[str, list[tuple[Incoming, Appended]]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        return {"appended": self.appended, "duplicates": self.duplicates, "projects": sorted(self.projects)}
+        return {
+            "appended": self.appended,
+            "duplicates": self.duplicates,
+            "fsyncs": self.fsyncs,
+            "projects": sorted(self.projects),
+        }
 
 
 def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
@@ -84,8 +92,9 @@ def plan(entries: Sequence[Sequence[Any]]) -> dict[str, list[Incoming]]:
 
 
 def process(writer: LogWriter, entries: Sequence[Sequence[Any]]) -> LogBatchResult:
-    """Append a batch to the log (idempotent by minute id, one fsync per project)."""
+    """Append a batch to the log (idempotent by minute id, one fsync whatever the number of projects)."""
     result = LogBatchResult()
+    fsyncs_before = fsync_calls()
     planned = plan(entries)
     batches = {project_id: [(i.minute_id, i.entry_id, i.raw) for i in items] for project_id, items in planned.items()}
     for project_id, appended in writer.append_many(batches).items():
@@ -95,6 +104,7 @@ def process(writer: LogWriter, entries: Sequence[Sequence[Any]]) -> LogBatchResu
                 result.appended += 1
             else:
                 result.duplicates += 1
+    result.fsyncs = fsync_calls() - fsyncs_before
     return result
 
 

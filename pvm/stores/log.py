@@ -12,6 +12,12 @@ producer encoded it. Writers of one project take an exclusive ``flock`` on
 the minute id stays an idempotency key across processes. Readers take no lock:
 they read the intact prefix of each segment, which is always a whole number of
 records.
+
+A batch is committed by one fsync whatever the number of its projects: its
+frames go to the segments, then the whole batch to the writer's journal
+(``<log_dir>/.journal/<random>.jnl``), fsynced. Segments are fsynced behind it
+at checkpoints and rebuilt from the journals after a machine crash
+(docs/log-format.md, "Group commit").
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import fcntl
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +39,12 @@ from contracts.errors import PvmError
 from contracts.minute import is_valid_project_id
 from pvm import defaults
 from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
-from pvm.fsync import fsync_dir
+from pvm.fsync import fsync_dir, fsync_file
 
 SEGMENT_SUFFIX = ".seg"
+JOURNAL_DIR = ".journal"  # not a project id: those start with a letter or digit
+JOURNAL_SUFFIX = ".jnl"
+JOURNAL_STAGING_SUFFIX = ".new"  # a journal being created, not yet under its flock
 
 
 class LogError(PvmError, RuntimeError):
@@ -85,72 +95,92 @@ def _segments(project_dir: Path) -> list[Path]:
 
 
 class _ProjectWriter:
-    """Append state of one project inside one process."""
+    """Append state of one project inside one process.
+
+    ``durable_seq``: every record at or below it is known durable (made so by a journal commit, a checkpoint or
+    the fsync on first open). ``unjournaled``: the payloads above it this process read from the segments (another
+    writer's, possibly one killed before its commit): the next commit journals them before anything relies on them.
+    """
 
     def __init__(self, project_dir: Path, segment_bytes: int) -> None:
         self.dir = project_dir
         self.segment_bytes = segment_bytes
         self.ids: dict[str, int] = {}
         self.last_seq = 0
+        self.durable_seq = 0
+        self.unjournaled: list[bytes] = []
+        self.opened = False
         self.segment: Path | None = None
         self.segment_end = 0  # how far this process has read `segment`
         self.repaired_bytes = 0
+        self.created = not project_dir.is_dir()  # its directory entry is durable at the next checkpoint
         project_dir.mkdir(parents=True, exist_ok=True)
         self.lock_fd = os.open(project_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.thread_lock = threading.Lock()
 
-    def _catch_up(self) -> None:
-        """Read what other writers appended since we last looked; repair a torn tail."""
-        segments = _segments(self.dir)
-        if not segments:
-            return
-        if self.segment is not None and self.segment in segments:
-            pending = segments[segments.index(self.segment) :]
-        else:
-            pending = segments
-            self.segment_end = 0
-        for i, seg in enumerate(pending):
-            start = self.segment_end if seg == self.segment else 0
-            with open(seg, "rb") as f:
-                end = start
-                for _, next_offset, payload in iter_frames(f, start):
-                    record = _decode_record(payload)
-                    self.ids[record.id] = record.seq
-                    self.last_seq = record.seq
-                    end = next_offset
-                size = os.fstat(f.fileno()).st_size
-            if end < size:
-                if i != len(pending) - 1:
-                    raise LogError(f"{seg}: corrupt record at byte {end} in a sealed segment; restore it from backup")
-                # We hold the project lock, so no writer is mid-append: the tail is torn.
-                with open(seg, "r+b") as f:
-                    f.truncate(end)
-                    os.fsync(f.fileno())
-                self.repaired_bytes += size - end
-            self.segment, self.segment_end = seg, end
-
-    def append(self, entries: Sequence[tuple[str, str, bytes]], wait: bool = True) -> list[Appended] | None:
-        """Append under the project lock; with ``wait=False``, None (nothing done) if another writer holds it."""
+    def lock(self, wait: bool = True) -> bool:
+        """Take the project (threads of this process, then other processes); False if ``wait=False`` and busy."""
         if not self.thread_lock.acquire(blocking=wait):
-            return None
+            return False
         try:
-            try:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return None
-            try:
-                self._catch_up()
-                return self._append_locked(entries)
-            finally:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
-        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             self.thread_lock.release()
+            return False
+        except BaseException:
+            self.thread_lock.release()
+            raise
+        return True
 
-    def _append_locked(self, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
+    def unlock(self) -> None:
+        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        self.thread_lock.release()
+
+    def catch_up(self) -> None:
+        """Read what other writers appended since we last looked; repair a torn tail. Under the lock."""
+        segments = _segments(self.dir)
+        if segments:
+            if self.segment is not None and self.segment in segments:
+                pending = segments[segments.index(self.segment) :]
+            else:
+                pending = segments
+                self.segment_end = 0
+            for i, seg in enumerate(pending):
+                start = self.segment_end if seg == self.segment else 0
+                with open(seg, "rb") as f:
+                    end = start
+                    for _, next_offset, payload in iter_frames(f, start):
+                        record = _decode_record(payload)
+                        self.ids[record.id] = record.seq
+                        self.last_seq = record.seq
+                        if record.seq > self.durable_seq and self.opened:
+                            self.unjournaled.append(payload)
+                        end = next_offset
+                    size = os.fstat(f.fileno()).st_size
+                if end < size:
+                    if i != len(pending) - 1:
+                        raise LogError(
+                            f"{seg}: corrupt record at byte {end} in a sealed segment; restore it from backup"
+                        )
+                    # We hold the project lock, so no writer is mid-append: the tail is torn.
+                    with open(seg, "r+b") as f:
+                        f.truncate(end)
+                        fsync_file(f.fileno())
+                    self.repaired_bytes += size - end
+                self.segment, self.segment_end = seg, end
+        if not self.opened:
+            # A writer killed after its segment write and before its commit may have left records only in the page
+            # cache; make them durable before this process acks any of them as already logged.
+            if self.segment is not None and self.segment_end > 0:
+                with open(self.segment, "rb") as f:
+                    fsync_file(f.fileno())
+            self.durable_seq = self.last_seq
+            self.opened = True
+
+    def stage(self, entries: Sequence[tuple[str, str, bytes]], now: float) -> tuple[list[Appended], list[bytes]]:
+        """Number the batch's new minutes (in memory only); returns where each stands and the new payloads."""
         out: list[Appended] = []
-        frames: list[bytes] = []
-        now = time.time()
-        first_new_seq = self.last_seq + 1
+        payloads: list[bytes] = []
         for minute_id, stream_id, minute_bytes in entries:
             seq = self.ids.get(minute_id)
             if seq is not None:
@@ -159,54 +189,166 @@ class _ProjectWriter:
             self.last_seq += 1
             seq = self.last_seq
             self.ids[minute_id] = seq
-            payload = msgpack.packb(
-                {"seq": seq, "id": minute_id, "sid": stream_id, "at": now, "m": minute_bytes}, use_bin_type=True
+            payloads.append(
+                msgpack.packb(
+                    {"seq": seq, "id": minute_id, "sid": stream_id, "at": now, "m": minute_bytes}, use_bin_type=True
+                )
             )
-            frames.append(pack_frame(payload))
             out.append(Appended(minute_id, seq, True))
-        if not frames:
-            return out
-        blob = b"".join(frames)
-        new_segment = self.segment is None or (
-            self.segment_end + len(blob) > self.segment_bytes and self.segment_end > 0
-        )
-        if new_segment:
-            self.segment = self.dir / f"{first_new_seq:020d}{SEGMENT_SUFFIX}"
+        return out, payloads
+
+    def write(self, payloads: Sequence[bytes]) -> Path:
+        """Write staged payloads to the current segment (no fsync: the journal commit makes them durable).
+
+        Returns the segment written. A new segment seals the last one: that one is fsynced first, so only the
+        newest segment of a project can ever lack bytes after a machine crash.
+        """
+        blob = b"".join(pack_frame(p) for p in payloads)
+        first_seq = _decode_record(payloads[0]).seq
+        if self.segment is None or (self.segment_end + len(blob) > self.segment_bytes and self.segment_end > 0):
+            if self.segment is not None:
+                with open(self.segment, "rb") as f:
+                    fsync_file(f.fileno())
+            self.segment = self.dir / f"{first_seq:020d}{SEGMENT_SUFFIX}"
             self.segment_end = 0
-        assert self.segment is not None
+            self.created = True
         fd = os.open(self.segment, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             written = 0
             while written < len(blob):
                 written += os.write(fd, blob[written:])
-            os.fsync(fd)
-        except BaseException:
-            # Forget the ids we did not make durable, so a retry writes them.
-            for a in out:
-                if a.new:
-                    self.ids.pop(a.id, None)
-            self.last_seq = first_new_seq - 1
-            self.segment = None
-            raise
         finally:
             os.close(fd)
-        if new_segment:
-            fsync_dir(self.dir)
         self.segment_end += len(blob)
-        return out
+        return self.segment
+
+    def forget(self, staged: Sequence[Appended]) -> None:
+        """Undo `stage` after a failed write or commit: the next catch-up reads the segment again."""
+        for a in staged:
+            if a.new:
+                self.ids.pop(a.id, None)
+        self.last_seq = min([self.last_seq, *(a.seq - 1 for a in staged if a.new)])
+        self.unjournaled.clear()
+        self.segment = None
+
+    def restore(self, payloads: Sequence[bytes], source: Path) -> int:
+        """Append the journaled records the segments lack (after a machine crash); returns how many. Under the lock."""
+        missing = sorted(
+            (r.seq, p) for p in payloads if (r := _decode_record(p)).seq > self.last_seq and r.id not in self.ids
+        )
+        if not missing:
+            return 0
+        unique = list(dict(missing).items())
+        expected = range(self.last_seq + 1, self.last_seq + 1 + len(unique))
+        if [seq for seq, _ in unique] != list(expected):
+            raise LogError(
+                f"{self.dir}: the journals hold seqs {unique[0][0]}..{unique[-1][0]} but the log ends at "
+                f"{self.last_seq} with a gap between (journal {source}); restore the log from backup"
+            )
+        segment = self.write([p for _, p in unique])
+        with open(segment, "rb") as f:
+            fsync_file(f.fileno())
+        fsync_dir(self.dir)
+        for _, payload in unique:
+            record = _decode_record(payload)
+            self.ids[record.id] = record.seq
+        self.last_seq = self.durable_seq = unique[-1][0]
+        return len(unique)
 
     def close(self) -> None:
         os.close(self.lock_fd)
 
 
-class LogWriter:
-    """Appends batches of minutes to the log of each project, idempotently by minute id."""
+class _Journal:
+    """One log writer's commit record: a frame per batch, every project of the batch in it, fsynced once.
 
-    def __init__(self, log_dir: Path | str, segment_bytes: int = defaults.LOG_SEGMENT_BYTES) -> None:
+    Named ``<log_dir>/.journal/<random>.jnl`` and held under an exclusive ``flock`` for the writer's life, so a
+    journal nobody holds belongs to a writer that is gone.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        name = uuid.uuid4().hex
+        staging = directory / f"{name}{JOURNAL_STAGING_SUFFIX}"
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # before it has a name a recovering writer looks at
+        self.path = directory / f"{name}{JOURNAL_SUFFIX}"
+        os.rename(staging, self.path)
+        fsync_dir(directory)
+        self.fd = fd
+        self.size = 0
+
+    def commit(self, batch: Mapping[str, Sequence[bytes]]) -> None:
+        """Append ``{project_id: [record payload, ...]}`` as one frame and fsync: the batch is durable."""
+        frame = pack_frame(msgpack.packb(dict(batch), use_bin_type=True))
+        try:
+            written = 0
+            while written < len(frame):
+                written += os.write(self.fd, frame[written:])
+            fsync_file(self.fd)
+        except BaseException:
+            os.ftruncate(self.fd, self.size)  # best effort: a reader stops at a torn frame anyway
+            raise
+        self.size += len(frame)
+
+    def empty(self) -> None:
+        os.ftruncate(self.fd, 0)
+        fsync_file(self.fd)
+        self.size = 0
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)
+        os.close(self.fd)
+
+
+def _read_journal(path: Path) -> dict[str, list[bytes]] | None:
+    """The records of a journal no writer holds, by project; None while its writer lives (or it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        records: dict[str, list[bytes]] = {}
+        with os.fdopen(os.dup(fd), "rb") as f:
+            for _, _, payload in iter_frames(f):
+                for project_id, payloads in msgpack.unpackb(payload, raw=False).items():
+                    records.setdefault(project_id, []).extend(payloads)
+        return records
+    finally:
+        os.close(fd)
+
+
+class LogWriter:
+    """Appends batches of minutes to the log of each project, idempotently by minute id, one fsync per batch.
+
+    The batch's frames go to each project's segment (page cache), then the whole batch to this writer's journal,
+    fsynced once: that fsync is the commit. Segments are fsynced behind it, at a checkpoint, and rebuilt from the
+    journals after a machine crash (see docs/log-format.md).
+    """
+
+    def __init__(
+        self,
+        log_dir: Path | str,
+        segment_bytes: int = defaults.LOG_SEGMENT_BYTES,
+        journal_bytes: int = defaults.LOG_JOURNAL_BYTES,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.segment_bytes = segment_bytes
+        self.journal_bytes = journal_bytes
         self._projects: dict[str, _ProjectWriter] = {}
         self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._journal: _Journal | None = None
+        self._recovered = False
+        self._recover_lock = threading.Lock()
+        self._written: set[Path] = set()  # segments written since the last checkpoint
+        self.restored = 0  # records this writer restored from the journals of writers that are gone
 
     def _project(self, project_id: str) -> _ProjectWriter:
         with self._lock:
@@ -216,46 +358,160 @@ class LogWriter:
                 self._projects[project_id] = writer
             return writer
 
+    def recover(self) -> int:
+        """Bring back what the journals of writers that are gone hold and the segments lack; returns how many.
+
+        Runs once, before this writer's first append: after a machine crash the newest segments may lack
+        records whose journal commit was durable. Journals of gone writers are removed afterwards. (After a
+        kill -9 alone there is nothing to bring back: the segments were written before the commit.)
+        """
+        with self._recover_lock:  # another thread of this process appends only once it is done
+            if self._recovered:
+                return 0
+            restored = self._recover()
+            self._recovered = True
+            self.restored += restored
+            return restored
+
+    def _recover(self) -> int:
+        directory = self.log_dir / JOURNAL_DIR
+        try:
+            listed = os.listdir(directory)
+        except FileNotFoundError:
+            return 0
+        names = sorted(n for n in listed if n.endswith(JOURNAL_SUFFIX))
+        # A writer killed while creating its journal left it unnamed, and empty: nothing to bring back.
+        staged = [directory / n for n in listed if n.endswith(JOURNAL_STAGING_SUFFIX)]
+        gone = [path for path in staged if _read_journal(path) is not None]
+        by_project: dict[str, list[tuple[bytes, Path]]] = {}
+        for name in names:
+            path = directory / name
+            if self._journal is not None and path == self._journal.path:
+                continue
+            records = _read_journal(path)
+            if records is None:
+                continue
+            gone.append(path)
+            for project_id, payloads in records.items():
+                by_project.setdefault(project_id, []).extend((p, path) for p in payloads)
+        restored = 0
+        for project_id in sorted(by_project):
+            if not is_valid_project_id(project_id):
+                raise LogError(f"journal {by_project[project_id][0][1]} names project {project_id!r}; remove it")
+            writer = self._project(project_id)
+            writer.lock()
+            try:
+                writer.catch_up()
+                restored += writer.restore([p for p, _ in by_project[project_id]], by_project[project_id][0][1])
+            finally:
+                writer.unlock()
+        for path in gone:
+            path.unlink(missing_ok=True)
+        if gone:
+            fsync_dir(directory)
+        return restored
+
     def open(self, project_id: str) -> int:
         """Open a project's log now (scan, repair a torn tail); return bytes cut from a torn tail."""
+        self.recover()
         writer = self._project(project_id)
-        with writer.thread_lock:
-            fcntl.flock(writer.lock_fd, fcntl.LOCK_EX)
-            try:
-                writer._catch_up()
-            finally:
-                fcntl.flock(writer.lock_fd, fcntl.LOCK_UN)
+        writer.lock()
+        try:
+            writer.catch_up()
+        finally:
+            writer.unlock()
         return writer.repaired_bytes
 
     def append(self, project_id: str, entries: Sequence[tuple[str, str, bytes]]) -> list[Appended]:
-        """Durably append ``(minute_id, stream_id, minute_bytes)`` entries; fsync once.
+        """Durably append ``(minute_id, stream_id, minute_bytes)`` entries.
 
         Ids the log already holds are skipped and reported with ``new=False``.
         """
-        appended = self._project(project_id).append(entries)
-        assert appended is not None
-        return appended
+        return self.append_many({project_id: entries})[project_id]
 
     def append_many(self, batches: Mapping[str, Sequence[tuple[str, str, bytes]]]) -> dict[str, list[Appended]]:
-        """`append` for several projects, taking first the ones no other writer holds.
+        """`append` for several projects in one commit (one fsync), whatever their number.
 
-        Two log workers given batches of the same projects would otherwise queue
-        on each project's lock in the same order; here each appends where it
-        can without waiting, and waits only for what is left.
+        Projects another writer holds are left out of that commit and waited for afterwards (a second commit),
+        so two log workers given the same projects do not queue on each other's locks in turn.
         """
+        self.recover()
         done: dict[str, list[Appended]] = {}
-        busy = []
-        for project_id, entries in batches.items():
-            appended = self._project(project_id).append(entries, wait=False)
-            if appended is None:
-                busy.append(project_id)
-            else:
-                done[project_id] = appended
-        for project_id in busy:
-            done[project_id] = self.append(project_id, batches[project_id])
+        free = [p for p in batches if self._project(p).lock(wait=False)]
+        if free:
+            done.update(self._commit({p: batches[p] for p in free}))
+        busy = sorted(p for p in batches if p not in done)
+        if busy:
+            locked: list[str] = []
+            try:
+                for project_id in busy:  # in one order everywhere: no two writers wait on each other
+                    self._project(project_id).lock()
+                    locked.append(project_id)
+            except BaseException:
+                for project_id in locked:
+                    self._project(project_id).unlock()
+                raise
+            done.update(self._commit({p: batches[p] for p in busy}))
         return {project_id: done[project_id] for project_id in batches}
 
+    def _commit(self, batches: Mapping[str, Sequence[tuple[str, str, bytes]]]) -> dict[str, list[Appended]]:
+        """Append and commit batches of projects this writer holds locked; releases the locks."""
+        writers = {p: self._project(p) for p in batches}
+        staged: dict[str, list[Appended]] = {}
+        try:
+            now = time.time()
+            journaled: dict[str, list[bytes]] = {}
+            written: set[Path] = set()
+            for project_id, entries in batches.items():
+                writer = writers[project_id]
+                writer.catch_up()
+                appended, payloads = writer.stage(entries, now)
+                staged[project_id] = appended
+                if payloads:
+                    written.add(writer.write(payloads))
+                if writer.unjournaled or payloads:
+                    journaled[project_id] = writer.unjournaled + payloads
+            if journaled:
+                with self._commit_lock:
+                    if self._journal is None:
+                        self._journal = _Journal(self.log_dir / JOURNAL_DIR)
+                    self._journal.commit(journaled)
+                    self._written |= written
+                    if self._journal.size >= self.journal_bytes:
+                        self._checkpoint()
+            for writer in writers.values():
+                writer.durable_seq = writer.last_seq
+                writer.unjournaled.clear()
+            return staged
+        except BaseException:
+            for project_id, appended in staged.items():
+                writers[project_id].forget(appended)
+            raise
+        finally:
+            for writer in writers.values():
+                writer.unlock()
+
+    def _checkpoint(self) -> None:
+        """Make the segments written since the last checkpoint durable on their own; then empty the journal."""
+        assert self._journal is not None
+        for segment in sorted(self._written):
+            with open(segment, "rb") as f:
+                fsync_file(f.fileno())
+        for writer in list(self._projects.values()):
+            if writer.created:
+                fsync_dir(writer.dir)
+                writer.created = False
+        fsync_dir(self.log_dir)
+        self._written.clear()
+        self._journal.empty()
+
     def close(self) -> None:
+        """Checkpoint and remove the journal (a clean stop leaves nothing to recover); close the projects."""
+        with self._commit_lock:
+            if self._journal is not None:
+                self._checkpoint()
+                self._journal.close()
+                self._journal = None
         with self._lock:
             for writer in self._projects.values():
                 writer.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,189 @@ def test_append_many_appends_free_projects_before_waiting_for_a_busy_one(tmp_pat
     assert all(a.new for appended in result.values() for a in appended)
     assert [r.seq for r in LogReader(tmp_path).history("busy")] == [1, 2, 3]
     writer.close()
+
+
+# -- group commit: one fsync per batch, the journal as the commit point -------------------------------------------
+
+
+def project_batches(projects: int, per_project: int, start: int = 0) -> dict[str, list[tuple[str, str, bytes]]]:
+    from tests.log_crash_writer import batch
+
+    return batch(projects, per_project, start)
+
+
+def test_one_fsync_per_batch_whatever_the_number_of_projects(tmp_path: Path) -> None:
+    from pvm.fsync import fsync_calls
+
+    writer = LogWriter(tmp_path)
+    writer.append_many(project_batches(64, 1))  # opens the 64 projects and the journal
+    for start in (1, 4):
+        before = fsync_calls()
+        result = writer.append_many(project_batches(64, 3, start=start))
+        assert fsync_calls() - before == 1
+        assert all(a.new for appended in result.values() for a in appended)
+    before = fsync_calls()
+    writer.append_many(project_batches(64, 3, start=4))  # all redelivered: nothing to commit
+    assert fsync_calls() - before == 0
+    reader = LogReader(tmp_path)
+    assert [reader.count(f"p{p:02d}") for p in range(64)] == [7] * 64
+
+
+def test_a_checkpoint_syncs_the_segments_and_empties_the_journal(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, journal_bytes=4_000)
+    for start in range(0, 40, 4):
+        writer.append_many(project_batches(3, 4, start=start))
+    (journal,) = (tmp_path / ".journal").glob("*.jnl")
+    assert journal.stat().st_size < 4_000  # emptied at each checkpoint
+    writer.close()
+    assert not list((tmp_path / ".journal").iterdir())  # a clean stop leaves nothing to recover
+    reader = LogReader(tmp_path)
+    assert reader.projects() == ["p00", "p01", "p02"]  # the journal directory is not a project
+    assert [r.seq for r in reader.history("p01")] == list(range(1, 41))
+
+
+def durable_sizes(log_dir: Path) -> dict[Path, int]:
+    return {seg: seg.stat().st_size for seg in log_dir.glob("*/*.seg")}
+
+
+def machine_crash(log_dir: Path, durable: dict[Path, int], torn: bytes = b"") -> None:
+    """What a power cut leaves: each segment back at what was fsynced, newer segments gone (plus a torn write)."""
+    for seg in log_dir.glob("*/*.seg"):
+        if seg in durable:
+            with open(seg, "r+b") as f:
+                f.truncate(durable[seg])
+                f.seek(durable[seg])
+                f.write(torn)
+        else:
+            seg.unlink()
+
+
+def gone(writer: LogWriter) -> None:
+    """The end a crash gives a writer of this process: its files closed, no checkpoint, its journal left behind."""
+    assert writer._journal is not None
+    os.close(writer._journal.fd)
+    for project in writer._projects.values():
+        project.close()
+
+
+def killed_at(log_dir: Path, mode: str, projects: int, per_project: int, start: int) -> None:
+    """Run tests/log_crash_writer.py in its own process until it pauses at `mode`, then kill -9 it."""
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    args = [str(log_dir), mode, str(projects), str(per_project), str(start)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.log_crash_writer", *args], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "paused"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def assert_every_minute_once(log_dir: Path, projects: int, per_project: int) -> None:
+    reader = LogReader(log_dir)
+    for p in range(projects):
+        records = list(reader.history(f"p{p:02d}"))
+        assert [r.seq for r in records] == list(range(1, per_project + 1)), f"p{p:02d}"
+        assert sorted(r.id for r in records) == [f"p{p:02d}-{i:06d}" for i in range(per_project)]
+
+
+def test_kill_9_after_the_commit_then_a_machine_crash_keeps_every_minute_once(tmp_path: Path) -> None:
+    first = LogWriter(tmp_path)
+    first.append_many(project_batches(8, 5))
+    first.close()  # a checkpoint: these segment bytes are durable
+    durable = durable_sizes(tmp_path)
+    killed_at(tmp_path, "after-commit", projects=8, per_project=6, start=5)
+    # The batch was committed (journal fsynced), its segment bytes were not: the power cut takes them,
+    # and tears a frame in one segment.
+    machine_crash(tmp_path, durable, torn=b"\xa7\x01\x10\x00")
+    assert LogReader(tmp_path).count("p03") == 5
+    writer = LogWriter(tmp_path)
+    assert writer.recover() == 8 * 6
+    assert_every_minute_once(tmp_path, 8, 11)
+    assert not list((tmp_path / ".journal").glob("*.jnl"))  # the gone writer's journal is removed once applied
+    # The killed job's retry finds every minute logged (exactly once).
+    again = writer.append_many(project_batches(8, 6, start=5))
+    assert not any(a.new for appended in again.values() for a in appended)
+    assert_every_minute_once(tmp_path, 8, 11)
+
+
+def test_kill_9_before_the_commit_then_a_retry_and_a_machine_crash_keep_every_minute_once(tmp_path: Path) -> None:
+    first = LogWriter(tmp_path)
+    first.append_many(project_batches(8, 5))
+    first.close()
+    durable = durable_sizes(tmp_path)
+    writer = LogWriter(tmp_path)
+    writer.append_many(project_batches(8, 1, start=0))  # this process has the projects open before the kill
+    # Killed after writing its frames to the segments, before its commit: not durable, not acked.
+    killed_at(tmp_path, "before-commit", projects=8, per_project=6, start=5)
+    # The job's retry, in a process that already had the projects open, finds them all in the segments
+    # (the page cache) and acks them as duplicates: it must make them durable first (its own commit).
+    retried = writer.append_many(project_batches(8, 6, start=5))
+    assert not any(a.new for appended in retried.values() for a in appended)
+    gone(writer)
+    machine_crash(tmp_path, durable)
+    LogWriter(tmp_path).recover()
+    assert_every_minute_once(tmp_path, 8, 11)
+
+
+@pytest.mark.slow
+def test_readers_never_see_a_torn_record_while_writers_are_killed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    reader = LogReader(tmp_path)
+    problems: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for project in reader.projects():
+                seqs = [r.seq for r in reader.history(project)]
+                if seqs != list(range(1, len(seqs) + 1)):
+                    problems.append(f"{project}: {seqs[-5:]}")
+                recent = reader.get_recent(project, 3)
+                if recent and recent[-1].seq != reader.count(project) and recent[-1].seq > reader.count(project):
+                    problems.append(f"{project}: count behind its newest record")
+                problems.extend(f"{project}: {r.seq} does not decode" for r in recent if r.minute.id != r.id)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    root = Path(__file__).resolve().parents[2]
+    try:
+        for round_ in range(4):
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.log_crash_writer",
+                    str(tmp_path),
+                    "loop",
+                    "4",
+                    "40",
+                    str(round_ * 100_000),
+                ],
+                cwd=root,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "paused"
+            time.sleep(0.2 + 0.1 * round_)  # a different instant in the append each round
+            proc.kill()
+            proc.wait(30)
+    finally:
+        done.set()
+        thread.join(60)
+    assert not problems, problems[:5]
+    writer = LogWriter(tmp_path)  # repairs whatever torn tails the kills left
+    for project in ("p00", "p01", "p02", "p03"):
+        writer.open(project)
+        records = list(reader.history(project))
+        assert [r.seq for r in records] == list(range(1, len(records) + 1))
+        assert len({r.id for r in records}) == len(records) > 0

@@ -286,3 +286,22 @@ def test_freshness_is_measured_from_the_stream_entry_not_the_producer_clock(
     p99, count = p99_s(redis_client, "durable")
     assert count == 5 and p99 <= 30.0
     assert next(LogReader(settings.log_dir).history("p1")).minute.timestamp == stamp  # kept as data
+
+
+def test_a_job_of_many_projects_makes_one_fsync(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def spread(start: int) -> list[list[object]]:
+        return [row for p in range(64) for row in batch(3, f"p{p:02d}", start=start + 3 * p)]
+
+    enqueue(redis_client, spread(0))  # the worker opens its journal and the 64 projects
+    enqueue(redis_client, spread(1_000))
+    job = enqueue(redis_client, spread(2_000))
+    run_burst(redis_client, settings, monkeypatch)
+    result = job.latest_result()
+    assert result is not None
+    summary = result.return_value
+    assert summary["appended"] == 192 and len(summary["projects"]) == 64
+    assert summary["fsyncs"] == 1
+    reader = LogReader(settings.log_dir)
+    assert [reader.count(f"p{p:02d}") for p in range(64)] == [9] * 64
