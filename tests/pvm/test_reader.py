@@ -361,3 +361,20 @@ def test_a_second_context_reads_remembered_minutes_as_the_first_and_callers_get_
     assert second.recent[0]["memory_note"] == minutes[-50].memory_note != "changed by a caller"
     assert second.render() == third.render()
     assert [m["id"] for m in second.recent] == [m.id for m in minutes[-50:]]
+
+
+def test_search_hits_carry_the_whole_minute_from_the_cache_or_the_log(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    # The index pool's points hold what search filters and ranks on; the minute comes from Redis or the log.
+    minutes = list(sample_session("apollo", 80, seed=5))
+    log_minutes(redis_client, settings, minutes)
+    by_id = {m.id: m.to_dict() for m in minutes}
+    hits = reader.search("apollo", "login bug", k=5)
+    assert hits and all(h.minute == by_id[h.minute_id] for h in hits)
+    redis_client.delete(keys.minute_by_id("apollo"))  # the cache lost them: the log still has every minute
+    again = reader.search("apollo", "login bug", k=5)
+    assert [h.minute_id for h in again] == [h.minute_id for h in hits]
+    assert all(h.minute == by_id[h.minute_id] for h in again)
+    alone = engines.searcher_for(settings).search("apollo", "login bug", SearchFilters(), 5)  # type: ignore[attr-defined]
+    assert [h.minute for h in alone] == [h.minute for h in hits]
