@@ -178,9 +178,10 @@ class HybridSearch:
     ) -> None:
         """`minutes`: where hits read their whole minute (minute points do not hold it; `pvm.stores.minutes`).
 
-        Without one, only points written with their minute (before points were
-        made light) can be shown: a `ContextReader` given this searcher sets its
-        own, and `pvm.engines.searcher_for` builds one from the settings.
+        Without one, a hit's minute is what its point holds (points written
+        before they were made light hold it; light ones hold none): a
+        `ContextReader` given this searcher sets its own source, and
+        `pvm.engines.searcher_for` builds one from the settings.
         """
         weights = weights or RankWeights()
         parts = (weights.semantic, weights.keyword, weights.recency, weights.importance)
@@ -376,11 +377,13 @@ class HybridSearch:
         A point written before points were made light holds its minute and
         keeps it. A minute found nowhere (its log gone) is left out, as a
         winner deleted in between is: a hit always carries its whole minute.
+        Without `minutes` the payloads stay as stored (a caller that indexed
+        its own points, such as a benchmark, ranks them without minutes).
         """
         lacking = {key for key, payload in payloads.items() if not isinstance(payload.get("minute"), dict)}
-        if not lacking:
+        if not lacking or self.minutes is None:
             return payloads
-        found = self.minutes.minutes_by_id(project_id, sorted(lacking)) if self.minutes is not None else {}
+        found = self.minutes.minutes_by_id(project_id, sorted(lacking))
         out = {}
         for key, payload in payloads.items():
             if key not in lacking:
@@ -389,10 +392,10 @@ class HybridSearch:
                 out[key] = {**payload, "minute": found[key]}
         if len(out) < len(payloads):
             log.warning(
-                "search in %s: %d winning minute(s) found in neither the minute cache nor the log (%s); left out",
+                "search in %s: %d winning minute(s) found in neither the minute cache nor the log; left out "
+                "(is the project's log complete?)",
                 project_id,
                 len(payloads) - len(out),
-                "no minute source configured" if self.minutes is None else "is the log complete?",
             )
         return out
 
