@@ -119,11 +119,21 @@ def shared_engine(settings: Settings) -> VectorEngine:
 
 
 def searcher_for(settings: Settings) -> object:
-    """A HybridSearch over this process's engine, weighted as configured."""
+    """A HybridSearch over this process's engine, weighted as configured, reading hits' minutes from Redis and the log.
+
+    Minute points do not hold the minute itself: hits read it from the
+    minute cache at PVM_REDIS_URL, else from the log under PVM_HOME
+    (`pvm.stores.minutes.DurableMinutes`).
+    """
+    from pvm.connection import redis_from_settings
     from pvm.search import HybridSearch
+    from pvm.stores.cache import MinuteCache
+    from pvm.stores.log import LogReader
+    from pvm.stores.minutes import DurableMinutes
 
     engine, embedder = shared(settings)
-    return HybridSearch(engine, embedder, RankWeights(*ranking_weights(settings)))
+    minutes = DurableMinutes(MinuteCache(redis_from_settings(settings)), LogReader(settings.log_dir))
+    return HybridSearch(engine, embedder, RankWeights(*ranking_weights(settings)), minutes=minutes)
 
 
 def ranking_weights(settings: Settings) -> tuple[float, float, float, float]:

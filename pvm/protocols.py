@@ -49,7 +49,7 @@ class MemoryPoint:
     text: str  # what the lexical leg indexes
     payload: dict[
         str, Any
-    ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, minute
+    ]  # agent_id, event_type, category, timestamp_ms, task_id, thread_id, insights, scores, seq (not the minute)
     dense: list[float] | None = None
     kind: str = MINUTE
     dense_text: str | None = None  # what the dense leg embeds; None: `text`
@@ -111,6 +111,19 @@ class Candidate:
     semantic: float = 0.0  # dense leg score
     fused: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
+
+
+class MinuteSource(Protocol):
+    """Whole minutes by id, read where they are durable (the Redis minute cache, then the log): search hits' minutes.
+
+    Minute points hold what search filters and ranks on, not the minute
+    itself (`workers.index_pool`); `pvm.stores.minutes.DurableMinutes` is the
+    one the reader uses.
+    """
+
+    def minutes_by_id(self, project_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The minutes of the project with these ids, as `Minute.to_dict` gives them; ids found nowhere are absent."""
+        ...
 
 
 class VectorEngine(Protocol):

@@ -39,6 +39,7 @@ from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import MinuteCache
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
+from pvm.stores.minutes import DurableMinutes
 from pvm.stores.summaries import THREAD_READ, ThreadView, parse_thread_read, thread_keys
 
 if TYPE_CHECKING:
@@ -254,6 +255,10 @@ class ContextReader:
         self._current_read = connection.register_script(CURRENT_READ)
         self._facts = FactMemo(line_cost)
         self._minutes = MinuteMemo()
+        # Whole minutes by id (cache, then log): references, and the minutes of search hits (points do not hold them).
+        self.minutes = DurableMinutes(self.cache, log, self._minutes.fields)
+        if searcher is not None and getattr(searcher, "minutes", False) is None:
+            searcher.minutes = self.minutes  # type: ignore[attr-defined]  # a HybridSearch built without a source
         self.fact_store = FactStore(connection)
         self._owned: list[Callable[[], None]] = []  # what `close()` releases: only what `from_settings` opened
 
@@ -336,11 +341,7 @@ class ContextReader:
 
     def _by_ids(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> list[dict[str, Any]]:
         """`get_by_ids` given the cached bytes found for the ids."""
-        found = {i: self._minutes.fields(b) for i, b in cached.items()}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            for minute_id, record in self.log.get_by_ids(project_id, missing).items():
-                found[minute_id] = record.fields
+        found = self.minutes.found(project_id, ids, cached)
         return [found[i] for i in ids if i in found]
 
     def search(

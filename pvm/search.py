@@ -79,7 +79,7 @@ from contracts.facts import FactStatus, FactType, Tier, check_time
 from contracts.ids import id_timestamp_ms
 from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
 from pvm import defaults
-from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, VectorEngine
+from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, MinuteSource, VectorEngine
 from pvm.providers import CircuitBreaker
 from pvm.vectors import GLOBAL_TENANT, importance, require_project
 
@@ -174,7 +174,15 @@ class HybridSearch:
         fusion: FusionMode = DEFAULT_FUSION,
         half_life_ms: int = HALF_LIFE_MS,
         dense_cooldown_s: float = DENSE_COOLDOWN_S,
+        minutes: MinuteSource | None = None,
     ) -> None:
+        """`minutes`: where hits read their whole minute (minute points do not hold it; `pvm.stores.minutes`).
+
+        Without one, a hit's minute is what its point holds (points written
+        before they were made light hold it; light ones hold none): a
+        `ContextReader` given this searcher sets its own source, and
+        `pvm.engines.searcher_for` builds one from the settings.
+        """
         weights = weights or RankWeights()
         parts = (weights.semantic, weights.keyword, weights.recency, weights.importance)
         if any(w < 0 for w in parts) or not any(parts):
@@ -189,6 +197,7 @@ class HybridSearch:
         self.fusion = fusion
         self.half_life_ms = half_life_ms
         self.dense_breaker = DenseLegBreaker(dense_cooldown_s)
+        self.minutes = minutes
 
     def search(
         self,
@@ -291,7 +300,8 @@ class HybridSearch:
         best = self._ranked(candidates, now, limit, recent)[:k]
         if not best:
             return SearchResult([], degraded)
-        stored = {c.minute_id: c.payload for c in self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])}
+        winners = self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])
+        stored = self._whole(project_id, {c.minute_id: c.payload for c in winners})
         hits = [
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
@@ -344,7 +354,8 @@ class HybridSearch:
         stored: dict[tuple[str, str, str], dict[str, Any]] = {}
         for (kind, tenant), keys in wanted.items():
             if kind == MINUTE:
-                stored.update(((kind, tenant, c.minute_id), c.payload) for c in self.engine.retrieve(tenant, keys))
+                whole = self._whole(tenant, {c.minute_id: c.payload for c in self.engine.retrieve(tenant, keys)})
+                stored.update(((kind, tenant, key), payload) for key, payload in whole.items())
             else:
                 stored.update(((kind, tenant, p.key), p.payload) for p in self.engine.get_points(tenant, keys))
         hits: list[SearchHit] = []
@@ -359,6 +370,34 @@ class HybridSearch:
             elif payload.get("kind") == FACT and isinstance(payload.get("fact"), dict):
                 fact_hits.append(FactHit(c.minute_id, score, payload["fact"], parts))
         return SearchResult(hits, degraded, fact_hits)
+
+    def _whole(self, project_id: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Minute payloads with their whole minute, read in one call from `minutes` for those that lack it.
+
+        A point written before points were made light holds its minute and
+        keeps it. A minute found nowhere (its log gone) is left out, as a
+        winner deleted in between is: a hit always carries its whole minute.
+        Without `minutes` the payloads stay as stored (a caller that indexed
+        its own points, such as a benchmark, ranks them without minutes).
+        """
+        lacking = {key for key, payload in payloads.items() if not isinstance(payload.get("minute"), dict)}
+        if not lacking or self.minutes is None:
+            return payloads
+        found = self.minutes.minutes_by_id(project_id, sorted(lacking))
+        out = {}
+        for key, payload in payloads.items():
+            if key not in lacking:
+                out[key] = payload
+            elif key in found:
+                out[key] = {**payload, "minute": found[key]}
+        if len(out) < len(payloads):
+            log.warning(
+                "search in %s: %d winning minute(s) found in neither the minute cache nor the log; left out "
+                "(is the project's log complete?)",
+                project_id,
+                len(payloads) - len(out),
+            )
+        return out
 
     def rank(
         self,

@@ -226,7 +226,14 @@ _CATEGORY_VALUES: dict[Category, str] = {c: c.value for c in Category}
 
 
 def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
-    """`build_points` for records without repeats."""
+    """`build_points` for records without repeats.
+
+    A point holds what search filters and ranks on and what a hit shows
+    beside the minute (category, insights, scores), not the minute itself:
+    the engine converts every payload byte on upsert, and the minute was most
+    of them. A hit reads its whole minute from the Redis minute cache or the
+    log (`pvm.stores.minutes`); `seq` places it in the log.
+    """
     points = []
     for r in records:
         m = r.minute
@@ -243,7 +250,6 @@ def _points(records: Sequence[LoggedMinute], now: float) -> list[MemoryPoint]:
             "thread_id": m.thread_id,
             "insights": [i.to_dict() for i in insights_with_kind(m, kind)],
             "scores": initial_score_fields(m, now, category, r.at_ms),
-            "minute": m.to_dict(),
             "seq": r.seq,
         }
         points.append(

@@ -399,3 +399,20 @@ def test_a_reader_given_its_connection_leaves_it_open(redis_client: redis.Redis,
     with ContextReader(redis_client, LogReader(settings.log_dir)) as reader:
         reader.get_recent("apollo")
     assert redis_client.ping()
+
+
+def test_search_hits_carry_the_whole_minute_from_the_cache_or_the_log(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    # The index pool's points hold what search filters and ranks on; the minute comes from Redis or the log.
+    minutes = list(sample_session("apollo", 80, seed=5))
+    log_minutes(redis_client, settings, minutes)
+    by_id = {m.id: m.to_dict() for m in minutes}
+    hits = reader.search("apollo", "login bug", k=5)
+    assert hits and all(h.minute == by_id[h.minute_id] for h in hits)
+    redis_client.delete(keys.minute_by_id("apollo"))  # the cache lost them: the log still has every minute
+    again = reader.search("apollo", "login bug", k=5)
+    assert [h.minute_id for h in again] == [h.minute_id for h in hits]
+    assert all(h.minute == by_id[h.minute_id] for h in again)
+    alone = engines.searcher_for(settings).search("apollo", "login bug", SearchFilters(), 5)  # type: ignore[attr-defined]
+    assert [h.minute for h in alone] == [h.minute for h in hits]

@@ -883,3 +883,59 @@ def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
     hits = HybridSearch(engine).search("alpha", "vendor contract deploy", k=2, now_ms=NOW)
     assert [h.minute_id for h in hits] == ["a", "b"]
     assert hits[1].parts["thread"] == pytest.approx(hits[0].score * defaults.SEARCH_THREAD_DECAY)
+
+
+# -- light points: the minute itself comes from the durable minutes, not the engine ------------------------------
+
+
+class DurableMinutesDouble:
+    """A `pvm.protocols.MinuteSource` over a dict, counting its calls (the real one reads Redis, then the log)."""
+
+    def __init__(self, minutes: dict[str, dict[str, Any]]) -> None:
+        self.minutes = minutes
+        self.calls: list[list[str]] = []
+
+    def minutes_by_id(self, project_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        self.calls.append(list(ids))
+        mine = {i: m for i, m in self.minutes.items() if m["project_id"] == project_id}
+        return {i: dict(mine[i]) for i in ids if i in mine}
+
+
+def light_point(project_id: str, minute_id: str, text: str) -> MemoryPoint:
+    """A point as the index pool writes it now: what search filters and ranks on, without the minute."""
+    point = memory_point(project_id, minute_id, text)
+    payload = {k: v for k, v in point.payload.items() if k != "minute"}
+    return MemoryPoint(minute_id=minute_id, project_id=project_id, text=text, payload=payload)
+
+
+def test_hits_of_light_points_read_the_whole_minute_from_the_durable_minutes_in_one_call(engine: EdgeEngine) -> None:
+    engine.upsert([light_point("alpha", f"m{i}", f"gateway rollback step {i}") for i in range(4)])
+    whole = {f"m{i}": {"id": f"m{i}", "project_id": "alpha", "memory_note": f"step {i}"} for i in range(4)}
+    source = DurableMinutesDouble(whole)
+    hits = HybridSearch(engine, minutes=source).search("alpha", "gateway rollback", k=3, now_ms=NOW)
+    assert len(hits) == 3
+    assert all(isinstance(h, SearchHit) and h.minute == whole[h.minute_id] for h in hits)
+    assert len(source.calls) == 1 and sorted(source.calls[0]) == sorted(h.minute_id for h in hits)
+    assert hits[0].category == "project_knowledge" and hits[0].scores is not None  # the rest from the point
+
+
+def test_points_written_with_the_whole_minute_keep_reading_it_from_the_engine(engine: EdgeEngine) -> None:
+    engine.upsert(
+        [memory_point("alpha", "old", "gateway rollback plan"), light_point("alpha", "new", "gateway rollback")]
+    )
+    source = DurableMinutesDouble({"new": {"id": "new", "project_id": "alpha"}})
+    hits = HybridSearch(engine, minutes=source).search("alpha", "gateway rollback", now_ms=NOW)
+    by_id = {h.minute_id: h for h in hits}
+    assert by_id["old"].minute["data"] == {"text": "gateway rollback plan"}  # as it was stored
+    assert by_id["new"].minute == {"id": "new", "project_id": "alpha"}
+    assert source.calls == [["new"]]  # only the light point was looked up
+
+
+def test_a_light_hit_whose_minute_is_found_nowhere_is_left_out(engine: EdgeEngine) -> None:
+    engine.upsert([light_point("alpha", "m1", "gateway rollback"), light_point("alpha", "m2", "gateway rollback")])
+    source = DurableMinutesDouble({"m2": {"id": "m2", "project_id": "alpha"}})
+    hits = HybridSearch(engine, minutes=source).search("alpha", "gateway rollback", now_ms=NOW)
+    assert [h.minute_id for h in hits] == ["m2"]
+    # No source (a caller that indexed its own points): ranked as stored, without a minute to show.
+    without = HybridSearch(engine).search("alpha", "gateway rollback", now_ms=NOW)
+    assert sorted(h.minute_id for h in without) == ["m1", "m2"] and all(h.minute == {} for h in without)

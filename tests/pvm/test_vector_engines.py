@@ -1,7 +1,13 @@
-"""The vector engines: one suite run against both backends (qdrant-edge in tmp_path, qdrant-client local mode)."""
+"""The vector engines: one suite run against every backend.
+
+qdrant-edge in tmp_path and qdrant-client local mode always; a real Qdrant
+server as well when PVM_QDRANT_URL is set (`backends`), each test on a
+collection of its own that it drops afterwards.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -13,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -90,7 +96,46 @@ def ids(candidates: list[Any]) -> list[str]:
     return [c.minute_id for c in candidates]
 
 
-@pytest.fixture(params=["edge", "server"])
+QDRANT_SERVER = "qdrant-server"  # the backend of a real Qdrant server at PVM_QDRANT_URL
+
+
+def server_backends(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The server engine's backends: qdrant-client local mode always, a real Qdrant server when PVM_QDRANT_URL is set.
+
+    The real server is a case of its own only where one is configured (no
+    skipped case elsewhere): ``PVM_QDRANT_URL=http://localhost:6333 pytest
+    tests/pvm/test_vector_engines.py`` runs the whole suite against it too.
+    """
+    return ["server", *([QDRANT_SERVER] if environ.get("PVM_QDRANT_URL") else [])]
+
+
+def backends(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Every backend the shared suite runs against: the embedded engine and `server_backends`."""
+    return ["edge", *server_backends(environ)]
+
+
+def server_engine(backend: str, dense_dimensions: int | None = None, **kwargs: Any) -> ServerEngine:
+    """A server engine on fresh storage: a local-mode client, or a collection of its own on the real server."""
+    if backend == QDRANT_SERVER:
+        return ServerEngine.from_url(
+            os.environ["PVM_QDRANT_URL"],
+            os.environ.get("PVM_QDRANT_API_KEY"),
+            collection_prefix=f"pvmtest_{uuid.uuid4().hex[:12]}",  # the server keeps collections between runs
+            dense_dimensions=dense_dimensions,
+            **kwargs,
+        )
+    return ServerEngine(QdrantClient(":memory:"), dense_dimensions=dense_dimensions, **kwargs)
+
+
+def close_engine(engine: Any) -> None:
+    """Close an engine; on a real server, drop the test's collection first."""
+    if isinstance(engine, ServerEngine) and engine._owns_client:
+        with contextlib.suppress(Exception):
+            engine.client.delete_collection(engine.collection)
+    engine.close()
+
+
+@pytest.fixture(params=backends())
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -104,13 +149,20 @@ def make_engine(backend: str, tmp_path: Path) -> Iterator[EngineFactory]:
         if backend == "edge":
             engine: Any = EdgeEngine(tmp_path / f"edge{len(made)}", dense_dimensions, **kwargs)
         else:
-            engine = ServerEngine(QdrantClient(":memory:"), dense_dimensions=dense_dimensions, **kwargs)
+            engine = server_engine(backend, dense_dimensions, **kwargs)
         made.append(engine)
         return engine
 
     yield make
     for engine in made:
-        engine.close()
+        close_engine(engine)
+
+
+def test_a_real_qdrant_server_joins_the_backends_only_when_pvm_qdrant_url_is_set() -> None:
+    assert backends({}) == ["edge", "server"]
+    assert backends({"PVM_QDRANT_URL": ""}) == ["edge", "server"]
+    assert backends({"PVM_QDRANT_URL": "http://qdrant:6333"}) == ["edge", "server", QDRANT_SERVER]
+    assert server_backends({"PVM_QDRANT_URL": "http://qdrant:6333"}) == ["server", QDRANT_SERVER]
 
 
 @pytest.fixture
@@ -332,7 +384,8 @@ def test_dense_vectors_need_an_engine_with_dense_dimensions(engine: Any) -> None
     assert hit.minute_id == "m1" and hit.semantic == 0
 
 
-def test_both_backends_score_alike(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server_backend", server_backends())
+def test_both_backends_score_alike(tmp_path: Path, server_backend: str) -> None:
     points = [
         memory_point("alpha", "m1", "deploy the gateway to staging", dense=[1, 0, 0, 0]),
         memory_point("alpha", "m2", "gateway timeout during deploy", dense=[0, 1, 0, 0]),
@@ -340,7 +393,7 @@ def test_both_backends_score_alike(tmp_path: Path) -> None:
         memory_point("beta", "b1", "deploy deploy deploy", dense=[1, 0, 0, 0]),
     ]
     edge = EdgeEngine(tmp_path / "edge", 4)
-    server = ServerEngine(QdrantClient(":memory:"), dense_dimensions=4)
+    server = server_engine(server_backend, 4)
     try:
         results = []
         for engine in (edge, server):
@@ -353,7 +406,7 @@ def test_both_backends_score_alike(tmp_path: Path) -> None:
             assert results[1][minute_id][1] == pytest.approx(semantic, rel=1e-4)
     finally:
         edge.close()
-        server.close()
+        close_engine(server)
 
 
 @pytest.mark.parametrize("bad_limit", [0, -1])
@@ -492,7 +545,7 @@ def test_the_stored_dense_length_is_read_back(make_engine: EngineFactory, backen
     def stored(engine: Any) -> int | None:
         if backend == "edge":
             return edge_dense_dimensions(engine.path)
-        return server_dense_dimensions(engine.client)
+        return server_dense_dimensions(engine.client, engine.collection.removesuffix("_minutes"))
 
     lexical = make_engine()
     assert stored(lexical) is None  # nothing stored yet
@@ -892,7 +945,7 @@ def test_fact_points_are_stored_under_the_fact_id(make_engine: EngineFactory, ba
     assert stored_point_id(point) == uuid.UUID(point.minute_id)
     engine.upsert([point, point])
     assert engine.count("alpha", "fact") == 1
-    if backend == "server":
+    if backend != "edge":
         [record] = engine.client.retrieve(engine.collection, [point.minute_id])
         assert record.payload["kind"] == "fact"
 

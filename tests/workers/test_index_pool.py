@@ -28,7 +28,7 @@ from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
 from pvm.vectors import GLOBAL_TENANT, OPEN_MS
-from tests.workers.minutes import T0, T0_S, VECTORS, golden, minute
+from tests.workers.minutes import T0_S, VECTORS, golden, minute
 from workers import fact_points, index_pool
 from workers.assessment import insights, timestamp_ms
 from workers.index_pool import LoggedMinute, agent_updates, build_points, dense_text, lexical_text
@@ -68,9 +68,8 @@ def test_build_points_payload_shape() -> None:
         "thread_id",
         "insights",
         "scores",
-        "minute",
         "seq",
-    }
+    }  # not the minute itself: a hit reads it from the Redis cache or the log (`pvm.stores.minutes`)
     p = point.payload
     assert (p["project_id"], p["minute_id"], p["agent_id"], p["event_type"]) == (
         "alpha",
@@ -80,7 +79,6 @@ def test_build_points_payload_shape() -> None:
     )
     assert (p["category"], p["task_id"], p["thread_id"], p["seq"]) == ("task_assignment", "T-1042", "thread-7", 41)
     assert isinstance(p["timestamp_ms"], int) and p["timestamp_ms"] == timestamp_ms(m)
-    assert p["minute"] == m.to_dict()
     assert p["insights"] == [i.to_dict() for i in insights(m)]
     assert set(p["scores"]) == {"recency", "relevance", "accuracy", "impact", "composite"}
     # The payload crosses process boundaries: plain msgpack and JSON types only.
@@ -149,7 +147,7 @@ def _golden_batch() -> dict[str, Any]:
 
 def test_points_and_agent_memory_writes_are_unchanged() -> None:
     from pvm.vectors import point_id
-    from pvm.vectors.edge import _pack
+    from pvm.vectors.edge import _pack, _unpack
 
     golden_batch = _golden_batch()
     records = [[m, seq, base64.b64decode(raw)] for m, seq, raw in golden_batch["records"]]
@@ -165,7 +163,9 @@ def test_points_and_agent_memory_writes_are_unchanged() -> None:
             expected["text"],
         )
         assert str(point_id(point.project_id, point.minute_id)) == expected["point_id"]
-        assert _pack(point) == expected["stored"]  # every payload value: `_msgpack` holds the rest, byte for byte
+        # Every payload value as it was, less the minute itself (points are light now: hits read it from the log).
+        assert _unpack(_pack(point)) == {k: v for k, v in _unpack(expected["stored"]).items() if k != "minute"}
+        assert "minute" in _unpack(expected["stored"]) and "minute" not in point.payload
 
     deltas = index_pool._deltas(logged)
     assert [
@@ -578,7 +578,8 @@ def test_index_freshness_is_measured_from_the_stream_entry_not_the_producer_cloc
     index_pool.index_batch(ctx, redis_client, records(session(), entry_ms=int(time.time() * 1000)))
     h = read_histogram(redis_client.hgetall(keys.metrics_freshness("indexed")), FRESHNESS_BUCKETS)
     assert h.count == 5 and dict(h.buckets)["30.0"] == 5  # p99 within seconds, not +Inf
-    assert engine.points[("p1", "id00001")].payload["minute"]["timestamp"] == T0  # the producer's time kept as data
+    # the producer's time kept as data
+    assert engine.points[("p1", "id00001")].payload["timestamp_ms"] == timestamp_ms(session()[0])
 
 
 def test_records_without_a_stream_time_are_indexed_and_not_counted_as_fresh(
