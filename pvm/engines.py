@@ -17,6 +17,7 @@ import logging
 import threading
 from contextlib import closing
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.memory import RankWeights
 from pvm import defaults
@@ -118,12 +119,12 @@ def shared_engine(settings: Settings) -> VectorEngine:
     return shared(settings)[0]
 
 
-def searcher_for(settings: Settings) -> object:
+def searcher_for(settings: Settings, connection: Any = None) -> object:
     """A HybridSearch over this process's engine, weighted as configured, reading hits' minutes from Redis and the log.
 
     Minute points do not hold the minute itself: hits read it from the
-    minute cache at PVM_REDIS_URL, else from the log under PVM_HOME
-    (`pvm.stores.minutes.DurableMinutes`).
+    minute cache at PVM_REDIS_URL (or `connection`, a caller's client of it),
+    else from the log under PVM_HOME (`pvm.stores.minutes.DurableMinutes`).
     """
     from pvm.connection import redis_from_settings
     from pvm.search import HybridSearch
@@ -132,7 +133,8 @@ def searcher_for(settings: Settings) -> object:
     from pvm.stores.minutes import DurableMinutes
 
     engine, embedder = shared(settings)
-    minutes = DurableMinutes(MinuteCache(redis_from_settings(settings)), LogReader(settings.log_dir))
+    redis_client = connection if connection is not None else redis_from_settings(settings)
+    minutes = DurableMinutes(MinuteCache(redis_client), LogReader(settings.log_dir))
     return HybridSearch(engine, embedder, RankWeights(*ranking_weights(settings)), minutes=minutes)
 
 

@@ -283,7 +283,7 @@ class ContextReader:
             from pvm import engines
 
             try:
-                searcher = engines.searcher_for(settings)  # type: ignore[assignment]
+                searcher = engines.searcher_for(settings, connection)  # type: ignore[assignment]
             except BaseException:
                 connection.close()
                 raise

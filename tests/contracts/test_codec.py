@@ -467,6 +467,7 @@ NOT_MINUTES = {
     "pvm/vectors/edge.py": "point payloads the engine stores",
     "workers/serializers.py": "RQ job data",
     "workers/evaluate_pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
+    "workers/candidate_index.py": "an evaluation run's candidate index: bucket id lists and dedupe records",
     "workers/memory_files.py": "stored fact records (StoredFact.pack's bytes), read for the Markdown export",
     "workers/summarize_pool.py": "a thread's open episode patterns (OpenPatterns.to_dict); its minutes' bytes are "
     "decoded with decode_durable_minute",
