@@ -209,8 +209,13 @@ class PVMClient:
         min_composite: float | None = None,
         prefer: str | None = None,
         include_pruned: bool = False,
+        kinds: Sequence[str] = (),
     ) -> dict[str, Any]:
         """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first.
+
+        `kinds`: minutes only by default; with any of "minute", "fact", "summary", also ``ranked``: every
+        kind asked for, best first, each with its ``kind`` (a fact or a summary with its source minute ids,
+        ``sources``).
 
         `prefer`: "recent" lets recency lead, "relevant" keeps it a tie-breaker;
         None lets the query's words decide ("latest", "current", "now"...).
@@ -229,6 +234,7 @@ class PVMClient:
             "min_composite": min_composite,
             "prefer": prefer,
             "include_pruned": "true" if include_pruned else None,
+            "kinds": ",".join(kinds) or None,
         }
         return self._json("GET", self._project(project_id, "search"), params)
 

@@ -316,3 +316,7 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 # (PVM_CONTEXT_RETRIEVED_SHARE). What both leave goes on to the facts and experience sections.
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
+
+# Summaries in search, workers/summary_points.py and pvm/search.py (area: retrieval, issue 12 item 6).
+# A summary point names at most this many source minutes (a long thread's merged chunk: its first and last halves).
+SUMMARY_POINT_MAX_SOURCES = 256

@@ -28,7 +28,11 @@ TIER_CLEARED = "tier_cleared"  # the task_memory_cleared minutes of one task key
 # by an upsert (only `VectorEngine.annotate` sets it); re-indexing the memory (`pvm replay`) restores it.
 PRUNED = "pruned"
 FACT_PRUNED = "fact_pruned"
-POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED)
+# A thread's chunk or episode summary (workers/summary_points.py), with the minute ids it stands for ("sources"),
+# and the point a summary that merged into another or was dropped leaves behind (found by no search).
+SUMMARY = "summary"
+SUMMARY_RETIRED = "summary_retired"
+POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED, SUMMARY, SUMMARY_RETIRED)
 
 # The evaluate pool's annotation of a point (`VectorEngine.annotate`): always written whole, absent ones as None.
 ANNOTATION_FIELDS = ("scores", "pruned_ms", "merged_into", "merged_from", "conflict_with")
@@ -85,6 +89,14 @@ class FactFilters:
     as_of_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryFilters:
+    """Narrowing of a query to summary points (`kind` summary): with `as_of_ms`, those whose newest source minute
+    was written by then. Of the query's `SearchFilters`, `thread_id`, `since_ms` and `until_ms` apply."""
+
+    as_of_ms: int | None = None
+
+
 # What ranking reads of a candidate. A query with with_payload=False returns payloads holding only these
 # (the composite nested as written, ``{"scores": {"composite": ...}}``): fetching and unpacking whole payloads
 # for every candidate cost more than the search; `retrieve` fetches them for the few that rank highest.
@@ -127,11 +139,12 @@ class VectorEngine(Protocol):
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
     ) -> list[Candidate]:
         """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only.
 
-        Minutes, or with `facts` given, fact points within those filters instead.
+        Minutes, or with `facts` given, fact points (or with `SummaryFilters`, summary points) within those
+        filters instead.
         """
         ...
 

@@ -16,7 +16,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,7 +69,14 @@ class Searcher(Protocol):
     """Finds a project's minutes for a text (`pvm.search.HybridSearch`)."""
 
     def search_result(
-        self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ..., *, prefer: Any = ...
+        self,
+        project_id: str,
+        query: str,
+        filters: SearchFilters = ...,
+        k: int = ...,
+        *,
+        prefer: Any = ...,
+        kinds: Collection[str] = ...,
     ) -> SearchResult: ...
 
 
@@ -264,12 +271,18 @@ class ContextReader:
         k: int = defaults.SEARCH_K,
         *,
         prefer: str | None = None,
+        kinds: Collection[str] = ("minute",),
     ) -> SearchResult:
-        """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
+        """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`).
+
+        `kinds`: minutes only by default; any of "minute", "fact", "summary" (`pvm.search.KINDS`) ranked together.
+        """
         require_project(project_id)
         if self.searcher is None:
             raise RuntimeError("this reader has no vector store configured; semantic search is unavailable")
-        result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k, prefer=prefer)
+        result = self.searcher.search_result(
+            project_id, query, filters or SearchFilters(), k, prefer=prefer, kinds=kinds
+        )
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
 

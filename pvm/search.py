@@ -77,9 +77,9 @@ from typing import Any, Literal
 
 from contracts.facts import FactStatus, FactType, Tier, check_time
 from contracts.ids import id_timestamp_ms
-from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
+from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit, SummaryHit
 from pvm import defaults
-from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, VectorEngine
+from pvm.protocols import FACT, MINUTE, SUMMARY, Candidate, Embedder, FactFilters, SummaryFilters, VectorEngine
 from pvm.providers import CircuitBreaker
 from pvm.vectors import GLOBAL_TENANT, importance, require_project
 
@@ -109,7 +109,7 @@ DENSE_COOLDOWN_S = defaults.SEARCH_DENSE_COOLDOWN_S
 DEGRADED_PREFIX = "dense leg skipped: "
 
 # What a search can return, and the facts it returns unless told otherwise.
-KINDS: tuple[str, ...] = (MINUTE, FACT)
+KINDS: tuple[str, ...] = (MINUTE, FACT, SUMMARY)
 FACT_TYPES: tuple[str, ...] = tuple(t.value for t in FactType)
 TIERS: tuple[str, ...] = tuple(t.value for t in Tier)
 STATUSES: tuple[str, ...] = tuple(s.value for s in FactStatus)
@@ -119,27 +119,30 @@ DEFAULT_STATUSES: tuple[str, ...] = (FactStatus.PROMOTED.value,)  # current know
 # With as_of, a fact superseded since then was current then.
 DEFAULT_STATUSES_AS_OF: tuple[str, ...] = (FactStatus.PROMOTED.value, FactStatus.SUPERSEDED.value)
 
-Hit = SearchHit | FactHit
+Hit = SearchHit | FactHit | SummaryHit
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """A search's minutes and facts, best first, and why the answer is lexical-only when it should not be (else None).
+    """A search's minutes, facts and summaries, best first, and why the answer is lexical-only when it should not be
+    (else None).
 
-    `hits` holds the minutes, `facts` the facts, `ranked` both in one order.
+    `hits` holds the minutes, `facts` the facts, `summaries` the chunk and episode summaries, `ranked` all in one
+    order.
     """
 
     hits: list[SearchHit]
     degraded: str | None = None  # "dense leg skipped: <reason>"
     facts: list[FactHit] = field(default_factory=list)
+    summaries: list[SummaryHit] = field(default_factory=list)
 
     @property
     def ranked(self) -> list[Hit]:
-        """Minutes and facts together, best first (on an equal score, minutes first)."""
-        if not self.facts:
+        """Minutes, facts and summaries together, best first (on an equal score, minutes first, then facts)."""
+        if not self.facts and not self.summaries:
             return list(self.hits)
-        both: list[Hit] = [*self.hits, *self.facts]
-        return sorted(both, key=lambda h: -h.score)
+        every: list[Hit] = [*self.hits, *self.facts, *self.summaries]
+        return sorted(every, key=lambda h: -h.score)
 
 
 class DenseLegBreaker(CircuitBreaker):
@@ -237,8 +240,10 @@ class HybridSearch:
     ) -> SearchResult:
         """The best `k` minutes and/or facts of the project for `query` within `filters`, and whether it degraded.
 
-        `kinds`: ``("minute",)`` (default), ``("fact",)`` or both, ranked
-        together. Facts are narrowed by `fact_types` (any by default), `tiers`
+        `kinds`: ``("minute",)`` (default), or any of ``"minute"``, ``"fact"``
+        and ``"summary"`` (a thread's chunk or episode summary, with the minute
+        ids it stands for: `SummaryHit.sources`), ranked together. Summaries
+        take `filters`' thread and time bounds. Facts are narrowed by `fact_types` (any by default), `tiers`
         (task and project by default: the global tier only when named) and
         `statuses` (promoted by default; with `as_of`, promoted or superseded).
         Of `filters`, facts take `task_id` and `min_composite` (their
@@ -283,7 +288,7 @@ class HybridSearch:
         limit = max(defaults.SEARCH_MIN_CANDIDATES, defaults.SEARCH_CANDIDATES_PER_HIT * k)
         filters = filters or SearchFilters()
         now = now_ms if now_ms is not None else as_of_ms if as_of_ms is not None else int(time.time() * 1000)
-        if facts is not None or as_of_ms is not None:
+        if facts is not None or SUMMARY in wanted or as_of_ms is not None:
             return self._search_kinds(
                 project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded, recent
             )
@@ -312,15 +317,18 @@ class HybridSearch:
         degraded: str | None,
         recent: bool = False,
     ) -> SearchResult:
-        """`search_result` for facts, or for minutes as of a time: one query per kind and tenant, ranked together.
+        """`search_result` for facts or summaries, or for minutes as of a time: one query per kind and tenant,
+        ranked together.
 
         Every query names its tenant in a `must` condition: the project, or for
         global facts (only when `facts.tiers` names the global tier) the global
         tenant, which no project can be.
         """
-        queries: list[tuple[str, str, SearchFilters, FactFilters | None]] = []
+        queries: list[tuple[str, str, SearchFilters, FactFilters | SummaryFilters | None]] = []
         if MINUTE in kinds:
             queries.append((MINUTE, project_id, _until(filters, as_of_ms), None))
+        if SUMMARY in kinds:
+            queries.append((SUMMARY, project_id, filters, SummaryFilters(as_of_ms)))
         if facts is not None:
             own = tuple(t for t in facts.tiers if t != Tier.GLOBAL.value)
             if own:
@@ -349,6 +357,7 @@ class HybridSearch:
                 stored.update(((kind, tenant, p.key), p.payload) for p in self.engine.get_points(tenant, keys))
         hits: list[SearchHit] = []
         fact_hits: list[FactHit] = []
+        summary_hits: list[SummaryHit] = []
         for score, c, parts in best:
             kind, tenant = source[id(c)]
             payload = stored.get((kind, tenant, c.minute_id))
@@ -358,7 +367,9 @@ class HybridSearch:
                 hits.append(_hit(c.minute_id, payload, score, parts))
             elif payload.get("kind") == FACT and isinstance(payload.get("fact"), dict):
                 fact_hits.append(FactHit(c.minute_id, score, payload["fact"], parts))
-        return SearchResult(hits, degraded, fact_hits)
+            elif payload.get("kind") == SUMMARY:
+                summary_hits.append(_summary_hit(c.minute_id, payload, score, parts))
+        return SearchResult(hits, degraded, fact_hits, summary_hits)
 
     def rank(
         self,
@@ -637,6 +648,20 @@ def _parsed(parse: Callable[[Any], Any], raw: Any) -> Any:
         return parse(raw)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _summary_hit(key: str, payload: dict[str, Any], score: float, parts: dict[str, float]) -> SummaryHit:
+    record = payload.get("record")
+    return SummaryHit(
+        summary_id=key,
+        score=score,
+        of=str(payload.get("of") or ""),
+        thread=str(payload.get("thread") or ""),
+        text=str(payload.get("text") or ""),
+        sources=tuple(str(i) for i in payload.get("sources") or ()),
+        record=record if isinstance(record, dict) else {},
+        parts=parts,
+    )
 
 
 def _hit(minute_id: str, payload: dict[str, Any], score: float, parts: dict[str, float]) -> SearchHit:

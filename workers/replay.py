@@ -159,6 +159,14 @@ def replay_summaries(connection: redis.Redis, settings: Settings, project_id: st
     return rebuild(connection, settings, project_id)
 
 
+def index_replayed_summaries(connection: redis.Redis, settings: Settings, project_id: str, done: object) -> None:
+    """Queue a replayed project's summary points (`workers.summarize_pool.index_replayed`)."""
+    from workers.summarize_pool import SummariesReplay, index_replayed
+
+    assert isinstance(done, SummariesReplay)
+    index_replayed(connection, settings, project_id, done)
+
+
 def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
     """Clear one project's caches, refill them from its log and enqueue its reset and index jobs."""
     log = LogReader(settings.log_dir)
@@ -318,11 +326,14 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
         return 1
     if project_id is None:
         FactStore(connection).reset_global()  # every project's changes to it are applied again below
+    threads: dict[str, object] = {}
     for p in projects:
         replay_facts(connection, settings, p)
         evaluate_pool.forget(connection, p)  # pruned and merged memories come back with the index
-        replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
+        threads[p] = replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
+    for p, rebuilt_threads in threads.items():  # their summary points, queued after the index reset
+        index_replayed_summaries(connection, settings, p, rebuilt_threads)
     for rebuilt in enqueued:
         # The scores come back too: a rescoring run (no prune, no merge) once the project's index is rebuilt.
         after = rebuilt.index_ids[-1] if rebuilt.index_ids else rebuilt.reset_id

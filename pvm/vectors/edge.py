@@ -87,7 +87,16 @@ from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.extras import ServerExtraMissing
 from pvm.fsync import fsync_dir
-from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import (
+    ANNOTATION_FIELDS,
+    MINUTE,
+    RANKING_FIELDS,
+    Candidate,
+    FactFilters,
+    MemoryPoint,
+    StoredPoint,
+    SummaryFilters,
+)
 from pvm.vectors import (
     DENSE,
     FACT_PAYLOAD_FIELDS,
@@ -237,7 +246,7 @@ class EdgeEngine:
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 

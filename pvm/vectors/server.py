@@ -33,7 +33,16 @@ from typing import Any
 
 from contracts.memory import SearchFilters
 from pvm.extras import ServerExtraMissing
-from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import (
+    ANNOTATION_FIELDS,
+    MINUTE,
+    RANKING_FIELDS,
+    Candidate,
+    FactFilters,
+    MemoryPoint,
+    StoredPoint,
+    SummaryFilters,
+)
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
@@ -155,7 +164,7 @@ class ServerEngine:
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
     ) -> list[Candidate]:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
 
