@@ -1,52 +1,37 @@
-"""Hybrid search over a project's minutes and facts: lexical and dense legs, re-ranked with recency and importance.
+"""Hybrid search over a project's minutes, facts and thread summaries: lexical and dense legs, then a prior.
 
 The engine (`pvm.vectors`) returns candidates from the lexical leg and, when an
-embedder is configured, the dense leg, with each leg's score and Qdrant's fused
-score. `HybridSearch` takes more candidates than asked for
-(max(50, 5·k)), puts every part on 0..1 per query and ranks by relevance,
-with recency and importance as a prior that orders near-ties (issue 12):
+embedder is configured, the dense leg, with each leg's score and rank.
+`HybridSearch` takes more candidates than asked for (max(50, 5·k)), puts each
+leg on 0..1 per query and ranks by relevance, with recency and importance as
+a prior that orders near-ties (issue 12):
 
-    relevance = (w_sem·semantic + w_kw·keyword) / (w_sem + w_kw)
+    relevance = share·semantic + (1 - share)·keyword        # fusion "agree" (SEARCH_FUSION)
     prior     = (w_rec·recency + w_imp·importance) / (w_rec + w_imp)
     score     = (1 - SEARCH_PRIOR_SHARE)·relevance + SEARCH_PRIOR_SHARE·prior
 
-with recency = 0.5 ** (age / half-life) (default half-life 7 days) and
-importance = the stored scores without their recency (`pvm.vectors.importance`).
-Recency leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own
-time span) only when the query asks for the newest or the caller passes
-``prefer="recent"``. The default fusion (`SEARCH_FUSION`, min-max) was chosen
-on bench/retrieval.py's sessions and timeline sets (docs/search.md); the
-measurements below are of bench/fusion.py's toy set, from before that.
+Each leg is min-max normalized over the candidates (a candidate a full leg
+missed gets its lowest score, not 0). The dense leg's share is the weights'
+w_sem / (w_sem + w_kw) when the legs agree on the query (at least
+`SEARCH_AGREE_FULL` of the lexical top `SEARCH_AGREE_DEPTH` is in the dense
+top), sliding down to `SEARCH_AGREE_FLOOR` when they share nothing (`_agreement`):
+neither a dense leg that knows nothing about the query nor words that miss it
+outvote the other leg. recency = 0.5 ** (age / half-life) (7 days), importance
+= the stored scores without their recency (`pvm.vectors.importance`). Recency
+leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own time span)
+only when the query asks for the newest or the caller passes ``prefer="recent"``.
+The best `SEARCH_THREAD_HITS` candidates lift the other candidates of their
+thread to `SEARCH_THREAD_DECAY` of their score (multi-hop, `_thread_lifted`).
 
-How the two legs are put on 0..1 (`fusion`) was chosen by measurement,
-`bench/fusion.py --json` (seed 7): 600 minutes on 150 topics, 150 queries
-with 4 known relevant minutes each; queries spell concepts with synonyms, so
-the lexical leg alone misses relevant minutes a good dense leg finds; default
-weights, recency and importance equal for all minutes. recall@5 / recall@10:
-
-                          dense leg: good    weak           noise
-    lexical leg only                 0.562 / 0.582 (no dense leg)
-    dense leg only                   0.767 / 0.878  0.365 / 0.452  0.007 / 0.010
-    "max"    (default)               0.727 / 0.883  0.563 / 0.595  0.472 / 0.573
-    "minmax"                         0.735 / 0.883  0.535 / 0.590  0.263 / 0.443
-    "engine", Qdrant RRF k=60        0.727 / 0.883  0.553 / 0.595  0.380 / 0.567
-    "engine", Qdrant DBSF            0.733 / 0.885  0.513 / 0.552  0.102 / 0.205
-
-RRF's figures move by up to 0.02 between runs: equal lexical scores come
-back in varying order, and RRF sees only ranks. Averaged over seeds 1, 2, 3
-and 7 the ordering is the same. With a good dense leg every fusion is within
-0.015. With a weak one, "max" is at or above lexical-only at both depths,
-RRF at or just below it at 5 (it gives the weak leg's ranks an equal say),
-min-max and DBSF below (they stretch the weak leg's noise over 0..1). With a useless one all fall
-below lexical-only, "max" least (-0.09 at 5, -0.01 at 10; RRF -0.18 / -0.02,
-min-max -0.30 / -0.14, DBSF -0.46 / -0.38). "max" divides each leg's scores
-by the leg's best in the candidate set, so a leg that cannot tell candidates
-apart stays nearly flat and barely moves the ranking; a candidate a full leg
-missed gets that leg's lowest score, not 0 (it ranked below the cut; with 0, a
-noise leg outvotes the lexical leg on every candidate only it returned, which
-measured 0.09 / 0.22 here). Note that with a good dense leg the hybrid's
-recall@5 is below the dense leg's alone: the keyword weight is worth
-revisiting once real embeddings are measured (`bench/retrieval.py`).
+Every default was chosen on bench/retrieval.py's sessions and timeline sets
+(and bench/fusion.py's weak and noise legs), with bench/multihop.py held out;
+docs/search.md ("How the defaults were chosen") has the figures and the evidence. The
+other fusions ("max", "minmax", "rrf", "engine") stay to measure against.
+bench/fusion.py (seed 7, default weights 0.6 / 0.1, recall@10): with a good
+dense leg every fusion is within 0.002 (agree 0.885, dense alone 0.878); with
+a weak one agree 0.570 against lexical-only 0.582 (max 0.505, min-max 0.492,
+Qdrant RRF 0.595); with a noise leg agree 0.573 (max 0.025, min-max 0.018,
+RRF 0.563): the other weighted fusions let a useless leg decide.
 
 A search never waits out an embedding provider's outage: its query gets one
 try within PVM_EMBED_QUERY_TIMEOUT (`embed_query`, no retries), and after a
@@ -55,10 +40,13 @@ search tries again, so an outage costs one timeout per cool-down, not one per
 search. Such an answer is lexical-only and says so: `SearchResult.degraded`
 reads "dense leg skipped: <reason>".
 
-Facts. Every fact is its own point beside the minutes (`workers.fact_points`);
-``kinds=("fact",)`` searches them, ``("minute", "fact")`` both, ranked
-together by the same score (a fact's recency is from when PVM recorded it,
-its importance is the fact's). Facts are narrowed by type, tier and status
+Facts and summaries. Every fact is its own point beside the minutes
+(`workers.fact_points`), and so is every chunk and episode summary of a thread
+(`workers.summary_points`); ``kinds`` names what a search returns (minutes by
+default; ``("minute", "fact", "summary")`` all), ranked together by the same
+score (a fact's recency is from when PVM recorded it, a summary's from its
+newest source minute; a fact's importance is the fact's). A fact or summary
+hit carries the minute ids it stands for (``sources``). Facts are narrowed by type, tier and status
 (promoted by default), and ``as_of`` travels in time: the facts that held
 then and that PVM knew by then, and the minutes written by then. The task and
 project tiers are the project's own; the global tier is read only when
