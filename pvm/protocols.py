@@ -140,8 +140,12 @@ class VectorEngine(Protocol):
         *,
         with_payload: bool = True,
         facts: FactFilters | SummaryFilters | None = None,
+        fused: bool = True,
     ) -> list[Candidate]:
         """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only.
+
+        `fused`: with both legs, also Qdrant's fusion of them (`Candidate.fused`); without it the legs alone
+        (a candidate's `fused` is its better leg score), which saves running each leg a second time.
 
         Minutes, or with `facts` given, fact points (or with `SummaryFilters`, summary points) within those
         filters instead.

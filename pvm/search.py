@@ -280,7 +280,9 @@ class HybridSearch:
             return self._search_kinds(
                 project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded, recent
             )
-        candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
+        candidates = self.engine.query(
+            project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
+        )
         best = self._ranked(candidates, now, limit, recent)[:k]
         if not best:
             return SearchResult([], degraded)
@@ -327,9 +329,20 @@ class HybridSearch:
         source: dict[int, tuple[str, str]] = {}  # id(candidate) -> (kind, tenant)
         for kind, tenant, of_query, fact_filters in queries:
             if fact_filters is None:
-                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False)
+                found = self.engine.query(
+                    tenant, query, dense, of_query, limit, with_payload=False, fused=self.fusion == "engine"
+                )
             else:
-                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False, facts=fact_filters)
+                found = self.engine.query(
+                    tenant,
+                    query,
+                    dense,
+                    of_query,
+                    limit,
+                    with_payload=False,
+                    facts=fact_filters,
+                    fused=self.fusion == "engine",
+                )
             for c in found:
                 source[id(c)] = (kind, tenant)
             candidates += found
