@@ -38,7 +38,9 @@ from contracts import ContractError, Minute, decode_durable_minute, encode_minut
 from contracts.ids import derived_minute_id
 from contracts.summaries import (
     SUMMARY_EVENT_TYPES,
+    Chunk,
     ChunkSummarized,
+    Episode,
     ThreadRef,
     chunk_summarized,
     chunk_summarized_minute,
@@ -324,8 +326,9 @@ def _advance_threads(
         _write(connection, ctx.settings.shards, llm_minutes)
 
 
-def _records(state: ThreadState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    return [c.to_dict() for c in state.chunks], [e.to_dict() for e in state.episodes]
+def _records(state: ThreadState) -> tuple[list[Chunk], list[Episode]]:
+    """A thread's chunks and episodes as they are now (frozen records: a copy of the lists is a snapshot)."""
+    return list(state.chunks), list(state.episodes)
 
 
 def _index_summaries(connection: redis.Redis, project_id: str, threads: list[dict[str, Any]]) -> None:

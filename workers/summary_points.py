@@ -24,7 +24,7 @@ from typing import Any
 
 from contracts.facts import check_time
 from contracts.ids import id_timestamp_ms
-from contracts.summaries import ThreadKind, ThreadRef
+from contracts.summaries import Chunk, Episode, ThreadKind, ThreadRef
 from pvm import defaults
 from pvm.protocols import SUMMARY, SUMMARY_RETIRED, Embedder, MemoryPoint, StoredPoint, VectorEngine
 
@@ -67,12 +67,13 @@ def _capped(ids: Sequence[str]) -> list[str]:
 def thread_changes(
     project_id: str,
     thread: ThreadRef,
-    before: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
-    after: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+    before: tuple[Sequence[Chunk], Sequence[Episode]],
+    after: tuple[Sequence[Chunk], Sequence[Episode]],
     minutes: Mapping[int, tuple[str, str]],
 ) -> dict[str, Any] | None:
     """The job message for one thread: its chunks and episodes (as ``to_dict()``) that differ from `before`,
-    and the keys of those gone; None when nothing changed.
+    and the keys of those gone; None when nothing changed. Records are compared as they are (frozen), and only
+    the changed ones are turned into dicts.
 
     `minutes` maps log seq to (minute id, timestamp) for the thread's minutes at hand: a new chunk's sources
     are those in its seq ranges (a merged one's come from the chunks it merged, at the index worker); a
@@ -80,13 +81,18 @@ def thread_changes(
     """
     times = {i: _ms(t) for i, t in minutes.values()}
     message: dict[str, Any] = {"thread": str(thread), "chunks": [], "episodes": [], "retired": []}
-    for of, old, new in ((CHUNK, before[0], after[0]), (EPISODE, before[1], after[1])):
-        was = {str(r["id"]): r for r in old}
-        now = {str(r["id"]): r for r in new}
-        for record_id, record in now.items():
-            if was.get(record_id) == record:
+    pairs: tuple[tuple[str, Sequence[Chunk | Episode], Sequence[Chunk | Episode]], ...] = (
+        (CHUNK, before[0], after[0]),
+        (EPISODE, before[1], after[1]),
+    )
+    for of, old, new in pairs:
+        was = {r.id: r for r in old}
+        now = {r.id: r for r in new}
+        for record_id, current in now.items():
+            if was.get(record_id) == current:
                 continue
-            entry: dict[str, Any] = {"record": dict(record)}
+            record = current.to_dict()
+            entry: dict[str, Any] = {"record": record}
             if of == CHUNK:
                 ranges = [tuple(r) for r in record.get("seq_ranges") or ()]
                 found = [i for seq, (i, _) in sorted(minutes.items()) if any(a <= seq <= b for a, b in ranges)]
