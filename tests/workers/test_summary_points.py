@@ -136,9 +136,7 @@ def test_replay_hands_every_threads_summaries_over_with_their_sources(
     ctx: SummarizeContext, redis_client: redis.Redis, settings: Settings, engine: EdgeEngine
 ) -> None:
     minutes = [*conversation(40), *(said(100 + i, thread_id="other") for i in range(3))]
-    LogWriter(settings.log_dir).append_many(
-        {"p1": [(m.id, f"{i}-0", encode_minute(m)) for i, m in enumerate(minutes)]}
-    )
+    LogWriter(settings.log_dir).append_many({"p1": [(m.id, f"{i}-0", encode_minute(m)) for i, m in enumerate(minutes)]})
     done = replay_summaries(redis_client, settings, "p1")
     index_replayed_summaries(redis_client, settings, "p1", done)
     assert index_handed_over(redis_client, engine) == 1
