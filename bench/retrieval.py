@@ -265,16 +265,17 @@ def p99_at_scale(points: int, dimensions: int, queries: int = 200) -> dict[str, 
                 ),
             }
             for mode, (search, _) in modes.items():
-                for text in texts[:10]:  # warm the shard and caches
-                    search.search("bench-p99", text, now_ms=end_ms)
-                latencies = []
-                for text in texts:
-                    started = time.perf_counter()
-                    search.search("bench-p99", text, k=10, now_ms=end_ms)
-                    latencies.append((time.perf_counter() - started) * 1000)
-                latencies.sort()
-                out[f"{mode}_p50_ms"] = round(percentile(latencies, 50), 2)
-                out[f"{mode}_p99_ms"] = round(percentile(latencies, 99), 2)
+                # Two passes over the queries: the first reads the shard's segments into memory after the optimize
+                # (cold, reported as *_cold_*), the second is the steady state of a long-lived reader (the figure).
+                for prefix in ("_cold", ""):
+                    latencies = []
+                    for text in texts:
+                        started = time.perf_counter()
+                        search.search("bench-p99", text, k=10, now_ms=end_ms)
+                        latencies.append((time.perf_counter() - started) * 1000)
+                    latencies.sort()
+                    out[f"{mode}{prefix}_p50_ms"] = round(percentile(latencies, 50), 2)
+                    out[f"{mode}{prefix}_p99_ms"] = round(percentile(latencies, 99), 2)
         finally:
             engine.close()
     return out

@@ -507,3 +507,11 @@ def metrics_summaries() -> str:
     """Hash of the summarize pool's counters (`SUMMARY_COUNTERS`): chunks made, chunks merged, episodes made,
     chunks a model summarized, chunks the extractive summarizer took over from it, ``chunk_summarized`` refused."""
     return f"{PREFIX}:metrics:summaries"
+
+
+# -- summary points: the summarize pool's chunks and episodes in the vector index (area: retrieval, issue 12) ------
+
+# Runs on the index queue (the index worker owns the vector engine): what a summarize batch changed of a project's
+# threads, as summary points (workers/summary_points.py).
+SUMMARY_POINTS_JOB = "workers.summary_points.run"
+JOB_FUNCTIONS = JOB_FUNCTIONS | {SUMMARY_POINTS_JOB}

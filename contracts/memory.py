@@ -154,6 +154,53 @@ class FactHit:
             "parts": dict(self.parts),
         }
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The minutes the fact was read from."""
+        return tuple(str(i) for i in self.fact.get("source_minute_ids") or ())
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryHit:
+    """One thread summary found by a search: a chunk or an episode (`of`), as its record's ``to_dict()``, the
+    minute ids it stands for (`sources`), its final score and the parts of it."""
+
+    kind: ClassVar[str] = "summary"
+    summary_id: str  # the point's key
+    score: float
+    of: str  # "chunk" or "episode"
+    thread: str
+    text: str  # what was searched: the summary with its topics (a chunk) or title and outcome (an episode)
+    sources: tuple[str, ...]
+    record: dict[str, Any]  # contracts.summaries.Chunk.to_dict() or Episode.to_dict()
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SummaryHit:
+        return cls(
+            summary_id=raw["summary_id"],
+            score=float(raw["score"]),
+            of=raw["of"],
+            thread=raw["thread"],
+            text=raw["text"],
+            sources=tuple(raw.get("sources") or ()),
+            record=raw.get("record") or {},
+            parts=dict(raw.get("parts") or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "summary_id": self.summary_id,
+            "score": self.score,
+            "of": self.of,
+            "thread": self.thread,
+            "text": self.text,
+            "sources": list(self.sources),
+            "record": self.record,
+            "parts": dict(self.parts),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class AgentMemory:

@@ -356,3 +356,7 @@ PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more word
 # the writer fsyncs the segments it wrote and empties its journal (a checkpoint); after a machine crash, at most
 # this much journal is read back into the segments.
 LOG_JOURNAL_BYTES = 32 * 1024 * 1024
+
+# Summaries in search, workers/summary_points.py and pvm/search.py (area: retrieval, issue 12 item 6).
+# A summary point names at most this many source minutes (a long thread's merged chunk: its first and last halves).
+SUMMARY_POINT_MAX_SOURCES = 256

@@ -28,7 +28,11 @@ TIER_CLEARED = "tier_cleared"  # the task_memory_cleared minutes of one task key
 # by an upsert (only `VectorEngine.annotate` sets it); re-indexing the memory (`pvm replay`) restores it.
 PRUNED = "pruned"
 FACT_PRUNED = "fact_pruned"
-POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED)
+# A thread's chunk or episode summary (workers/summary_points.py), with the minute ids it stands for ("sources"),
+# and the point a summary that merged into another or was dropped leaves behind (found by no search).
+SUMMARY = "summary"
+SUMMARY_RETIRED = "summary_retired"
+POINT_KINDS = (MINUTE, FACT, FACT_PENDING, TIER_CLEARED, SUMMARY, SUMMARY_RETIRED)
 
 # The evaluate pool's annotation of a point (`VectorEngine.annotate`): always written whole, absent ones as None.
 ANNOTATION_FIELDS = ("scores", "pruned_ms", "merged_into", "merged_from", "conflict_with")
@@ -82,6 +86,14 @@ class FactFilters:
     types: tuple[str, ...] = ()
     tiers: tuple[str, ...] = ()
     statuses: tuple[str, ...] = ("promoted",)
+    as_of_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryFilters:
+    """Narrowing of a query to summary points (`kind` summary): with `as_of_ms`, those whose newest source minute
+    was written by then. Of the query's `SearchFilters`, `thread_id`, `since_ms` and `until_ms` apply."""
+
     as_of_ms: int | None = None
 
 
@@ -140,11 +152,16 @@ class VectorEngine(Protocol):
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
+        fused: bool = True,
     ) -> list[Candidate]:
         """Candidates for a text (and dense vector); with_payload=False: payloads of `RANKING_FIELDS` only.
 
-        Minutes, or with `facts` given, fact points within those filters instead.
+        `fused`: with both legs, also Qdrant's fusion of them (`Candidate.fused`); without it the legs alone
+        (a candidate's `fused` is its better leg score), which saves running each leg a second time.
+
+        Minutes, or with `facts` given, fact points (or with `SummaryFilters`, summary points) within those
+        filters instead.
         """
         ...
 

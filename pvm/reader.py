@@ -17,7 +17,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -80,7 +80,14 @@ class Searcher(Protocol):
     """Finds a project's minutes for a text (`pvm.search.HybridSearch`)."""
 
     def search_result(
-        self, project_id: str, query: str, filters: SearchFilters = ..., k: int = ..., *, prefer: Any = ...
+        self,
+        project_id: str,
+        query: str,
+        filters: SearchFilters = ...,
+        k: int = ...,
+        *,
+        prefer: Any = ...,
+        kinds: Collection[str] = ...,
     ) -> SearchResult: ...
 
 
@@ -368,15 +375,21 @@ class ContextReader:
         k: int = defaults.SEARCH_K,
         *,
         prefer: str | None = None,
+        kinds: Collection[str] = ("minute",),
     ) -> SearchResult:
-        """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`)."""
+        """`search`'s hits and, when the answer is lexical-only for want of a query embedding, why (`degraded`).
+
+        `kinds`: minutes only by default; any of "minute", "fact", "summary" (`pvm.search.KINDS`) ranked together.
+        """
         require_project(project_id)
         if self.searcher is None:
             raise SearchUnavailable(
                 "this reader has no vector store configured; semantic search is unavailable: build it with "
                 "ContextReader.from_settings(search=True), or give it a searcher"
             )
-        result = self.searcher.search_result(project_id, query, filters or SearchFilters(), k, prefer=prefer)
+        result = self.searcher.search_result(
+            project_id, query, filters or SearchFilters(), k, prefer=prefer, kinds=kinds
+        )
         self._count_access(project_id, [h.minute_id for h in result.hits])
         return result
 

@@ -166,9 +166,13 @@ def search(
     min_composite: float | None = None,
     prefer: str | None = None,
     include_pruned: bool = False,
+    kinds: Sequence[str] = (),
     as_minutes: bool = False,
 ) -> Call[dict[str, Any]]:
     """`{"hits": [...], "degraded": None | why the answer is lexical-only}`, best hit first.
+
+    `kinds`: minutes only by default; with any of "minute", "fact", "summary", also ``ranked``: every
+    kind, best first, each with its ``kind`` and ``sources`` (the minute ids a fact or summary stands for).
 
     `prefer`: "recent" lets recency lead, "relevant" keeps it a tie-breaker;
     None lets the query's words decide ("latest", "current", "now"...).
@@ -188,6 +192,7 @@ def search(
         "min_composite": min_composite,
         "prefer": prefer,
         "include_pruned": "true" if include_pruned else None,
+        "kinds": ",".join(kinds) or None,
     }
 
     def shaped(answer: dict[str, Any]) -> dict[str, Any]:

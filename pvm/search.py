@@ -1,52 +1,37 @@
-"""Hybrid search over a project's minutes and facts: lexical and dense legs, re-ranked with recency and importance.
+"""Hybrid search over a project's minutes, facts and thread summaries: lexical and dense legs, then a prior.
 
 The engine (`pvm.vectors`) returns candidates from the lexical leg and, when an
-embedder is configured, the dense leg, with each leg's score and Qdrant's fused
-score. `HybridSearch` takes more candidates than asked for
-(max(50, 5·k)), puts every part on 0..1 per query and ranks by relevance,
-with recency and importance as a prior that orders near-ties (issue 12):
+embedder is configured, the dense leg, with each leg's score and rank.
+`HybridSearch` takes more candidates than asked for (max(50, 5·k)), puts each
+leg on 0..1 per query and ranks by relevance, with recency and importance as
+a prior that orders near-ties (issue 12):
 
-    relevance = (w_sem·semantic + w_kw·keyword) / (w_sem + w_kw)
+    relevance = share·semantic + (1 - share)·keyword        # fusion "agree" (SEARCH_FUSION)
     prior     = (w_rec·recency + w_imp·importance) / (w_rec + w_imp)
     score     = (1 - SEARCH_PRIOR_SHARE)·relevance + SEARCH_PRIOR_SHARE·prior
 
-with recency = 0.5 ** (age / half-life) (default half-life 7 days) and
-importance = the stored scores without their recency (`pvm.vectors.importance`).
-Recency leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own
-time span) only when the query asks for the newest or the caller passes
-``prefer="recent"``. The default fusion (`SEARCH_FUSION`, min-max) was chosen
-on bench/retrieval.py's sessions and timeline sets (docs/search.md); the
-measurements below are of bench/fusion.py's toy set, from before that.
+Each leg is min-max normalized over the candidates (a candidate a full leg
+missed gets its lowest score, not 0). The dense leg's share is the weights'
+w_sem / (w_sem + w_kw) when the legs agree on the query (at least
+`SEARCH_AGREE_FULL` of the lexical top `SEARCH_AGREE_DEPTH` is in the dense
+top), sliding down to `SEARCH_AGREE_FLOOR` when they share nothing (`_agreement`):
+neither a dense leg that knows nothing about the query nor words that miss it
+outvote the other leg. recency = 0.5 ** (age / half-life) (7 days), importance
+= the stored scores without their recency (`pvm.vectors.importance`). Recency
+leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own time span)
+only when the query asks for the newest or the caller passes ``prefer="recent"``.
+The best `SEARCH_THREAD_HITS` candidates lift the other candidates of their
+thread to `SEARCH_THREAD_DECAY` of their score (multi-hop, `_thread_lifted`).
 
-How the two legs are put on 0..1 (`fusion`) was chosen by measurement,
-`bench/fusion.py --json` (seed 7): 600 minutes on 150 topics, 150 queries
-with 4 known relevant minutes each; queries spell concepts with synonyms, so
-the lexical leg alone misses relevant minutes a good dense leg finds; default
-weights, recency and importance equal for all minutes. recall@5 / recall@10:
-
-                          dense leg: good    weak           noise
-    lexical leg only                 0.562 / 0.582 (no dense leg)
-    dense leg only                   0.767 / 0.878  0.365 / 0.452  0.007 / 0.010
-    "max"    (default)               0.727 / 0.883  0.563 / 0.595  0.472 / 0.573
-    "minmax"                         0.735 / 0.883  0.535 / 0.590  0.263 / 0.443
-    "engine", Qdrant RRF k=60        0.727 / 0.883  0.553 / 0.595  0.380 / 0.567
-    "engine", Qdrant DBSF            0.733 / 0.885  0.513 / 0.552  0.102 / 0.205
-
-RRF's figures move by up to 0.02 between runs: equal lexical scores come
-back in varying order, and RRF sees only ranks. Averaged over seeds 1, 2, 3
-and 7 the ordering is the same. With a good dense leg every fusion is within
-0.015. With a weak one, "max" is at or above lexical-only at both depths,
-RRF at or just below it at 5 (it gives the weak leg's ranks an equal say),
-min-max and DBSF below (they stretch the weak leg's noise over 0..1). With a useless one all fall
-below lexical-only, "max" least (-0.09 at 5, -0.01 at 10; RRF -0.18 / -0.02,
-min-max -0.30 / -0.14, DBSF -0.46 / -0.38). "max" divides each leg's scores
-by the leg's best in the candidate set, so a leg that cannot tell candidates
-apart stays nearly flat and barely moves the ranking; a candidate a full leg
-missed gets that leg's lowest score, not 0 (it ranked below the cut; with 0, a
-noise leg outvotes the lexical leg on every candidate only it returned, which
-measured 0.09 / 0.22 here). Note that with a good dense leg the hybrid's
-recall@5 is below the dense leg's alone: the keyword weight is worth
-revisiting once real embeddings are measured (`bench/retrieval.py`).
+Every default was chosen on bench/retrieval.py's sessions and timeline sets
+(and bench/fusion.py's weak and noise legs), with bench/multihop.py held out;
+docs/search.md ("How the defaults were chosen") has the figures and the evidence. The
+other fusions ("max", "minmax", "rrf", "engine") stay to measure against.
+bench/fusion.py (seed 7, default weights 0.6 / 0.1, recall@10): with a good
+dense leg every fusion is within 0.002 (agree 0.885, dense alone 0.878); with
+a weak one agree 0.570 against lexical-only 0.582 (max 0.505, min-max 0.492,
+Qdrant RRF 0.595); with a noise leg agree 0.573 (max 0.025, min-max 0.018,
+RRF 0.563): the other weighted fusions let a useless leg decide.
 
 A search never waits out an embedding provider's outage: its query gets one
 try within PVM_EMBED_QUERY_TIMEOUT (`embed_query`, no retries), and after a
@@ -55,10 +40,13 @@ search tries again, so an outage costs one timeout per cool-down, not one per
 search. Such an answer is lexical-only and says so: `SearchResult.degraded`
 reads "dense leg skipped: <reason>".
 
-Facts. Every fact is its own point beside the minutes (`workers.fact_points`);
-``kinds=("fact",)`` searches them, ``("minute", "fact")`` both, ranked
-together by the same score (a fact's recency is from when PVM recorded it,
-its importance is the fact's). Facts are narrowed by type, tier and status
+Facts and summaries. Every fact is its own point beside the minutes
+(`workers.fact_points`), and so is every chunk and episode summary of a thread
+(`workers.summary_points`); ``kinds`` names what a search returns (minutes by
+default; ``("minute", "fact", "summary")`` all), ranked together by the same
+score (a fact's recency is from when PVM recorded it, a summary's from its
+newest source minute; a fact's importance is the fact's). A fact or summary
+hit carries the minute ids it stands for (``sources``). Facts are narrowed by type, tier and status
 (promoted by default), and ``as_of`` travels in time: the facts that held
 then and that PVM knew by then, and the minutes written by then. The task and
 project tiers are the project's own; the global tier is read only when
@@ -77,9 +65,19 @@ from typing import Any, Literal
 
 from contracts.facts import FactStatus, FactType, Tier, check_time
 from contracts.ids import id_timestamp_ms
-from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
+from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit, SummaryHit
 from pvm import defaults
-from pvm.protocols import FACT, MINUTE, Candidate, Embedder, FactFilters, MinuteSource, VectorEngine
+from pvm.protocols import (
+    FACT,
+    MINUTE,
+    SUMMARY,
+    Candidate,
+    Embedder,
+    FactFilters,
+    MinuteSource,
+    SummaryFilters,
+    VectorEngine,
+)
 from pvm.providers import CircuitBreaker
 from pvm.vectors import GLOBAL_TENANT, importance, require_project
 
@@ -109,7 +107,7 @@ DENSE_COOLDOWN_S = defaults.SEARCH_DENSE_COOLDOWN_S
 DEGRADED_PREFIX = "dense leg skipped: "
 
 # What a search can return, and the facts it returns unless told otherwise.
-KINDS: tuple[str, ...] = (MINUTE, FACT)
+KINDS: tuple[str, ...] = (MINUTE, FACT, SUMMARY)
 FACT_TYPES: tuple[str, ...] = tuple(t.value for t in FactType)
 TIERS: tuple[str, ...] = tuple(t.value for t in Tier)
 STATUSES: tuple[str, ...] = tuple(s.value for s in FactStatus)
@@ -119,27 +117,30 @@ DEFAULT_STATUSES: tuple[str, ...] = (FactStatus.PROMOTED.value,)  # current know
 # With as_of, a fact superseded since then was current then.
 DEFAULT_STATUSES_AS_OF: tuple[str, ...] = (FactStatus.PROMOTED.value, FactStatus.SUPERSEDED.value)
 
-Hit = SearchHit | FactHit
+Hit = SearchHit | FactHit | SummaryHit
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """A search's minutes and facts, best first, and why the answer is lexical-only when it should not be (else None).
+    """A search's minutes, facts and summaries, best first, and why the answer is lexical-only when it should not be
+    (else None).
 
-    `hits` holds the minutes, `facts` the facts, `ranked` both in one order.
+    `hits` holds the minutes, `facts` the facts, `summaries` the chunk and episode summaries, `ranked` all in one
+    order.
     """
 
     hits: list[SearchHit]
     degraded: str | None = None  # "dense leg skipped: <reason>"
     facts: list[FactHit] = field(default_factory=list)
+    summaries: list[SummaryHit] = field(default_factory=list)
 
     @property
     def ranked(self) -> list[Hit]:
-        """Minutes and facts together, best first (on an equal score, minutes first)."""
-        if not self.facts:
+        """Minutes, facts and summaries together, best first (on an equal score, minutes first, then facts)."""
+        if not self.facts and not self.summaries:
             return list(self.hits)
-        both: list[Hit] = [*self.hits, *self.facts]
-        return sorted(both, key=lambda h: -h.score)
+        every: list[Hit] = [*self.hits, *self.facts, *self.summaries]
+        return sorted(every, key=lambda h: -h.score)
 
 
 class DenseLegBreaker(CircuitBreaker):
@@ -246,8 +247,10 @@ class HybridSearch:
     ) -> SearchResult:
         """The best `k` minutes and/or facts of the project for `query` within `filters`, and whether it degraded.
 
-        `kinds`: ``("minute",)`` (default), ``("fact",)`` or both, ranked
-        together. Facts are narrowed by `fact_types` (any by default), `tiers`
+        `kinds`: ``("minute",)`` (default), or any of ``"minute"``, ``"fact"``
+        and ``"summary"`` (a thread's chunk or episode summary, with the minute
+        ids it stands for: `SummaryHit.sources`), ranked together. Summaries
+        take `filters`' thread and time bounds. Facts are narrowed by `fact_types` (any by default), `tiers`
         (task and project by default: the global tier only when named) and
         `statuses` (promoted by default; with `as_of`, promoted or superseded).
         Of `filters`, facts take `task_id` and `min_composite` (their
@@ -292,11 +295,13 @@ class HybridSearch:
         limit = max(defaults.SEARCH_MIN_CANDIDATES, defaults.SEARCH_CANDIDATES_PER_HIT * k)
         filters = filters or SearchFilters()
         now = now_ms if now_ms is not None else as_of_ms if as_of_ms is not None else int(time.time() * 1000)
-        if facts is not None or as_of_ms is not None:
+        if facts is not None or SUMMARY in wanted or as_of_ms is not None:
             return self._search_kinds(
                 project_id, query, dense, filters, k, limit, now, wanted, facts, as_of_ms, degraded, recent
             )
-        candidates = self.engine.query(project_id, query, dense, filters, limit, with_payload=False)
+        candidates = self.engine.query(
+            project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
+        )
         best = self._ranked(candidates, now, limit, recent)[:k]
         if not best:
             return SearchResult([], degraded)
@@ -322,15 +327,18 @@ class HybridSearch:
         degraded: str | None,
         recent: bool = False,
     ) -> SearchResult:
-        """`search_result` for facts, or for minutes as of a time: one query per kind and tenant, ranked together.
+        """`search_result` for facts or summaries, or for minutes as of a time: one query per kind and tenant,
+        ranked together.
 
         Every query names its tenant in a `must` condition: the project, or for
         global facts (only when `facts.tiers` names the global tier) the global
         tenant, which no project can be.
         """
-        queries: list[tuple[str, str, SearchFilters, FactFilters | None]] = []
+        queries: list[tuple[str, str, SearchFilters, FactFilters | SummaryFilters | None]] = []
         if MINUTE in kinds:
             queries.append((MINUTE, project_id, _until(filters, as_of_ms), None))
+        if SUMMARY in kinds:
+            queries.append((SUMMARY, project_id, filters, SummaryFilters(as_of_ms)))
         if facts is not None:
             own = tuple(t for t in facts.tiers if t != Tier.GLOBAL.value)
             if own:
@@ -341,9 +349,20 @@ class HybridSearch:
         source: dict[int, tuple[str, str]] = {}  # id(candidate) -> (kind, tenant)
         for kind, tenant, of_query, fact_filters in queries:
             if fact_filters is None:
-                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False)
+                found = self.engine.query(
+                    tenant, query, dense, of_query, limit, with_payload=False, fused=self.fusion == "engine"
+                )
             else:
-                found = self.engine.query(tenant, query, dense, of_query, limit, with_payload=False, facts=fact_filters)
+                found = self.engine.query(
+                    tenant,
+                    query,
+                    dense,
+                    of_query,
+                    limit,
+                    with_payload=False,
+                    facts=fact_filters,
+                    fused=self.fusion == "engine",
+                )
             for c in found:
                 source[id(c)] = (kind, tenant)
             candidates += found
@@ -360,6 +379,7 @@ class HybridSearch:
                 stored.update(((kind, tenant, p.key), p.payload) for p in self.engine.get_points(tenant, keys))
         hits: list[SearchHit] = []
         fact_hits: list[FactHit] = []
+        summary_hits: list[SummaryHit] = []
         for score, c, parts in best:
             kind, tenant = source[id(c)]
             payload = stored.get((kind, tenant, c.minute_id))
@@ -369,7 +389,9 @@ class HybridSearch:
                 hits.append(_hit(c.minute_id, payload, score, parts))
             elif payload.get("kind") == FACT and isinstance(payload.get("fact"), dict):
                 fact_hits.append(FactHit(c.minute_id, score, payload["fact"], parts))
-        return SearchResult(hits, degraded, fact_hits)
+            elif payload.get("kind") == SUMMARY:
+                summary_hits.append(_summary_hit(c.minute_id, payload, score, parts))
+        return SearchResult(hits, degraded, fact_hits, summary_hits)
 
     def _whole(self, project_id: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Minute payloads with their whole minute, read in one call from `minutes` for those that lack it.
@@ -676,6 +698,20 @@ def _parsed(parse: Callable[[Any], Any], raw: Any) -> Any:
         return parse(raw)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _summary_hit(key: str, payload: dict[str, Any], score: float, parts: dict[str, float]) -> SummaryHit:
+    record = payload.get("record")
+    return SummaryHit(
+        summary_id=key,
+        score=score,
+        of=str(payload.get("of") or ""),
+        thread=str(payload.get("thread") or ""),
+        text=str(payload.get("text") or ""),
+        sources=tuple(str(i) for i in payload.get("sources") or ()),
+        record=record if isinstance(record, dict) else {},
+        parts=parts,
+    )
 
 
 def _hit(minute_id: str, payload: dict[str, Any], score: float, parts: dict[str, float]) -> SearchHit:

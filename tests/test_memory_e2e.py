@@ -12,7 +12,7 @@ import pytest
 import redis
 from rq.registry import FailedJobRegistry
 
-from contracts import keys
+from contracts import encode_minute, keys
 from contracts.memory import SearchFilters
 from pvm import engines
 from pvm.config import Settings
@@ -26,6 +26,7 @@ from workers.queues import pool_queue
 from workers.replay import replay
 from workers.serializers import MsgpackSerializer
 from workers.stack import Stack
+from workers.summarize_pool import SummarizeContext, summarize_batch
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,15 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
 ) -> None:
     use_settings(settings, monkeypatch)
     log_minutes(redis_client, settings, list(sample_session("apollo", 300, seed=11)))
+    # as a live stack: the summarize pool's threads, whose summary points the index worker writes (they share the
+    # project's shard, so the lexical leg's IDF counts them; replay writes them again)
+    history = LogReader(settings.log_dir).history("apollo")
+    summarize_batch(
+        SummarizeContext.build(redis_client, settings),
+        redis_client,
+        [[r.minute.id, r.seq, encode_minute(r.minute), 0] for r in history],
+    )
+    run_index_worker(redis_client)
     searcher = engines.searcher_for(settings)
     queries = ["conflict resolved serialized the writers", "migrate-db failed", "handed write-docs", "tune the cache"]
     now = 1_900_000_000_000

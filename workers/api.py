@@ -41,19 +41,27 @@ from contracts.codec import SCHEMA_VERSION, SUPPORTED_VERSIONS
 from contracts.errors import InvalidFact
 from contracts.facts import check_task_id
 from contracts.json_value import json_safe
-from contracts.memory import SearchFilters
+from contracts.memory import SearchFilters, SearchHit
 from contracts.minute import check_project_id, is_valid_project_id, utc_now_iso
 from contracts.summaries import SUMMARY_EVENT_TYPES, SYSTEM_EVENT_TYPES, SummaryError, ThreadRef
 from pvm import defaults
 from pvm.config import Settings
 from pvm.pair import Pair
 from pvm.reader import ContextReader
-from pvm.search import PREFERENCES
+from pvm.search import DEFAULT_KINDS, KINDS, PREFERENCES, Hit
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
 from pvm.stores.summaries import SummaryStore
 from pvm.vectors import VectorStoreError
-from workers.api_request import BadRequest, Forbidden, Unavailable, int_param, json_body, list_param
+from workers.api_request import (
+    BadRequest,
+    Forbidden,
+    Unavailable,
+    choices_param,
+    int_param,
+    json_body,
+    list_param,
+)
 from workers.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.fact_routes import FactRoutes
 from workers.memory_routes import MemoryRoutes
@@ -173,6 +181,15 @@ def filters_from_query(request: Request) -> SearchFilters:
         min_composite=composite,
         include_pruned=request.query_params.get("include_pruned", "").lower() in ("1", "true", "yes"),
     )
+
+
+def ranked_hit(hit: Hit) -> dict[str, Any]:
+    """A search hit of any kind as JSON, with its ``kind`` and, for a fact or a summary, its ``sources``."""
+    out = hit.to_dict()
+    out["kind"] = hit.kind
+    if not isinstance(hit, SearchHit):
+        out["sources"] = list(hit.sources)
+    return out
 
 
 def knowledge_change_refused(event_type: str) -> str:
@@ -393,15 +410,21 @@ def create_app(
             raise BadRequest("query parameter q (the search text) is required")
         if reader.searcher is None:
             raise Unavailable("this server has no vector store configured; semantic search is unavailable")
+        kinds = choices_param(request, "kinds", KINDS) or DEFAULT_KINDS
         result = reader.search_result(
             request.path_params["project_id"],
             query,
             filters_from_query(request),
             int_param(request, "k", defaults.SEARCH_K, 1, 100),
             prefer=prefer_param(request),
+            kinds=kinds,
         )
         # degraded: None, or why the answer is lexical-only (the query could not be embedded).
-        return {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}
+        answer: dict[str, Any] = {"hits": [h.to_dict() for h in result.hits], "degraded": result.degraded}
+        if any(kind != "minute" for kind in kinds):
+            # every kind asked for, best first, each saying its kind (and a fact or summary its source minute ids)
+            answer["ranked"] = [ranked_hit(h) for h in result.ranked]
+        return answer
 
     def thread_show(request: Request, body: bytes) -> Any:
         project_id = request.path_params["project_id"]

@@ -716,6 +716,16 @@ def cmd_thread_show(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    from pvm.search import KINDS
+
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"--kinds {text!r}: name some of {', '.join(KINDS)}, comma-separated")
+    return kinds
+
+
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     with reader_api(settings) as api:
         result = api.search(
@@ -728,9 +738,23 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
             task_id=args.task_id,
             thread_id=args.thread_id,
             min_composite=args.min_composite,
+            kinds=args.kinds or (),
         )
     if args.json:
         print(json.dumps(result, indent=2))
+        return 0
+    if "ranked" in result:  # --kinds: every kind, best first, with what it stands for
+        ranked = [
+            {
+                "score": f"{h['score']:.3f}",
+                "kind": h["kind"],
+                "id": h.get("minute_id") or h.get("fact_id") or h.get("summary_id"),
+                "text": h["minute"].get("memory_note") if h["kind"] == "minute" else h.get("text") or h["fact"]["text"],
+                "sources": ",".join(h.get("sources") or ()),
+            }
+            for h in result["ranked"]
+        ]
+        print(_table(ranked, ["score", "kind", "id", "text", "sources"]) if ranked else "no hits")
         return 0
     rows = [
         {
@@ -1273,6 +1297,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--task-id", help="only this task")
     search.add_argument("--thread-id", help="only this thread")
     search.add_argument("--min-composite", type=_fraction, help="minimum composite score (0-1)")
+    search.add_argument(
+        "--kinds",
+        type=_kinds,
+        help="what to return, comma-separated: minute (default), fact, summary (chunk and episode summaries)",
+    )
     search.add_argument("--json", action="store_true", help="machine-readable output")
     search.set_defaults(func=cmd_search)
 

@@ -288,7 +288,13 @@ ENVELOPES: dict[str, dict[str, Any]] = {
                 "type": ["string", "null"],
                 "description": "null, or why the answer is lexical-only (the query could not be embedded)",
             },
-        }
+            "ranked": _array(
+                {"type": "object", "required": ["kind", "score"]},
+                description="with kinds: every kind asked for, best first; each has its kind (minute, fact, "
+                "summary), and a fact or summary its source minute ids (sources)",
+            ),
+        },
+        required=("hits", "degraded"),
     ),
     "Accepted": _object(
         {
@@ -688,6 +694,12 @@ def _minute_operations() -> dict[str, Operation]:
                     "recent: recency leads; relevant: it only breaks ties (absent: the query's words decide)",
                 ),
                 query("include_pruned", _STRING, "true: also minutes the evaluate pool pruned (the log keeps them)"),
+                query(
+                    "kinds",
+                    _LIST,
+                    "what to return: minute (the default), fact, summary (chunk and episode summaries); with any "
+                    "but minute the answer also has ranked",
+                ),
             ],
             _answer("the hits, best first", "SearchAnswer"),
         ),

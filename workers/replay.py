@@ -160,6 +160,14 @@ def replay_summaries(connection: redis.Redis, settings: Settings, project_id: st
     return rebuild(connection, settings, project_id)
 
 
+def index_replayed_summaries(connection: redis.Redis, settings: Settings, project_id: str, done: object) -> None:
+    """Queue a replayed project's summary points (`workers.summarize_pool.index_replayed`)."""
+    from workers.summarize_pool import SummariesReplay, index_replayed
+
+    assert isinstance(done, SummariesReplay)
+    index_replayed(connection, settings, project_id, done)
+
+
 def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str) -> ProjectReplay:
     """Clear one project's caches, refill them from its log and enqueue its reset and index jobs."""
     log = LogReader(settings.log_dir)
@@ -319,12 +327,15 @@ def replay(connection: redis.Redis, settings: Settings, project_id: str | None, 
         return 1
     if project_id is None:
         FactStore(connection).reset_global()  # every project's changes to it are applied again below
+    threads: dict[str, object] = {}
     for p in projects:
         replay_facts(connection, settings, p)
         evaluate_pool.forget(connection, p)  # pruned and merged memories come back with the index
-        replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
+        threads[p] = replay_summaries(connection, settings, p)  # threads: chunks and episodes, no model called
     evaluate_pool.restore_global(connection)  # every project's log feeds the global tier: its prunes are undone too
     enqueued = [enqueue_project(connection, settings, p) for p in projects]
+    for p, rebuilt_threads in threads.items():  # their summary points, queued after the index reset
+        index_replayed_summaries(connection, settings, p, rebuilt_threads)
     runs = [(r.project_id, r.index_ids[-1] if r.index_ids else r.reset_id) for r in enqueued]
     if enqueued and connection.exists(keys.facts_by_id(GLOBAL_KEY)):
         runs.append((evaluate_pool.GLOBAL_RUN, runs[-1][1]))  # its points come back once the fact changes are in

@@ -32,13 +32,15 @@ from typing import Any
 
 import msgpack
 import redis
-from rq import get_current_job
+from rq import Retry, get_current_job
 
 from contracts import ContractError, Minute, decode_durable_minute, encode_minute, keys
 from contracts.ids import derived_minute_id
 from contracts.summaries import (
     SUMMARY_EVENT_TYPES,
+    Chunk,
     ChunkSummarized,
+    Episode,
     ThreadRef,
     chunk_summarized,
     chunk_summarized_minute,
@@ -49,8 +51,10 @@ from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.stores.log import LogReader
 from pvm.stores.summaries import SummaryStore, decode_chunks, decode_episodes, encode_records
+from workers import summary_points
 from workers.episodes import OpenPatterns
 from workers.heads import FRESH, advance_script, runs
+from workers.queues import pool_queue
 from workers.records import FannedOut, decode_fanned_out
 from workers.summarizers import ChunkText, Logged, Summarizer, summarizer_from_settings
 from workers.threads import Advanced, ThreadShape, ThreadState, advance
@@ -280,6 +284,7 @@ def _advance_threads(
     names = replies[0]
     write = connection.pipeline(transaction=False)
     llm_minutes: list[Minute] = []
+    points: list[dict[str, Any]] = []  # what changed of each thread's summaries, for the vector index
     for i, digest in enumerate(digests):
         raw_name = names[i]
         if raw_name is None:
@@ -287,6 +292,7 @@ def _advance_threads(
         thread = ThreadRef.parse(raw_name.decode())
         state_raw, pending_raw, bodies = replies[1 + 3 * i : 4 + 3 * i]
         state = state_from_hash(thread, state_raw)
+        before = _records(state)
         for minute, summary in summaries:
             if summary.thread == thread:
                 _apply_logged_summary(state, minute, summary, counts)
@@ -297,6 +303,11 @@ def _advance_threads(
                 pending.append(Logged(int(score), decode_durable_minute(body)))
         done = advance(project_id, state, pending, head, ctx.summarizer, ctx.shape)
         _count(done, counts)
+        changed = summary_points.thread_changes(
+            project_id, thread, before, _records(state), {m.seq: (m.minute.id, m.minute.timestamp) for m in pending}
+        )
+        if changed is not None:
+            points.append(changed)
         llm_minutes += [
             _summary_minute(project_id, chunk.thread, chunk.first_seq, chunk.last_seq, text, pending)
             for chunk, text in done.made
@@ -309,8 +320,27 @@ def _advance_threads(
         if all(m.seq <= head for m in pending):
             write.srem(keys.summary_dirty(project_id), digest)
     write.execute()
+    if points and "index" in ctx.settings.downstream:
+        _index_summaries(connection, project_id, points)
     if llm_minutes:
         _write(connection, ctx.settings.shards, llm_minutes)
+
+
+def _records(state: ThreadState) -> tuple[list[Chunk], list[Episode]]:
+    """A thread's chunks and episodes as they are now (frozen records: a copy of the lists is a snapshot)."""
+    return list(state.chunks), list(state.episodes)
+
+
+def _index_summaries(connection: redis.Redis, project_id: str, threads: list[dict[str, Any]]) -> None:
+    """Hand what changed of a project's thread summaries to the index queue (`workers.summary_points`)."""
+    pool_queue("index", connection).enqueue_call(
+        keys.SUMMARY_POINTS_JOB,
+        args=(project_id, threads),
+        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
+        retry=Retry(max=defaults.JOB_RETRIES),
+        result_ttl=defaults.JOB_RESULT_TTL_S,
+        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+    )
 
 
 def _apply_logged_summary(state: ThreadState, minute: Minute, summary: ChunkSummarized, counts: Counter[str]) -> None:
@@ -398,6 +428,7 @@ class SummariesReplay:
     episodes: int = 0
     from_log: int = 0  # chunks whose summary a chunk_summarized minute gave (no model called)
     refused: int = 0
+    points: list[dict[str, Any]] = field(default_factory=list)  # every thread's summaries, for `index_replayed`
 
 
 def replay_summaries(
@@ -430,6 +461,7 @@ def replay_summaries(
     pending: dict[ThreadRef, list[Logged]] = {}
     progress = Progress(f"replay {project_id}: threads", log_reader.count(project_id))
     last_seq = 0
+    by_seq: dict[ThreadRef, dict[int, tuple[str, str]]] = {}  # each thread's minutes by log seq: the summaries' sources
     for record in log_reader.history(project_id):
         last_seq = record.seq
         done.minutes += 1
@@ -442,6 +474,7 @@ def replay_summaries(
         state = states.setdefault(thread, ThreadState(thread))
         members = pending.setdefault(thread, [])
         members.append(Logged(record.seq, minute))
+        by_seq.setdefault(thread, {})[record.seq] = (minute.id, minute.timestamp)
         advanced = advance(project_id, state, members, record.seq, summarizer, shape, overrides)
         if advanced.chunked_ids:
             chunked = set(advanced.chunked_ids)
@@ -473,6 +506,16 @@ def replay_summaries(
         )
     pipe.execute()
     done.threads = len(states)
+    for thread, state in states.items():
+        message = summary_points.thread_changes(project_id, thread, ([], []), _records(state), by_seq.get(thread, {}))
+        if message is not None:
+            done.points.append(message)
     progress.show(done.minutes, f"{done.chunks:,} chunks, {done.episodes:,} episodes", force=True)
     progress.done()
     return done
+
+
+def index_replayed(connection: redis.Redis, settings: Settings, project_id: str, done: SummariesReplay) -> None:
+    """Hand a replayed project's thread summaries to the index queue, after its index reset (`pvm replay`)."""
+    if done.points and "index" in settings.downstream:
+        _index_summaries(connection, project_id, done.points)

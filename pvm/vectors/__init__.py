@@ -38,10 +38,12 @@ from pvm.protocols import (
     MINUTE,
     POINT_KINDS,
     PRUNED,
+    SUMMARY,
     Candidate,
     FactFilters,
     MemoryPoint,
     StoredPoint,
+    SummaryFilters,
 )
 
 # Point ids are uuid5(MINUTE_NAMESPACE, minute id): the same minute always lands
@@ -289,7 +291,9 @@ def annotation_kind(kind: str, annotation: Mapping[str, Any]) -> str | None:
     return None if kind == MINUTE else FACT
 
 
-def conditions(project_id: str, filters: SearchFilters, facts: FactFilters | None = None) -> list[Condition]:
+def conditions(
+    project_id: str, filters: SearchFilters, facts: FactFilters | SummaryFilters | None = None
+) -> list[Condition]:
     """The `must` conditions of a query: always the tenant first, then the kind, then each filter that is set.
 
     Without `facts`, minutes (points without a kind) within `filters`. With
@@ -298,6 +302,8 @@ def conditions(project_id: str, filters: SearchFilters, facts: FactFilters | Non
     minutes.
     """
     out: list[Condition] = [Match("project_id", require_project(project_id))]
+    if isinstance(facts, SummaryFilters):
+        return out + _summary_conditions(filters, facts)
     if facts is not None:
         return out + _fact_conditions(filters, facts)
     out.append(EmptyOr(KIND, PRUNED) if filters.include_pruned else Empty(KIND))
@@ -338,6 +344,20 @@ def _fact_conditions(filters: SearchFilters, facts: FactFilters) -> list[Conditi
             Range("recorded_at_ms", lt=after),
             Range("cleared_ms", gte=after),
         ]
+    return out
+
+
+def _summary_conditions(filters: SearchFilters, summaries: SummaryFilters) -> list[Condition]:
+    """Summary points of one thread (`thread_id`) and time (`since_ms`, `until_ms`, `as_of_ms`: by their newest
+    source minute); the other filters describe minutes."""
+    out: list[Condition] = [Match(KIND, SUMMARY)]
+    if filters.thread_id is not None:
+        out.append(Match("thread_id", filters.thread_id))
+    until = filters.until_ms
+    if summaries.as_of_ms is not None:
+        until = summaries.as_of_ms + 1 if until is None else min(until, summaries.as_of_ms + 1)
+    if filters.since_ms is not None or until is not None:
+        out.append(Range("timestamp_ms", gte=filters.since_ms, lt=until))
     return out
 
 

@@ -87,7 +87,16 @@ from contracts.memory import SearchFilters
 from contracts.minute import PROJECT_ID_RULE, is_valid_project_id
 from pvm.extras import ServerExtraMissing
 from pvm.fsync import fsync_dir
-from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import (
+    ANNOTATION_FIELDS,
+    MINUTE,
+    RANKING_FIELDS,
+    Candidate,
+    FactFilters,
+    MemoryPoint,
+    StoredPoint,
+    SummaryFilters,
+)
 from pvm.vectors import (
     DENSE,
     FACT_PAYLOAD_FIELDS,
@@ -237,9 +246,11 @@ class EdgeEngine:
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
+        fused: bool = True,
     ) -> list[Candidate]:
-        """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
+        """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant
+        (unless `fused` is False: then the legs alone, in one batch, each leg searched once).
 
         Each leg fetches its best `limit` points; the candidates are every point
         either leg found (up to 2·limit), in the order of Qdrant's fusion.
@@ -259,15 +270,16 @@ class EdgeEngine:
         dense_query = qe.Query.Nearest(dense_vector, using=DENSE) if dense_vector is not None else None
         both = lexical_query is not None and dense_query is not None
         selector: Any = True if with_payload else _RANKING_SELECTOR
+        fuse = both and fused
         legs = [
-            qe.QueryRequest(limit=limit, query=leg_query, filter=must, with_payload=False if both else selector)
+            qe.QueryRequest(limit=limit, query=leg_query, filter=must, with_payload=False if fuse else selector)
             for leg_query in (lexical_query, dense_query)
             if leg_query is not None
         ]
         if not legs:
             return []
         fused_request = None
-        if both:
+        if fuse:
             # The stubs type `query` as `Fusion`, but the values are its nested classes.
             fusion_query: Any = qe.Fusion.Rrf(k=RRF_K) if self.fusion == "rrf" else qe.Fusion.Dbsf()
             fused_request = qe.QueryRequest(
@@ -283,13 +295,15 @@ class EdgeEngine:
         with self._shard(project_id, create=False) as shard:
             if shard is None:
                 return []
-            if fused_request is None:
+            if len(legs) == 1:
                 results = [shard.query(legs[0])]
+            elif fused_request is None:
+                results = shard.query_batch(qe.QueryBatchRequest(legs))
             else:
                 results = shard.query_batch(qe.QueryBatchRequest([*legs, fused_request]))
         read = _unpack if with_payload else _ranking_payload
         lexical_hits = _hits(results[0], read) if lexical_query is not None else []
-        dense_hits = _hits(results[1 if fused_request is not None else 0], read) if dense_query is not None else []
+        dense_hits = _hits(results[1 if both else 0], read) if dense_query is not None else []
         fused_hits = _hits(results[2], read) if fused_request is not None else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
 

@@ -33,7 +33,16 @@ from typing import Any
 
 from contracts.memory import SearchFilters
 from pvm.extras import ServerExtraMissing
-from pvm.protocols import ANNOTATION_FIELDS, MINUTE, RANKING_FIELDS, Candidate, FactFilters, MemoryPoint, StoredPoint
+from pvm.protocols import (
+    ANNOTATION_FIELDS,
+    MINUTE,
+    RANKING_FIELDS,
+    Candidate,
+    FactFilters,
+    MemoryPoint,
+    StoredPoint,
+    SummaryFilters,
+)
 from pvm.vectors import (
     DENSE,
     FLOAT_FIELDS,
@@ -155,9 +164,11 @@ class ServerEngine:
         limit: int,
         *,
         with_payload: bool = True,
-        facts: FactFilters | None = None,
+        facts: FactFilters | SummaryFilters | None = None,
+        fused: bool = True,
     ) -> list[Candidate]:
-        """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant.
+        """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant
+        (unless `fused` is False: then the legs alone, each leg searched once).
 
         Each leg fetches its best `limit` points; the candidates are every point
         either leg found (up to 2·limit), in the order of Qdrant's fusion.
@@ -178,8 +189,9 @@ class ServerEngine:
             models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse.indices else None
         )
         both = lexical_vector is not None and dense_vector is not None
+        fuse = both and fused
         selector: Any = True if with_payload else _RANKING_SELECTOR
-        leg_payload = False if both else selector
+        leg_payload = False if fuse else selector
         requests: list[models.QueryRequest] = []
         if lexical_vector is not None:
             requests.append(
@@ -193,7 +205,7 @@ class ServerEngine:
             )
         if not requests:
             return []
-        if both:
+        if fuse:
             fusion: Any = (
                 models.RrfQuery(rrf=models.Rrf(k=RRF_K))
                 if self.fusion == "rrf"
@@ -215,7 +227,7 @@ class ServerEngine:
         responses = self.client.query_batch_points(self.collection, requests)
         lexical_hits = _hits(responses[0].points) if lexical_vector is not None else []
         dense_hits = _hits(responses[1 if both else 0].points) if dense_vector is not None else []
-        fused_hits = _hits(responses[2].points) if both else None
+        fused_hits = _hits(responses[2].points) if fuse else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:

@@ -277,12 +277,14 @@ class CountingEngine:
     def __init__(self, inner: EdgeEngine) -> None:
         self.inner = inner
         self.with_payload: list[bool] = []
+        self.fused: list[bool] = []  # whether each query asked for Qdrant's fusion of the legs
         self.retrieved: list[list[str]] = []
         self.forget: set[str] = set()  # minutes that vanish between the query and the retrieve
 
-    def query(self, *args: Any, with_payload: bool = True) -> list[Candidate]:
+    def query(self, *args: Any, with_payload: bool = True, **kwargs: Any) -> list[Candidate]:
         self.with_payload.append(with_payload)
-        return self.inner.query(*args, with_payload=with_payload)
+        self.fused.append(kwargs.get("fused", True))
+        return self.inner.query(*args, with_payload=with_payload, **kwargs)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         self.retrieved.append(list(minute_ids))
@@ -939,3 +941,32 @@ def test_a_light_hit_whose_minute_is_found_nowhere_is_left_out(engine: EdgeEngin
     # No source (a caller that indexed its own points): ranked as stored, without a minute to show.
     without = HybridSearch(engine).search("alpha", "gateway rollback", now_ms=NOW)
     assert sorted(h.minute_id for h in without) == ["m1", "m2"] and all(h.minute == {} for h in without)
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_only_fusion_engine_asks_the_engine_to_fuse_and_the_legs_alone_find_the_same(tmp_path: Path, kind: str) -> None:
+    # Qdrant's fusion runs each leg a second time inside the engine; only fusion "engine" reads its score.
+    inner: Any = (
+        EdgeEngine(tmp_path / "e", DIMS)
+        if kind == "edge"
+        else ServerEngine(QdrantClient(":memory:"), dense_dimensions=DIMS)
+    )
+    try:
+        embedder = WordEmbedder({"outage": 0, "incident": 0, "deploy": 1})
+        texts = ["outage on the gateway", "deploy of the gateway", "incident review notes", "gateway cache tuning"]
+        inner.upsert([memory_point("alpha", f"m{i}", t, dense=embedder.embed([t])[0]) for i, t in enumerate(texts * 3)])
+        query = embedder.embed(["gateway incident"])[0]
+        legs = inner.query("alpha", "gateway incident", query, SearchFilters(), 5, fused=False)
+        both = inner.query("alpha", "gateway incident", query, SearchFilters(), 5)
+        assert {c.minute_id for c in legs} == {c.minute_id for c in both}
+        by_id = {c.minute_id: c for c in both}
+        for c in legs:
+            assert (c.keyword, c.semantic, c.extra) == (by_id[c.minute_id].keyword, by_id[c.minute_id].semantic,
+                                                        by_id[c.minute_id].extra)  # fmt: skip
+            assert c.fused == max(c.keyword, c.semantic) and c.payload == by_id[c.minute_id].payload
+        counting = CountingEngine(inner)
+        for fusion in ("agree", "minmax", "max", "rrf", "engine"):
+            HybridSearch(counting, embedder, fusion=fusion).search("alpha", "gateway incident", now_ms=NOW)  # type: ignore[arg-type]
+        assert counting.fused == [False, False, False, False, True]
+    finally:
+        inner.close()

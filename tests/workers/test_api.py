@@ -4,6 +4,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from contracts import Minute, keys, new_minute_id
+from contracts import Minute, encode_minute, keys, new_minute_id
 from pvm import engines
 from pvm.config import Settings
 from pvm.embedders import OpenAIEmbedder
@@ -24,6 +25,7 @@ from pvm.reader import ContextReader
 from pvm.search import HybridSearch
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
+from pvm.stores.summaries import SummaryStore
 from pvm.vectors.edge import EdgeEngine
 from tests import openai_server as fake_provider
 from tests.memory_helpers import log_minutes, run_index_worker, use_settings
@@ -33,6 +35,8 @@ from workers.api import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loo
 from workers.auth import TokenFile, token_sha256
 from workers.demo import sample_session
 from workers.queues import pool_queue
+from workers.summarize_pool import SummarizeContext, summarize_batch
+from workers.threads import ThreadShape
 
 TOKEN = "s3cret-pvm-test-token"
 
@@ -101,6 +105,30 @@ def test_search_takes_prefer_and_names_a_bad_one(client: TestClient, reader: Con
     ]
     r = client.get("/v1/projects/apollo/search", params={**query, "prefer": "newest"})
     assert r.status_code == 400 and "prefer='newest'" in r.json()["error"] and "relevant, recent" in r.json()["error"]
+
+
+def test_search_returns_thread_summaries_with_their_sources_when_kinds_asks(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    history = list(LogReader(settings.log_dir).history("apollo"))
+    ctx = replace(SummarizeContext.build(redis_client, settings), shape=ThreadShape(recent=2, chunk=3, max_chunks=25))
+    summarize_batch(ctx, redis_client, [[r.minute.id, r.seq, encode_minute(r.minute), 0] for r in history])
+    run_index_worker(redis_client)  # a real index worker runs the summary-points job the summarize pool queued
+    [chunk, *_] = next(v.chunks for v in map(lambda t: SummaryStore(redis_client).thread_view("apollo", t, 0),
+                                             SummaryStore(redis_client).threads("apollo")) if v.chunks)  # fmt: skip
+    query = {"q": " ".join(chunk.key_topics) or chunk.summary, "k": 10}
+    plain = client.get("/v1/projects/apollo/search", params=query).json()
+    assert "ranked" not in plain and plain["hits"]  # minutes only, as before
+    answer = client.get("/v1/projects/apollo/search", params={**query, "kinds": "minute,summary"}).json()
+    kinds = {h["kind"] for h in answer["ranked"]}
+    assert kinds == {"minute", "summary"}
+    summaries = [h for h in answer["ranked"] if h["kind"] == "summary"]
+    ids = {r.minute.id for r in history}
+    assert all(h["sources"] and set(h["sources"]) <= ids for h in summaries)
+    found = next(h for h in summaries if h["record"].get("id") == chunk.id)
+    assert found["of"] == "chunk" and len(found["sources"]) == chunk.minute_count
+    r = client.get("/v1/projects/apollo/search", params={**query, "kinds": "minute,episode"})
+    assert r.status_code == 400 and "kinds='episode'" in r.json()["error"] and "summary" in r.json()["error"]
 
 
 def test_bad_requests_name_the_parameter(client: TestClient) -> None:
@@ -777,7 +805,6 @@ def test_a_thread_and_a_thread_context_over_http(
     client: TestClient, redis_client: redis.Redis, settings: Settings
 ) -> None:
     from tests.workers.test_summarize_pool import conversation, records
-    from workers.summarize_pool import SummarizeContext, summarize_batch
 
     summarize_batch(SummarizeContext.build(redis_client, settings), redis_client, records(conversation(60)))
     r = client.get("/v1/projects/p1/threads/deploy-42")

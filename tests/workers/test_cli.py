@@ -188,6 +188,32 @@ def test_an_open_api_beyond_loopback_warns_once_and_works_as_before(apollo_logge
     assert served.output.count("unauthenticated") == 1 and "set PVM_API_TOKEN" in served.output
 
 
+def test_search_with_kinds_lists_every_kind_with_its_sources(
+    apollo_logged: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contracts import encode_minute
+    from pvm import engines
+    from pvm.stores.log import LogReader
+    from tests.memory_helpers import run_index_worker, use_settings
+    from workers.queues import pool_queue
+
+    use_settings(apollo_logged, monkeypatch)
+    records = [
+        [r.minute.id, r.seq, encode_minute(r.minute)] for r in LogReader(apollo_logged.log_dir).history("apollo")
+    ]
+    pool_queue("index", redis_client).enqueue("workers.index_pool.run", records)
+    run_index_worker(redis_client)
+    engines.close_shared()  # the engine's files go to the server
+    with serving(apollo_logged, "127.0.0.1", None) as served:
+        env = {"PVM_API_URL": served.url, "PVM_API_TOKEN": ""}
+        out = run_cli(["search", "conflict resolved", "--project", "apollo", "--kinds", "minute,summary"], env)
+        assert out.returncode == 0, out.stderr
+        header = out.stdout.splitlines()[0].split()
+        assert header == ["SCORE", "KIND", "ID", "TEXT", "SOURCES"] and " minute " in out.stdout
+        answer = run_cli(["search", "conflict", "--project", "apollo", "--kinds", "summary,minute", "--json"], env)
+        assert answer.returncode == 0 and {h["kind"] for h in json.loads(answer.stdout)["ranked"]} == {"minute"}
+
+
 def test_status_shows_the_schedules_and_the_scheduler_leader(
     redis_client: redis.Redis, settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
@@ -673,6 +699,7 @@ def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> N
         ("demo", "--project", "a b"): "'a b' is not a project id",
         ("dispatch", "--max-idle", "-1"): "must be 0 or more",
         ("search", "x", "--project", "p", "--min-composite", "2"): "must be between 0 and 1",
+        ("search", "x", "--project", "p", "--kinds", "minute,episode"): "name some of minute, fact, summary",
         ("exporter", "--port", "70000"): "must be a port (1-65535)",
     }
     for argv, message in cases.items():

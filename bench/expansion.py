@@ -1,0 +1,208 @@
+#!/usr/bin/env python
+"""Multi-hop candidates measured (issue 12 item 5): reference expansion and pseudo-relevance feedback.
+
+On the three labeled sets of `bench/retrieval.py` (sessions, timeline, and multihop, held out), indexed as
+there, recall@10 of every question, of the multi-hop ones and of the single-hop ones, lexical-only and
+hybrid (the default weights and fusion; the thread lift on, as by default), for:
+
+- ``base``: the defaults;
+- ``refs_<n>_<decay>``: the best n hits of a search bring in the minutes they reference
+  (``context_references``, read by id) at decay times their score (`ReferenceSearch`);
+- ``prf_<docs>_<terms>``: pseudo-relevance feedback on the lexical leg: the query plus the most frequent
+  words of its best `docs` lexical hits (not in the query, `terms` of them); the dense leg embeds the
+  query as asked.
+
+A candidate is kept only where it raises multi-hop recall on the tuning sets (sessions, timeline) without
+lowering single-hop recall there; the held-out set is reported only.
+
+    .venv/bin/python bench/expansion.py --json
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import embed_server
+from bench.harness import argument_parser, machine_line, measuring, parse, report, say
+from bench.machine import machine
+from bench.retrieval import HASH_DIMENSIONS, HELD_OUT, CachedEmbedder, index, labeled_sets, start_server
+from bench.sessions import LabeledSession, Query
+from contracts import Minute
+from contracts.memory import RankWeights, SearchFilters, SearchHit
+from pvm import defaults
+from pvm.embedders import OpenAIEmbedder
+from pvm.search import HybridSearch, SearchResult
+from pvm.vectors.edge import EdgeEngine
+from workers.index_pool import lexical_text
+
+K = 10
+REFS = ((3, 0.95), (5, 0.95), (10, 0.95), (3, 0.9), (3, 0.7), (3, 0.5), (5, 0.5))
+PRF = ((3, 5), (5, 10))
+_WORD = re.compile(r"[a-z][a-z0-9-]{3,}")
+_COMMON = frozenset(
+    "that this with from they have were been will what which when where their there about after before into "  # noqa: SIM905
+    "over under than then them these those your ours also only just more most some such very task agent".split()
+)
+
+
+class FeedbackSearch(HybridSearch):
+    """Pseudo-relevance feedback on the lexical leg: the query and the top words of its best lexical hits."""
+
+    def __init__(self, *args: Any, docs: int, terms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.docs, self.terms = docs, terms
+        self._asked = ""
+
+    def search_result(self, project_id: str, query: str, *args: Any, **kwargs: Any) -> SearchResult:
+        first = self.engine.query(project_id, query, None, SearchFilters(), self.docs, with_payload=True)
+        asked = set(_WORD.findall(query.lower()))
+        counts: Counter[str] = Counter()
+        for c in first[: self.docs]:
+            try:
+                text = lexical_text(Minute.from_dict(c.payload.get("minute") or {}))
+            except Exception:  # a point without a readable minute adds nothing
+                continue
+            counts.update(w for w in _WORD.findall(text.lower()) if w not in asked and w not in _COMMON)
+        expanded = " ".join([query, *(w for w, _ in counts.most_common(self.terms))])
+        self._asked = query
+        try:
+            return super().search_result(project_id, expanded, *args, **kwargs)
+        finally:
+            self._asked = ""
+
+    def _embed(self, query: str) -> tuple[list[float] | None, str | None]:
+        return super()._embed(self._asked or query)  # the dense leg embeds the question as asked
+
+
+class ReferenceSearch(HybridSearch):
+    """Reference expansion: the best `hits` hits bring in the minutes they reference (``context_references``)
+    at `decay` times their score (parts "reference"), read by id; the best k of all."""
+
+    def __init__(self, *args: Any, hits: int, decay: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hits, self.decay = hits, decay
+
+    def search_result(self, project_id: str, query: str, *args: Any, **kwargs: Any) -> SearchResult:
+        result = super().search_result(project_id, query, *args, **kwargs)
+        k = kwargs.get("k", defaults.SEARCH_K)
+        have = {h.minute_id for h in result.hits}
+        lifted: dict[str, float] = {}
+        for h in result.hits[: self.hits]:
+            for ref in h.minute.get("context_references") or ():
+                if isinstance(ref, str) and ref not in have and ref not in lifted:
+                    lifted[ref] = h.score * self.decay
+        found = [
+            SearchHit(c.minute_id, lifted[c.minute_id], c.payload.get("minute") or {}, "", parts={"reference": 1.0})
+            for c in self.engine.retrieve(project_id, list(lifted))
+            if c.payload.get("kind") is None
+        ]
+        hits = sorted([*result.hits, *found], key=lambda h: -h.score)[:k]
+        return SearchResult(hits, result.degraded)
+
+
+def recall(search: HybridSearch, project: str, queries: Sequence[Query], now_ms: int) -> dict[str, Any]:
+    rows = []
+    for q in queries:
+        ids = [h.minute_id for h in search.search_result(project, q.text, k=K, now_ms=now_ms).hits]
+        rows.append((q, len(q.relevant.intersection(ids)) / len(q.relevant)))
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 3) if values else None
+
+    return {
+        "recall_at_10": mean([r for _, r in rows]),
+        "multihop_recall_at_10": mean([r for q, r in rows if q.multihop]),
+        "single_hop_recall_at_10": mean([r for q, r in rows if not q.multihop]),
+    }
+
+
+def run_set(session: LabeledSession, embedder: Any, now_ms: int) -> dict[str, Any]:
+    project = session.minutes[0].project_id
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="pvm-bench-expansion-") as tmp:
+        engine = EdgeEngine(Path(tmp), dense_dimensions=embedder.dimensions)
+        try:
+            index(session, engine, embedder, now_ms / 1000)
+            legs = {
+                "lexical": (None, RankWeights(*defaults.SEARCH_WEIGHTS)),
+                "hybrid": (embedder, RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)),
+            }
+            for mode, (dense, weights) in legs.items():
+                variants: dict[str, Any] = {}
+                variants["base"] = recall(HybridSearch(engine, dense, weights), project, session.queries, now_ms)
+                for docs, terms in PRF:
+                    search: HybridSearch = FeedbackSearch(engine, dense, weights, docs=docs, terms=terms)
+                    variants[f"prf_{docs}_{terms}"] = recall(search, project, session.queries, now_ms)
+                for hits, decay in REFS:
+                    search = ReferenceSearch(engine, dense, weights, hits=hits, decay=decay)
+                    variants[f"refs_{hits}_{decay:g}"] = recall(search, project, session.queries, now_ms)
+                out[mode] = variants
+        finally:
+            engine.close()
+    return out
+
+
+def run(embedder_name: str, seed: int, scale: float) -> dict[str, Any]:
+    end_ms = int(time.time() * 1000)
+    now_ms = end_ms + 60_000
+    sets = labeled_sets(seed, scale, end_ms)
+    server = start_server(embedder_name)
+    try:
+        model = "all-MiniLM-L6-v2" if embedder_name == "minilm" else "hash-embed"
+        dims = None if embedder_name == "minilm" else HASH_DIMENSIONS
+        embedder = CachedEmbedder(OpenAIEmbedder(server.base_url, "bench", model, dimensions=dims))
+        per_set = {}
+        for name, session in sets.items():
+            say(f"expansion bench: {name}: {len(session.minutes):,} minutes, {len(session.queries)} queries")
+            per_set[name] = run_set(session, embedder, now_ms)
+    finally:
+        server.stop()
+    return {
+        "sets": per_set,
+        "held_out": sorted(HELD_OUT),
+        "embedder": model,
+        "seed": seed,
+        "scale": scale,
+        "machine": machine(),
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"recall@10 all / multi-hop / single-hop ({result['embedder']}; held out: {result['held_out']})", ""]
+    for name, modes in result["sets"].items():
+        for mode, variants in modes.items():
+            for variant, r in variants.items():
+                cells = [r["recall_at_10"], r["multihop_recall_at_10"], r["single_hop_recall_at_10"]]
+                text = " / ".join("-" if v is None else f"{v:.3f}" for v in cells)
+                lines.append(f"{name:<10}{mode:<9}{variant:<16}{text}")
+    lines += ["", machine_line(result["machine"], server=False)]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    default = "minilm" if embed_server.available() else "hash"
+    parser = argument_parser("bench/expansion.py", __doc__)
+    parser.add_argument("--embedder", choices=("minilm", "hash"), default=default)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--scale", type=float, default=1.0)
+    args = parse(parser, argv)
+    started = time.monotonic()
+    with measuring("expansion bench") as outcome:
+        result = run(args.embedder, args.seed, args.scale)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    return report(result, started, args.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
