@@ -9,7 +9,7 @@ would run them, on an embedded Valkey and the embedded engine:
   from the streams, fed to it again (as the log would) until it writes no more, then through the index
   pool's fact step (`workers.fact_points`): every fact a point;
 - the summarize pool (`workers.summarize_pool.summarize_batch`): the summary-point jobs it queues, run as
-  the index worker runs them (`workers.summary_points.index_summaries`): every chunk and episode a point.
+  the index worker runs them (`workers.index_pool.run_summaries`): every chunk and episode a point.
 
 Then every question is searched with ``kinds`` minutes only (the default), and with facts and/or summaries
 too; a returned fact or summary *finds* an answer minute when its sources (``source_minute_ids``, a

@@ -513,5 +513,5 @@ def metrics_summaries() -> str:
 
 # Runs on the index queue (the index worker owns the vector engine): what a summarize batch changed of a project's
 # threads, as summary points (workers/summary_points.py).
-SUMMARY_POINTS_JOB = "workers.summary_points.run"
+SUMMARY_POINTS_JOB = "workers.index_pool.run_summaries"
 JOB_FUNCTIONS = JOB_FUNCTIONS | {SUMMARY_POINTS_JOB}

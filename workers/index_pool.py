@@ -782,6 +782,16 @@ def run(records: list[list[Any]]) -> dict[str, Any]:
         raise
 
 
+def run_summaries(project_id: str, threads: list[dict[str, Any]]) -> dict[str, Any]:
+    """RQ job (`keys.SUMMARY_POINTS_JOB`): upsert the summary points of what a summarize batch changed of a project's
+    threads (`workers.summary_points`); on the index queue, because this pool's worker owns the engine."""
+    from pvm.engines import shared
+    from workers import summary_points
+
+    engine, embedder = shared(Settings.from_env())
+    return {"project_id": project_id, **summary_points.index_summaries(engine, embedder, project_id, threads)}
+
+
 def reset_project(project_id: str) -> dict[str, Any]:
     """RQ job: forget a project's derived memory (vector points, agent memory, index head) before a replay.
 

@@ -3,7 +3,8 @@
 The summarize pool keeps each thread's chunks and episodes in Redis (`pvm.stores.summaries`). What a batch
 changed of a thread (`thread_changes`: chunks made, merged or newly summarized by a model; episodes made or
 grown; those that merged away) it hands to the index queue as one job (`keys.SUMMARY_POINTS_JOB`), because
-the index worker owns the vector engine's files; that job (`run`) makes the points (`plan`) and upserts them.
+the index worker owns the vector engine's files; that job (`workers.index_pool.run_summaries`) makes the
+points (`plan`, `index_summaries`) and upserts them.
 
 A summary point (kind ``summary``) holds the record (``Chunk.to_dict()`` / ``Episode.to_dict()``), what the
 legs index (`summary_text`), the thread, and ``sources``: the minute ids it stands for. An episode names
@@ -221,12 +222,3 @@ def index_summaries(
     counts["summaries"] = sum(1 for p in points if p.kind == SUMMARY)
     counts["retired"] = sum(1 for p in points if p.kind == SUMMARY_RETIRED)
     return counts
-
-
-def run(project_id: str, threads: list[dict[str, Any]]) -> dict[str, Any]:
-    """RQ job (index queue): upsert the summary points of what a summarize batch changed of a project's threads."""
-    from pvm.config import Settings
-    from pvm.engines import shared
-
-    engine, embedder = shared(Settings.from_env())
-    return {"project_id": project_id, **index_summaries(engine, embedder, project_id, threads)}

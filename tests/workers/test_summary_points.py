@@ -147,4 +147,4 @@ def test_replay_hands_every_threads_summaries_over_with_their_sources(
 
 def test_the_summary_points_job_is_one_a_worker_may_run() -> None:
     assert keys.SUMMARY_POINTS_JOB in keys.JOB_FUNCTIONS
-    assert summary_points.run.__module__ + ".run" == keys.SUMMARY_POINTS_JOB
+    assert index_pool.run_summaries.__module__ + ".run_summaries" == keys.SUMMARY_POINTS_JOB
