@@ -226,7 +226,9 @@ def check_memory_path(path: Any, field: str = "path") -> str:
     segments = path.split("/")
     for segment in segments:
         if segment in ("", ".", ".."):
-            raise MemoryPathError(f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the memory")
+            raise MemoryPathError(
+                f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the project's memory root"
+            )
         if _SEGMENT.fullmatch(segment) is None:
             raise MemoryPathError(
                 f"{field} {shown}: segment {segment[:40]!r} may hold only letters, digits and ._- (not starting with .)"

@@ -347,6 +347,15 @@ def test_paths_outside_the_memory_root_are_refused(path: str) -> None:
         plan_import(snapshot, {path: "---\nsubject: a\nattribute: b\nvalue: c\n---\n"}, partial=True)
 
 
+@pytest.mark.parametrize("path", ["facts/../secrets.md", "facts/./x.md", "facts//x.md"])
+def test_a_dot_segment_is_refused_saying_paths_stay_inside_the_memory_root(path: str) -> None:
+    from workers.memory_files import check_memory_path
+
+    with pytest.raises(MemoryPathError) as refused:
+        check_memory_path(path)
+    assert str(refused.value).endswith("segment; paths stay inside the project's memory root")
+
+
 def test_fuzzed_paths_never_leave_the_root(tmp_path: Path) -> None:
     from workers.memory_files import check_memory_path
 
