@@ -1015,7 +1015,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
 
-    files = export_files(read_snapshot(_connect(settings), args.project))
+    files = export_files(read_snapshot(_connect(settings), args.project, include_global=args.global_tier))
     write_folder(args.out, files)
     if args.json:
         print(json.dumps({"project_id": args.project, "out": str(args.out), "files": sorted(files)}, indent=2))
@@ -1031,7 +1031,8 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
     connection = _connect(settings)
     try:
-        plan = plan_import(read_snapshot(connection, args.project), read_folder(args.folder))
+        snapshot = read_snapshot(connection, args.project, include_global=args.global_tier)
+        plan = plan_import(snapshot, read_folder(args.folder))
     except MemoryFileError as exc:
         print(f"pvm import: {exc}", file=sys.stderr)
         return 1
@@ -1309,6 +1310,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--project", type=_project_id, required=True, help="the project")
     export.add_argument("--out", required=True, help="the folder (created; its old memory files are replaced)")
     export.add_argument("--tree", action="store_true", help="print the files as a tree")
+    export.add_argument(
+        "--global",
+        dest="global_tier",
+        action="store_true",
+        help="also the global tier's facts and learned keys (facts/global/, learned/global/)",
+    )
     export.add_argument("--json", action="store_true", help="machine-readable output")
     export.set_defaults(func=cmd_export)
 
@@ -1319,6 +1326,12 @@ def build_parser() -> argparse.ArgumentParser:
     import_cmd.add_argument("--project", type=_project_id, required=True, help="the project")
     import_cmd.add_argument("folder", help="the folder that pvm export wrote (and a person edited)")
     import_cmd.add_argument("--dry-run", action="store_true", help="show the minutes it would write; write none")
+    import_cmd.add_argument(
+        "--global",
+        dest="global_tier",
+        action="store_true",
+        help="the global tier's files may be edited (without it, a folder holding them is refused)",
+    )
     import_cmd.add_argument("--json", action="store_true", help="machine-readable output")
     import_cmd.set_defaults(func=cmd_import)
 

@@ -1,6 +1,8 @@
 """The memory routes of the reader API: a project's Markdown memory exported and imported, and the memory tools.
 
-``GET /v1/projects/{p}/memory/export`` answers every file (path -> text);
+``GET /v1/projects/{p}/memory/export`` answers every file (path -> text),
+the global tier's under ``facts/global/`` and ``learned/global/`` when the
+token holds the global grant (as the reader's ``include_global``);
 ``PUT`` on the same path imports a whole folder's files (``?dry_run=true``
 plans without writing). ``/memory/files`` lists, ``/memory/file`` reads (GET)
 and writes (PUT), ``/memory/patch`` and ``/memory/append`` edit one file. Every
@@ -60,13 +62,18 @@ class MemoryRoutes:
     connection: redis.Redis
     write: Write
 
-    def _tools(self, request: Request) -> MemoryTools:
-        return MemoryTools(request.path_params["project_id"], connection=self.connection, write=self.write)
+    def _tools(self, request: Request, scope: TokenScope) -> MemoryTools:
+        return MemoryTools(
+            request.path_params["project_id"],
+            connection=self.connection,
+            write=self.write,
+            include_global=scope.allows_global,
+        )
 
     def export(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``GET …/memory/export``: every memory file of the project, path -> text."""
         project_id = request.path_params["project_id"]
-        files = export_files(read_snapshot(self.connection, project_id))
+        files = export_files(read_snapshot(self.connection, project_id, include_global=scope.allows_global))
         return {"project_id": project_id, "files": files}
 
     def import_files(self, request: Request, body: bytes, scope: TokenScope) -> Any:
@@ -78,7 +85,7 @@ class MemoryRoutes:
             raise InvalidField("files", "must be an object of path -> file text, as GET …/memory/export answers")
         dry_run = _flag(request, "dry_run")
         try:
-            plan = plan_import(read_snapshot(self.connection, project_id), files)
+            plan = plan_import(read_snapshot(self.connection, project_id, include_global=scope.allows_global), files)
         except MemoryFileError as exc:
             raise MemoryRefused(exc) from None
         answer = plan.to_dict()
@@ -89,7 +96,7 @@ class MemoryRoutes:
     def list_files(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``GET …/memory/files``: the files under ``prefix`` (all without it)."""
         try:
-            return {"files": self._tools(request).list(request.query_params.get("prefix", ""))}
+            return {"files": self._tools(request, scope).list(request.query_params.get("prefix", ""))}
         except MemoryFileError as exc:
             raise MemoryRefused(exc) from None
 
@@ -99,13 +106,15 @@ class MemoryRoutes:
         if not path:
             raise BadRequest("query parameter path is required: GET …/memory/file?path=facts/...")
         try:
-            return self._tools(request).read(path)
+            return self._tools(request, scope).read(path)
         except MemoryFileError as exc:
             raise MemoryRefused(exc) from None
 
-    def _written(self, change: Callable[[MemoryTools], dict[str, Any]], request: Request) -> JSONResponse:
+    def _written(
+        self, change: Callable[[MemoryTools], dict[str, Any]], request: Request, scope: TokenScope
+    ) -> JSONResponse:
         try:
-            answer = change(self._tools(request))
+            answer = change(self._tools(request, scope))
         except MemoryFileError as exc:
             raise MemoryRefused(exc) from None
         return JSONResponse(answer, status_code=202 if answer["changed"] else 200)
@@ -114,19 +123,19 @@ class MemoryRoutes:
         """``PUT …/memory/file`` ``{"path", "text"}``: write one file (assert or edit a fact)."""
         given = json_object(body, ("path", "text"))
         path = _path_field(given)
-        return self._written(lambda tools: tools.write(path, given["text"]), request)
+        return self._written(lambda tools: tools.write(path, given["text"]), request, scope)
 
     def patch(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/memory/patch`` ``{"path", "old", "new"}``: replace the one occurrence of ``old``."""
         given = json_object(body, ("path", "old", "new"))
         path = _path_field(given)
-        return self._written(lambda tools: tools.patch(path, given["old"], given["new"]), request)
+        return self._written(lambda tools: tools.patch(path, given["old"], given["new"]), request, scope)
 
     def append(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/memory/append`` ``{"path", "text"}``: add to the end of a file's body."""
         given = json_object(body, ("path", "text"))
         path = _path_field(given)
-        return self._written(lambda tools: tools.append(path, given["text"]), request)
+        return self._written(lambda tools: tools.append(path, given["text"]), request, scope)
 
 
 def _path_field(given: dict[str, Any]) -> str:

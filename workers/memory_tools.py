@@ -7,7 +7,8 @@ characters, size limits in `pvm.defaults`), and a write becomes the minutes an
 import of that one file would write (`plan_import` with ``partial``): each
 human or agent change is a knowledge-change minute, through the streams. A
 write that changes nothing writes no minute. Episodes and summaries are
-read-only. Every failure a caller can fix is a `MemoryFileError`.
+read-only. The global tier's facts are shown and editable only for a caller with the global grant
+(`include_global`). Every failure a caller can fix is a `MemoryFileError`.
 
 One class, `MemoryTools`, serves the HTTP routes (``/v1/projects/{p}/memory/...``)
 and the MCP server; each method returns plain JSON-able values.
@@ -29,6 +30,8 @@ from workers.memory_files import (
     MemoryFileError,
     MemoryNotFound,
     MemoryPathError,
+    MemorySnapshot,
+    check_global_grant,
     check_memory_path,
     check_size,
     export_files,
@@ -47,7 +50,8 @@ class MemoryTools:
     """The memory tools over one project: `list`, `read`, `write`, `patch`, `append`.
 
     Build it with `MemoryTools(project_id, settings)` (its own Redis connection, minutes to the settings'
-    shard streams) or, inside a server, with a `connection` and a `write` function of its own.
+    shard streams) or, inside a server, with a `connection` and a `write` function of its own. `include_global`:
+    the caller holds the global grant, so the files show (and may edit) the global tier too.
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class MemoryTools:
         connection: redis.Redis | None = None,
         write: Write | None = None,
         agent_id: str = TOOL_AGENT,
+        include_global: bool = False,
     ) -> None:
         try:
             self.project_id = check_project_id(project_id)
@@ -76,6 +81,7 @@ class MemoryTools:
             write = stream_writer(connection, shards)
         self._write = write
         self.agent_id = agent_id
+        self.include_global = include_global
 
     def close(self) -> None:
         """Close the Redis connection it opened (one it was given stays open)."""
@@ -90,8 +96,11 @@ class MemoryTools:
 
     # -- reads
 
+    def _snapshot(self) -> MemorySnapshot:
+        return read_snapshot(self.connection, self.project_id, include_global=self.include_global)
+
     def _files(self) -> dict[str, str]:
-        return export_files(read_snapshot(self.connection, self.project_id))
+        return export_files(self._snapshot())
 
     def list(self, prefix: str = "") -> list[dict[str, Any]]:
         """The memory files under `prefix` (a folder such as ``facts/project``; empty: all), sorted by path."""
@@ -125,7 +134,8 @@ class MemoryTools:
         if not isinstance(text, str):
             raise MemoryFileError("text must be the file's Markdown, front-matter first")
         check_size(path, text)
-        snapshot = read_snapshot(self.connection, self.project_id)
+        check_global_grant(path, self.include_global)
+        snapshot = self._snapshot()
         current = export_files(snapshot)
         held = current.get(path)
         named = parse(path, text)[0].get("id")

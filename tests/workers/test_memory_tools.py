@@ -19,7 +19,7 @@ from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
-from tests.workers.test_memory_files import ATTACKS, P, apply, seed_memory, streamed
+from tests.workers.test_memory_files import ATTACKS, P, apply, global_paths, seed_global, seed_memory, streamed
 from workers.api import create_app
 from workers.memory_files import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError, fact_path
 from workers.memory_tools import MemoryTools
@@ -162,3 +162,27 @@ def test_memory_tools_over_http(client: TestClient, redis_client: redis.Redis, s
         "/v1/projects/zeus/memory/file", json={"path": "facts/a.md", "text": NEW}, headers=bearer(APOLLO_ONLY)
     )
     assert r.status_code == 403
+
+
+def test_the_global_tier_over_http_follows_the_tokens_global_grant(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    copy = seed_global(redis_client)
+    path = fact_path(copy)
+    assert global_paths(call(client, "GET", "export").json()["files"]) == []
+    granted = call(client, "GET", "export", token=CURATOR).json()["files"]
+    assert path in global_paths(granted) and len(global_paths(granted)) == 2
+    assert [
+        f["path"]
+        for f in call(client, "GET", "files", token=CURATOR, params={"prefix": "facts/global"}).json()["files"]
+    ] == [path]
+    edited = granted[path].rstrip("\n") + "\nChecked by a person.\n"
+    r = call(client, "PUT", "file", json={"path": path, "text": edited})
+    assert r.status_code == 403 and r.json()["error"].startswith(f"{path}: the global tier is read-only"), r.text
+    r = call(client, "PUT", "export", json={"files": granted})
+    assert r.status_code == 403 and len(r.json()["problems"]) == 2
+    assert streamed(redis_client, settings) == []
+    r = call(client, "PUT", "file", token=CURATOR, json={"path": path, "text": edited})
+    assert r.status_code == 202 and [m["event_type"] for m in r.json()["minutes"]] == ["fact_edited"], r.text
+    [minute] = streamed(redis_client, settings)
+    assert (minute.project_id, minute.scope) == (P, "global")
