@@ -211,13 +211,28 @@ def _stop_on_signals(event: threading.Event) -> None:
 # -- commands -----------------------------------------------------------------
 
 
+def _need_mcp(command: str) -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"{command}: needs the mcp extra: pip install 'pvm[mcp]'") from None
+
+
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from workers.stack import Stack
 
     try:
-        stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
+        stack = Stack(
+            settings,
+            _parse_processes(args.processes),
+            dispatchers=args.dispatchers,
+            api_port=args.api_port,
+            mcp=args.mcp,
+        )
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
+    if args.mcp:
+        _need_mcp("pvm up --mcp")
     if settings.redis_url:
         _connect_service(settings).close()  # a Redis named but not there: say so before starting anything
     stop = threading.Event()
@@ -227,6 +242,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     print(f"pvm up: Redis {live.redis_url} ({where}); log in {live.log_dir}; shards {live.shards}")
     print("  processes: " + ", ".join(f"{name} pid {c.pid}" for name, c in stack.children.items()))
     print(f"  reader API on {live.api_url}  (pvm context / pvm search use it: PVM_API_URL={live.api_url})")
+    if args.mcp:
+        print(f"  MCP tools on {live.api_url}{defaults.MCP_PATH}  (streamable HTTP, the API's bearer tokens)")
     print(f"  agents connect with PVM_REDIS_URL={live.redis_url}  (Ctrl-C stops the stack)")
     sys.stdout.flush()
     try:
@@ -598,10 +615,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
     if args.mcp:
-        try:
-            import mcp  # noqa: F401
-        except ImportError:
-            raise SystemExit("pvm serve --mcp: needs the mcp extra: pip install 'pvm[mcp]'") from None
+        _need_mcp("pvm serve --mcp")
         print(f"pvm serve: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}")
         sys.stdout.flush()
     run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp)
@@ -1093,6 +1107,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
     up.add_argument(
         "--api-port", type=_port, default=defaults.API_PORT, help=f"reader API port (default {defaults.API_PORT})"
+    )
+    up.add_argument(
+        "--mcp",
+        action="store_true",
+        help=f"also serve the MCP tools at {defaults.MCP_PATH} of the reader API (pvm serve --mcp)",
     )
     up.set_defaults(func=cmd_up)
 
