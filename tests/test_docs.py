@@ -70,9 +70,7 @@ def _links(markdown: str) -> Iterator[str]:
 
 def _pages() -> list[Path]:
     """Every Markdown page of the site: docs/ less the incoming drafts and the hooks."""
-    return sorted(
-        p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith(("_incoming", "hooks"))
-    )
+    return sorted(p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith(("_incoming", "hooks")))
 
 
 def _nav_paths(nav: object) -> Iterator[str]:

@@ -72,6 +72,7 @@ from contracts.facts import (
     normalize_text,
     normalize_value,
 )
+from contracts.ids import derived_minute_id, id_timestamp_ms
 from contracts.minute import Minute
 from contracts.summaries import Chunk, Episode
 from pvm import defaults
@@ -555,6 +556,29 @@ class ImportPlan:
         }
 
 
+class _MinuteIds:
+    """The ids of a plan's minutes, in plan order: new ones, or, given the caller's `first`, `first` and then ids
+    derived from it. A retried request (the same `first`, the store unchanged) plans the same minutes with the same
+    ids, and the log, idempotent by id, keeps each once."""
+
+    def __init__(self, first: str | None) -> None:
+        self.first, self.count = first, 0
+
+    def next(self) -> str:
+        n, self.count = self.count, self.count + 1
+        if self.first is None:
+            return new_minute_id()
+        if n == 0:
+            return self.first
+        return derived_minute_id(id_timestamp_ms(self.first) or 0, self.first, "memory-change", str(n))
+
+
+def written_before(connection: redis.Redis, project_id: str, minute_id: str) -> bool:
+    """Whether the project's log holds `minute_id` (its minute cache, which the log pool fills as it makes minutes
+    durable): a retried write whose first try was written, and perhaps applied, already."""
+    return bool(connection.hexists(keys.minute_by_id(project_id), minute_id))
+
+
 class _Clock:
     """Minute times after every change the project's facts hold, so an edit is never older than what it edits."""
 
@@ -573,6 +597,7 @@ class _Planner:
     agent_id: str
     clock: _Clock
     plan: ImportPlan
+    ids: _MinuteIds
     seen: dict[str, str] = field(default_factory=dict)  # fact id -> the file that names it
     # New facts of this import, by tier key and slot, so two new files in one slot see each other.
     fresh: list[Fact] = field(default_factory=list)
@@ -666,7 +691,7 @@ class _Planner:
         if changes:
             try:
                 minute = edited_minute(
-                    fact, project_id=self._maker(fact), agent_id=self.agent_id, timestamp=self.clock.next(), **changes
+                    fact, project_id=self._maker(fact), agent_id=self.agent_id, **self._stamp(), **changes
                 )
             except ContractError as exc:
                 raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
@@ -684,7 +709,7 @@ class _Planner:
                     RETRACTED_BY_STATUS,
                     project_id=self._maker(fact),
                     agent_id=self.agent_id,
-                    timestamp=self.clock.next(),
+                    **self._stamp(),
                 ),
             )
         elif status == FactStatus.PROMOTED.value and fact.status is FactStatus.PENDING:
@@ -692,10 +717,10 @@ class _Planner:
             self.add(
                 path,
                 fact.id,
-                promoted_minute(fact, PromotionReason.BY_HAND, agent_id=self.agent_id, timestamp=self.clock.next()),
+                promoted_minute(fact, PromotionReason.BY_HAND, agent_id=self.agent_id, **self._stamp()),
             )
             for old in on_promotion(self._slot_view(fact), promoted):
-                minute = superseded_minute(old, promoted, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(old, promoted, agent_id=self.agent_id, **self._stamp())
                 self.add(path, old.id, minute)
         else:
             raise MemoryFileError(
@@ -703,6 +728,10 @@ class _Planner:
                 + ("promoted or retracted" if fact.status is FactStatus.PENDING else "retracted")
                 + " here (supersession follows from a new value in the slot)"
             )
+
+    def _stamp(self) -> dict[str, str]:
+        """The next change minute's id and time."""
+        return {"minute_id": self.ids.next(), "timestamp": self.clock.next()}
 
     def _maker(self, fact: Fact) -> str | None:
         """The project whose log keeps a change to `fact`: this one for a global fact, else the fact's own."""
@@ -775,6 +804,7 @@ class _Planner:
                     text=text,
                     project_id=project_id if tier is Tier.GLOBAL else None,
                     agent_id=self.agent_id,
+                    minute_id=self.ids.next(),
                     timestamp=when,
                 )
                 key_fact = Fact.from_dict(minute.data["fact"])
@@ -784,7 +814,7 @@ class _Planner:
                 return
             if status not in (FactStatus.PENDING.value, FactStatus.PROMOTED.value):
                 raise MemoryFileError(f"{path}: status {status!r}: a new fact is pending or promoted")
-            minute_id = new_minute_id()
+            minute_id = self.ids.next()
             fact = Fact.new(
                 type=front.get("type", FactType.FACT.value),
                 text=text or f"{front['subject']} {front['attribute']}: {value}",
@@ -823,13 +853,13 @@ class _Planner:
             self.fresh.append(fact)
             self.add(path, fact.id, asserted_minute(fact, agent_id=self.agent_id, minute_id=minute_id, timestamp=when))
             for old in fitting.older:
-                minute = superseded_minute(old, fact, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(old, fact, agent_id=self.agent_id, **self._stamp())
                 self.add(path, old.id, minute)
             if fitting.later is not None:
-                minute = superseded_minute(fact, fitting.later, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(fact, fitting.later, agent_id=self.agent_id, **self._stamp())
                 self.add(path, fact.id, minute)
             for other in fitting.same:
-                minute = contradicted_minute(fact, other, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = contradicted_minute(fact, other, agent_id=self.agent_id, **self._stamp())
                 self.add(path, fact.id, minute)
         except ContractError as exc:
             raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
@@ -848,9 +878,7 @@ class _Planner:
             if stored.last_ms > self.exported_at:
                 # Made or changed after the newest file of the folder: whoever removed its file never saw it.
                 continue
-            minute = retracted_minute(
-                stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, timestamp=self.clock.next()
-            )
+            minute = retracted_minute(stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, **self._stamp())
             self.add(fact_path(stored.raw), fid, minute)
 
 
@@ -894,14 +922,16 @@ def plan_import(
     partial: bool = False,
     agent_id: str = IMPORT_AGENT,
     now_ms: int | None = None,
+    minute_id: str | None = None,
 ) -> ImportPlan:
     """The minutes that make `files` (path -> text) the memory of `snapshot`'s project; nothing is written.
 
     `partial` (the memory tools' writes): the files are some of the memory, so a fact with no file is left
-    alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. Every refused file
-    is named in one `MemoryFileError` (a `MemoryForbidden` when one is of the global tier and `snapshot` was read
-    without the grant, else a `MemoryConflict` when one is a stale version or an edited derived file), and then
-    the plan writes nothing.
+    alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. `minute_id` (the
+    caller's, for retries) is the first minute's id and the others are derived from it (`_MinuteIds`). Every
+    refused file is named in one `MemoryFileError` (a `MemoryForbidden` when one is of the global tier and
+    `snapshot` was read without the grant, else a `MemoryConflict` when one is a stale version or an edited
+    derived file), and then the plan writes nothing.
     """
     if len(files) > defaults.MEMORY_IMPORT_MAX_FILES:
         raise MemoryFileError(
@@ -916,7 +946,12 @@ def plan_import(
     rendered.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
     rendered.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
     planner = _Planner(
-        snapshot, agent_id, _Clock(snapshot.last_ms, now_ms), ImportPlan(snapshot.project_id), exported_ids=exported_ids
+        snapshot,
+        agent_id,
+        _Clock(snapshot.last_ms, now_ms),
+        ImportPlan(snapshot.project_id),
+        _MinuteIds(minute_id),
+        exported_ids=exported_ids,
     )
     refused: list[MemoryFileError] = []
     for path, text in sorted(files.items()):

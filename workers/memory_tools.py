@@ -39,6 +39,7 @@ from workers.memory_files import (
     plan_import,
     read_snapshot,
     stream_writer,
+    written_before,
 )
 
 Write = Callable[[Sequence[Minute]], list[str]]
@@ -128,8 +129,25 @@ class MemoryTools:
 
     # -- writes: each change a minute
 
-    def write(self, path: str, text: str) -> dict[str, Any]:
-        """Make `path` hold `text`: a new file (no ``id``) asserts a fact, an edited one edits it."""
+    def _retried(self, path: str, minute_id: str | None, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`change()`, or, when it is refused but the log holds `minute_id` already, the answer to a retry of a write
+        made before (its first try's minutes written, perhaps applied): nothing written, ``written_before`` set."""
+        try:
+            return change()
+        except MemoryFileError:
+            if minute_id is None or not written_before(self.connection, self.project_id, minute_id):
+                raise
+        return {"path": path, "changed": False, "minutes": [], "stream_ids": [], "written_before": minute_id}
+
+    def write(self, path: str, text: str, *, minute_id: str | None = None) -> dict[str, Any]:
+        """Make `path` hold `text`: a new file (no ``id``) asserts a fact, an edited one edits it.
+
+        `minute_id`: the caller's id for the write's first minute (the others are derived from it), so a retry
+        writes the same minutes, which the log keeps once; a retry of a write the log holds writes nothing.
+        """
+        return self._retried(path, minute_id, lambda: self._write_file(path, text, minute_id))
+
+    def _write_file(self, path: str, text: str, minute_id: str | None) -> dict[str, Any]:
         check_memory_path(path)
         if not isinstance(text, str):
             raise MemoryFileError("text must be the file's Markdown, front-matter first")
@@ -146,7 +164,7 @@ class MemoryTools:
             )
         if held is not None and named != parse(path, held)[0].get("id"):
             raise MemoryConflict(f"{path}: this file is fact {parse(path, held)[0].get('id')}; keep its id line")
-        plan = plan_import(snapshot, {path: text}, partial=True, agent_id=self.agent_id)
+        plan = plan_import(snapshot, {path: text}, partial=True, agent_id=self.agent_id, minute_id=minute_id)
         stream_ids = self._write(plan.minutes) if plan.changes else []
         return {
             "path": path,
@@ -155,8 +173,11 @@ class MemoryTools:
             "stream_ids": stream_ids,
         }
 
-    def patch(self, path: str, old: str, new: str) -> dict[str, Any]:
+    def patch(self, path: str, old: str, new: str, *, minute_id: str | None = None) -> dict[str, Any]:
         """Replace the one occurrence of `old` in the file with `new`; refused when `old` occurs 0 or 2+ times."""
+        return self._retried(path, minute_id, lambda: self._patch(path, old, new, minute_id))
+
+    def _patch(self, path: str, old: str, new: str, minute_id: str | None) -> dict[str, Any]:
         if not isinstance(old, str) or not isinstance(new, str):
             raise MemoryFileError("old and new must be text")
         if not old:
@@ -169,14 +190,18 @@ class MemoryTools:
             raise MemoryFileError(
                 f"{path}: old text occurs {count} times; include more of the surrounding text so it occurs once"
             )
-        return self.write(path, text.replace(old, new, 1))
+        return self._write_file(path, text.replace(old, new, 1), minute_id)
 
-    def append(self, path: str, text: str) -> dict[str, Any]:
+    def append(self, path: str, text: str, *, minute_id: str | None = None) -> dict[str, Any]:
         """Add `text` to the end of an existing file's body (a fact's text)."""
         if not isinstance(text, str):
             raise MemoryFileError("text must be text")
-        current = self.read(path)["text"]
-        return self.write(path, current.rstrip("\n") + "\n" + text.strip("\n") + "\n")
+
+        def appended() -> dict[str, Any]:
+            current = self.read(path)["text"]
+            return self._write_file(path, current.rstrip("\n") + "\n" + text.strip("\n") + "\n", minute_id)
+
+        return self._retried(path, minute_id, appended)
 
 
 __all__ = ["MemoryConflict", "MemoryFileError", "MemoryNotFound", "MemoryPathError", "MemoryTools"]

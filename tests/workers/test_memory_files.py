@@ -243,6 +243,13 @@ def test_a_new_value_in_a_single_valued_slot_supersedes_the_old_one(redis_client
     plan = plan_import(snapshot, files)
     assert [c.minute.event_type for c in plan.changes] == ["fact_asserted", "fact_superseded"]
     assert plan.changes[1].fact_id == old.id
+    # With the caller's minute id (a retried request) every minute's id is the same in every plan: first, derived.
+    first = new_minute_id()
+    plans = [plan_import(snapshot, files, minute_id=first) for _ in range(2)]
+    ids = [[c.minute.id for c in p.changes] for p in plans]
+    assert ids[0] == ids[1] and ids[0][0] == first and len(set(ids[0])) == 2 and len(ids[0][1]) == 26
+    assert plans[0].changes[0].minute.data["fact"]["source_minute_ids"] == [first]
+    assert [c.minute.id for c in plan_import(snapshot, files).changes] != ids[0]
 
 
 # -- refusals -----------------------------------------------------------------------------------------------------

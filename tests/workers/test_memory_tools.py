@@ -15,9 +15,11 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from contracts import new_minute_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes
 from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
 from tests.workers.test_memory_files import ATTACKS, P, apply, global_paths, seed_global, seed_memory, streamed
 from workers.api import create_app
@@ -186,3 +188,49 @@ def test_the_global_tier_over_http_follows_the_tokens_global_grant(
     assert r.status_code == 202 and [m["event_type"] for m in r.json()["minutes"]] == ["fact_edited"], r.text
     [minute] = streamed(redis_client, settings)
     assert (minute.project_id, minute.scope) == (P, "global")
+
+
+def test_a_retried_memory_write_writes_each_minute_once(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    """A retry (the same minute_id, as the client sends after a 503) plans the same minute ids, which the log keeps
+    once; once the log holds them, it writes nothing and says so."""
+    first_id = new_minute_id()
+    body = {"path": "facts/project/web.md", "text": NEW, "minute_id": first_id}
+    first = call(client, "PUT", "file", json=body)
+    assert first.status_code == 202, first.text
+    again = call(client, "PUT", "file", json=body)  # not applied yet: planned again, with the same ids
+    assert again.status_code == 202 and again.json()["minutes"] == first.json()["minutes"]
+    assert first.json()["minutes"][0]["minute_id"] == first_id
+    written = streamed(redis_client, settings)
+    assert [m.id for m in written] == [first_id, first_id]
+    log_minutes(redis_client, settings, written[:1], index=False)  # the log keeps it once; the facts pool applies it
+    apply(redis_client, written[:1])
+    late = call(client, "PUT", "file", json=body)  # now the slot holds the value: the retry is a write made before
+    assert late.status_code == 200 and late.json()["written_before"] == first_id and late.json()["minutes"] == []
+    assert len(streamed(redis_client, settings)) == 2
+    [listed] = call(client, "GET", "files").json()["files"]
+    path = listed["path"]
+    edit = {"path": path, "old": "We serve", "new": "We now serve", "minute_id": new_minute_id()}
+    patched = [call(client, "POST", "patch", json=edit) for _ in range(2)]
+    assert [r.status_code for r in patched] == [202, 202]
+    assert patched[0].json()["minutes"] == patched[1].json()["minutes"]
+    edits = streamed(redis_client, settings)[2:]
+    assert [m.id for m in edits] == [edit["minute_id"]] * 2 and edits[0].data == edits[1].data
+    log_minutes(redis_client, settings, edits[:1], index=False)
+    apply(redis_client, edits[:1])
+    late = call(client, "POST", "patch", json=edit)  # "We serve" is gone now: still the write made before
+    assert late.status_code == 200 and late.json()["written_before"] == edit["minute_id"], late.text
+    files = call(client, "GET", "export").json()["files"]
+    folder = {**files, path: files[path].replace("We now serve", "We still serve")}
+    whole = {"files": folder, "minute_id": new_minute_id()}
+    imported = [call(client, "PUT", "export", json=whole) for _ in range(2)]
+    assert imported[0].status_code == 202 and imported[0].json()["changes"] == imported[1].json()["changes"]
+    [minute] = streamed(redis_client, settings)[4:5]
+    assert minute.id == whole["minute_id"] and len(streamed(redis_client, settings)) == 6
+    log_minutes(redis_client, settings, [minute], index=False)
+    apply(redis_client, [minute])
+    late = call(client, "PUT", "export", json=whole)  # stale versions now, but the log holds the import
+    assert late.status_code == 200 and late.json()["written_before"] == whole["minute_id"], late.text
+    bad = call(client, "PUT", "file", json={**body, "minute_id": "no spaces allowed"})
+    assert bad.status_code in (400, 422) and "minute_id" in bad.text
