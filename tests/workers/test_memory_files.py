@@ -465,6 +465,12 @@ def test_an_edit_of_a_global_fact_with_the_grant_writes_one_minute(redis_client:
     retracted = after[path].replace('status: "promoted"', 'status: "retracted"')
     [change] = plan_import(read_snapshot(redis_client, P, include_global=True), {path: retracted}, partial=True).changes
     assert change.minute.event_type == "fact_retracted" and change.minute.scope == "global"
+    key = "---\ntier: global\nsubject: learned\nattribute: default region\nvalue: eu-central\n---\n"
+    [change] = plan_import(read_snapshot(redis_client, P, include_global=True), {"learned/global/r.md": key}).changes
+    assert (change.minute.event_type, change.minute.project_id, change.minute.scope) == ("fact_learned", P, "global")
+    fact = "---\ntier: global\nsubject: region\nattribute: default\nvalue: eu\n---\n"
+    with pytest.raises(MemoryFileError, match="a new global fact comes only by promotion"):
+        plan_import(read_snapshot(redis_client, P, include_global=True), {"facts/global/r.md": fact}, partial=True)
 
 
 def test_a_global_file_without_the_grant_is_refused_naming_the_file(redis_client: redis.Redis) -> None:
