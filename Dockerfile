@@ -2,6 +2,7 @@
 #   docker run pvm dispatch            the dispatcher (pvm dispatch)
 #   docker run pvm worker log          a log-pool worker (pvm worker log)
 #   docker run pvm log tail --project P
+#   docker run pvm serve --mcp         the reader API, with the MCP tools at /mcp
 # The log pool writes the durable log under /data: give it a persistent volume.
 FROM python:3.11-slim
 
@@ -16,7 +17,7 @@ COPY pyproject.toml README.md ./
 COPY contracts ./contracts
 COPY pvm ./pvm
 COPY workers ./workers
-RUN pip install '.[server]' && rm -rf /src
+RUN pip install '.[server,mcp]' && rm -rf /src
 
 # A fixed uid so a host directory mounted at /data can be chowned to match.
 RUN groupadd --system --gid 10001 pvm \

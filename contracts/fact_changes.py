@@ -771,13 +771,15 @@ def retracted_minute(
     fact: Fact,
     reason: str | None = None,
     *,
+    project_id: str | None = None,
     agent_id: str | None = None,
     minute_id: str | None = None,
     timestamp: str | None = None,
 ) -> Minute:
-    """``fact_retracted``: `fact` is withdrawn, with an optional reason."""
+    """``fact_retracted``: `fact` is withdrawn, with an optional reason (`project_id`: the maker of a global change)."""
     return change_minute(
         FactRetracted(fact.id, fact.tier_key, reason),
+        project_id=project_id,
         agent_id=agent_id,
         minute_id=minute_id,
         timestamp=timestamp,
@@ -788,16 +790,21 @@ def retracted_minute(
 def edited_minute(
     fact: Fact,
     *,
+    project_id: str | None = None,
     agent_id: str | None = None,
     minute_id: str | None = None,
     timestamp: str | None = None,
     **changes: Any,
 ) -> Minute:
-    """``fact_edited``: a person's `changes` to `fact` (`EDITABLE_FIELDS`), checked against the fact now."""
+    """``fact_edited``: a person's `changes` to `fact` (`EDITABLE_FIELDS`), checked against the fact now.
+
+    `project_id`: for a global fact, the project that made the change (its log keeps the minute).
+    """
     change = FactEdited(fact.id, fact.tier_key, changes)
     change.apply_to(fact)
     return change_minute(
         change,
+        project_id=project_id,
         agent_id=agent_id,
         minute_id=minute_id,
         timestamp=timestamp,

@@ -389,22 +389,28 @@ def memory_read(project_id: str, path: str) -> Call[dict[str, Any]]:
     return _one(Request("GET", _memory(project_id, "file"), {"path": path}), _as_is)
 
 
+def _memory_change(method: str, path: str, body: dict[str, Any]) -> Call[dict[str, Any]]:
+    """A memory write with a minute id chosen here, from which the API derives the ids of every minute it writes:
+    a retry (after a 503) writes the same minutes, which the log keeps once (docs/memory-files.md, "Retries")."""
+    return _one(Request(method, path, body={**body, "minute_id": new_minute_id()}), _as_is)
+
+
 def memory_write(project_id: str, path: str, text: str) -> Call[dict[str, Any]]:
     """Make `path` hold `text` (Markdown, front-matter first): a new file asserts a fact, an edited one edits it.
 
     ``{"path", "changed", "minutes", "stream_ids"}``: each change one minute, applied by the facts pool.
     """
-    return _one(Request("PUT", _memory(project_id, "file"), body={"path": path, "text": text}), _as_is)
+    return _memory_change("PUT", _memory(project_id, "file"), {"path": path, "text": text})
 
 
 def memory_patch(project_id: str, path: str, old: str, new: str) -> Call[dict[str, Any]]:
     """Replace the one occurrence of `old` in the file with `new`; refused (422) when `old` occurs 0 or 2+ times."""
-    return _one(Request("POST", _memory(project_id, "patch"), body={"path": path, "old": old, "new": new}), _as_is)
+    return _memory_change("POST", _memory(project_id, "patch"), {"path": path, "old": old, "new": new})
 
 
 def memory_append(project_id: str, path: str, text: str) -> Call[dict[str, Any]]:
     """Add `text` to the end of an existing file's body (a fact's text)."""
-    return _one(Request("POST", _memory(project_id, "append"), body={"path": path, "text": text}), _as_is)
+    return _memory_change("POST", _memory(project_id, "append"), {"path": path, "text": text})
 
 
 def memory_export(project_id: str) -> Call[dict[str, str]]:
@@ -416,8 +422,11 @@ def memory_import(project_id: str, files: Mapping[str, str], *, dry_run: bool = 
     """Make the project's memory the `files` given (path -> text, as `memory_export` answers them): each change
     one minute, a fact whose file is gone retracted. ``{"minutes", "unchanged", "changes", "dry_run", "stream_ids"}``;
     `dry_run` plans and writes nothing. A file edited from a stale export is refused (409)."""
-    params = {"dry_run": "true" if dry_run else None}
-    return _one(Request("PUT", _memory(project_id, "export"), params, body={"files": dict(files)}), _as_is)
+    if dry_run:
+        return _one(
+            Request("PUT", _memory(project_id, "export"), {"dry_run": "true"}, body={"files": dict(files)}), _as_is
+        )
+    return _memory_change("PUT", _memory(project_id, "export"), {"files": dict(files)})
 
 
 def _instant(when: str | datetime | None) -> str | None:

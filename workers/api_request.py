@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from contracts import InvalidMinute, Minute
 from contracts.json_value import MAX_JSON_DEPTH
 
 
@@ -123,3 +124,16 @@ def json_object(body: bytes, required: tuple[str, ...], optional: tuple[str, ...
         if parsed.get(name) is None:
             raise InvalidField(name, "is required")
     return {k: v for k, v in parsed.items() if v is not None}
+
+
+def minute_id_field(given: dict[str, Any]) -> str | None:
+    """The ``minute_id`` a change request carries (checked as a minute id), or None: the client's id for the change's
+    minute, so a retry is written once (the log keeps an id once)."""
+    chosen = given.get("minute_id")
+    if chosen is None:
+        return None
+    try:
+        Minute(project_id="p", event_type="x", id=chosen)
+    except InvalidMinute as exc:
+        raise InvalidField("minute_id", exc.problem) from None
+    return str(chosen)

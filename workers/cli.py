@@ -211,13 +211,28 @@ def _stop_on_signals(event: threading.Event) -> None:
 # -- commands -----------------------------------------------------------------
 
 
+def _need_mcp(command: str) -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"{command}: needs the mcp extra: pip install 'pvm[mcp]'") from None
+
+
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from workers.stack import Stack
 
     try:
-        stack = Stack(settings, _parse_processes(args.processes), dispatchers=args.dispatchers, api_port=args.api_port)
+        stack = Stack(
+            settings,
+            _parse_processes(args.processes),
+            dispatchers=args.dispatchers,
+            api_port=args.api_port,
+            mcp=args.mcp,
+        )
     except ValueError as exc:
         raise SystemExit(f"pvm: {exc}") from None
+    if args.mcp:
+        _need_mcp("pvm up --mcp")
     if settings.redis_url:
         _connect_service(settings).close()  # a Redis named but not there: say so before starting anything
     stop = threading.Event()
@@ -227,6 +242,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     print(f"pvm up: Redis {live.redis_url} ({where}); log in {live.log_dir}; shards {live.shards}")
     print("  processes: " + ", ".join(f"{name} pid {c.pid}" for name, c in stack.children.items()))
     print(f"  reader API on {live.api_url}  (pvm context / pvm search use it: PVM_API_URL={live.api_url})")
+    if args.mcp:
+        print(f"  MCP tools on {live.api_url}{defaults.MCP_PATH}  (streamable HTTP, the API's bearer tokens)")
     print(f"  agents connect with PVM_REDIS_URL={live.redis_url}  (Ctrl-C stops the stack)")
     sys.stdout.flush()
     try:
@@ -598,10 +615,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
     if args.mcp:
-        try:
-            import mcp  # noqa: F401
-        except ImportError:
-            raise SystemExit("pvm serve --mcp: needs the mcp extra: pip install 'pvm[mcp]'") from None
+        _need_mcp("pvm serve --mcp")
         print(f"pvm serve: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}")
         sys.stdout.flush()
     run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp)
@@ -1042,7 +1056,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
 
-    files = export_files(read_snapshot(_connect(settings), args.project))
+    files = export_files(read_snapshot(_connect(settings), args.project, include_global=args.global_tier))
     write_folder(args.out, files)
     if args.json:
         print(json.dumps({"project_id": args.project, "out": str(args.out), "files": sorted(files)}, indent=2))
@@ -1058,7 +1072,8 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
     connection = _connect(settings)
     try:
-        plan = plan_import(read_snapshot(connection, args.project), read_folder(args.folder))
+        snapshot = read_snapshot(connection, args.project, include_global=args.global_tier)
+        plan = plan_import(snapshot, read_folder(args.folder))
     except MemoryFileError as exc:
         print(f"pvm import: {exc}", file=sys.stderr)
         return 1
@@ -1119,6 +1134,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--dispatchers", type=_positive_int, default=1, help="dispatcher processes (default 1)")
     up.add_argument(
         "--api-port", type=_port, default=defaults.API_PORT, help=f"reader API port (default {defaults.API_PORT})"
+    )
+    up.add_argument(
+        "--mcp",
+        action="store_true",
+        help=f"also serve the MCP tools at {defaults.MCP_PATH} of the reader API (pvm serve --mcp)",
     )
     up.set_defaults(func=cmd_up)
 
@@ -1347,6 +1367,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--project", type=_project_id, required=True, help="the project")
     export.add_argument("--out", required=True, help="the folder (created; its old memory files are replaced)")
     export.add_argument("--tree", action="store_true", help="print the files as a tree")
+    export.add_argument(
+        "--global",
+        dest="global_tier",
+        action="store_true",
+        help="also the global tier's facts and learned keys (facts/global/, learned/global/)",
+    )
     export.add_argument("--json", action="store_true", help="machine-readable output")
     export.set_defaults(func=cmd_export)
 
@@ -1357,6 +1383,12 @@ def build_parser() -> argparse.ArgumentParser:
     import_cmd.add_argument("--project", type=_project_id, required=True, help="the project")
     import_cmd.add_argument("folder", help="the folder that pvm export wrote (and a person edited)")
     import_cmd.add_argument("--dry-run", action="store_true", help="show the minutes it would write; write none")
+    import_cmd.add_argument(
+        "--global",
+        dest="global_tier",
+        action="store_true",
+        help="the global tier's files may be edited (without it, a folder holding them is refused)",
+    )
     import_cmd.add_argument("--json", action="store_true", help="machine-readable output")
     import_cmd.set_defaults(func=cmd_import)
 

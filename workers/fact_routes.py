@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from contracts import InvalidMinute, Minute, new_minute_id
+from contracts import Minute, new_minute_id
 from contracts.errors import ContractError, InvalidFact
 from contracts.fact_changes import (
     FactRetracted,
@@ -74,6 +74,7 @@ from workers.api_request import (
     choices_param,
     int_param,
     json_object,
+    minute_id_field,
 )
 from workers.auth import TokenScope
 from workers.fact_timeline import fit, on_promotion, place
@@ -585,14 +586,8 @@ def _tier_key(project_id: str, tier: Tier, task: str | None) -> TierKey:
 
 def _minute_id(given: dict[str, Any]) -> str:
     """The change minute's id: the client's (a retry is then written once) or a new one."""
-    chosen = given.get("minute_id")
-    if chosen is None:
-        return new_minute_id()
-    try:
-        Minute(project_id="p", event_type="x", id=chosen)
-    except InvalidMinute as exc:
-        raise InvalidField("minute_id", exc.problem) from None
-    return str(chosen)
+    chosen = minute_id_field(given)
+    return new_minute_id() if chosen is None else chosen
 
 
 def _value(raw: Any) -> str | int | float | bool:

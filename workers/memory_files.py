@@ -4,7 +4,7 @@ A project's memory is a folder of Markdown files, each a YAML front-matter
 block and a body (docs/memory-files.md has the layout and every field):
 
 - ``facts/<tier>/<type>/<slug>-<id8>.md``: one fact of the task or project
-  tier; the body is its text.
+  tier, or (read with the global grant) of the global tier; the body is its text.
 - ``learned/<tier>/<slug>-<id8>.md``: one learned key (``learn(key, value)``).
 - ``episodes/<thread>/...md`` and ``summaries/<thread>/...md``: what the
   summarize pool derived from the log; read-only.
@@ -59,6 +59,7 @@ from contracts.fact_changes import (
     superseded_minute,
 )
 from contracts.facts import (
+    GLOBAL_KEY,
     MAX_RELATIONSHIPS,
     Fact,
     FactStatus,
@@ -71,6 +72,7 @@ from contracts.facts import (
     normalize_text,
     normalize_value,
 )
+from contracts.ids import derived_minute_id, id_timestamp_ms
 from contracts.minute import Minute
 from contracts.summaries import Chunk, Episode
 from pvm import defaults
@@ -154,6 +156,7 @@ FIXED_KEYS = (
 IMPORT_AGENT = "memory-import"
 RETRACTED_BY_DELETION = "its file was removed from the Markdown memory"
 RETRACTED_BY_STATUS = "retracted in the Markdown memory"
+GLOBAL_TIER = Tier.GLOBAL.value
 
 Write = Callable[[Sequence[Minute]], list[str]]
 
@@ -184,6 +187,12 @@ class MemoryNotFound(MemoryFileError):
     """No memory file at that path."""
 
     status = 404
+
+
+class MemoryForbidden(MemoryFileError):
+    """A file of the global tier in a request without the global grant (a token's ``"global": true``, ``--global``)."""
+
+    status = 403
 
 
 class MemoryConflict(MemoryFileError):
@@ -226,7 +235,9 @@ def check_memory_path(path: Any, field: str = "path") -> str:
     segments = path.split("/")
     for segment in segments:
         if segment in ("", ".", ".."):
-            raise MemoryPathError(f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the memory")
+            raise MemoryPathError(
+                f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the project's memory root"
+            )
         if _SEGMENT.fullmatch(segment) is None:
             raise MemoryPathError(
                 f"{field} {shown}: segment {segment[:40]!r} may hold only letters, digits and ._- (not starting with .)"
@@ -234,6 +245,17 @@ def check_memory_path(path: Any, field: str = "path") -> str:
     if segments[0] not in ROOTS or len(segments) < 2:
         raise MemoryPathError(f"{field} {shown} must be under one of {', '.join(r + '/' for r in ROOTS)}")
     raise MemoryPathError(f"{field} {shown} must name a Markdown file ({SUFFIX})")
+
+
+def check_global_grant(path: str, include_global: bool, *, by_path: bool = True) -> None:
+    """`MemoryForbidden` naming `path` when it is a file of the global tier (``<root>/global/...``; with not
+    `by_path`, a file the caller said is global) and the caller has no global grant (`include_global`)."""
+    if include_global or (by_path and path.split("/")[1:2] != [GLOBAL_TIER]):
+        return
+    raise MemoryForbidden(
+        f"{path}: the global tier is read-only without the global grant; leave its files out, or use the grant "
+        '(API: a token with "global": true; CLI: --global)'
+    )
 
 
 def _slug(text: str) -> str:
@@ -444,20 +466,23 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class MemorySnapshot:
-    """What one project's memory holds now: its task and project facts (stored records) and its threads' records."""
+    """What one project's memory holds now: its task and project facts (stored records), the global tier's when
+    read with the grant (`include_global`), and its threads' records."""
 
     project_id: str
     records: dict[str, FactRecord]
     chunks: tuple[Chunk, ...] = ()
     episodes: tuple[Episode, ...] = ()
+    include_global: bool = False
 
     @property
     def last_ms(self) -> int:
         return max((s.last_ms for s in self.records.values()), default=0)
 
 
-def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
-    """The project's stored facts (one HSCAN of its records hash) and every thread's chunks and episodes."""
+def read_snapshot(connection: redis.Redis, project_id: str, *, include_global: bool = False) -> MemorySnapshot:
+    """The project's stored facts (one HSCAN of its records hash), with `include_global` the global tier's too
+    (one HSCAN of its hash: the caller holds the global grant), and every thread's chunks and episodes."""
     anchor = TierKey.for_project(project_id)
     own = (f"project:{project_id}", f"task:{project_id}:")
     records: dict[str, FactRecord] = {}
@@ -466,6 +491,11 @@ def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
         tier_key = str(record.raw["tier_key"])
         if tier_key == own[0] or tier_key.startswith(own[1]):
             records[record.id] = record
+    if include_global:
+        for _, packed in connection.hscan_iter(keys.facts_by_id(GLOBAL_KEY), count=1000):
+            record = FactRecord.unpack(cast(bytes, packed))
+            if record.raw["tier_key"] == GLOBAL_TIER:
+                records[record.id] = record
     threads = SummaryStore(connection)
     chunks: list[Chunk] = []
     episodes: list[Episode] = []
@@ -473,7 +503,7 @@ def read_snapshot(connection: redis.Redis, project_id: str) -> MemorySnapshot:
         view = threads.thread_view(project_id, thread, 0)
         chunks.extend(view.chunks)
         episodes.extend(view.episodes)
-    return MemorySnapshot(project_id, records, tuple(chunks), tuple(episodes))
+    return MemorySnapshot(project_id, records, tuple(chunks), tuple(episodes), include_global)
 
 
 def export_files(snapshot: MemorySnapshot) -> dict[str, str]:
@@ -526,6 +556,29 @@ class ImportPlan:
         }
 
 
+class _MinuteIds:
+    """The ids of a plan's minutes, in plan order: new ones, or, given the caller's `first`, `first` and then ids
+    derived from it. A retried request (the same `first`, the store unchanged) plans the same minutes with the same
+    ids, and the log, idempotent by id, keeps each once."""
+
+    def __init__(self, first: str | None) -> None:
+        self.first, self.count = first, 0
+
+    def next(self) -> str:
+        n, self.count = self.count, self.count + 1
+        if self.first is None:
+            return new_minute_id()
+        if n == 0:
+            return self.first
+        return derived_minute_id(id_timestamp_ms(self.first) or 0, self.first, "memory-change", str(n))
+
+
+def written_before(connection: redis.Redis, project_id: str, minute_id: str) -> bool:
+    """Whether the project's log holds `minute_id` (its minute cache, which the log pool fills as it makes minutes
+    durable): a retried write whose first try was written, and perhaps applied, already."""
+    return bool(connection.hexists(keys.minute_by_id(project_id), minute_id))
+
+
 class _Clock:
     """Minute times after every change the project's facts hold, so an edit is never older than what it edits."""
 
@@ -544,6 +597,7 @@ class _Planner:
     agent_id: str
     clock: _Clock
     plan: ImportPlan
+    ids: _MinuteIds
     seen: dict[str, str] = field(default_factory=dict)  # fact id -> the file that names it
     # New facts of this import, by tier key and slot, so two new files in one slot see each other.
     fresh: list[Fact] = field(default_factory=list)
@@ -556,6 +610,7 @@ class _Planner:
 
     def file(self, path: str, text: str, rendered: Mapping[str, str]) -> None:
         root = path.split("/", 1)[0]
+        check_global_grant(path, self.snapshot.include_global)
         if root in DERIVED_ROOTS:
             if rendered.get(path, "").strip() != text.strip():
                 kind = "an episode" if root == EPISODES_ROOT else "a thread summary"
@@ -635,7 +690,9 @@ class _Planner:
         status = front.get("status", fact.status.value)
         if changes:
             try:
-                minute = edited_minute(fact, agent_id=self.agent_id, timestamp=self.clock.next(), **changes)
+                minute = edited_minute(
+                    fact, project_id=self._maker(fact), agent_id=self.agent_id, **self._stamp(), **changes
+                )
             except ContractError as exc:
                 raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
             self.add(path, fact.id, minute)
@@ -647,17 +704,23 @@ class _Planner:
             self.add(
                 path,
                 fact.id,
-                retracted_minute(fact, RETRACTED_BY_STATUS, agent_id=self.agent_id, timestamp=self.clock.next()),
+                retracted_minute(
+                    fact,
+                    RETRACTED_BY_STATUS,
+                    project_id=self._maker(fact),
+                    agent_id=self.agent_id,
+                    **self._stamp(),
+                ),
             )
         elif status == FactStatus.PROMOTED.value and fact.status is FactStatus.PENDING:
             promoted = fact.with_(status=FactStatus.PROMOTED)
             self.add(
                 path,
                 fact.id,
-                promoted_minute(fact, PromotionReason.BY_HAND, agent_id=self.agent_id, timestamp=self.clock.next()),
+                promoted_minute(fact, PromotionReason.BY_HAND, agent_id=self.agent_id, **self._stamp()),
             )
             for old in on_promotion(self._slot_view(fact), promoted):
-                minute = superseded_minute(old, promoted, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(old, promoted, agent_id=self.agent_id, **self._stamp())
                 self.add(path, old.id, minute)
         else:
             raise MemoryFileError(
@@ -665,6 +728,14 @@ class _Planner:
                 + ("promoted or retracted" if fact.status is FactStatus.PENDING else "retracted")
                 + " here (supersession follows from a new value in the slot)"
             )
+
+    def _stamp(self) -> dict[str, str]:
+        """The next change minute's id and time."""
+        return {"minute_id": self.ids.next(), "timestamp": self.clock.next()}
+
+    def _maker(self, fact: Fact) -> str | None:
+        """The project whose log keeps a change to `fact`: this one for a global fact, else the fact's own."""
+        return self.snapshot.project_id if fact.tier is Tier.GLOBAL else None
 
     def _slot_view(self, fact: Fact) -> list[Fact]:
         tier_key = str(fact.tier_key)
@@ -689,13 +760,20 @@ class _Planner:
         project_id = self.snapshot.project_id
         try:
             tier = Tier(front.get("tier", Tier.PROJECT.value))
+            learned = normalize_text(str(front["subject"])) == LEARNED_SUBJECT
             if tier is Tier.GLOBAL:
-                raise MemoryFileError(
-                    f"{path}: tier global: the Markdown memory holds a project's task and project tiers; "
-                    "promote a fact to global with POST .../facts/{id}/promote"
-                )
+                check_global_grant(path, self.snapshot.include_global, by_path=False)
+                if not learned:
+                    raise MemoryFileError(
+                        f"{path}: tier global: a new global fact comes only by promotion (POST "
+                        ".../facts/{id}/promote) or as a learned key (subject: learned); assert it in the project"
+                    )
             task = front.get("task")
-            if tier is Tier.TASK:
+            if tier is Tier.GLOBAL:
+                if task is not None:
+                    raise MemoryFileError(f"{path}: task is for tier task only; drop it or set 'tier: task'")
+                tier_key = GLOBAL_KEY
+            elif tier is Tier.TASK:
                 if task is None:
                     raise MemoryFileError(f"{path}: tier task names its task: add 'task: <task id>'")
                 tier_key = TierKey.for_task(project_id, str(task))
@@ -706,7 +784,7 @@ class _Planner:
         except ValueError as exc:
             if isinstance(exc, MemoryFileError):
                 raise
-            raise MemoryFileError(f"{path}: tier {front.get('tier')!r} must be task or project") from None
+            raise MemoryFileError(f"{path}: tier {front.get('tier')!r} must be task, project or global") from None
         value = front["value"]
         if isinstance(value, (dict, list)) or value is None:
             raise MemoryFileError(f"{path}: value must be text, a number or true/false")
@@ -717,24 +795,26 @@ class _Planner:
         status = front.get("status", FactStatus.PROMOTED.value)
         when = self.clock.next()
         try:
-            if normalize_text(str(front["subject"])) == LEARNED_SUBJECT:
+            if learned:
                 minute = learned_minute(
                     str(front["attribute"]),
                     value,
                     tier_key,
                     type=front.get("type", FactType.FACT.value),
                     text=text,
+                    project_id=project_id if tier is Tier.GLOBAL else None,
                     agent_id=self.agent_id,
+                    minute_id=self.ids.next(),
                     timestamp=when,
                 )
-                learned = Fact.from_dict(minute.data["fact"])
-                self._claim(path, learned.id)
-                self.fresh.append(learned)
-                self.add(path, learned.id, minute)
+                key_fact = Fact.from_dict(minute.data["fact"])
+                self._claim(path, key_fact.id)
+                self.fresh.append(key_fact)
+                self.add(path, key_fact.id, minute)
                 return
             if status not in (FactStatus.PENDING.value, FactStatus.PROMOTED.value):
                 raise MemoryFileError(f"{path}: status {status!r}: a new fact is pending or promoted")
-            minute_id = new_minute_id()
+            minute_id = self.ids.next()
             fact = Fact.new(
                 type=front.get("type", FactType.FACT.value),
                 text=text or f"{front['subject']} {front['attribute']}: {value}",
@@ -773,13 +853,13 @@ class _Planner:
             self.fresh.append(fact)
             self.add(path, fact.id, asserted_minute(fact, agent_id=self.agent_id, minute_id=minute_id, timestamp=when))
             for old in fitting.older:
-                minute = superseded_minute(old, fact, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(old, fact, agent_id=self.agent_id, **self._stamp())
                 self.add(path, old.id, minute)
             if fitting.later is not None:
-                minute = superseded_minute(fact, fitting.later, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = superseded_minute(fact, fitting.later, agent_id=self.agent_id, **self._stamp())
                 self.add(path, fact.id, minute)
             for other in fitting.same:
-                minute = contradicted_minute(fact, other, agent_id=self.agent_id, timestamp=self.clock.next())
+                minute = contradicted_minute(fact, other, agent_id=self.agent_id, **self._stamp())
                 self.add(path, fact.id, minute)
         except ContractError as exc:
             raise MemoryFileError(f"{path}: {_field_problem(exc)}") from None
@@ -791,12 +871,14 @@ class _Planner:
         for fid, stored in sorted(self.snapshot.records.items()):
             if fid in self.seen or stored.raw["status"] == FactStatus.RETRACTED.value:
                 continue
+            if stored.raw["tier_key"] == GLOBAL_TIER:
+                # Shared by every project: retracted by `status: retracted`, never by a file missing from a folder
+                # that may have been exported without the grant.
+                continue
             if stored.last_ms > self.exported_at:
                 # Made or changed after the newest file of the folder: whoever removed its file never saw it.
                 continue
-            minute = retracted_minute(
-                stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, timestamp=self.clock.next()
-            )
+            minute = retracted_minute(stored.fact, RETRACTED_BY_DELETION, agent_id=self.agent_id, **self._stamp())
             self.add(fact_path(stored.raw), fid, minute)
 
 
@@ -840,13 +922,16 @@ def plan_import(
     partial: bool = False,
     agent_id: str = IMPORT_AGENT,
     now_ms: int | None = None,
+    minute_id: str | None = None,
 ) -> ImportPlan:
     """The minutes that make `files` (path -> text) the memory of `snapshot`'s project; nothing is written.
 
     `partial` (the memory tools' writes): the files are some of the memory, so a fact with no file is left
-    alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. Every refused file
-    is named in one `MemoryFileError` (a `MemoryConflict` when one is a stale version or an edited derived
-    file), and then the plan writes nothing.
+    alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. `minute_id` (the
+    caller's, for retries) is the first minute's id and the others are derived from it (`_MinuteIds`). Every
+    refused file is named in one `MemoryFileError` (a `MemoryForbidden` when one is of the global tier and
+    `snapshot` was read without the grant, else a `MemoryConflict` when one is a stale version or an edited
+    derived file), and then the plan writes nothing.
     """
     if len(files) > defaults.MEMORY_IMPORT_MAX_FILES:
         raise MemoryFileError(
@@ -861,7 +946,12 @@ def plan_import(
     rendered.update((chunk_path(c), render_chunk(c)) for c in snapshot.chunks)
     rendered.update((episode_path(e), render_episode(e)) for e in snapshot.episodes)
     planner = _Planner(
-        snapshot, agent_id, _Clock(snapshot.last_ms, now_ms), ImportPlan(snapshot.project_id), exported_ids=exported_ids
+        snapshot,
+        agent_id,
+        _Clock(snapshot.last_ms, now_ms),
+        ImportPlan(snapshot.project_id),
+        _MinuteIds(minute_id),
+        exported_ids=exported_ids,
     )
     refused: list[MemoryFileError] = []
     for path, text in sorted(files.items()):
@@ -876,8 +966,9 @@ def plan_import(
     if refused:
         problems = [str(exc) for exc in refused]
         message = f"{len(refused)} files refused; nothing was written:\n" + "\n".join(problems)
-        conflict = any(isinstance(exc, MemoryConflict) for exc in refused)
-        raise (MemoryConflict if conflict else MemoryFileError)(message, problems)
+        kinds = [MemoryForbidden, MemoryConflict]  # the first any refusal is of, else MemoryFileError
+        kind = next((k for k in kinds if any(isinstance(exc, k) for exc in refused)), MemoryFileError)
+        raise kind(message, problems)
     if not partial:
         planner.removed()
     return planner.plan

@@ -1041,12 +1041,26 @@ _MEMORY_CONFLICT = _error(
     "read-only file (episodes, summaries)",
     "MemoryRefused",
 )
+_MEMORY_MINUTE_ID = {
+    "allOf": [ref("MinuteId")],
+    "description": "the first change minute's id, the others derived from it: set it to make a retry idempotent "
+    "(the clients do; default: new ids)",
+}
+_MEMORY_WRITTEN_BEFORE = {
+    "allOf": [ref("MinuteId")],
+    "description": "a retry of a write the log holds already (its minute_id): nothing was written this time",
+}
+_MEMORY_FORBIDDEN = _error(
+    "the token may not reach the project named in the path, or a file of the global tier was sent without the "
+    "token's global grant"
+)
 _MEMORY_CHANGES = _object(
     {
         "path": _STRING,
         "changed": {"type": "boolean"},
         "minutes": _array(_object({}, required=(), additionalProperties=True)),
         "stream_ids": _array(_STRING),
+        "written_before": _MEMORY_WRITTEN_BEFORE,
     },
     required=("path", "changed", "minutes", "stream_ids"),
 )
@@ -1058,10 +1072,14 @@ _MEMORY_PLAN = _object(
         "changes": _array(_object({}, required=(), additionalProperties=True)),
         "dry_run": {"type": "boolean"},
         "stream_ids": _array(_STRING),
+        "written_before": _MEMORY_WRITTEN_BEFORE,
     },
     required=("project_id", "minutes", "unchanged", "changes", "dry_run", "stream_ids"),
 )
-_MEMORY_FILES = _object({"files": {"type": "object", "additionalProperties": _STRING}}, required=("files",))
+_MEMORY_FILES = _object(
+    {"files": {"type": "object", "additionalProperties": _STRING}, "minute_id": _MEMORY_MINUTE_ID},
+    required=("files",),
+)
 _MEMORY_EXPORT = _object(
     {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}},
     required=("project_id", "files"),
@@ -1076,7 +1094,9 @@ def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool
         {
             "summary": summary,
             "parameters": [PROJECT, REQUEST_ID],
-            "requestBody": _body(_object(fields, required=tuple(fields)), "the file and the change"),
+            "requestBody": _body(
+                _object({**fields, "minute_id": _MEMORY_MINUTE_ID}, required=tuple(fields)), "the file and the change"
+            ),
             "responses": {
                 "200": _answer(
                     "nothing changed: no minute written", schema=None, **{JSON: {"schema": _MEMORY_CHANGES}}
@@ -1090,6 +1110,7 @@ def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool
                 **_ERRORS,
             },
         },
+        forbidden=_MEMORY_FORBIDDEN,
     )
 
 
@@ -1147,6 +1168,7 @@ def memory_operations() -> list[tuple[str, Operation]]:
                         **_ERRORS,
                     },
                 },
+                forbidden=_MEMORY_FORBIDDEN,
             ),
         ),
         (

@@ -85,8 +85,11 @@ class Stack:
         processes: Mapping[str, int] | None = None,
         dispatchers: int = 1,
         api_port: int | None = defaults.API_PORT,
+        mcp: bool = False,
     ) -> None:
         processes = dict(processes or {})
+        if mcp and api_port is None:
+            raise ValueError("--mcp serves the MCP tools beside the reader API; it needs the API (an --api-port)")
         for pool in ("index", "evaluate"):
             if pool in processes and not settings.qdrant_url:
                 raise ValueError(
@@ -101,6 +104,7 @@ class Stack:
         self.processes.update(processes)
         self.dispatchers = dispatchers
         self.api_port = api_port
+        self.mcp = mcp
         self.redis: EmbeddedRedis | None = None
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts = RestartPolicy()
@@ -118,8 +122,12 @@ class Stack:
         self._start_child("scheduler", ["scheduler", "--name", f"{os.uname().nodename}-up"])
         if self.api_port is not None:
             self.settings = self.settings.with_(api_url=f"http://127.0.0.1:{self.api_port}")
-            self._start_child("serve", ["serve", "--port", str(self.api_port)])
+            self._start_child("serve", self.serve_args())
         return self.settings
+
+    def serve_args(self) -> list[str]:
+        """The reader API's command line: `pvm serve` on the API port, with `--mcp` the MCP tools at its /mcp."""
+        return ["serve", "--port", str(self.api_port), *(["--mcp"] if self.mcp else [])]
 
     def _start_child(self, name: str, args: list[str], now: float | None = None) -> None:
         self.children[name] = self._spawn(args)

@@ -43,6 +43,7 @@ ALERTS = PROMETHEUS_DIR / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "pvm-dashboard.json"
 K8S_DIR = ROOT / "deploy" / "k8s"
 COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
 
 # The Kubernetes version the manifests are validated against (strict: unknown fields fail).
 K8S_VERSION = "1.30"
@@ -1134,6 +1135,20 @@ def test_compose_prometheus_scrapes_the_compose_exporter_with_the_deploy_config(
     port = exporter[exporter.index("--port") + 1]
     job = next(j for j in load_yaml(PROMETHEUS_CONFIG)["scrape_configs"] if j["job_name"] == "pvm-exporter")
     assert job["static_configs"][0]["targets"] == [f"exporter:{port}"]
+
+
+# -- MCP beside the API (docs/mcp.md) ----------------------------------------------
+
+
+def test_the_api_serves_the_mcp_tools_in_compose_and_kubernetes_from_an_image_with_the_mcp_extra() -> None:
+    """The deployed API is `pvm serve --mcp`: the tools at /mcp of the API's own port, nothing else to expose."""
+    [extras] = re.findall(r"^RUN pip install '\.\[([a-z,]+)\]'", DOCKERFILE.read_text(), re.M)
+    assert {"server", "mcp"} <= set(extras.split(",")), "Dockerfile: pip install '.[server,mcp]'"
+    api = compose_command(compose()["services"]["api"])
+    container = k8s_objects("Deployment")["pvm-api"]["spec"]["template"]["spec"]["containers"][0]
+    for where, argv in (("docker-compose.yml api", api), ("deploy/k8s pvm-api", list(container["args"]))):
+        parsed = parse_pvm_command(argv, where)
+        assert argv[0] == "serve" and parsed.mcp, f"{where}: run `pvm serve ... --mcp`"
 
 
 # -- values the deploy files repeat from pvm/defaults.py (area: settings) ----------

@@ -191,3 +191,16 @@ def test_every_api_route_has_a_method_on_both_clients() -> None:
     missing = sorted(route for route in documented - set(sent) if SPELLINGS.get(route) not in sent)
     assert not missing, f"API routes with no Client / AsyncClient method (add a builder in pvm/routes.py): {missing}"
     assert set(sent) <= documented
+
+
+def test_every_memory_write_sends_a_minute_id_of_its_own_that_its_retries_repeat() -> None:
+    """The server derives the write's minute ids from it, so a retried write (after a 503) is written once."""
+    calls = [
+        routes.memory_write("apollo", "facts/project/web.md", NEW),
+        routes.memory_patch("apollo", "facts/project/web.md", "We", "They"),
+        routes.memory_append("apollo", "facts/project/web.md", "More."),
+        routes.memory_import("apollo", {"facts/project/web.md": NEW}),
+    ]
+    ids = [call.requests[0].body["minute_id"] for call in calls]
+    assert len(set(ids)) == 4 and all(len(i) == 26 for i in ids)
+    assert routes.memory_import("apollo", {}, dry_run=True).requests[0].body.get("minute_id") is None

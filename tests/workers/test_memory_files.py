@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,8 +28,9 @@ from contracts.fact_changes import (
     fact_change,
     learned_minute,
     retracted_minute,
+    tier_promoted_minute,
 )
-from contracts.facts import Fact, FactType, TierKey
+from contracts.facts import GLOBAL_KEY, Fact, FactStatus, FactType, TierKey
 from contracts.minute import Minute
 from contracts.summaries import Chunk, Episode, EpisodeKind, ThreadRef
 from pvm.config import Settings
@@ -39,6 +41,7 @@ from workers.memory_files import (
     FactRecord,
     MemoryConflict,
     MemoryFileError,
+    MemoryForbidden,
     MemoryPathError,
     MemorySnapshot,
     export_files,
@@ -240,6 +243,13 @@ def test_a_new_value_in_a_single_valued_slot_supersedes_the_old_one(redis_client
     plan = plan_import(snapshot, files)
     assert [c.minute.event_type for c in plan.changes] == ["fact_asserted", "fact_superseded"]
     assert plan.changes[1].fact_id == old.id
+    # With the caller's minute id (a retried request) every minute's id is the same in every plan: first, derived.
+    first = new_minute_id()
+    plans = [plan_import(snapshot, files, minute_id=first) for _ in range(2)]
+    ids = [[c.minute.id for c in p.changes] for p in plans]
+    assert ids[0] == ids[1] and ids[0][0] == first and len(set(ids[0])) == 2 and len(ids[0][1]) == 26
+    assert plans[0].changes[0].minute.data["fact"]["source_minute_ids"] == [first]
+    assert [c.minute.id for c in plan_import(snapshot, files).changes] != ids[0]
 
 
 # -- refusals -----------------------------------------------------------------------------------------------------
@@ -347,6 +357,15 @@ def test_paths_outside_the_memory_root_are_refused(path: str) -> None:
         plan_import(snapshot, {path: "---\nsubject: a\nattribute: b\nvalue: c\n---\n"}, partial=True)
 
 
+@pytest.mark.parametrize("path", ["facts/../secrets.md", "facts/./x.md", "facts//x.md"])
+def test_a_dot_segment_is_refused_saying_paths_stay_inside_the_memory_root(path: str) -> None:
+    from workers.memory_files import check_memory_path
+
+    with pytest.raises(MemoryPathError) as refused:
+        check_memory_path(path)
+    assert str(refused.value).endswith("segment; paths stay inside the project's memory root")
+
+
 def test_fuzzed_paths_never_leave_the_root(tmp_path: Path) -> None:
     from workers.memory_files import check_memory_path
 
@@ -401,6 +420,75 @@ def test_an_oversized_file_is_refused(tmp_path: Path) -> None:
         read_folder(tmp_path)
 
 
+# -- the global tier ----------------------------------------------------------------------------------------------
+
+
+def seed_global(connection: redis.Redis) -> Fact:
+    """A project fact promoted to the global tier and a global learned key; returns the fact's global copy."""
+    fact = random_fact(random.Random(21), 0).with_(tier_key=TierKey.for_project(P), status=FactStatus.PROMOTED)
+    promoted = tier_promoted_minute(fact)
+    apply(connection, [asserted_minute(fact), promoted, learned_minute("region", "eu-west", GLOBAL_KEY, project_id=P)])
+    return Fact.from_dict(promoted.data["fact"])
+
+
+def global_paths(files: dict[str, str]) -> list[str]:
+    return sorted(p for p in files if p.split("/")[1] == "global")
+
+
+def test_the_global_tier_is_exported_only_with_the_grant(redis_client: redis.Redis) -> None:
+    copy = seed_global(redis_client)
+    plain = export_files(read_snapshot(redis_client, P))
+    assert global_paths(plain) == [] and len(plain) == 1
+    granted = export_files(read_snapshot(redis_client, P, include_global=True))
+    [learned] = [p for p in global_paths(granted) if p.startswith("learned/global/")]
+    assert global_paths(granted) == sorted([fact_path(copy), learned]) and fact_path(copy).startswith("facts/global/")
+    assert set(granted) - set(plain) == set(global_paths(granted))
+    assert parse(fact_path(copy), granted[fact_path(copy)])[0]["tier"] == "global"
+    plan = plan_import(read_snapshot(redis_client, P, include_global=True), granted)
+    assert plan.changes == [] and plan.unchanged == 3
+    # Imported with the grant, a folder exported without it retracts no global fact.
+    assert plan_import(read_snapshot(redis_client, P, include_global=True), plain).changes == []
+
+
+def test_an_edit_of_a_global_fact_with_the_grant_writes_one_minute(redis_client: redis.Redis) -> None:
+    copy = seed_global(redis_client)
+    path = fact_path(copy)
+    granted = export_files(read_snapshot(redis_client, P, include_global=True))
+    edited = {**granted, path: granted[path].rstrip("\n") + "\nChecked by a person.\n"}
+    plan = plan_import(read_snapshot(redis_client, P, include_global=True), edited)
+    [change] = plan.changes
+    assert (change.path, change.fact_id, change.minute.event_type) == (path, copy.id, "fact_edited")
+    assert change.minute.project_id == P and change.minute.scope == "global"
+    apply(redis_client, plan.minutes)
+    after = export_files(read_snapshot(redis_client, P, include_global=True))
+    assert after[path].endswith("Checked by a person.\n")
+    retracted = after[path].replace('status: "promoted"', 'status: "retracted"')
+    [change] = plan_import(read_snapshot(redis_client, P, include_global=True), {path: retracted}, partial=True).changes
+    assert change.minute.event_type == "fact_retracted" and change.minute.scope == "global"
+    key = "---\ntier: global\nsubject: learned\nattribute: default region\nvalue: eu-central\n---\n"
+    [change] = plan_import(read_snapshot(redis_client, P, include_global=True), {"learned/global/r.md": key}).changes
+    assert (change.minute.event_type, change.minute.project_id, change.minute.scope) == ("fact_learned", P, "global")
+    fact = "---\ntier: global\nsubject: region\nattribute: default\nvalue: eu\n---\n"
+    with pytest.raises(MemoryFileError, match="a new global fact comes only by promotion"):
+        plan_import(read_snapshot(redis_client, P, include_global=True), {"facts/global/r.md": fact}, partial=True)
+
+
+def test_a_global_file_without_the_grant_is_refused_naming_the_file(redis_client: redis.Redis) -> None:
+    copy = seed_global(redis_client)
+    path = fact_path(copy)
+    granted = export_files(read_snapshot(redis_client, P, include_global=True))
+    edited = granted[path].rstrip("\n") + "\nChecked by a person.\n"
+    plain = read_snapshot(redis_client, P)
+    with pytest.raises(MemoryForbidden, match=f"^{re.escape(path)}: the global tier is read-only without the global"):
+        plan_import(plain, {path: edited}, partial=True)
+    with pytest.raises(MemoryForbidden) as refused:
+        plan_import(plain, granted)  # unedited: still refused, and nothing of the import is written
+    assert sorted(p.partition(":")[0] for p in refused.value.problems) == global_paths(granted)
+    new_global = "---\ntier: global\nsubject: region\nattribute: default\nvalue: eu\n---\n"
+    with pytest.raises(MemoryForbidden, match=r"^facts/project/x\.md: the global tier is read-only"):
+        plan_import(plain, {"facts/project/x.md": new_global}, partial=True)
+
+
 # -- the CLI ------------------------------------------------------------------------------------------------------
 
 
@@ -431,6 +519,31 @@ def test_cli_export_edit_import(
     (out / "facts" / "x.md").write_text("no front-matter")
     assert cli.main(["import", "--project", P, str(out)]) == 1
     assert "facts/x.md: a memory file starts with a '---' line" in capsys.readouterr().err
+
+
+def test_cli_export_and_import_the_global_tier_only_with_global(
+    redis_client: redis.Redis,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    use_settings(settings, monkeypatch)
+    copy = seed_global(redis_client)
+    out = tmp_path / "memory"
+    assert cli.main(["export", "--project", P, "--out", str(out)]) == 0
+    assert global_paths(read_folder(out)) == []
+    assert cli.main(["export", "--project", P, "--out", str(out), "--global"]) == 0
+    assert fact_path(copy) in global_paths(read_folder(out))
+    target = out / fact_path(copy)
+    target.write_text(target.read_text().rstrip("\n") + "\nChecked by a person.\n")
+    capsys.readouterr()
+    assert cli.main(["import", "--project", P, str(out)]) == 1
+    assert f"{fact_path(copy)}: the global tier is read-only without the global grant" in capsys.readouterr().err
+    assert streamed(redis_client, settings) == []
+    assert cli.main(["import", "--project", P, str(out), "--global"]) == 0
+    [minute] = streamed(redis_client, settings)
+    assert (minute.event_type, minute.project_id, minute.scope) == ("fact_edited", P, "global")
 
 
 # -- the demo's MEMORY step ---------------------------------------------------------------------------------------

@@ -15,11 +15,13 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from contracts import new_minute_id
 from pvm.config import Settings
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
+from tests.memory_helpers import log_minutes
 from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
-from tests.workers.test_memory_files import ATTACKS, P, apply, seed_memory, streamed
+from tests.workers.test_memory_files import ATTACKS, P, apply, global_paths, seed_global, seed_memory, streamed
 from workers.api import create_app
 from workers.memory_files import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError, fact_path
 from workers.memory_tools import MemoryTools
@@ -162,3 +164,73 @@ def test_memory_tools_over_http(client: TestClient, redis_client: redis.Redis, s
         "/v1/projects/zeus/memory/file", json={"path": "facts/a.md", "text": NEW}, headers=bearer(APOLLO_ONLY)
     )
     assert r.status_code == 403
+
+
+def test_the_global_tier_over_http_follows_the_tokens_global_grant(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    copy = seed_global(redis_client)
+    path = fact_path(copy)
+    assert global_paths(call(client, "GET", "export").json()["files"]) == []
+    granted = call(client, "GET", "export", token=CURATOR).json()["files"]
+    assert path in global_paths(granted) and len(global_paths(granted)) == 2
+    assert [
+        f["path"]
+        for f in call(client, "GET", "files", token=CURATOR, params={"prefix": "facts/global"}).json()["files"]
+    ] == [path]
+    edited = granted[path].rstrip("\n") + "\nChecked by a person.\n"
+    r = call(client, "PUT", "file", json={"path": path, "text": edited})
+    assert r.status_code == 403 and r.json()["error"].startswith(f"{path}: the global tier is read-only"), r.text
+    r = call(client, "PUT", "export", json={"files": granted})
+    assert r.status_code == 403 and len(r.json()["problems"]) == 2
+    assert streamed(redis_client, settings) == []
+    r = call(client, "PUT", "file", token=CURATOR, json={"path": path, "text": edited})
+    assert r.status_code == 202 and [m["event_type"] for m in r.json()["minutes"]] == ["fact_edited"], r.text
+    [minute] = streamed(redis_client, settings)
+    assert (minute.project_id, minute.scope) == (P, "global")
+
+
+def test_a_retried_memory_write_writes_each_minute_once(
+    client: TestClient, redis_client: redis.Redis, settings: Settings
+) -> None:
+    """A retry (the same minute_id, as the client sends after a 503) plans the same minute ids, which the log keeps
+    once; once the log holds them, it writes nothing and says so."""
+    first_id = new_minute_id()
+    body = {"path": "facts/project/web.md", "text": NEW, "minute_id": first_id}
+    first = call(client, "PUT", "file", json=body)
+    assert first.status_code == 202, first.text
+    again = call(client, "PUT", "file", json=body)  # not applied yet: planned again, with the same ids
+    assert again.status_code == 202 and again.json()["minutes"] == first.json()["minutes"]
+    assert first.json()["minutes"][0]["minute_id"] == first_id
+    written = streamed(redis_client, settings)
+    assert [m.id for m in written] == [first_id, first_id]
+    log_minutes(redis_client, settings, written[:1], index=False)  # the log keeps it once; the facts pool applies it
+    apply(redis_client, written[:1])
+    late = call(client, "PUT", "file", json=body)  # now the slot holds the value: the retry is a write made before
+    assert late.status_code == 200 and late.json()["written_before"] == first_id and late.json()["minutes"] == []
+    assert len(streamed(redis_client, settings)) == 2
+    [listed] = call(client, "GET", "files").json()["files"]
+    path = listed["path"]
+    edit = {"path": path, "old": "We serve", "new": "We now serve", "minute_id": new_minute_id()}
+    patched = [call(client, "POST", "patch", json=edit) for _ in range(2)]
+    assert [r.status_code for r in patched] == [202, 202]
+    assert patched[0].json()["minutes"] == patched[1].json()["minutes"]
+    edits = streamed(redis_client, settings)[2:]
+    assert [m.id for m in edits] == [edit["minute_id"]] * 2 and edits[0].data == edits[1].data
+    log_minutes(redis_client, settings, edits[:1], index=False)
+    apply(redis_client, edits[:1])
+    late = call(client, "POST", "patch", json=edit)  # "We serve" is gone now: still the write made before
+    assert late.status_code == 200 and late.json()["written_before"] == edit["minute_id"], late.text
+    files = call(client, "GET", "export").json()["files"]
+    folder = {**files, path: files[path].replace("We now serve", "We still serve")}
+    whole = {"files": folder, "minute_id": new_minute_id()}
+    imported = [call(client, "PUT", "export", json=whole) for _ in range(2)]
+    assert imported[0].status_code == 202 and imported[0].json()["changes"] == imported[1].json()["changes"]
+    [minute] = streamed(redis_client, settings)[4:5]
+    assert minute.id == whole["minute_id"] and len(streamed(redis_client, settings)) == 6
+    log_minutes(redis_client, settings, [minute], index=False)
+    apply(redis_client, [minute])
+    late = call(client, "PUT", "export", json=whole)  # stale versions now, but the log holds the import
+    assert late.status_code == 200 and late.json()["written_before"] == whole["minute_id"], late.text
+    bad = call(client, "PUT", "file", json={**body, "minute_id": "no spaces allowed"})
+    assert bad.status_code in (400, 422) and "minute_id" in bad.text

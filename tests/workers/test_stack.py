@@ -96,3 +96,13 @@ def test_pvm_up_runs_the_log_facts_and_summarize_pools_and_the_index_pool_with_a
         Stack(settings, {"evaluate": 2}, api_port=None)
     # Every pool the log feeds by default has a worker in `pvm up` (the index pool's is `pvm serve` or its own).
     assert set(Settings.from_env({}).downstream) - {"index"} <= set(Stack(settings, api_port=None).processes)
+
+
+def test_pvm_up_mcp_serves_the_mcp_tools_beside_the_api(settings: Settings) -> None:
+    from workers.cli import build_parser
+
+    assert build_parser().parse_args(["up", "--mcp"]).mcp
+    assert Stack(settings, api_port=8123, mcp=True).serve_args() == ["serve", "--port", "8123", "--mcp"]
+    assert Stack(settings, api_port=8123).serve_args() == ["serve", "--port", "8123"]
+    with pytest.raises(ValueError, match="--mcp serves the MCP tools beside the reader API"):
+        Stack(settings, api_port=None, mcp=True)
