@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts.facts import is_valid_task_id
-from contracts.memory import FactHit, SearchFilters, SearchHit
+from contracts.memory import FactHit, SearchFilters, SearchHit, SummaryHit
 from contracts.minute import Minute
 from contracts.pair import (
     MAX_OUTPUT_CHARS,
@@ -96,7 +96,7 @@ class Memory:
     """A memory retrieved for a gap: a minute or a fact, its id, the text a reviser may quote, its search score."""
 
     id: str
-    kind: str  # "minute" or "fact"
+    kind: str  # "minute", "fact" or "summary" (a thread's chunk or episode)
     text: str
     score: float = 0.0
 
@@ -147,10 +147,13 @@ class Searcher(Protocol):
 # -- retrieval -----------------------------------------------------------------------------------------------------
 
 
-def memory_of(hit: SearchHit | FactHit) -> Memory:
-    """A search hit as a memory: a fact's sentence; a minute's note and the texts of its data."""
+def memory_of(hit: SearchHit | FactHit | SummaryHit) -> Memory:
+    """A search hit as a memory: a fact's sentence; a chunk's summary or an episode's story; a minute's note and
+    the texts of its data."""
     if isinstance(hit, FactHit):
         return Memory(hit.fact_id, "fact", str(hit.fact.get("text") or ""), hit.score)
+    if isinstance(hit, SummaryHit):
+        return Memory(hit.summary_id, "summary", _sentence(hit.text.strip()) if hit.text.strip() else "", hit.score)
     minute = hit.minute
     data = minute.get("data") or {}
     texts = [minute.get("memory_note")] + [data.get(key) for key in MEMORY_TEXT_KEYS]
@@ -163,9 +166,10 @@ def _sentence(text: str) -> str:
 
 
 class SearchRetriever:
-    """The project's minutes and facts for a gap, by hybrid search; PAIR's own minutes are never retrieved."""
+    """The project's minutes, facts and thread summaries (chunks, episodes) for a gap, by hybrid search ranked
+    together; PAIR's own minutes are never retrieved."""
 
-    def __init__(self, searcher: Searcher, kinds: Collection[str] = ("minute", "fact")) -> None:
+    def __init__(self, searcher: Searcher, kinds: Collection[str] = ("minute", "fact", "summary")) -> None:
         self.searcher = searcher
         self.kinds = tuple(kinds)
 
@@ -181,7 +185,7 @@ class SearchRetriever:
             asked = min(asked * 4, defaults.PAIR_SEARCH_MAX)
 
 
-def _is_pair(hit: SearchHit | FactHit) -> bool:
+def _is_pair(hit: SearchHit | FactHit | SummaryHit) -> bool:
     return isinstance(hit, SearchHit) and hit.minute.get("event_type") in PAIR_EVENT_TYPES
 
 

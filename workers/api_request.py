@@ -126,6 +126,19 @@ def json_object(body: bytes, required: tuple[str, ...], optional: tuple[str, ...
     return {k: v for k, v in parsed.items() if v is not None}
 
 
+def agent_field(given: dict[str, Any]) -> str | None:
+    """The ``agent_id`` a change request names (who makes the change), or None when left out; an empty or
+    non-text one is refused, as the document says (minLength 1)."""
+    agent = given.get("agent_id")
+    if agent is None:
+        return None
+    if not isinstance(agent, str) or not agent:
+        raise InvalidField(
+            "agent_id", f"must name the agent making the change (a non-empty string) or be left out; got {agent!r}"
+        )
+    return agent
+
+
 def minute_id_field(given: dict[str, Any]) -> str | None:
     """The ``minute_id`` a change request carries (checked as a minute id), or None: the client's id for the change's
     minute, so a retry is written once (the log keeps an id once)."""

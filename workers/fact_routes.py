@@ -71,6 +71,7 @@ from workers.api_request import (
     InvalidField,
     NotFound,
     Unavailable,
+    agent_field,
     choices_param,
     int_param,
     json_object,
@@ -318,7 +319,7 @@ class FactRoutes:
                 tags=_tags(given.get("tags", [])),
                 single_valued=given.get("single_valued"),
             )
-        return self._fitted(fact, minute_id, given.get("agent_id"))
+        return self._fitted(fact, minute_id, agent_field(given))
 
     def promote(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/facts/{id}/promote``: pending → promoted, or with ``to_tier`` a copy one tier up."""
@@ -332,7 +333,7 @@ class FactRoutes:
                         f"fact {fact.id} is {fact.status.value}: only a pending fact is promoted "
                         '(send {"to_tier": ...} to copy it one tier up)'
                     )
-                return self._promoted(fact, _minute_id(given), given.get("agent_id"))
+                return self._promoted(fact, _minute_id(given), agent_field(given))
             parent = fact.tier_key.parent
             if to_tier not in TIERS or parent is None or parent.tier.value != to_tier:
                 above = f"to {parent.tier.value}" if parent is not None else "nowhere: global is the top"
@@ -341,7 +342,7 @@ class FactRoutes:
                 raise Forbidden(global_refused("write"))
             if fact.status not in (FactStatus.PENDING, FactStatus.PROMOTED):
                 raise Conflict(f"fact {fact.id} is {fact.status.value}: only a current fact is promoted to {to_tier}")
-            return self._fitted(fact, _minute_id(given), given.get("agent_id"), promoted=True)
+            return self._fitted(fact, _minute_id(given), agent_field(given), promoted=True)
 
     def retract(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/facts/{id}/retract``: the fact is withdrawn (it stays in history)."""
@@ -357,12 +358,12 @@ class FactRoutes:
                 minute = change_minute(
                     FactRetracted(fact.id, fact.tier_key, reason),
                     project_id=project_id,
-                    agent_id=given.get("agent_id"),
+                    agent_id=agent_field(given),
                     minute_id=_minute_id(given),
                     memory_note=f"retracted: {fact.slot} = {fact.value}" + (f" ({reason})" if reason else ""),
                 )
             else:
-                minute = retracted_minute(fact, reason, agent_id=given.get("agent_id"), minute_id=_minute_id(given))
+                minute = retracted_minute(fact, reason, agent_id=agent_field(given), minute_id=_minute_id(given))
         return self._written(fact.id, minute)
 
     def learn(self, request: Request, body: bytes, scope: TokenScope) -> Any:
@@ -382,7 +383,7 @@ class FactRoutes:
                 type=given.get("type", FactType.FACT.value),
                 text=given.get("text"),
                 project_id=project_id if tier is Tier.GLOBAL else None,
-                agent_id=given.get("agent_id"),
+                agent_id=agent_field(given),
                 minute_id=_minute_id(given),
             )
         return self._written(str(minute.data["fact"]["id"]), minute)

@@ -395,7 +395,7 @@ ENVELOPES: dict[str, dict[str, Any]] = {
                             _object(
                                 {
                                     "id": _STRING,
-                                    "kind": {"enum": ["minute", "fact"]},
+                                    "kind": {"enum": ["minute", "fact", "summary"]},
                                     "text": _STRING,
                                     "score": {"type": "number"},
                                 }

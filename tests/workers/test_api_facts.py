@@ -573,3 +573,12 @@ def test_a_pending_value_retires_nothing_until_promoted_by_hand_then_it_supersed
     history = stack.client.get(f"{P}/facts/{doubtful}/history", headers=bearer(CURATOR)).json()["facts"]
     assert {f["id"]: f["status"] for f in history} == {old: "superseded", doubtful: "promoted"}
     assert history[0]["valid_until"] == history[1]["valid_from"]
+
+
+@pytest.mark.parametrize("agent", ["", 7, ["coder"]])
+def test_a_change_naming_an_empty_or_non_text_agent_is_refused_naming_agent_id(stack: Stack, agent: object) -> None:
+    # The document says agent_id is a non-empty string; the fuzzer found an empty one accepted (202).
+    learn, assertion = {"key": "deploy window", "value": "Tue 10:00"}, {"subject": "s", "attribute": "a", "value": "v"}
+    for route, body in (("learn", learn), ("facts", assertion)):
+        r = stack.client.post(f"{P}/{route}", json={**body, "agent_id": agent}, headers=bearer(CURATOR))
+        assert r.status_code == 422 and r.json()["field"] == "agent_id", (route, r.text)

@@ -148,3 +148,17 @@ def test_replay_hands_every_threads_summaries_over_with_their_sources(
 def test_the_summary_points_job_is_one_a_worker_may_run() -> None:
     assert keys.SUMMARY_POINTS_JOB in keys.JOB_FUNCTIONS
     assert index_pool.run_summaries.__module__ + ".run_summaries" == keys.SUMMARY_POINTS_JOB
+
+
+def test_pair_retrieves_thread_summaries_beside_minutes_for_a_gap(
+    ctx: SummarizeContext, redis_client: redis.Redis, engine: EdgeEngine
+) -> None:
+    from pvm.pair import SearchRetriever
+
+    minutes = conversation(40)
+    summarize(ctx, redis_client, minutes)
+    index_handed_over(redis_client, engine)
+    found = SearchRetriever(HybridSearch(engine)).retrieve("p1", "pin the cache layer canary", 5)
+    assert len(found) == 5 and {m.kind for m in found} == {"summary"}  # no minute is indexed here
+    summaries = [m for m in found if m.kind == "summary"]
+    assert all(m.text.endswith((".", "!", "?")) and m.id for m in summaries)
