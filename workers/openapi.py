@@ -696,9 +696,9 @@ def _minute_operations() -> dict[str, Operation]:
                 query("include_pruned", _STRING, "true: also minutes the evaluate pool pruned (the log keeps them)"),
                 query(
                     "kinds",
-                    _LIST,
-                    "what to return: minute (the default), fact, summary (chunk and episode summaries); with any "
-                    "but minute the answer also has ranked",
+                    _enum_list(("minute", "fact", "summary")),
+                    "what to return (repeat or comma-separate): minute (the default), fact, summary (chunk and "
+                    "episode summaries); with any but minute the answer also has ranked",
                 ),
             ],
             _answer("the hits, best first", "SearchAnswer"),
