@@ -47,10 +47,10 @@ from workers.stack import Stack
 
 pytestmark = pytest.mark.slow
 
-CHAOS_S = float(os.environ.get("PVM_CHAOS_SECONDS") or 60)  # kills and poison land during this
+CHAOS_S = float(os.environ.get("PVM_CHAOS_SECONDS") or 45)  # kills and poison land during this
 PRODUCERS = 3
 PROJECTS = 30
-RATE_PER_PRODUCER = 80.0  # minutes/s: ~14,000 minutes in a 60 s run
+RATE_PER_PRODUCER = 80.0  # minutes/s: ~11,000 minutes in a 45 s run
 KILL_GAP_S = (1.5, 4.0)  # between two kills: a component may die while another is still down
 RESTART_DELAY_S = (0.2, 2.0)  # a killed component stays down this long (the supervisor may add crash-loop backoff)
 POISON_GAP_S = (0.3, 1.0)  # between two poison deliveries (a stream entry or an API request)

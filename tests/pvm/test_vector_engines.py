@@ -778,7 +778,7 @@ for n in range(int(sys.argv[2])):
 engine.close()
 print("done", flush=True)
 """
-KILL_ITERATIONS = 24
+KILL_ITERATIONS = 16
 KILL_PROJECTS = 6
 
 
