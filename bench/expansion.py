@@ -32,10 +32,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import embed_server
-from bench.harness import argument_parser, machine_line, measuring, parse, report, say
+from bench.harness import machine_line, say
 from bench.machine import machine
-from bench.retrieval import HASH_DIMENSIONS, HELD_OUT, CachedEmbedder, index, labeled_sets, start_server
+from bench.retrieval import HASH_DIMENSIONS, HELD_OUT, CachedEmbedder, index, labeled_sets, sets_main, start_server
 from bench.sessions import LabeledSession, Query
 from contracts import Minute
 from contracts.memory import RankWeights, SearchFilters, SearchHit
@@ -190,18 +189,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    default = "minilm" if embed_server.available() else "hash"
-    parser = argument_parser("bench/expansion.py", __doc__)
-    parser.add_argument("--embedder", choices=("minilm", "hash"), default=default)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--scale", type=float, default=1.0)
-    args = parse(parser, argv)
-    started = time.monotonic()
-    with measuring("expansion bench") as outcome:
-        result = run(args.embedder, args.seed, args.scale)
-    if outcome.exit_code is not None:
-        return outcome.exit_code
-    return report(result, started, args.json, table)
+    return sets_main("bench/expansion.py", __doc__, run, table, argv)
 
 
 if __name__ == "__main__":

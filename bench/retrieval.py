@@ -46,7 +46,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -431,6 +431,29 @@ def table(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(machine_line(result["machine"], server=False))
     return "\n".join(lines)
+
+
+def sets_main(
+    prog: str,
+    doc: str | None,
+    run: Callable[[str, int, float], dict[str, Any]],
+    table: Callable[[dict[str, Any]], str],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """`main` of a benchmark over the labeled sets (bench/kinds.py, bench/expansion.py): ``--embedder`` (minilm
+    where its embedding server can run here, else hash), ``--seed``, ``--scale``; `run(embedder, seed, scale)`."""
+    default = "minilm" if embed_server.available() else "hash"
+    parser = argument_parser(prog, doc or "")
+    parser.add_argument("--embedder", choices=("minilm", "hash"), default=default)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--scale", type=float, default=1.0)
+    args = parse(parser, argv)
+    started = time.monotonic()
+    with measuring(f"{prog.rpartition('/')[2].removesuffix('.py')} bench") as outcome:
+        result = run(args.embedder, args.seed, args.scale)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    return report(result, started, args.json, table)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
