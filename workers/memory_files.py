@@ -114,21 +114,8 @@ FACT_KEYS = (
     "version",
 )
 # What a new file (no `id`) may say: the rest PVM sets.
-NEW_FACT_KEYS = (
-    "type",
-    "tier",
-    "task",
-    "subject",
-    "attribute",
-    "value",
-    "status",
-    "importance",
-    "confidence",
-    "valid_from",
-    "valid_until",
-    "single_valued",
-    "tags",
-)
+SET_BY_PVM = ("id", "sources", "relations", "recorded_at", "promoted_from", "period", "version")
+NEW_FACT_KEYS = tuple(key for key in FACT_KEYS if key not in SET_BY_PVM)
 # Front-matter an existing fact's file may change, each with the fact field it edits (`EDITABLE_FIELDS`).
 EDITED_KEYS = {
     "type": "type",
