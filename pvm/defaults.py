@@ -291,6 +291,15 @@ CONFLICT_PENALTY = 0.5
 SEARCH_AGREE_DEPTH = 10
 SEARCH_AGREE_FULL = 0.5
 SEARCH_AGREE_FLOOR = 0.4
+# Two more readings can give the dense leg its configured share (pvm.search._dense_share, issue 12 with MiniLM):
+# the words back its picks (their average min-max score over its top N reaches SEARCH_AGREE_SUPPORT), or the words
+# single nothing out (their top N within SEARCH_AGREE_FLAT of the best one's score, relatively). And each leg's best
+# candidates are kept in the answer: SEARCH_LEG_SLOTS of k places, split by the dense share, go to the legs' own top
+# ones. Chosen on sessions + timeline (MiniLM and hashing, seeds 7 and 11) and bench/fusion.py's legs; multihop held
+# out. docs/search.md has the figures.
+SEARCH_AGREE_SUPPORT = 0.4
+SEARCH_AGREE_FLAT = 0.2
+SEARCH_LEG_SLOTS = 0.4
 # Multi-hop (area: retrieval, issue 12 item 5): the minutes of a top hit's thread that are among the candidates
 # rank at least that hit's score times SEARCH_THREAD_DECAY, for the best SEARCH_THREAD_HITS candidates. Chosen on
 # the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).

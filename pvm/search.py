@@ -14,9 +14,13 @@ Each leg is min-max normalized over the candidates (a candidate a full leg
 missed gets its lowest score, not 0). The dense leg's share is the weights'
 w_sem / (w_sem + w_kw) when the legs agree on the query (at least
 `SEARCH_AGREE_FULL` of the lexical top `SEARCH_AGREE_DEPTH` is in the dense
-top), sliding down to `SEARCH_AGREE_FLOOR` when they share nothing (`_agreement`):
-neither a dense leg that knows nothing about the query nor words that miss it
-outvote the other leg. recency = 0.5 ** (age / half-life) (7 days), importance
+top), when the words back the dense leg's top (`SEARCH_AGREE_SUPPORT`) or when
+the words single nothing out (`SEARCH_AGREE_FLAT`), sliding down to
+`SEARCH_AGREE_FLOOR` when nothing says so (`_dense_share`): neither a dense leg
+that knows nothing about the query nor words that miss it outvote the other
+leg. Each leg's own best candidates rank above the rest (`SEARCH_LEG_SLOTS` of
+k places, split by the dense share; parts "slot"), so the answer holds what the
+leg it leans on finds. recency = 0.5 ** (age / half-life) (7 days), importance
 = the stored scores without their recency (`pvm.vectors.importance`). Recency
 leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own time span)
 only when the query asks for the newest or the caller passes ``prefer="recent"``.
@@ -29,9 +33,9 @@ docs/search.md ("How the defaults were chosen") has the figures and the evidence
 other fusions ("max", "minmax", "rrf", "engine") stay to measure against.
 bench/fusion.py (seed 7, default weights 0.6 / 0.1, recall@10): with a good
 dense leg every fusion is within 0.002 (agree 0.885, dense alone 0.878); with
-a weak one agree 0.570 against lexical-only 0.582 (max 0.505, min-max 0.492,
-Qdrant RRF 0.595); with a noise leg agree 0.573 (max 0.025, min-max 0.018,
-RRF 0.563): the other weighted fusions let a useless leg decide.
+a weak one agree 0.567 against lexical-only 0.582 (max 0.505, min-max 0.492,
+Qdrant RRF 0.593); with a noise leg agree 0.573 (max 0.025, min-max 0.018,
+RRF 0.558): the other weighted fusions let a useless leg decide.
 
 A search never waits out an embedding provider's outage: its query gets one
 try within PVM_EMBED_QUERY_TIMEOUT (`embed_query`, no retries), and after a
@@ -302,7 +306,7 @@ class HybridSearch:
         candidates = self.engine.query(
             project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
         )
-        best = self._ranked(candidates, now, limit, recent)[:k]
+        best = self._ranked(candidates, now, limit, recent, k)[:k]
         if not best:
             return SearchResult([], degraded)
         winners = self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])
@@ -366,7 +370,7 @@ class HybridSearch:
             for c in found:
                 source[id(c)] = (kind, tenant)
             candidates += found
-        best = self._ranked(candidates, now, limit, recent)[:k]
+        best = self._ranked(candidates, now, limit, recent, k)[:k]
         wanted: dict[tuple[str, str], list[str]] = {}
         for _, c, _ in best:
             wanted.setdefault(source[id(c)], []).append(c.minute_id)
@@ -439,11 +443,16 @@ class HybridSearch:
         """
         return [
             _hit(c.minute_id, c.payload, score, parts)
-            for score, c, parts in self._ranked(candidates, now_ms, limit, recent)[:k]
+            for score, c, parts in self._ranked(candidates, now_ms, limit, recent, k)[:k]
         ]
 
     def _ranked(
-        self, candidates: Sequence[Candidate], now_ms: int, limit: int | None = None, recent: bool = False
+        self,
+        candidates: Sequence[Candidate],
+        now_ms: int,
+        limit: int | None = None,
+        recent: bool = False,
+        k: int | None = None,
     ) -> list[tuple[float, Candidate, dict[str, float]]]:
         """Every candidate with its score and the parts of it, best first (`rank` without building hits).
 
@@ -458,7 +467,8 @@ class HybridSearch:
         limit = limit or len(candidates)
         dense_leg = any(c.semantic or "semantic_rank" in c.extra for c in candidates)
         w_sem = w.semantic if dense_leg else 0.0
-        relevance, keyword, semantic, agreement = self._relevance(candidates, limit, dense_leg)
+        relevance, keyword, semantic, legs = self._relevance(candidates, limit, dense_leg)
+        slots = self._slots(candidates, legs, k or defaults.SEARCH_K) if legs is not None else set()
         timestamps = [_timestamp_ms(c) for c in candidates]
         known = [t for t in timestamps if t is not None]
         oldest, newest = (min(known), max(known)) if known else (0, 0)
@@ -476,14 +486,18 @@ class HybridSearch:
                 parts["semantic"] = semantic[i]
             if self.fusion in ("engine", "rrf"):
                 parts["fused"] = relevance[i]
-            if agreement is not None:
-                parts["agreement"] = agreement
+            if legs is not None:
+                parts["agreement"] = legs.agreement
+                parts["dense_share"] = legs.share
             prior = (
                 (w.recency * parts["recency"] + w.importance * parts["importance"]) / prior_total
                 if prior_total
                 else 0.0
             )
             score = (1 - prior_share) * relevance[i] + prior_share * prior
+            if i in slots:
+                parts["slot"] = 1.0
+                score += 1.0
             if recent:
                 newness = (timestamp - oldest) / (newest - oldest) if timestamp is not None and newest > oldest else 0.0
                 parts["newness"] = newness
@@ -495,9 +509,9 @@ class HybridSearch:
 
     def _relevance(
         self, candidates: Sequence[Candidate], limit: int, dense_leg: bool
-    ) -> tuple[list[float], list[float], list[float], float | None]:
+    ) -> tuple[list[float], list[float], list[float], LegShare | None]:
         """How well each candidate matches the query, 0..1, by the fusion of the legs; each leg's scores on 0..1;
-        and with fusion "agree" and both legs, how far the legs agree (else None)."""
+        and with fusion "agree" and both legs, the dense leg's share and what set it (else None)."""
         w = self.weights
         w_sem = w.semantic if dense_leg else 0.0
         keyword = self._leg(candidates, "keyword", limit)
@@ -508,13 +522,10 @@ class HybridSearch:
         if self.fusion == "engine":
             return _max_normalized([c.fused for c in candidates]), keyword, semantic, None
         if self.fusion == "agree" and dense_leg:
-            agreement = _agreement(candidates, defaults.SEARCH_AGREE_DEPTH)
-            share = w_sem / total
-            floor = defaults.SEARCH_AGREE_FLOOR
-            if floor < share < 1:  # weights of semantic only (keyword 0) ask for the dense leg alone
-                share = floor + (share - floor) * min(1.0, agreement / defaults.SEARCH_AGREE_FULL)
+            legs = _dense_share(candidates, keyword, w_sem / total)
+            share = legs.share
             fused = [share * sem + (1 - share) * kw for kw, sem in zip(keyword, semantic, strict=True)]
-            return fused, keyword, semantic, agreement
+            return fused, keyword, semantic, legs
         if self.fusion == "rrf":
             k = defaults.SEARCH_RRF_K
             missed = limit + 1
@@ -527,6 +538,23 @@ class HybridSearch:
             return sums, keyword, semantic, None
         fused = [(w.keyword * kw + w_sem * sem) / total for kw, sem in zip(keyword, semantic, strict=True)]
         return fused, keyword, semantic, None
+
+    @staticmethod
+    def _slots(candidates: Sequence[Candidate], legs: LegShare, k: int) -> set[int]:
+        """The candidates (by index) that rank above the rest: each leg's best, as many as its share of the slots.
+
+        ``round(SEARCH_LEG_SLOTS * k)`` places go to the legs' own top candidates, the dense leg's share of them to
+        its best and the rest to the words' best (a candidate both name takes one of each): whatever the fused score
+        says, the top of each leg is in the answer, so a hybrid search finds what the leg it leans on finds.
+        """
+        places = round(defaults.SEARCH_LEG_SLOTS * k)
+        dense = round(places * legs.share)
+        words = places - dense
+        return {
+            i
+            for i, c in enumerate(candidates)
+            if c.extra.get("semantic_rank", dense + 1) <= dense or c.extra.get("keyword_rank", words + 1) <= words
+        }
 
     def _leg(self, candidates: Sequence[Candidate], leg: str, limit: int) -> list[float]:
         """One leg's scores on 0..1 for every candidate, missed candidates included."""
@@ -647,6 +675,48 @@ def _thread_lifted(
         out.append((score, timestamp, minute_id, c, parts))
     out.sort(key=lambda s: (-s[0], -s[1], s[2]))
     return out
+
+
+@dataclass(frozen=True)
+class LegShare:
+    """Fusion "agree": the dense leg's share of relevance for one query and the readings that set it."""
+
+    share: float
+    agreement: float  # of the legs' top SEARCH_AGREE_DEPTH, the share both have
+    support: float  # the words' (min-max) score of the dense leg's top SEARCH_AGREE_DEPTH, averaged
+    flatness: float  # 1 when the words' top SEARCH_AGREE_DEPTH are tied, 0 when they fall by SEARCH_AGREE_FLAT or more
+
+
+def _dense_share(candidates: Sequence[Candidate], keyword: Sequence[float], configured: float) -> LegShare:
+    """The dense leg's share of relevance for this query: `configured` when the query gives reason to trust it,
+    sliding to SEARCH_AGREE_FLOOR when nothing does (a configured share below the floor, or 1, is kept).
+
+    Three readings each give that reason, and the strongest counts: the legs agree on their top candidates
+    (`_agreement`, full at SEARCH_AGREE_FULL); the words back the dense leg's picks (their average min-max
+    lexical score, full at SEARCH_AGREE_SUPPORT: a dense leg that knows nothing about the query picks minutes
+    without its words); or the words single nothing out (their top candidates tied within SEARCH_AGREE_FLAT of
+    the best one's score: a paraphrased question matches only its common words, evenly).
+    """
+    depth = defaults.SEARCH_AGREE_DEPTH
+    agreement = _agreement(candidates, depth)
+    dense_top = [i for i, c in enumerate(candidates) if c.extra.get("semantic_rank", depth + 1) <= depth]
+    support = sum(keyword[i] for i in dense_top) / depth
+    found = sorted((c.keyword for c in candidates if "keyword_rank" in c.extra), reverse=True)
+    if found and found[0] > 0:
+        tenth = found[depth - 1] if len(found) >= depth else 0.0
+        flatness = 1.0 - min(1.0, (found[0] - tenth) / found[0] / defaults.SEARCH_AGREE_FLAT)
+    else:
+        flatness = 1.0  # the words found nothing
+    floor = defaults.SEARCH_AGREE_FLOOR
+    share = configured
+    if floor < configured < 1:
+        trust = max(
+            min(1.0, agreement / defaults.SEARCH_AGREE_FULL),
+            min(1.0, support / defaults.SEARCH_AGREE_SUPPORT),
+            flatness,
+        )
+        share = floor + (configured - floor) * trust
+    return LegShare(share, agreement, support, flatness)
 
 
 def _agreement(candidates: Sequence[Candidate], depth: int) -> float:

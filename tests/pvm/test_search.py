@@ -23,7 +23,7 @@ from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilter
 from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.protocols import Candidate, MemoryPoint
-from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch, SearchResult
+from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch, SearchResult, _dense_share
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
 from tests.openai_server import Fault, OpenAIServer, Status, delay, embed_text, status
@@ -845,6 +845,71 @@ def test_a_dense_leg_that_disagrees_with_the_words_does_not_outvote_them(dense_e
     assert all(h.parts["agreement"] == 0.0 for h in hits)
 
 
+def candidate(minute_id: str, keyword: float | None, keyword_rank: int | None, semantic_rank: int | None) -> Candidate:
+    extra: dict[str, float] = {}
+    if keyword_rank is not None:
+        extra["keyword_rank"] = keyword_rank
+    if semantic_rank is not None:
+        extra["semantic_rank"] = semantic_rank
+    return Candidate(minute_id, {}, keyword or 0.0, 0.5 if semantic_rank else 0.0, 0.0, extra)
+
+
+def share_of(candidates: list[Candidate]) -> float:
+    keyword = HybridSearch(None, None)._leg(candidates, "keyword", 50)  # type: ignore[arg-type]
+    return _dense_share(candidates, keyword, 0.6 / 0.7).share
+
+
+def test_the_dense_share_needs_a_reason_from_the_query_and_falls_to_the_floor_without_one() -> None:
+    configured = 0.6 / 0.7
+    # Words with a clear best (20 falling to 2) and a dense leg whose ten picks the words never found: the floor.
+    words = [candidate(f"w{i}", 20.0 - 2 * i, i + 1, None) for i in range(10)]
+    dense = [candidate(f"d{i}", None, None, i + 1) for i in range(10)]
+    assert share_of(words + dense) == pytest.approx(defaults.SEARCH_AGREE_FLOOR)
+    # The same dense picks, each found by the words too (below their top ten, at about half the best score):
+    # the words back the dense leg, so it gets its configured share.
+    backed = [candidate(f"d{i}", 11.0, 11 + i, i + 1) for i in range(10)]
+    assert share_of(words + backed) == pytest.approx(configured)
+    # Words tied (a paraphrase matching only its common words, evenly): they single nothing out.
+    flat = [candidate(f"w{i}", 7.2, i + 1, None) for i in range(10)]
+    assert share_of(flat + dense) == pytest.approx(configured)
+    # Half of it: half the way from the floor.
+    half_flat = [candidate(f"w{i}", 10.0 - 0.1 * i, i + 1, None) for i in range(10)]  # 9% down: flatness 0.55
+    assert share_of(half_flat + dense) == pytest.approx(
+        defaults.SEARCH_AGREE_FLOOR + (configured - defaults.SEARCH_AGREE_FLOOR) * (1 - 0.09 / 0.2)
+    )
+    # The words found nothing: the dense leg is all there is.
+    assert share_of(dense) == pytest.approx(configured)
+
+
+def test_each_legs_best_candidates_are_in_the_answer_by_the_dense_share(dense_engine: EdgeEngine) -> None:
+    # A dense leg that points every query at minutes the words do not name gets the floor's share, and the floor's
+    # share of the places kept for the legs' own best: the words' best fill the rest, and the hits say which.
+    noise = [0.0] * DIMS
+    noise[7] = 1.0
+    points = [memory_point("alpha", f"r{i}", "rollback " * (6 - i) + f"release {i}", dense=[1.0] + [0.0] * (DIMS - 1))
+              for i in range(6)]  # fmt: skip
+    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=noise) for i in range(12)]
+    dense_engine.upsert(points)
+
+    class NoiseEmbedder:
+        dimensions = DIMS
+
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [noise for _ in texts]
+
+    search = HybridSearch(dense_engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+    hits = search.search("alpha", "rollback", k=10, now_ms=NOW)
+    places = round(defaults.SEARCH_LEG_SLOTS * 10)
+    dense_places = round(places * defaults.SEARCH_AGREE_FLOOR)
+    kept = [h for h in hits if "slot" in h.parts]
+    assert len(kept) == places and hits[:places] == kept
+    assert sum(h.minute_id.startswith("n") for h in kept) == dense_places
+    assert {h.minute_id for h in kept if h.minute_id.startswith("r")} == {f"r{i}" for i in range(places - dense_places)}
+    assert all(h.parts["dense_share"] == pytest.approx(defaults.SEARCH_AGREE_FLOOR) for h in hits)
+    # With k=3 one place is kept, and it goes to the words: the noise leg's picks never lead.
+    assert {h.minute_id for h in search.search("alpha", "rollback", k=3, now_ms=NOW)} == {"r0", "r1", "r2"}
+
+
 def test_legs_that_agree_keep_the_configured_weights(dense_engine: EdgeEngine) -> None:
     # Ten minutes both legs find, in different orders: agreement 1, so relevance is the configured semantic : keyword.
     axes = {"rollback": 0}
@@ -866,7 +931,9 @@ def test_legs_that_agree_keep_the_configured_weights(dense_engine: EdgeEngine) -
             weights.recency + weights.importance
         )
         share = defaults.SEARCH_PRIOR_SHARE
-        assert hit.score == pytest.approx((1 - share) * relevance + share * prior)
+        slot = 1.0 if "slot" in p else 0.0  # each leg's best few rank above the rest (`HybridSearch._slots`)
+        assert hit.score == pytest.approx((1 - share) * relevance + share * prior + slot)
+        assert p["dense_share"] == pytest.approx(weights.semantic / (weights.semantic + weights.keyword))
 
 
 def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
