@@ -11,6 +11,7 @@ from rq.worker import Worker
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from contracts import keys
+from workers.jobs import PvmJob
 from workers.serializers import MsgpackSerializer
 
 # Every PVM worker's name starts with this: workers that are not PVM's keep no alive key.
@@ -33,8 +34,8 @@ def queue_name(pool: str) -> str:
 
 
 def pool_queue(pool: str, connection: redis.Redis) -> Queue:
-    """The RQ queue of a pool."""
-    return Queue(queue_name(pool), connection=connection, serializer=MsgpackSerializer)
+    """The RQ queue of a pool: msgpack job data (never pickle), PVM's job class (`workers.jobs.PvmJob`)."""
+    return Queue(queue_name(pool), connection=connection, serializer=MsgpackSerializer, job_class=PvmJob)
 
 
 def worker_registrations(connection: redis.Redis, queue_name: str) -> list[tuple[str, bool]]:

@@ -27,21 +27,39 @@ local cache_size = tonumber(ARGV[3])
 local n = tonumber(ARGV[5])
 local top_seq = tonumber(redis.call('HGET', KEYS[4], 'seq') or '0')
 local top_id = nil
-local touched = {}
+-- One command per key for the whole batch (ZADD and HSET take many members), in chunks well under Lua's
+-- unpack limit: a batch of 500 minutes is a handful of commands, not 2,000.
+local CHUNK = 2000
+local recent, bodies, order, windows = {}, {}, {}, {}
+local function push(list, a, b)
+  list[#list + 1] = a
+  list[#list + 1] = b
+end
+local function flush(command, key, list)
+  for from = 1, #list, CHUNK do
+    redis.call(command, key, unpack(list, from, math.min(from + CHUNK - 1, #list)))
+  end
+end
 for i = 0, n - 1 do
   local base = 6 + i * 4
   local id, seq, body, agent = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2], tonumber(ARGV[base + 3])
-  if agent >= 0 then redis.call('ZADD', KEYS[1], seq, id) end
-  redis.call('HSET', KEYS[2], id, body)
-  redis.call('ZADD', KEYS[3], seq, id)
+  if agent >= 0 then push(recent, seq, id) end
+  push(bodies, id, body)
+  push(order, seq, id)
   if agent > 0 then
-    redis.call('ZADD', KEYS[5 + agent], seq, id)
-    touched[agent] = true
+    windows[agent] = windows[agent] or {}
+    push(windows[agent], seq, id)
   end
   if seq > top_seq then top_seq = seq; top_id = id end
 end
+flush('ZADD', KEYS[1], recent)
+flush('HSET', KEYS[2], bodies)
+flush('ZADD', KEYS[3], order)
+for agent, list in pairs(windows) do
+  flush('ZADD', KEYS[5 + agent], list)
+end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -window - 1)
-for agent, _ in pairs(touched) do
+for agent, _ in pairs(windows) do
   redis.call('ZREMRANGEBYRANK', KEYS[5 + agent], 0, -window - 1)
 end
 local excess = redis.call('ZCARD', KEYS[3]) - cache_size

@@ -275,3 +275,31 @@ def test_a_job_hash_rq_cannot_read_is_failed_and_the_worker_keeps_going(
         assert result.exc_string is not None and "job hash cannot be read" in result.exc_string
         assert redis_client.ttl(f"rq:job:{job_id}") > 0  # it goes away with the failed registry's entry
     assert redis_client.llen(f"rq:queue:{queue}:intermediate") == 0 and redis_client.llen(f"rq:queue:{queue}") == 0
+
+
+def test_job_data_is_compressed_once_fast_and_saved_again_as_it_was_read(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RQ compresses a job's data (zlib level 6) on every save; PvmJob compresses it once at level 1 when it is
+    # enqueued and saves the bytes it was read with afterwards. The stored data still reads back as RQ reads it.
+    import zlib
+
+    from workers.jobs import DATA_COMPRESSION_LEVEL, PvmJob
+
+    queue = pool_queue("log", redis_client)
+    records = [[f"id-{i}", i, b"x" * 200 + str(i).encode()] for i in range(500)]
+    job = queue.enqueue("workers.log_pool.run", records, job_id="compress-once")
+    stored = redis_client.hget(job.key, "data")
+    assert isinstance(stored, bytes) and stored == zlib.compress(job.data, DATA_COMPRESSION_LEVEL)
+    assert zlib.decompress(stored) == job.data
+
+    compressed: list[int] = []
+    real = zlib.compress
+    monkeypatch.setattr(zlib, "compress", lambda data, *a: compressed.append(len(data)) or real(data, *a))
+    fetched = PvmJob.fetch("compress-once", connection=redis_client, serializer=MsgpackSerializer)
+    assert fetched.args == [records] and fetched.func_name == "workers.log_pool.run"
+    fetched.meta["seen"] = True
+    fetched.save()  # as a worker saves a job's outcome: the same bytes, not compressed again
+    assert redis_client.hget(job.key, "data") == stored
+    assert max(compressed, default=0) < 1000  # the 100 KB of data was not compressed again (RQ's meta may be)
+    assert Job.fetch("compress-once", connection=redis_client, serializer=MsgpackSerializer).args == [records]
