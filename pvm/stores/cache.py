@@ -1,8 +1,13 @@
 """Redis caches the reader uses: recent windows per project and agent, minutes by id.
 
-All of a project's keys share the ``{p:<project>}`` hash tag and are written by
-one Lua script per batch, so an update is atomic and idempotent: windows are
-sorted sets scored by log sequence, so re-applying a batch changes nothing.
+All of a project's keys share the ``{p:<project>}`` hash tag and a batch is
+written in one pipeline: one HSET of the minutes' bytes, then one ZADD per
+sorted set for the whole batch, then a small Lua script that trims the
+windows, evicts the oldest cached minutes and moves the log head forward
+(never back). A minute's bytes are cached before any window or index names it,
+and an update is idempotent: windows are sorted sets scored by log sequence,
+so re-applying a batch changes nothing. (The bulk writes were inside the script
+until issue 14: building them in Lua cost Valkey ~6 us per minute.)
 """
 
 from __future__ import annotations
@@ -18,49 +23,15 @@ from contracts import keys
 from pvm import defaults
 from pvm.connection import hash_reply
 
-_UPDATE = """
--- KEYS: recent, byid, byid_order, head, head again (a placeholder), agent windows...
--- ARGV: project, window, cache_size, durable_at, n, then n x (id, seq, bytes, agent_index)
--- agent_index: 0 no agent, k the agent window KEYS[5 + k], -1 in no window at all (a knowledge change)
-local window = tonumber(ARGV[2])
-local cache_size = tonumber(ARGV[3])
-local n = tonumber(ARGV[5])
-local top_seq = tonumber(redis.call('HGET', KEYS[4], 'seq') or '0')
-local top_id = nil
--- One command per key for the whole batch (ZADD and HSET take many members), in chunks well under Lua's
--- unpack limit: a batch of 500 minutes is a handful of commands, not 2,000.
-local CHUNK = 2000
-local recent, bodies, order, windows = {}, {}, {}, {}
-local function push(list, a, b)
-  list[#list + 1] = a
-  list[#list + 1] = b
-end
-local function flush(command, key, list)
-  for from = 1, #list, CHUNK do
-    redis.call(command, key, unpack(list, from, math.min(from + CHUNK - 1, #list)))
-  end
-end
-for i = 0, n - 1 do
-  local base = 6 + i * 4
-  local id, seq, body, agent = ARGV[base], tonumber(ARGV[base + 1]), ARGV[base + 2], tonumber(ARGV[base + 3])
-  if agent >= 0 then push(recent, seq, id) end
-  push(bodies, id, body)
-  push(order, seq, id)
-  if agent > 0 then
-    windows[agent] = windows[agent] or {}
-    push(windows[agent], seq, id)
-  end
-  if seq > top_seq then top_seq = seq; top_id = id end
-end
-flush('ZADD', KEYS[1], recent)
-flush('HSET', KEYS[2], bodies)
-flush('ZADD', KEYS[3], order)
-for agent, list in pairs(windows) do
-  flush('ZADD', KEYS[5 + agent], list)
-end
+_SETTLE = """
+-- After a batch's bulk writes (in the same MULTI): trim the windows, evict the oldest cached minutes, move the head.
+-- KEYS: recent, byid, byid_order, head, agent windows...
+-- ARGV: window, cache_size, durable_at, top_id, top_seq
+local window = tonumber(ARGV[1])
+local cache_size = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -window - 1)
-for agent, _ in pairs(windows) do
-  redis.call('ZREMRANGEBYRANK', KEYS[5 + agent], 0, -window - 1)
+for i = 5, #KEYS do
+  redis.call('ZREMRANGEBYRANK', KEYS[i], 0, -window - 1)
 end
 local excess = redis.call('ZCARD', KEYS[3]) - cache_size
 while excess > 0 do
@@ -70,8 +41,9 @@ while excess > 0 do
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, chunk - 1)
   excess = excess - chunk
 end
-if top_id then
-  redis.call('HSET', KEYS[4], 'id', top_id, 'seq', top_seq, 'durable_at', ARGV[4])
+local top_seq = tonumber(ARGV[5])
+if top_seq > tonumber(redis.call('HGET', KEYS[4], 'seq') or '0') then
+  redis.call('HSET', KEYS[4], 'id', ARGV[4], 'seq', top_seq, 'durable_at', ARGV[3])
 end
 return top_seq
 """
@@ -102,7 +74,7 @@ class MinuteCache:
         self.connection = connection
         self.window = window
         self.cache_size = max(cache_size, window)
-        self._update = connection.register_script(_UPDATE)
+        self._settle = connection.register_script(_SETTLE)
 
     def update(
         self,
@@ -111,29 +83,45 @@ class MinuteCache:
         durable_at: float,
         pipeline: redis.client.Pipeline | None = None,
     ) -> None:
-        """Record durable minutes of one project (idempotent)."""
+        """Record durable minutes of one project (idempotent), in a pipeline of its own or in `pipeline`."""
         if not minutes:
             return
-        agents: dict[str, int] = {}
-        args: list[EncodableT] = [project_id, self.window, self.cache_size, repr(durable_at), len(minutes)]
+        bodies: dict[EncodableT, EncodableT] = {}
+        order: dict[str, int] = {}
+        recent: dict[str, int] = {}
+        windows: dict[str, dict[str, int]] = {}
+        top = minutes[0]
         for m in minutes:
-            agent_index = 0
-            if not m.windowed:
-                agent_index = -1
-            elif m.agent_id:
-                agent_index = agents.setdefault(m.agent_id, len(agents) + 1)
-            args.extend((m.id, m.seq, m.minute_bytes, agent_index))
-        key_list = [
+            bodies[m.id] = m.minute_bytes
+            order[m.id] = m.seq
+            if m.windowed:
+                recent[m.id] = m.seq
+                if m.agent_id:
+                    windows.setdefault(m.agent_id, {})[m.id] = m.seq
+            if m.seq > top.seq:
+                top = m
+        byid = keys.minute_by_id(project_id)
+        head_keys = [
             keys.recent_window(project_id),
-            keys.minute_by_id(project_id),
+            byid,
             keys.minute_by_id_order(project_id),
             keys.log_head(project_id),
-            keys.log_head(project_id),  # placeholder: agent windows stay at KEYS[6..]
         ]
-        key_list.extend(keys.agent_recent_window(project_id, a) for a in agents)
-        client = pipeline if pipeline is not None else self.connection
-        self._update(keys=key_list, args=args, client=client)
-        client.sadd(keys.projects(), project_id)  # outside the script: it lives in another slot
+        agent_keys = {agent: keys.agent_recent_window(project_id, agent) for agent in windows}
+        own = pipeline is None
+        client = self.connection.pipeline(transaction=False) if own else pipeline
+        assert client is not None
+        client.hset(byid, mapping=bodies)
+        client.zadd(head_keys[2], order)
+        if recent:
+            client.zadd(head_keys[0], recent)
+        for agent, members in windows.items():
+            client.zadd(agent_keys[agent], members)
+        args: list[EncodableT] = [self.window, self.cache_size, repr(durable_at), top.id, top.seq]
+        self._settle(keys=[*head_keys, *agent_keys.values()], args=args, client=client)
+        client.sadd(keys.projects(), project_id)  # in another slot: outside the project's keys
+        if own:
+            client.execute()
 
     def recent_ids(self, project_id: str, n: int, agent_id: str | None = None) -> list[str]:
         """Ids of the newest `n` cached minutes, oldest first."""
