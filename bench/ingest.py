@@ -21,7 +21,11 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     measured inside the log, excluding process start-up: minutes
                     made durable after the first record's durable_at, divided by
                     (last durable_at - first durable_at). Wall-clock rates from
-                    process spawn are reported too.     target: >= 25,000/s with 8
+                    process spawn are reported too, and the CPU each process
+                    (dispatcher, log worker, Valkey) used per minute from the
+                    first durable minute on (pipeline_cpu_us_per_minute, from
+                    /proc): what neighbours on a shared machine cannot steal.
+                                                        target: >= 25,000/s with 8
                                                         projects, >= 20,000/s with 64
 4. durable latency  the whole stack running (embedded Valkey + 1 dispatcher + 1 log
                     worker); minutes emitted at a fixed offered load of 5,000/s for
@@ -46,6 +50,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -375,6 +380,24 @@ def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process has used so far (Linux /proc; None where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pipeline_processes(stack: Stack, connection: Any) -> dict[str, int]:
+    """The processes that do the pipeline's work, by role: dispatcher, log worker and Valkey."""
+    pids = {"dispatcher": stack.children["dispatcher-0"].pid, "log_worker": stack.children["worker-log"].pid}
+    valkey = connection.info("server").get("process_id")
+    if isinstance(valkey, int):
+        pids["valkey"] = valkey
+    return pids
+
+
 def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -> dict[str, Any]:
     n = len(minutes)
     projects = sorted(Counter(m.project_id for m in minutes))
@@ -387,12 +410,18 @@ def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -
         with running_stack(live) as stack:
             spawned = time.time()
             first_seen: float | None = None
+            pids = pipeline_processes(stack, ws.connection)
+            cpu_before: dict[str, float | None] = {}
+            done_at_first = 0
             for _ in polls(max(60.0, n / 1_000), 0.1, alive=lambda: check_children(stack)):
                 done = log_total(reader, projects)
                 now = time.time()
                 if done and first_seen is None:
                     first_seen = now
+                    done_at_first = done
+                    cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
                 if done >= n:
+                    cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
                     break
                 progress.tick(f"{done:,}/{n:,} durable")
             else:
@@ -408,7 +437,18 @@ def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -
     rate = after_first / (last - first) if last > first else math.nan
     assert first_seen is not None
     progress.tick(f"{rate:,.0f} minutes/s between the first and last durable_at", force=True)
+    # CPU per minute by process, from the first durable minute on: what a shared machine cannot steal.
+    measured = n - done_at_first
+    cpu_us: dict[str, float | None] = {}
+    for role in pids:
+        before, after = cpu_before.get(role), cpu_after.get(role)
+        cpu_us[role] = (
+            round((after - before) / measured * 1e6, 1)
+            if before is not None and after is not None and measured
+            else None
+        )
     return {
+        "pipeline_cpu_us_per_minute": cpu_us,
         "pipeline_per_s": round(rate),
         "pipeline_minutes": n,
         "pipeline_durable_span_s": round(last - first, 3),
@@ -504,6 +544,11 @@ def table(result: dict[str, Any]) -> str:
         ("producer spooled", f"{result['producer_spooled']:,}", ""),
         ("pipeline (1+1 processes)", f"{result['pipeline_per_s']:,} minutes/s", "pipeline_per_s"),
         ("pipeline incl. start-up", f"{result['pipeline_wall_per_s']:,} minutes/s", ""),
+        (
+            "pipeline CPU us/minute",
+            " / ".join(f"{v if v is not None else '?'}" for v in result["pipeline_cpu_us_per_minute"].values()),
+            "",
+        ),
         ("durable p50", f"{result['durable_p50_ms']:.1f} ms", ""),
         ("durable p99", f"{result['durable_p99_ms']:.1f} ms", "durable_p99_ms"),
         ("durable max", f"{result['durable_max_ms']:.1f} ms", ""),
