@@ -30,3 +30,20 @@ def test_the_pipeline_target_depends_on_the_number_of_projects() -> None:
     assert targets_for(8)["pipeline_per_s"] == (">=", 25_000, "/s")
     assert targets_for(64)["pipeline_per_s"] == (">=", 20_000, "/s")
     assert targets_for(64)["durable_p99_ms"] == ("<=", 250, "ms")
+
+
+@pytest.mark.slow
+def test_the_pipeline_phase_makes_every_minute_durable_and_reports_each_process_cpu() -> None:
+    # 5,000 minutes through a real dispatcher, log worker and Valkey: every minute durable once, and the CPU each
+    # of the three used per minute read from /proc from the first durable minute on (never None on Linux; the
+    # dispatcher may have read every entry by then in so small a run, so it may show 0).
+    from bench.harness import Progress
+    from bench.ingest import build_minutes, phase_pipeline
+
+    minutes = build_minutes(pick_projects(4), 5_000)
+    result = phase_pipeline(minutes, 4, Progress("test", sep=" "))
+    assert result["pipeline_minutes"] == 5_000 and result["pipeline_per_s"] > 0
+    cpu = result["pipeline_cpu_us_per_minute"]
+    assert set(cpu) == {"dispatcher", "log_worker", "valkey"}
+    assert all(value is not None and 0 <= value < 5_000 for value in cpu.values()), cpu
+    assert cpu["log_worker"] > 0 and cpu["valkey"] > 0, cpu
