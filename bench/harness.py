@@ -148,6 +148,22 @@ def workspace(name: str, shards: int | None = None) -> Iterator[Workspace]:
             connection.close()
 
 
+# -- CPU accounting from /proc ------------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds used) of a live process, from /proc/<pid>/stat (None where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    # After the command: state ppid ... utime (14th field overall) stime (15th).
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 # -- processes under test ---------------------------------------------------------------
 
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
 import sys
 import time
 from collections import Counter
@@ -74,6 +73,7 @@ from bench.harness import (
     parse,
     percentile,
     polls,
+    proc_stat,
     report,
     say,
     target_texts,
@@ -380,13 +380,9 @@ def phase_producer(minutes: Sequence[Minute], shards: int, progress: Progress) -
     }
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds the process has used so far (Linux /proc; None where it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+def cpu_seconds_of(pid: int) -> float | None:
+    stat = proc_stat(pid)
+    return stat[1] if stat is not None else None
 
 
 def pipeline_processes(stack: Stack, connection: Any) -> dict[str, int]:
@@ -419,9 +415,9 @@ def phase_pipeline(minutes: Sequence[Minute], shards: int, progress: Progress) -
                 if done and first_seen is None:
                     first_seen = now
                     done_at_first = done
-                    cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+                    cpu_before = {role: cpu_seconds_of(pid) for role, pid in pids.items()}
                 if done >= n:
-                    cpu_after = {role: cpu_seconds(pid) for role, pid in pids.items()}
+                    cpu_after = {role: cpu_seconds_of(pid) for role, pid in pids.items()}
                     break
                 progress.tick(f"{done:,}/{n:,} durable")
             else:

@@ -77,6 +77,7 @@ from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
 from bench.harness import (
+    CLK_TCK,
     BenchError,
     CliProcesses,
     ProcessDied,
@@ -88,6 +89,7 @@ from bench.harness import (
     parse,
     percentile,
     polls,
+    proc_stat,
     report,
     running,
     say,
@@ -114,7 +116,6 @@ QUIET_WAIT_S = 180.0
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.05
 PARKED_SUFFIX = ":bench-parked"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 INDEX_NEEDS_SERVER_SHORT = "needs a Qdrant server (PVM_QDRANT_URL); none can run here"
 INDEX_NEEDS_SERVER = (
@@ -128,22 +129,11 @@ INDEX_NEEDS_SERVER = (
 # -- CPU accounting from /proc ------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds used) of a live process, from /proc/<pid>/stat."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    # After the command: state ppid ... utime (14th field overall) stime (15th).
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def _process_table() -> dict[int, tuple[int, float]]:
     table = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = _proc_stat(int(name))
+            stat = proc_stat(int(name))
             if stat is not None:
                 table[int(name)] = stat
     return table

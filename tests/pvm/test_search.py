@@ -822,24 +822,33 @@ def test_an_evaluation_annotation_sets_the_importance_ranking_reads(tmp_path: Pa
         engine.close()
 
 
+NOISE = [0.0] * (DIMS - 1) + [1.0]  # where the noise embedder points every text
+
+
+class NoiseEmbedder:
+    """A dense leg that knows nothing: every text embeds to `NOISE`."""
+
+    dimensions = DIMS
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [NOISE for _ in texts]
+
+
+def noise_search(engine: EdgeEngine, rollbacks: Sequence[str]) -> HybridSearch:
+    """`rollbacks` (texts that say "rollback", ids r0, r1, ...) beside 12 standup notes the noise leg points at."""
+    points = [
+        memory_point("alpha", f"r{i}", text, dense=[1.0] + [0.0] * (DIMS - 1)) for i, text in enumerate(rollbacks)
+    ]
+    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=NOISE) for i in range(12)]
+    engine.upsert(points)
+    return HybridSearch(engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+
+
 def test_a_dense_leg_that_disagrees_with_the_words_does_not_outvote_them(dense_engine: EdgeEngine) -> None:
     # The dense leg knows nothing here (it points every query at minutes the words do not name): with the default
     # weights (semantic 0.6 : keyword 0.1) it would bury the only minutes that say "rollback". The legs share none of
     # their top candidates, so the default fusion gives the dense leg no more than SEARCH_AGREE_FLOOR of relevance.
-    noise = [0.0] * DIMS
-    noise[7] = 1.0
-    points = [memory_point("alpha", f"r{i}", f"rollback of release {i}", dense=[1.0] + [0.0] * (DIMS - 1))
-              for i in range(3)]  # fmt: skip
-    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=noise) for i in range(12)]
-    dense_engine.upsert(points)
-
-    class NoiseEmbedder:
-        dimensions = DIMS
-
-        def embed(self, texts: Sequence[str]) -> list[list[float]]:
-            return [noise for _ in texts]
-
-    search = HybridSearch(dense_engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+    search = noise_search(dense_engine, [f"rollback of release {i}" for i in range(3)])
     hits = search.search("alpha", "rollback", k=3, now_ms=NOW)
     assert {h.minute_id for h in hits} == {"r0", "r1", "r2"}
     assert all(h.parts["agreement"] == 0.0 for h in hits)
@@ -884,20 +893,7 @@ def test_the_dense_share_needs_a_reason_from_the_query_and_falls_to_the_floor_wi
 def test_each_legs_best_candidates_are_in_the_answer_by_the_dense_share(dense_engine: EdgeEngine) -> None:
     # A dense leg that points every query at minutes the words do not name gets the floor's share, and the floor's
     # share of the places kept for the legs' own best: the words' best fill the rest, and the hits say which.
-    noise = [0.0] * DIMS
-    noise[7] = 1.0
-    points = [memory_point("alpha", f"r{i}", "rollback " * (6 - i) + f"release {i}", dense=[1.0] + [0.0] * (DIMS - 1))
-              for i in range(6)]  # fmt: skip
-    points += [memory_point("alpha", f"n{i}", f"standup notes {i}", dense=noise) for i in range(12)]
-    dense_engine.upsert(points)
-
-    class NoiseEmbedder:
-        dimensions = DIMS
-
-        def embed(self, texts: Sequence[str]) -> list[list[float]]:
-            return [noise for _ in texts]
-
-    search = HybridSearch(dense_engine, NoiseEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))
+    search = noise_search(dense_engine, ["rollback " * (6 - i) + f"release {i}" for i in range(6)])
     hits = search.search("alpha", "rollback", k=10, now_ms=NOW)
     places = round(defaults.SEARCH_LEG_SLOTS * 10)
     dense_places = round(places * defaults.SEARCH_AGREE_FLOOR)
