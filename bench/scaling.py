@@ -17,7 +17,7 @@ dispatch  4N minutes (--dispatch-minutes; N drains in about 2 s) are emitted int
           entries in one MULTI/EXEC).
 log       pvm-log is filled, in one MULTI/EXEC once `pvm worker log --processes P`
           is idle, with N minutes in jobs made the way the dispatcher makes them:
-          `workers.log_pool.run([[entry_id, minute_bytes], ...])`, 500 minutes of
+          `workers.log_pool.run([[entry_id, minute_bytes], ...])`, DISPATCH_BATCH_SIZE minutes of
           all projects each (--batch), Queue.prepare_data + enqueue_many.
           Completion = the log records' durable_at (stamped by the log writer
           just before a batch's write and commit). The pool fans out to pvm-index as
