@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 GENERATED_NOTE = (
-    "!!! note \"Generated\"\n"
+    '!!! note "Generated"\n'
     "    This page is generated from {source} each time the site is built, so it cannot drift from the code.\n"
 )
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
