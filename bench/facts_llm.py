@@ -5,7 +5,7 @@ The minutes are a labeled fact session (`bench/fact_sessions.py`, the
 default split, seed 11: six projects, about 970 minutes, time-ordered and
 interleaved across projects). They go to `workers.extraction_llm.LLMExtractor`
 the way the facts pool gets them: in batches of `--batch` minutes
-(`DISPATCH_BATCH_SIZE`, 1,000: one log-pool fan-out job), in time order. The
+(`DISPATCH_BATCH_SIZE`, 500: one log-pool fan-out job), in time order. The
 extractor calls PVM's real `LLMClient` over HTTP, through the `openai`
 package, against the tests' OpenAI-compatible server on loopback
 (`tests/openai_server.py`), which answers every call with one fixed valid

@@ -22,10 +22,10 @@ DOWNSTREAM = ("index", "facts", "summarize")
 DOWNSTREAM_JOB_TIMEOUT_S = 600
 
 # Dispatcher
-# Minutes per RQ job (and per XREADGROUP). 1,000, not 500 (issue 14): per-job costs (RQ dequeue and finish, the log
-# commit, the cache script, the metrics) halve per minute; the dispatch + log + Valkey CPU per minute fell ~25% in
-# paired runs of bench/ingest.py's pipeline on 2 cores, and 2,000 gained nothing more.
-DISPATCH_BATCH_SIZE = 1000
+# Minutes per RQ job (and per XREADGROUP). 1,000 cut the pipeline's per-job costs per minute (issue 14 follow-up,
+# bench/ingest.py), but bench/lifecycle_evaluate.py's context p99 at 100k minutes loaded in 1,000-minute batches read
+# 10.6 and 19.1 ms against 9.8 and 8.9 ms at 500, alternated on one machine: kept at 500 until that is understood.
+DISPATCH_BATCH_SIZE = 500
 DISPATCH_BLOCK_MS = 500
 # While the log pool has work queued, a dispatcher gathers entries for up to this
 # long (or until a batch is full) before making a job: fewer, fuller jobs under
