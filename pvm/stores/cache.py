@@ -24,7 +24,8 @@ from pvm import defaults
 from pvm.connection import hash_reply
 
 _SETTLE = """
--- After a batch's bulk writes (in the same MULTI): trim the windows, evict the oldest cached minutes, move the head.
+-- After a batch's bulk writes (earlier in the same pipeline): trim the windows, evict the oldest cached minutes, move
+-- the head forward (never back).
 -- KEYS: recent, byid, byid_order, head, agent windows...
 -- ARGV: window, cache_size, durable_at, top_id, top_seq
 local window = tonumber(ARGV[1])
