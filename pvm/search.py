@@ -488,6 +488,8 @@ class HybridSearch:
                 parts["fused"] = relevance[i]
             if legs is not None:
                 parts["agreement"] = legs.agreement
+                parts["support"] = legs.support
+                parts["flatness"] = legs.flatness
                 parts["dense_share"] = legs.share
             prior = (
                 (w.recency * parts["recency"] + w.importance * parts["importance"]) / prior_total

@@ -902,6 +902,8 @@ def test_each_legs_best_candidates_are_in_the_answer_by_the_dense_share(dense_en
     assert sum(h.minute_id.startswith("n") for h in kept) == dense_places
     assert {h.minute_id for h in kept if h.minute_id.startswith("r")} == {f"r{i}" for i in range(places - dense_places)}
     assert all(h.parts["dense_share"] == pytest.approx(defaults.SEARCH_AGREE_FLOOR) for h in hits)
+    # What set the share, in every hit's parts: no agreement, no support, and words that single out their minutes.
+    assert {(h.parts["agreement"], h.parts["support"], h.parts["flatness"]) for h in hits} == {(0.0, 0.0, 0.0)}
     # With k=3 one place is kept, and it goes to the words: the noise leg's picks never lead.
     assert {h.minute_id for h in search.search("alpha", "rollback", k=3, now_ms=NOW)} == {"r0", "r1", "r2"}
 
