@@ -338,6 +338,7 @@ class Client(_Connection):
     memory_patch = _sync(routes.memory_patch)
     memory_append = _sync(routes.memory_append)
     memory_export = _sync(routes.memory_export)
+    memory_export_versioned = _sync(routes.memory_export_versioned)
     memory_import = _sync(routes.memory_import)
 
 
@@ -405,6 +406,7 @@ class AsyncClient(_Connection):
     memory_patch = _async(routes.memory_patch)
     memory_append = _async(routes.memory_append)
     memory_export = _async(routes.memory_export)
+    memory_export_versioned = _async(routes.memory_export_versioned)
     memory_import = _async(routes.memory_import)
 
 

@@ -414,19 +414,31 @@ def memory_append(project_id: str, path: str, text: str) -> Call[dict[str, Any]]
 
 
 def memory_export(project_id: str) -> Call[dict[str, str]]:
-    """Every file of the project's Markdown memory: path -> text (`memory_import` takes it back)."""
+    """Every file of the project's Markdown memory: path -> text (`memory_import` takes it back;
+    `memory_export_versioned` also answers the export's version)."""
     return _one(Request("GET", _memory(project_id, "export")), lambda a: dict(a["files"]))
 
 
-def memory_import(project_id: str, files: Mapping[str, str], *, dry_run: bool = False) -> Call[dict[str, Any]]:
+def memory_export_versioned(project_id: str) -> Call[tuple[dict[str, str], int]]:
+    """`memory_export` and the export's version (Unix ms of the newest change it holds): pass the version to
+    `memory_import` with the edited files, so a file removed from them retracts its fact whatever the other
+    files' versions say."""
+    return _one(Request("GET", _memory(project_id, "export")), lambda a: (dict(a["files"]), int(a["version"])))
+
+
+def memory_import(
+    project_id: str, files: Mapping[str, str], *, dry_run: bool = False, version: int | None = None
+) -> Call[dict[str, Any]]:
     """Make the project's memory the `files` given (path -> text, as `memory_export` answers them): each change
-    one minute, a fact whose file is gone retracted. ``{"minutes", "unchanged", "changes", "dry_run", "stream_ids"}``;
-    `dry_run` plans and writes nothing. A file edited from a stale export is refused (409)."""
+    one minute, a fact whose file is gone retracted (unless it changed after `version`, the export's, or, without
+    it, after the newest file). ``{"minutes", "unchanged", "changes", "dry_run", "stream_ids"}``; `dry_run` plans
+    and writes nothing. A file edited from a stale export is refused (409)."""
+    body: dict[str, Any] = {"files": dict(files)}
+    if version is not None:
+        body["version"] = version
     if dry_run:
-        return _one(
-            Request("PUT", _memory(project_id, "export"), {"dry_run": "true"}, body={"files": dict(files)}), _as_is
-        )
-    return _memory_change("PUT", _memory(project_id, "export"), {"files": dict(files)})
+        return _one(Request("PUT", _memory(project_id, "export"), {"dry_run": "true"}, body=body), _as_is)
+    return _memory_change("PUT", _memory(project_id, "export"), body)
 
 
 def _instant(when: str | datetime | None) -> str | None:

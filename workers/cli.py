@@ -1056,8 +1056,9 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
 
-    files = export_files(read_snapshot(_connect(settings), args.project, include_global=args.global_tier))
-    write_folder(args.out, files)
+    snapshot = read_snapshot(_connect(settings), args.project, include_global=args.global_tier)
+    files = export_files(snapshot)
+    write_folder(args.out, files, snapshot.last_ms)
     if args.json:
         print(json.dumps({"project_id": args.project, "out": str(args.out), "files": sorted(files)}, indent=2))
         return 0
@@ -1068,12 +1069,20 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.memory_files import MemoryFileError, plan_import, read_folder, read_snapshot, stream_writer
+    from workers.memory_files import (
+        MemoryFileError,
+        plan_import,
+        read_export_version,
+        read_folder,
+        read_snapshot,
+        stream_writer,
+    )
 
     connection = _connect(settings)
     try:
         snapshot = read_snapshot(connection, args.project, include_global=args.global_tier)
-        plan = plan_import(snapshot, read_folder(args.folder))
+        files = read_folder(args.folder)
+        plan = plan_import(snapshot, files, exported_version=read_export_version(args.folder))
     except MemoryFileError as exc:
         print(f"pvm import: {exc}", file=sys.stderr)
         return 1

@@ -399,8 +399,9 @@ def export_memory(connection: redis.Redis, project: str, out: str = defaults.MEM
     """Export `project`'s memory to `out` (`pvm export`) and return what the demo prints: where, and the tree."""
     from workers.memory_files import export_files, read_snapshot, tree_lines, write_folder
 
-    files = export_files(read_snapshot(connection, project))
-    write_folder(out, files)
+    snapshot = read_snapshot(connection, project)
+    files = export_files(snapshot)
+    write_folder(out, files, snapshot.last_ms)
     return [
         f"The project's memory as Markdown files in {out}/ ({len(files)} files; edit them, then "
         f"`pvm import --project {project} {out}` writes each change as a minute):",

@@ -88,6 +88,8 @@ EDITABLE_ROOTS = (FACTS_ROOT, LEARNED_ROOT)
 DERIVED_ROOTS = (EPISODES_ROOT, SUMMARIES_ROOT)
 ROOTS = (*EDITABLE_ROOTS, *DERIVED_ROOTS)
 SUFFIX = ".md"
+# Beside the folders: the version of the snapshot an export wrote, so an import knows what its files saw.
+EXPORT_MARK = ".pvm-export.json"
 
 # The front-matter of a fact file, in the order it is written. `sources` and `relations` are the fact's
 # source_minute_ids and relationships; `tier` and `task` its tier key.
@@ -910,8 +912,14 @@ def plan_import(
     agent_id: str = IMPORT_AGENT,
     now_ms: int | None = None,
     minute_id: str | None = None,
+    exported_version: int | None = None,
 ) -> ImportPlan:
     """The minutes that make `files` (path -> text) the memory of `snapshot`'s project; nothing is written.
+
+    `exported_version` (`MemorySnapshot.last_ms` of the export the files came from: `write_folder` keeps it in
+    `EXPORT_MARK`, the API answers it as ``version``) tells which facts the person who removed a file could have
+    seen; without it the newest ``version`` among the files stands in, which cannot tell a removed file of the
+    newest fact from a fact made after the export, and keeps that fact.
 
     `partial` (the memory tools' writes): the files are some of the memory, so a fact with no file is left
     alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. `minute_id` (the
@@ -939,6 +947,7 @@ def plan_import(
         ImportPlan(snapshot.project_id),
         _MinuteIds(minute_id),
         exported_ids=exported_ids,
+        exported_at=_version(exported_version, "exported_version"),
     )
     refused: list[MemoryFileError] = []
     for path, text in sorted(files.items()):
@@ -959,6 +968,14 @@ def plan_import(
     if not partial:
         planner.removed()
     return planner.plan
+
+
+def _version(given: Any, name: str) -> int:
+    if given is None:
+        return 0
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise MemoryFileError(f"{name} {str(given)[:40]!r} must be the whole number the export gave (Unix ms)")
+    return given
 
 
 def check_size(path: str, text: str) -> None:
@@ -1097,9 +1114,11 @@ def _walk(base: str) -> Iterable[tuple[str, str]]:
                     yield rel, entry.path
 
 
-def write_folder(root: str | os.PathLike[str], files: Mapping[str, str]) -> int:
+def write_folder(root: str | os.PathLike[str], files: Mapping[str, str], version: int | None = None) -> int:
     """Write `files` under `root` (created as needed); old ``*.md`` files under `ROOTS` not in `files` go, so the
-    folder is the export. A symlink out of `root` is refused before anything is written. Returns the files written.
+    folder is the export. A symlink out of `root` is refused before anything is written. `version` (the snapshot's
+    `last_ms`) goes in `EXPORT_MARK`, where `read_export_version` finds it for the import. Returns the files
+    written.
     """
     base = os.fspath(root)
     os.makedirs(base, exist_ok=True)
@@ -1115,7 +1134,31 @@ def write_folder(root: str | os.PathLike[str], files: Mapping[str, str]) -> int:
         os.makedirs(os.path.join(base, folder), exist_ok=True)
     for path, text in files.items():
         _write_file(os.path.join(base, path), text.encode("utf-8"))
+    mark = os.path.join(base, EXPORT_MARK)
+    if version is not None:
+        _write_file(mark, (json.dumps({"version": version}) + "\n").encode())
+    elif os.path.lexists(mark):
+        os.unlink(mark)
     return len(files)
+
+
+def read_export_version(root: str | os.PathLike[str]) -> int | None:
+    """The version `write_folder` kept in `root`'s `EXPORT_MARK`, or None when there is none (a folder written by
+    hand or by an older PVM: the import then goes by the files' own versions)."""
+    mark = os.path.join(os.fspath(root), EXPORT_MARK)
+    if not os.path.lexists(mark):
+        return None
+    if os.path.islink(mark) or not os.path.isfile(mark):
+        raise MemoryPathError(f"{mark}: not a plain file; the export writes it (remove it to import without it)")
+    with open(mark, "rb") as f:
+        data = f.read(4096)
+    try:
+        version = json.loads(data)["version"]
+    except (ValueError, KeyError, TypeError):
+        raise MemoryFileError(
+            f'{mark}: not what the export wrote ({{"version": <Unix ms>}}); remove it or export again'
+        ) from None
+    return _version(version, f"{mark}: version")
 
 
 def _write_file(path: str, data: bytes) -> None:

@@ -74,21 +74,25 @@ class MemoryRoutes:
     def export(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``GET …/memory/export``: every memory file of the project, path -> text."""
         project_id = request.path_params["project_id"]
-        files = export_files(read_snapshot(self.connection, project_id, include_global=scope.allows_global))
-        return {"project_id": project_id, "files": files}
+        snapshot = read_snapshot(self.connection, project_id, include_global=scope.allows_global)
+        return {"project_id": project_id, "files": export_files(snapshot), "version": snapshot.last_ms}
 
     def import_files(self, request: Request, body: bytes, scope: TokenScope) -> Any:
-        """``PUT …/memory/export``: make the project's memory the files sent (a fact with no file is retracted)."""
+        """``PUT …/memory/export``: make the project's memory the files sent (a fact with no file is retracted, if
+        the export's ``version``, when sent, or else the files' newest, is not older than its last change)."""
         project_id = request.path_params["project_id"]
-        given = json_object(body, ("files",), ("minute_id",))
+        given = json_object(body, ("files",), ("minute_id", "version"))
         files = given["files"]
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise InvalidField("files", "must be an object of path -> file text, as GET …/memory/export answers")
+        version = given.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+            raise InvalidField("version", "must be the whole number GET …/memory/export answered as version")
         dry_run = _flag(request, "dry_run")
         minute_id = minute_id_field(given)
         snapshot = read_snapshot(self.connection, project_id, include_global=scope.allows_global)
         try:
-            plan = plan_import(snapshot, files, minute_id=minute_id)
+            plan = plan_import(snapshot, files, minute_id=minute_id, exported_version=version)
         except MemoryFileError as exc:
             if dry_run or minute_id is None or not written_before(self.connection, project_id, minute_id):
                 raise MemoryRefused(exc) from None

@@ -1076,13 +1076,23 @@ _MEMORY_PLAN = _object(
     },
     required=("project_id", "minutes", "unchanged", "changes", "dry_run", "stream_ids"),
 )
+_MEMORY_VERSION = {
+    "type": "integer",
+    "minimum": 0,
+    "description": "the export's version (Unix ms of the newest change it holds): a fact changed after it is not "
+    "retracted for a missing file",
+}
 _MEMORY_FILES = _object(
-    {"files": {"type": "object", "additionalProperties": _STRING}, "minute_id": _MEMORY_MINUTE_ID},
+    {
+        "files": {"type": "object", "additionalProperties": _STRING},
+        "minute_id": _MEMORY_MINUTE_ID,
+        "version": _MEMORY_VERSION,
+    },
     required=("files",),
 )
 _MEMORY_EXPORT = _object(
-    {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}},
-    required=("project_id", "files"),
+    {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}, "version": _MEMORY_VERSION},
+    required=("project_id", "files", "version"),
 )
 
 

@@ -76,6 +76,15 @@ def test_every_memory_method_round_trips_through_the_pool(served: tuple[str, Fac
         feed.settle()
         assert "2026 design review" in api.memory_read("apollo", path)["text"]
 
+        # The newest fact's file removed: only the export's version tells that whoever removed it had seen it.
+        files, version = api.memory_export_versioned("apollo")
+        assert files == api.memory_export("apollo") and version > 0
+        removed = {p: t for p, t in files.items() if p != path}
+        blind = api.memory_import("apollo", removed, dry_run=True)
+        assert blind["changes"] == [], "without the version the newest fact may be newer than the export: kept"
+        seen = api.memory_import("apollo", removed, dry_run=True, version=version)
+        assert [(c["event_type"], c["path"]) for c in seen["changes"]] == [("fact_retracted", path)]
+
 
 def test_memory_refusals_are_request_errors_with_the_servers_message(served: tuple[str, FactsFeed]) -> None:
     url, feed = served
@@ -168,6 +177,7 @@ SAMPLE_ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "memory_patch": ("p", "facts/x.md", "old", "new"),
     "memory_append": ("p", "facts/x.md", "text"),
     "memory_export": ("p",),
+    "memory_export_versioned": ("p",),
     "memory_import": ("p", {}),
     "pair": ("p", "task", ["criterion"], "output"),
 }

@@ -38,6 +38,7 @@ from pvm.stores.facts import FactStore
 from tests.memory_helpers import use_settings
 from workers import cli
 from workers.memory_files import (
+    EXPORT_MARK,
     FactRecord,
     MemoryConflict,
     MemoryFileError,
@@ -48,6 +49,7 @@ from workers.memory_files import (
     fact_path,
     parse,
     plan_import,
+    read_export_version,
     read_folder,
     read_snapshot,
     stream_writer,
@@ -200,7 +202,9 @@ def test_random_edits_write_exactly_the_right_minutes_and_apply_to_what_the_file
         "---\ntype: decision\nsubject: service:web\nattribute: framework\nvalue: Starlette\n---\n"
         "We serve with Starlette.\n"
     )
-    plan = plan_import(snapshot, edited)
+    # The export's version: the newest fact's file may be among those removed (its learned key, seed 4), and only
+    # the version tells that whoever removed it had seen it (`test_the_export_version_...` below).
+    plan = plan_import(snapshot, edited, exported_version=snapshot.last_ms)
     got = Counter((c.minute.event_type, c.fact_id) for c in plan.changes if c.minute.event_type != "fact_asserted")
     assert got == expected, f"seed {seed}"
     [asserted] = [c for c in plan.changes if c.minute.event_type == "fact_asserted"]
@@ -564,7 +568,8 @@ def test_the_demo_exports_the_memory_and_prints_its_tree(redis_client: redis.Red
 def test_a_fact_made_after_the_export_is_not_retracted_by_its_missing_file(redis_client: redis.Redis) -> None:
     rng = random.Random(12)
     seed_memory(redis_client, rng, 3)
-    files = export_files(read_snapshot(redis_client, P))
+    exported = read_snapshot(redis_client, P)
+    files = export_files(exported)
     late = random_fact(rng, 99)
     later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
     apply(redis_client, [asserted_minute(late, timestamp=later)])  # the facts pool goes on after the export
@@ -572,3 +577,34 @@ def test_a_fact_made_after_the_export_is_not_retracted_by_its_missing_file(redis
     del files[removed]
     plan = plan_import(read_snapshot(redis_client, P), files)
     assert [(c.minute.event_type, c.path) for c in plan.changes] == [("fact_retracted", removed)]
+    plan = plan_import(read_snapshot(redis_client, P), files, exported_version=exported.last_ms)
+    assert [(c.minute.event_type, c.path) for c in plan.changes] == [("fact_retracted", removed)]
+
+
+def test_the_export_version_retracts_the_newest_facts_removed_file(redis_client: redis.Redis, tmp_path: Path) -> None:
+    """Without it the import can only go by the files' own versions, and the newest fact's file, removed, leaves
+    no file that saw it: the fact is kept as one made after the export. With it (kept beside the folders by
+    `write_folder`, answered by the API), the removal retracts."""
+    rng = random.Random(13)
+    seed_memory(redis_client, rng, 3)
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    apply(redis_client, [asserted_minute(random_fact(rng, 99), timestamp=later)])  # the newest, by a second
+    snapshot = read_snapshot(redis_client, P)
+    [newest] = [r for r in snapshot.records.values() if r.last_ms == snapshot.last_ms]
+    out = tmp_path / "memory"
+    write_folder(out, export_files(snapshot), snapshot.last_ms)
+    assert read_export_version(out) == snapshot.last_ms
+    (out / fact_path(newest.raw)).unlink()
+    files = read_folder(out)
+    assert plan_import(snapshot, files).changes == []
+    plan = plan_import(snapshot, files, exported_version=read_export_version(out))
+    assert [(c.minute.event_type, c.fact_id) for c in plan.changes] == [("fact_retracted", newest.id)]
+
+    write_folder(out, export_files(snapshot))  # a folder without the version: no mark left from before
+    assert read_export_version(out) is None
+    for bad in ("{}", "not json", '{"version": "soon"}', '{"version": -1}'):
+        (out / EXPORT_MARK).write_text(bad)
+        with pytest.raises(MemoryFileError, match=r"\.pvm-export\.json"):
+            read_export_version(out)
+    with pytest.raises(MemoryFileError, match="exported_version"):
+        plan_import(snapshot, files, exported_version=True)  # type: ignore[arg-type]
