@@ -246,7 +246,7 @@ def run_pool(
     session: FactSession,
     repeats: int,
     progress: Progress,
-    batch: int = defaults.DISPATCH_BATCH_SIZE,
+    batch: int = defaults.FANOUT_BATCH_SIZE,
     store: Callable[[redis.Redis], FactStore] = FactStore,
 ) -> PoolRun:
     """The session through `facts_batch` once under its own projects, then `repeats` times renamed; timed.
@@ -953,7 +953,7 @@ def run_split(split: str, seed: int, scale: float, llm_server: Any, progress: Pr
     progress.start(f"{split}: llm", "the LLM extractor against the scripted server")
     from bench.facts_llm import calls_per_100_minutes
 
-    llm = calls_per_100_minutes(session, llm_server, defaults.DISPATCH_BATCH_SIZE)
+    llm = calls_per_100_minutes(session, llm_server, defaults.FANOUT_BATCH_SIZE)
     if llm["fallbacks"] or llm["calls"] != llm["chunks"]:
         raise BenchError(f"llm: a call failed against the scripted server: {llm}")
     values["llm_calls_per_100_minutes"] = llm["llm_calls_per_100_minutes"]
@@ -994,7 +994,7 @@ def run(splits: Sequence[str], seed: int, scale: float, progress: Progress) -> d
             "minutes_scale": scale,
             "projects": max(1, min(PROJECTS, round(PROJECTS * scale))),
             "labeled_set_full": scale >= 1.0,
-            "batch": defaults.DISPATCH_BATCH_SIZE,
+            "batch": defaults.FANOUT_BATCH_SIZE,
             "promote_at": Settings.from_env({}).fact_promote_at,
             "extractor": "rules (RuleExtractor); LLM only in the llm phase",
             "offered_share_of_facts_per_s": OFFERED_SHARE,

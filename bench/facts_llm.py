@@ -5,7 +5,7 @@ The minutes are a labeled fact session (`bench/fact_sessions.py`, the
 default split, seed 11: six projects, about 970 minutes, time-ordered and
 interleaved across projects). They go to `workers.extraction_llm.LLMExtractor`
 the way the facts pool gets them: in batches of `--batch` minutes
-(`DISPATCH_BATCH_SIZE`, 500: one log-pool fan-out job), in time order. The
+(`FANOUT_BATCH_SIZE`, 500: one log-pool fan-out job), in time order. The
 extractor calls PVM's real `LLMClient` over HTTP, through the `openai`
 package, against the tests' OpenAI-compatible server on loopback
 (`tests/openai_server.py`), which answers every call with one fixed valid
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argument_parser("bench/facts_llm.py", __doc__)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument(
-        "--batch", type=int, default=defaults.DISPATCH_BATCH_SIZE, help="minutes per extract() call (a fan-out job)"
+        "--batch", type=int, default=defaults.FANOUT_BATCH_SIZE, help="minutes per extract() call (a fan-out job)"
     )
     args = parse(parser, argv)
     if args.batch < 1:

@@ -49,7 +49,7 @@ from workers.queues import pool_queue
 from workers.summarize_pool import SummarizeContext, summarize_batch
 
 K = 10
-BATCH = defaults.DISPATCH_BATCH_SIZE
+BATCH = defaults.FANOUT_BATCH_SIZE
 KIND_SETS: dict[str, tuple[str, ...]] = {
     "minutes": ("minute",),
     "minutes_facts": ("minute", "fact"),

@@ -70,7 +70,7 @@ from workers import index_pool
 
 DEPTHS = (5, 10)
 HASH_DIMENSIONS = 64  # the test server's default
-INDEX_BATCH = defaults.DISPATCH_BATCH_SIZE  # minutes per index pool batch, as the dispatcher makes them
+INDEX_BATCH = defaults.FANOUT_BATCH_SIZE  # minutes per index pool batch, as the log pool fans them out
 # The candidates measured with --variants (issue 12): every fusion at these (semantic, keyword) weights.
 FUSION_CANDIDATES = ("agree", "max", "minmax", "rrf", "engine")
 WEIGHT_CANDIDATES = ((0.6, 0.1), (0.4, 0.3), (0.35, 0.35), (0.3, 0.4))

@@ -24,7 +24,7 @@ log       pvm-log is filled, in one MULTI/EXEC once `pvm worker log --processes 
           in production (PVM_DOWNSTREAM=index); nothing drains that queue.
 index     N minutes are appended to the log first (workers.log_pool.process, the
           log pool's core, in this process), and pvm-index is filled with the jobs
-          the log pool's fan-out makes from each log batch:
+          the log pool's fan-out makes from each log batch (FANOUT_BATCH_SIZE each):
           `workers.index_pool.run([[minute_id, seq, minute_bytes], ...])`.
           `pvm worker index --processes P` indexes them into the embedded engine
           (no embedding model: lexical vectors; `pvm serve` runs the same worker
@@ -595,13 +595,17 @@ def run_index(
                 engine.close()
         writer = LogWriter(live.log_dir)
         datas = []
+        logged = 0
         try:
             for entries in batches:
                 result = log_pool.process(writer, entries)
-                # As `workers.log_pool._fan_out` builds them: the batch's records, grouped by project.
+                # As `workers.log_pool._fan_out` builds them: the batch's records, grouped by project, in jobs of
+                # at most FANOUT_BATCH_SIZE.
                 records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
-                datas.append(_index_job_data(records))
-                progress.tick(f"{len(datas) * batch:,}/{n:,} minutes in the log")
+                for start in range(0, len(records), defaults.FANOUT_BATCH_SIZE):
+                    datas.append(_index_job_data(records[start : start + defaults.FANOUT_BATCH_SIZE]))
+                logged += len(entries)
+                progress.tick(f"{logged:,}/{n:,} minutes in the log")
         finally:
             writer.close()
         where = "Qdrant server" if live.qdrant_url else "embedded engine"

@@ -461,6 +461,12 @@ class Settings:
     dispatch_batch: int = setting(
         "PVM_DISPATCH_BATCH", Integer(minimum=1), defaults.DISPATCH_BATCH_SIZE, "minutes per log-pool job"
     )
+    fanout_batch: int = setting(
+        "PVM_FANOUT_BATCH",
+        Integer(minimum=1),
+        defaults.FANOUT_BATCH_SIZE,
+        "minutes per downstream job: the log pool cuts each durable batch's fan-out into jobs of at most this many",
+    )
     claim_idle_ms: int = setting(
         "PVM_CLAIM_IDLE_MS",
         Integer(minimum=1),

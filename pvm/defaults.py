@@ -22,10 +22,14 @@ DOWNSTREAM = ("index", "facts", "summarize")
 DOWNSTREAM_JOB_TIMEOUT_S = 600
 
 # Dispatcher
-# Minutes per RQ job (and per XREADGROUP). 1,000 cut the pipeline's per-job costs per minute (issue 14 follow-up,
-# bench/ingest.py), but bench/lifecycle_evaluate.py's context p99 at 100k minutes loaded in 1,000-minute batches read
-# 10.6 and 19.1 ms against 9.8 and 8.9 ms at 500, alternated on one machine: kept at 500 until that is understood.
-DISPATCH_BATCH_SIZE = 500
+# Minutes per log-pool job (and per XREADGROUP). 1,000 halves the pipeline's per-job costs per minute against 500
+# (issue 14, bench/ingest.py); the log pool's fan-out still hands the downstream pools FANOUT_BATCH_SIZE at a time.
+DISPATCH_BATCH_SIZE = 1000
+# Records per downstream job (index, facts, summarize): a log job's fan-out is cut into jobs of at most this many,
+# in order. The downstream pools' batches, and so the index engine's segments and the reader's figures, were all
+# measured at 500 (bench/lifecycle_evaluate.py's context p99 read 10.6 and 19.1 ms at 100k minutes indexed in
+# 1,000-minute batches against 9.8 and 8.9 ms at 500): a larger log job leaves them as they were.
+FANOUT_BATCH_SIZE = 500
 DISPATCH_BLOCK_MS = 500
 # While the log pool has work queued, a dispatcher gathers entries for up to this
 # long (or until a batch is full) before making a job: fewer, fuller jobs under

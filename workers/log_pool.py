@@ -144,7 +144,8 @@ def _update_caches(cache: MinuteCache, result: LogBatchResult, durable_at: float
     pipe.execute()
 
 
-def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redis) -> None:
+def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redis, per_job: int) -> None:
+    """The batch's records to every downstream queue, `per_job` to a job (in log order), all in one MULTI/EXEC."""
     if not queues:
         return
     # [minute id, log seq, minute bytes, stream entry ms]: the entry time is what the index pool measures
@@ -152,6 +153,7 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
     records = [
         [a.id, a.seq, item.raw, entry_time_ms(item.entry_id)] for pairs in result.projects.values() for item, a in pairs
     ]
+    parts = [records[start : start + per_job] for start in range(0, len(records), per_job)]
     with connection.pipeline(transaction=True) as pipe:
         for queue in queues:
             pool = queue.name.removeprefix("pvm-")
@@ -159,12 +161,13 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
                 [
                     Queue.prepare_data(
                         keys.POOL_JOBS[pool],
-                        args=(records,),
+                        args=(part,),
                         timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
                         retry=Retry(max=defaults.JOB_RETRIES),
                         result_ttl=defaults.JOB_RESULT_TTL_S,
                         failure_ttl=defaults.JOB_FAILURE_TTL_S,
                     )
+                    for part in parts
                 ],
                 pipeline=pipe,
             )
@@ -186,7 +189,7 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     # Caches and fan-out cover the whole batch, duplicates included: a retried job
     # whose first attempt died after the fsync still refreshes them (both idempotent).
     _update_caches(ctx.cache, result, durable_at)
-    _fan_out(ctx.downstream, result, job.connection)
+    _fan_out(ctx.downstream, result, job.connection, ctx.settings.fanout_batch)
     pipe = job.connection.pipeline(transaction=False)  # both metrics in one round trip
     ctx.metrics.batch("log", len(entries), time.time() - started, pipeline=pipe)
     ctx.metrics.freshness("durable", _lags(result, durable_at), pipeline=pipe)

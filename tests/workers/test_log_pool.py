@@ -239,6 +239,27 @@ def test_a_logged_batch_fans_out_to_the_downstream_pools(
     assert msgpack.unpackb(records[4][2])["memory_note"] == "4"
 
 
+def test_a_log_job_larger_than_the_fan_out_batch_reaches_each_pool_in_jobs_of_that_size_in_log_order(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log pool takes `dispatch_batch` minutes a job; the downstream pools get `fanout_batch` at a time, so a
+    larger log job leaves the index engine's batches (and what the reader was measured on) as they were."""
+    monkeypatch.setitem(keys.QUEUES, "fanout", "pvm-fanout")
+    monkeypatch.setitem(keys.POOL_JOBS, "fanout", "workers.fanout_pool.run")
+    monkeypatch.setitem(keys.QUEUES, "other", "pvm-other")
+    monkeypatch.setitem(keys.POOL_JOBS, "other", "workers.other_pool.run")
+    settings = settings.with_(downstream=("fanout", "other"), fanout_batch=4)
+    enqueue(redis_client, batch(6, project="p1") + batch(5, project="p2", start=6))
+    run_burst(redis_client, settings, monkeypatch)
+    for pool in ("fanout", "other"):
+        jobs = pool_queue(pool, redis_client).get_jobs()
+        sizes = [len(j.args[0]) for j in jobs]
+        assert sizes == [4, 4, 3], pool
+        ids = [r[0] for j in jobs for r in j.args[0]]
+        assert ids == [f"id{i:05d}" for i in range(11)], pool  # each minute once, in log order
+        assert [r[1] for j in jobs for r in j.args[0]] == [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5]
+
+
 def test_a_metrics_error_does_not_fail_a_durable_batch(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
