@@ -615,10 +615,14 @@ class LogReader:
             if any(i not in index for i in wanted):
                 index = self._refresh_index(project_id)
             places = [(i, index[i]) for i in wanted if i in index]
-        out: dict[str, LogRecord] = {}
+        by_segment: dict[Path, list[tuple[int, str]]] = {}
         for minute_id, (seg, offset) in places:
+            by_segment.setdefault(seg, []).append((offset, minute_id))
+        out: dict[str, LogRecord] = {}
+        for seg, at in by_segment.items():  # each segment opened once, read in file order
             with open(seg, "rb") as f:
-                for _, _, payload in iter_frames(f, offset):
-                    out[minute_id] = _decode_record(payload)
-                    break
-        return out
+                for offset, minute_id in sorted(at):
+                    for _, _, payload in iter_frames(f, offset):
+                        out[minute_id] = _decode_record(payload)
+                        break
+        return {i: out[i] for i in wanted if i in out}

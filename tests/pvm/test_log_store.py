@@ -102,6 +102,11 @@ def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
     assert [r.seq for r in reader.history("p")] == list(range(1, 61))
     assert [r.seq for r in reader.get_recent("p", 15)] == list(range(46, 61))
     assert reader.get_by_ids("p", ["m000001", "m000059"])["m000059"].seq == 60
+    # Ids spread over the segments, asked out of order: each segment is read once, the answer in the asked order.
+    asked = ["m000059", "m000003", "nope", "m000030", "m000002", "m000031"]
+    got = reader.get_by_ids("p", asked)
+    assert list(got) == [i for i in asked if i != "nope"]
+    assert [got[i].seq for i in got] == [60, 4, 31, 3, 32]
 
 
 def _write_overlapping(log_dir: str, worker: int) -> None:
