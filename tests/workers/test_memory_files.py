@@ -267,7 +267,10 @@ def test_an_edit_of_a_fact_changed_since_the_export_is_refused_naming_the_file_a
     files = export_files(snapshot)
     path = fact_path(fact)
     exported_version = snapshot.records[fact.id].last_ms
-    apply(redis_client, [edited_minute(snapshot.records[fact.id].fact, confidence=0.01)])  # someone else's change
+    later = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    # Someone else's change, a second on: a version is the time (ms) of the newest change, so a change in the
+    # same millisecond as the seed's would leave it as it was.
+    apply(redis_client, [edited_minute(snapshot.records[fact.id].fact, confidence=0.01, timestamp=later)])
     now = read_snapshot(redis_client, P)
     files[path] = files[path].rstrip("\n") + "\nmy edit\n"
     with pytest.raises(MemoryConflict) as refused:

@@ -23,7 +23,14 @@ from tests.memory_helpers import log_minutes
 from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
 from tests.workers.test_memory_files import ATTACKS, P, apply, global_paths, seed_global, seed_memory, streamed
 from workers.api import create_app
-from workers.memory_files import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError, fact_path
+from workers.memory_files import (
+    MemoryConflict,
+    MemoryFileError,
+    MemoryNotFound,
+    MemoryPathError,
+    fact_path,
+    read_snapshot,
+)
 from workers.memory_tools import MemoryTools
 
 NEW = (
@@ -120,6 +127,10 @@ def test_export_and_import_over_http(client: TestClient, redis_client: redis.Red
     assert r.status_code == 200, r.text
     files = r.json()["files"]
     assert len(files) == 3 and fact_path(fact) in files
+    assert r.json()["version"] == read_snapshot(redis_client, P).last_ms
+    for bad in ("soon", -1, True, 1.5):
+        r = call(client, "PUT", "export", json={"files": files, "version": bad})
+        assert r.status_code in (400, 422) and "version" in r.text, bad
     r = call(client, "PUT", "export", json={"files": files})
     assert r.status_code == 200 and r.json()["minutes"] == 0 and r.json()["unchanged"] == 3
     edited = {**files, fact_path(fact): files[fact_path(fact)].rstrip("\n") + "\nEdited over HTTP.\n"}
