@@ -13,11 +13,18 @@ from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings as hypothesis_settings
 
 from pvm.config import Settings
 from tests.redis_under_test import PRODUCTION_URL_ENV, TEST_URL_ENV, contents_refusal, redacted, url_refusal
 from tests.workers.jobs import TEST_JOB_FUNCTIONS
 from workers.embedded import EmbeddedRedis
+
+# Timing goals live in benchmarks (bench/*.py), never in unit tests: no property test fails because one example
+# took longer than Hypothesis's default 200 ms on a loaded 2-core machine (that would be a flake, not a finding).
+# A test that sets its own `deadline` keeps it.
+hypothesis_settings.register_profile("pvm", deadline=None)
+hypothesis_settings.load_profile("pvm")
 
 # The OpenAI-compatible server (fixture `openai_server`) every test module may use.
 pytest_plugins = ["tests.openai_server"]
