@@ -329,6 +329,7 @@ class _Outbox:
         self._buffered_bytes = 0
         self._taken: _Taken | None = None  # what the flusher is sending; close() spools it if the flusher hangs
         self._taken_bytes = 0
+        self._spilling_bytes = 0  # what the flusher took from the buffers to write to the spool, until it is there
         self._emitted = 0
         self._sent = 0
         self._spooled = 0
@@ -364,7 +365,7 @@ class _Outbox:
             fits = (
                 not self._closed
                 and self._buffered + self._in_flight < self.buffer_size
-                and self._buffered_bytes + self._taken_bytes + size <= self.buffer_bytes
+                and self._buffered_bytes + self._taken_bytes + self._spilling_bytes + size <= self.buffer_bytes
             )
             if fits:
                 self._buffers[shard].append(raw)
@@ -444,7 +445,7 @@ class _Outbox:
         self._flushed = threading.Condition()
         self._buffers = [[] for _ in range(self.shards)]
         self._buffered = self._buffered_bytes = 0
-        self._taken, self._taken_bytes = None, 0
+        self._taken, self._taken_bytes, self._spilling_bytes = None, 0, 0
         self._emitted = self._sent = self._spooled = self._spooled_total = self._dropped = 0
         self._in_flight = self._refused = self._adopted = 0
         self._last_refusal = None
@@ -509,11 +510,18 @@ class _Outbox:
             return self._taken
 
     def _spill_buffered(self) -> None:
+        """Move what is buffered to the spool; its bytes count against the buffer's cap until the spool has them."""
         with self._lock:
             if not self._buffered:
                 return
+            size = self._buffered_bytes
+            self._spilling_bytes += size
             batch, count = self._take_buffers()
-        self._spill(batch, count)
+        try:
+            self._spill(batch, count)
+        finally:
+            with self._lock:
+                self._spilling_bytes -= size
 
     def _spill(self, batch: Sequence[Sequence[bytes]], count: int) -> None:
         """Append minutes counted in flight to this emitter's spool, and count them spooled (or dropped)."""
@@ -606,11 +614,13 @@ class _Outbox:
                 if outcome.complete:
                     self._taken_bytes -= size
                     continue
-                # The rest stays counted in flight until it is in the spool.
+                # The rest stays counted in flight, and its bytes against the buffer's cap, until it is in the
+                # spool: until then it is still in memory, and the agent's threads must not buffer past the cap.
                 self._taken = None
-                self._taken_bytes = 0
             rest = _merge(outcome.unsent(batch), _slice(taken.batch, stop, taken.count))
             self._spill(rest, stop - start - outcome.accepted + taken.count - stop)
+            with self._lock:
+                self._taken_bytes = 0  # the flusher holds nothing now (it takes again only after this returns)
             self._enter_outage(outcome)
             return
         with self._lock:
