@@ -38,7 +38,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 from urllib.parse import unquote
 
 import msgpack
@@ -970,10 +970,15 @@ def plan_import(
     return planner.plan
 
 
+def is_export_version(value: object) -> TypeGuard[int]:
+    """Whether `value` can be an export's version: a whole number of Unix ms, not negative (and not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _version(given: Any, name: str) -> int:
     if given is None:
         return 0
-    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+    if not is_export_version(given):
         raise MemoryFileError(f"{name} {str(given)[:40]!r} must be the whole number the export gave (Unix ms)")
     return given
 

@@ -28,6 +28,7 @@ from workers.memory_files import (
     MemoryFileError,
     check_memory_path,
     export_files,
+    is_export_version,
     plan_import,
     read_snapshot,
     written_before,
@@ -86,7 +87,7 @@ class MemoryRoutes:
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             raise InvalidField("files", "must be an object of path -> file text, as GET …/memory/export answers")
         version = given.get("version")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        if version is not None and not is_export_version(version):
             raise InvalidField("version", "must be the whole number GET …/memory/export answered as version")
         dry_run = _flag(request, "dry_run")
         minute_id = minute_id_field(given)

@@ -156,6 +156,54 @@ def silent_redis() -> Iterator[str]:
         yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
 
 
+def test_minutes_the_flusher_is_writing_to_the_spool_count_against_the_byte_cap(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the spool has them, minutes taken from the buffers to be spooled are still in memory: an emit meanwhile
+    goes to the spool itself rather than buffer past `buffer_bytes` (under load it once held 16 kB against 10)."""
+    import threading
+
+    monkeypatch.setattr(defaults, "EMIT_SOCKET_TIMEOUT_S", 30.0)
+    release = threading.Event()
+    append = SpoolFile.append
+
+    def slow_append(self: SpoolFile, batch: object) -> int:
+        if threading.current_thread().name == "spiller":
+            assert release.wait(10), "the test never released the spill"
+        return append(self, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SpoolFile, "append", slow_append)
+    minutes = [Minute(project_id="p", event_type="message", memory_note="x" * 4000) for _ in range(3)]
+    with silent_redis() as url:
+        em = Emitter(url, settings=settings, buffer_bytes=10_000)
+        outbox = em._outbox
+        em.emit(minutes[0])
+        deadline = time.monotonic() + 10
+        while em.stats().in_flight != 1:  # the flusher took it and hangs on the silent server
+            assert time.monotonic() < deadline, em.stats()
+            time.sleep(0.005)
+        em.emit(minutes[1])  # 4 kB held by the flusher + 4 kB buffered: within the cap
+        assert em.stats().buffered == 1
+        spiller = threading.Thread(target=outbox._spill_buffered, name="spiller")
+        spiller.start()
+        while em.stats().buffered != 0:  # the spiller holds minute 1 until `release`
+            assert time.monotonic() < deadline, em.stats()
+            time.sleep(0.005)
+        emitter = threading.Thread(target=em.emit, args=(minutes[2],))
+        emitter.start()
+        while em.stats().emitted != 3:
+            assert time.monotonic() < deadline, em.stats()
+            time.sleep(0.005)
+        stats = em.stats()
+        assert stats.buffered == 0 and stats.in_flight == 3, stats  # minute 2 waits for the spool, not in memory
+        release.set()
+        spiller.join(10)
+        emitter.join(10)
+        em.close(timeout=0.2)
+    stats = em.stats()
+    assert stats.spooled == 3 and stats.dropped == 0 and stats.in_flight == 0
+
+
 def test_the_buffer_is_capped_in_bytes_too(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
