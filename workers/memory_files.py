@@ -247,6 +247,18 @@ def check_global_grant(path: str, include_global: bool, *, by_path: bool = True)
     )
 
 
+def check_global_visible(path: str, include_global: bool) -> None:
+    """`MemoryForbidden` naming `path` (a file or folder) when it lies in the global tier (``<root>/global/...``)
+    and the caller has no global grant: those files are shown only with it, so a read or listing of one is refused
+    as such rather than answered "no such file" or an empty list."""
+    if include_global or path.split("/")[1:2] != [GLOBAL_TIER]:
+        return
+    raise MemoryForbidden(
+        f"{path}: the global tier's files are shown only with the global grant "
+        '(API: a token with "global": true; CLI: --global)'
+    )
+
+
 def _slug(text: str) -> str:
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
     slug = re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")[: defaults.MEMORY_SLUG_CHARS].strip("-")

@@ -32,6 +32,7 @@ from workers.memory_files import (
     MemoryPathError,
     MemorySnapshot,
     check_global_grant,
+    check_global_visible,
     check_memory_path,
     check_size,
     export_files,
@@ -110,6 +111,7 @@ class MemoryTools:
         if prefix:
             folder = prefix.rstrip("/")
             check_memory_path(f"{folder}/x.md", "prefix")
+            check_global_visible(folder, self.include_global)
             folder += "/"
         else:
             folder = ""
@@ -122,6 +124,7 @@ class MemoryTools:
     def read(self, path: str) -> dict[str, Any]:
         """One file: ``{"path", "text", "read_only"}``; `MemoryNotFound` when there is none."""
         check_memory_path(path)
+        check_global_visible(path, self.include_global)
         text = self._files().get(path)
         if text is None:
             raise MemoryNotFound(f"{path}: no such memory file in project {self.project_id}; list shows the files")

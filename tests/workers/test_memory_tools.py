@@ -189,6 +189,14 @@ def test_the_global_tier_over_http_follows_the_tokens_global_grant(
         f["path"]
         for f in call(client, "GET", "files", token=CURATOR, params={"prefix": "facts/global"}).json()["files"]
     ] == [path]
+    # Without the grant its files are not shown: reading one, listing its folder or patching one says why.
+    r = call(client, "GET", "file", params={"path": path})
+    assert r.status_code == 403 and r.json()["error"].startswith(f"{path}: the global tier's files are shown only")
+    r = call(client, "GET", "files", params={"prefix": "facts/global"})
+    assert r.status_code == 403 and "global grant" in r.json()["error"], r.text
+    r = call(client, "POST", "patch", json={"path": path, "old": "a", "new": "b"})
+    assert r.status_code == 403, r.text
+    assert call(client, "GET", "file", token=CURATOR, params={"path": path}).json()["text"] == granted[path]
     edited = granted[path].rstrip("\n") + "\nChecked by a person.\n"
     r = call(client, "PUT", "file", json={"path": path, "text": edited})
     assert r.status_code == 403 and r.json()["error"].startswith(f"{path}: the global tier is read-only"), r.text
