@@ -204,6 +204,48 @@ def test_minutes_the_flusher_is_writing_to_the_spool_count_against_the_byte_cap(
     assert stats.spooled == 3 and stats.dropped == 0 and stats.in_flight == 0
 
 
+def test_a_batch_redis_did_not_take_counts_against_the_byte_cap_until_spooled(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other half: a batch the flusher sent and Redis did not take (here the server refuses connections) stays
+    in memory until the spool has it, so it counts against `buffer_bytes` meanwhile: with 4 kB of it being spooled
+    and 4 kB buffered, a third 4 kB minute goes to the spool, not the buffer (12 kB against a cap of 10)."""
+    import threading
+
+    release, spilling = threading.Event(), threading.Event()
+    append = SpoolFile.append
+
+    def slow_append(self: SpoolFile, batch: object) -> int:
+        if threading.current_thread().name == "pvm-emitter" and not release.is_set():
+            spilling.set()
+            assert release.wait(10), "the test never released the spill"
+        return append(self, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SpoolFile, "append", slow_append)
+    minutes = [Minute(project_id="p", event_type="message", memory_note="x" * 4000) for _ in range(3)]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"  # bound, never listening: refused
+        em = Emitter(closed, settings=settings, buffer_bytes=10_000)
+        em.emit(minutes[0])
+        assert spilling.wait(10), em.stats()  # refused; the flusher is writing minute 0 to the spool
+        em.emit(minutes[1])  # 4 kB being spooled + 4 kB buffered: within the cap
+        assert em.stats().buffered == 1
+        emitter = threading.Thread(target=em.emit, args=(minutes[2],))
+        emitter.start()
+        deadline = time.monotonic() + 10
+        while em.stats().emitted != 3:
+            assert time.monotonic() < deadline, em.stats()
+            time.sleep(0.005)
+        stats = em.stats()
+        assert stats.buffered == 1, stats  # minute 2 waits for the spool, not in memory past the cap
+        release.set()
+        emitter.join(10)
+        em.close(timeout=0.2)
+    stats = em.stats()
+    assert stats.spooled == 3 and stats.dropped == 0 and stats.in_flight == 0, stats
+
+
 def test_the_buffer_is_capped_in_bytes_too(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
