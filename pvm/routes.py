@@ -209,6 +209,12 @@ def stats(project_id: str) -> Call[dict[str, Any]]:
     return _one(Request("GET", _project(project_id, "stats"), {}), dict)
 
 
+def global_stats() -> Call[dict[str, Any]]:
+    """The global tier's memory in numbers, as `stats` gives a project's (`GET /v1/global/stats`; the token needs
+    the global grant)."""
+    return _one(Request("GET", "/v1/global/stats", {}), dict)
+
+
 def recent(project_id: str, n: int | None = None, *, as_minutes: bool = False) -> Call[list[Any]]:
     """The project's newest `n` minutes (the server's default: 50), oldest first: JSON objects, or `Minute`
     records with `as_minutes`."""

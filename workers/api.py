@@ -52,7 +52,7 @@ from pvm.search import DEFAULT_KINDS, KINDS, PREFERENCES, Hit
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
 from pvm.stores.summaries import SummaryStore
-from pvm.vectors import VectorStoreError
+from pvm.vectors import GLOBAL_TENANT, VectorStoreError
 from workers.api_request import (
     BadRequest,
     Forbidden,
@@ -441,6 +441,16 @@ def create_app(
     def stats(request: Request, body: bytes) -> Any:
         return project_stats(connection, request.path_params["project_id"])
 
+    def global_stats(request: Request, body: bytes) -> Any:
+        """The global tier's numbers (`pvm stats --global`): its facts, what its evaluation runs pruned and merged."""
+        scope = granted(request)
+        if scope is None or not scope.allows_global:
+            raise Forbidden(
+                "this token may not read the global tier; its stats need a token with the global grant "
+                "(pvm token new --global)"
+            )
+        return project_stats(connection, GLOBAL_TENANT)
+
     def by_ids(request: Request, body: bytes) -> Any:
         ids = list_param(request, "ids")
         if not ids:
@@ -581,6 +591,7 @@ def create_app(
             Route("/v1/projects/{project_id}/threads/{thread}", route(thread_show)),
             Route("/v1/projects/{project_id}/minutes", route(by_ids)),
             Route("/v1/projects/{project_id}/stats", route(stats)),
+            Route("/v1/global/stats", route(global_stats)),
             Route("/v1/projects/{project_id}/facts", scoped(facts.list_facts), methods=["GET"]),
             Route("/v1/projects/{project_id}/facts", scoped(facts.assert_fact), methods=["POST"]),
             Route("/v1/projects/{project_id}/facts/{fact_id}", scoped(facts.show)),

@@ -714,6 +714,19 @@ def _minute_operations() -> dict[str, Operation]:
             [],
             _answer("the numbers", "ProjectStats"),
         ),
+        "/v1/global/stats": Operation(
+            "get",
+            {
+                "summary": "The global tier's memory in numbers (project_id _global): its current facts by type, and "
+                "what its evaluation runs pruned and merged; no minutes, chunks or episodes of its own. Needs a "
+                "token with the global grant (403 without)",
+                "parameters": [REQUEST_ID],
+                "responses": {
+                    "200": _answer("the numbers", "ProjectStats"),
+                    **{status: answer for status, answer in _ERRORS.items() if status != "400"},
+                },
+            },
+        ),
         "/v1/projects/{project_id}/threads/{thread}": Operation(
             "get",
             {

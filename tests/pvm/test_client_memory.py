@@ -160,6 +160,7 @@ SAMPLE_ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "thread": ("p", "project"),
     "search": ("p", "query"),
     "stats": ("p",),
+    "global_stats": (),
     "recent": ("p",),
     "minutes": ("p", ["id"]),
     "post_minutes": ([{"project_id": "p", "event_type": "message"}],),

@@ -170,6 +170,7 @@ def test_openapi_describes_every_route(client: TestClient) -> None:
         "/v1/projects/{project_id}/recent",
         "/v1/projects/{project_id}/minutes",
         "/v1/projects/{project_id}/stats",
+        "/v1/global/stats",
         "/v1/projects/{project_id}/facts",
         "/v1/projects/{project_id}/facts/{fact_id}",
         "/v1/projects/{project_id}/facts/{fact_id}/history",

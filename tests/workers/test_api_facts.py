@@ -299,10 +299,16 @@ def test_the_global_tier_needs_a_token_that_grants_it(stack: Stack) -> None:
         ]
         for answer in refused:
             assert answer.status_code == 403 and "global" in answer.json()["error"], answer.text
-        # a fact of the global tier is not there for a token without the grant
+        # a fact of the global tier is not there for a token without the grant, nor are the tier's stats
         assert stack.client.get(f"{P}/facts/{fact['id']}", headers=bearer(token)).status_code == 404
+        stats = stack.client.get("/v1/global/stats", headers=bearer(token))
+        assert stats.status_code == 403 and "global grant" in stats.json()["error"], stats.text
         # and reads not told to look there never do
         assert listed(stack, token) == []
+    stats = stack.client.get("/v1/global/stats", headers=bearer(CURATOR))
+    assert stats.status_code == 200, stats.text
+    assert stats.json()["project_id"] == "_global" and stats.json()["facts"]["by_tier"] == {"global": 1}
+    assert stats.json()["minutes"] == 0 and stats.json()["chunks"] == 0  # the tier has no log of its own
     project_fact = assert_fact(stack, subject="s", attribute="a", value="v")
     stack.settle()
     up = stack.client.post(f"{P}/facts/{project_fact}/promote", json={"to_tier": "global"}, headers=bearer(ALL))

@@ -383,6 +383,7 @@ def test_stats_over_http_and_the_client(redis_client: redis.Redis, stack: Settin
         assert "ev00001" in [h["minute_id"] for h in found.json()["hits"]]
     with serving(app) as url, PVMClient(url, "") as client:
         assert client.stats(P)["pruned"] == 3
+        assert client.global_stats() == project_stats(redis_client, GLOBAL_TENANT)  # no token: every tier
         hits = client.search(P, "dashboard colours", include_pruned=True)["hits"]
         assert "ev00001" in [h["minute_id"] for h in hits]
         assert "ev00001" not in [h["minute_id"] for h in client.search(P, "dashboard colours")["hits"]]

@@ -303,6 +303,10 @@ FACT_CALLS = [
     *[Call("scoped", "POST", t, project="borealis", body=b, path=DB, token=TEAM_A) for t, b in FACT_CHANGES.items()],
     *[Call("scoped", "GET", t, params=p, path=DB | {"key": "k"}, token=TEAM_A) for t, p in FACT_READS.items()],
     Call("scoped", "GET", FACTS, params={"tier": "global"}, token=TEAM_A),  # no global grant: 403
+    Call("open", "GET", "/v1/global/stats"),  # 200
+    Call("token", "GET", "/v1/global/stats"),  # 401
+    Call("scoped", "GET", "/v1/global/stats", token=TEAM_A),  # no global grant: 403
+    Call("down", "GET", "/v1/global/stats"),  # 503
     Call(
         "scoped",
         "POST",
