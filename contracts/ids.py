@@ -74,3 +74,20 @@ def derived_minute_id(ms: int, *parts: str) -> str:
     name = "".join(f"{len(p.encode('utf-8'))}:{p}," for p in parts).encode("utf-8")
     rnd = int.from_bytes(hashlib.sha256(name).digest()[:10], "big")
     return _encode(min(max(ms, 0), (1 << 48) - 1), 10) + _encode(rnd, 16)
+
+
+class RequestIds:
+    """The ids of one request's minutes, in order: given the caller's `first`, `first` and then ids derived from it
+    under `kind` (`derived_minute_id`); without it, new ids. A retried request (the same `first`, the store
+    unchanged) makes the same minutes with the same ids, and the log, idempotent by id, keeps each once."""
+
+    def __init__(self, first: str | None, kind: str) -> None:
+        self.first, self.kind, self.count = first, kind, 0
+
+    def next(self) -> str:
+        n, self.count = self.count, self.count + 1
+        if self.first is None:
+            return new_minute_id()
+        if n == 0:
+            return self.first
+        return derived_minute_id(id_timestamp_ms(self.first) or 0, self.first, self.kind, str(n))

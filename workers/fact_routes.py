@@ -59,6 +59,7 @@ from contracts.facts import (
     check_time,
     normalize_text,
 )
+from contracts.ids import RequestIds
 from contracts.memory import FactHit, SearchFilters
 from contracts.minute import utc_now_iso
 from pvm import defaults
@@ -93,6 +94,9 @@ LIST_MAX = defaults.API_FACTS_MAX
 OFFSET_MAX = defaults.API_FACTS_MAX_OFFSET
 SEARCH_MAX = defaults.API_FACTS_SEARCH_MAX
 LEASE_WAIT_S = defaults.API_FACTS_LEASE_WAIT_S
+# A change's further minutes (the values it supersedes or contradicts) get ids derived from its first under this
+# name: a retry with the same minute_id makes the same minutes with the same ids, and the log keeps each once.
+FOLLOWING_KIND = "fact-change"
 
 # Fields of the bodies, each route's in one place (the OpenAPI document describes the same).
 ASSERT_FIELDS = ("subject", "attribute", "value")
@@ -417,6 +421,8 @@ class FactRoutes:
         try:
             (view,) = self.store.slot_views([slot])
             clock = _Clock(view.last_ms)
+            ids = RequestIds(minute_id, FOLLOWING_KIND)
+            ids.next()  # the first minute's: `minute_id` itself
             when = clock.next()
             with _fields_named():
                 if promoted:
@@ -452,12 +458,17 @@ class FactRoutes:
                     )
                     first = asserted_minute(fresh, agent_id=agent_id, minute_id=minute_id, timestamp=when)
                 more = [
-                    superseded_minute(old, fresh, agent_id=agent_id, timestamp=clock.next()) for old in fitting.older
+                    superseded_minute(old, fresh, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next())
+                    for old in fitting.older
                 ]
                 if fitting.later is not None:
-                    more.append(superseded_minute(fresh, fitting.later, agent_id=agent_id, timestamp=clock.next()))
+                    more.append(
+                        superseded_minute(
+                            fresh, fitting.later, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next()
+                        )
+                    )
                 more += [
-                    contradicted_minute(fresh, other, agent_id=agent_id, timestamp=clock.next())
+                    contradicted_minute(fresh, other, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next())
                     for other in fitting.same
                 ]
             return self._written(fresh.id, first, *more)
@@ -478,12 +489,13 @@ class FactRoutes:
         try:
             (view,) = self.store.slot_views([slot])
             clock = _Clock(view.last_ms)
+            ids = RequestIds(minute_id, FOLLOWING_KIND)
             with _fields_named():
                 first = promoted_minute(
-                    fact, PromotionReason.BY_HAND, agent_id=agent_id, minute_id=minute_id, timestamp=clock.next()
+                    fact, PromotionReason.BY_HAND, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next()
                 )
                 more = [
-                    superseded_minute(old, fact, agent_id=agent_id, timestamp=clock.next())
+                    superseded_minute(old, fact, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next())
                     for old in on_promotion(view.facts, fact)
                 ]
             return self._written(fact.id, first, *more)

@@ -45,7 +45,7 @@ import msgpack
 import redis
 import yaml
 
-from contracts import encode_minute, keys, new_minute_id
+from contracts import encode_minute, keys
 from contracts.errors import ContractError
 from contracts.fact_changes import (
     LEARNED_SUBJECT,
@@ -72,7 +72,7 @@ from contracts.facts import (
     normalize_text,
     normalize_value,
 )
-from contracts.ids import derived_minute_id, id_timestamp_ms
+from contracts.ids import RequestIds
 from contracts.minute import Minute
 from contracts.summaries import Chunk, Episode
 from pvm import defaults
@@ -557,23 +557,6 @@ class ImportPlan:
         }
 
 
-class _MinuteIds:
-    """The ids of a plan's minutes, in plan order: new ones, or, given the caller's `first`, `first` and then ids
-    derived from it. A retried request (the same `first`, the store unchanged) plans the same minutes with the same
-    ids, and the log, idempotent by id, keeps each once."""
-
-    def __init__(self, first: str | None) -> None:
-        self.first, self.count = first, 0
-
-    def next(self) -> str:
-        n, self.count = self.count, self.count + 1
-        if self.first is None:
-            return new_minute_id()
-        if n == 0:
-            return self.first
-        return derived_minute_id(id_timestamp_ms(self.first) or 0, self.first, "memory-change", str(n))
-
-
 def written_before(connection: redis.Redis, project_id: str, minute_id: str) -> bool:
     """Whether the project's log holds `minute_id` (its minute cache, which the log pool fills as it makes minutes
     durable): a retried write whose first try was written, and perhaps applied, already."""
@@ -598,7 +581,7 @@ class _Planner:
     agent_id: str
     clock: _Clock
     plan: ImportPlan
-    ids: _MinuteIds
+    ids: RequestIds
     seen: dict[str, str] = field(default_factory=dict)  # fact id -> the file that names it
     # New facts of this import, by tier key and slot, so two new files in one slot see each other.
     fresh: list[Fact] = field(default_factory=list)
@@ -935,7 +918,7 @@ def plan_import(
 
     `partial` (the memory tools' writes): the files are some of the memory, so a fact with no file is left
     alone; otherwise (an import of a whole folder) a fact whose file is gone is retracted. `minute_id` (the
-    caller's, for retries) is the first minute's id and the others are derived from it (`_MinuteIds`). Every
+    caller's, for retries) is the first minute's id and the others are derived from it (`RequestIds`). Every
     refused file is named in one `MemoryFileError` (a `MemoryForbidden` when one is of the global tier and
     `snapshot` was read without the grant, else a `MemoryConflict` when one is a stale version or an edited
     derived file), and then the plan writes nothing.
@@ -957,7 +940,7 @@ def plan_import(
         agent_id,
         _Clock(snapshot.last_ms, now_ms),
         ImportPlan(snapshot.project_id),
-        _MinuteIds(minute_id),
+        RequestIds(minute_id, "memory-change"),
         exported_ids=exported_ids,
         exported_at=_version(exported_version, "exported_version"),
     )

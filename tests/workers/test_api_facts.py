@@ -426,6 +426,26 @@ def test_a_retried_assertion_with_its_minute_id_is_written_once(stack: Stack) ->
     assert late.status_code == 202 and late.json()["stream_id"] is None and stack.written() == []
 
 
+def test_a_retried_change_that_supersedes_writes_each_of_its_minutes_once(stack: Stack) -> None:
+    """A change whose new value supersedes the one held writes two minutes; retried (the same minute_id) before the
+    pool applied it, both come again under the same ids (the second derived from the first), so the log keeps one
+    of each and nothing is superseded twice."""
+    assert_fact(stack, subject="stack", attribute="database", value="Postgres")
+    stack.settle()
+    body = {"subject": "stack", "attribute": "database", "value": "MySQL", "minute_id": "01M8RETRY0000000000000000B"}
+    first = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
+    again = stack.client.post(f"{P}/facts", json=body, headers=bearer(CURATOR))
+    assert first.status_code == again.status_code == 202 and again.json()["fact_id"] == first.json()["fact_id"]
+    written = stack.settle()
+    assert [m.event_type for m in written] == ["fact_asserted", "fact_superseded"] * 2
+    assert [m.id for m in written[:2]] == [m.id for m in written[2:]] and written[0].id == body["minute_id"]
+    assert written[1].id != body["minute_id"]
+    held = stack.client.post(
+        f"{P}/facts", json={**body, "minute_id": "01M8RETRY0000000000000000C"}, headers=bearer(CURATOR)
+    )
+    assert held.status_code == 409  # a new request for the value the slot holds now is a conflict, as before
+
+
 def test_a_copy_promoted_into_a_slot_supersedes_the_value_held_there(stack: Stack) -> None:
     project_value = assert_fact(stack, subject="ci", attribute="runner", value="ubuntu-22")
     stack.settle()
