@@ -140,3 +140,17 @@ def test_a_derived_id_is_the_same_for_the_same_inputs_and_sorts_by_its_time() ->
     assert first != derived_minute_id(1_795_687_200_000, "fact_asserted", "f1", "m2")
     assert derived_minute_id(1_795_687_200_001, "x") > derived_minute_id(1_795_687_200_000, "x")
     assert id_timestamp_ms(derived_minute_id(-5, "x")) == 0
+
+
+def test_request_ids_repeat_for_the_same_first_and_kind_and_differ_otherwise() -> None:
+    from contracts.ids import RequestIds
+
+    first = new_minute_id()
+    one, two = RequestIds(first, "fact-change"), RequestIds(first, "fact-change")
+    made = [one.next() for _ in range(4)]
+    assert made == [two.next() for _ in range(4)] and made[0] == first and len(set(made)) == 4
+    assert all(id_timestamp_ms(m) == id_timestamp_ms(first) for m in made)  # derived ids keep the first's time
+    other = RequestIds(first, "memory-change")
+    assert [other.next() for _ in range(4)][1:] != made[1:]  # another kind of request, other ids
+    fresh = RequestIds(None, "fact-change")
+    assert len({fresh.next() for _ in range(3)}) == 3  # no first: new ids
