@@ -41,6 +41,7 @@ averaged over queries.
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import sys
@@ -324,7 +325,13 @@ def run_embedder(
 
 
 def run(
-    embedder_name: str, seed: int, scale: float, with_variants: bool, p99_points: int, second: str | None = None
+    embedder_name: str,
+    seed: int,
+    scale: float,
+    with_variants: bool,
+    p99_points: int,
+    second: str | None = None,
+    more_seeds: Sequence[int] = (),
 ) -> dict[str, Any]:
     end_ms = int(time.time() * 1000)
     now_ms = end_ms + 60_000
@@ -344,6 +351,21 @@ def run(
         other, _, _ = run_embedder(second, sets, now_ms, with_variants)
         out[f"sets_{second}"] = other
         out[f"hybrid_minus_best_leg_worst_{second}"] = min(r["hybrid_minus_best_leg"] for r in other.values())
+    if more_seeds:
+        legs = [embedder_name, *([second] if second else [])]
+        first = {embedder_name: per_set, **({second: out[f"sets_{second}"]} if second else {})}
+        out["seeds"] = {str(seed): {leg: _gaps(first[leg]) for leg in legs}}
+        for extra in more_seeds:
+            say(f"retrieval bench: the sets drawn with seed {extra}")
+            drawn = labeled_sets(extra, scale, end_ms)
+            out["seeds"][str(extra)] = {leg: _gaps(run_embedder(leg, drawn, now_ms, False)[0]) for leg in legs}
+        out["hybrid_minus_best_leg_over_seeds"] = {
+            leg: {name: min(by_seed[leg][name] for by_seed in out["seeds"].values()) for name in per_set}
+            for leg in legs
+        }
+        out["hybrid_minus_best_leg_worst_over_seeds"] = {
+            leg: min(worst.values()) for leg, worst in out["hybrid_minus_best_leg_over_seeds"].items()
+        }
     for key in ("multihop_recall_at_10", "old_answer_recall_at_10"):
         values = [(r[key], r["queries"]) for r in per_set.values() if r[key] is not None]
         out[key] = round(sum(v for v, _ in values) / len(values), 3) if values else None
@@ -380,6 +402,11 @@ def run(
         }
     )
     return out
+
+
+def _gaps(per_set: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each set's hybrid recall@10 minus its better leg's."""
+    return {name: r["hybrid_minus_best_leg"] for name, r in per_set.items()}
 
 
 def _short(r: dict[str, Any]) -> dict[str, float | None]:
@@ -428,6 +455,12 @@ def table(result: dict[str, Any]) -> str:
                         )
                     )
                 )
+    for leg, worst in result.get("hybrid_minus_best_leg_over_seeds", {}).items():
+        seeds = ", ".join(result["seeds"])
+        lines.append("")
+        lines.append(f"hybrid - best leg, {leg}, worst over seeds {seeds}: " + ", ".join(
+            f"{name} {value:+.3f}" for name, value in worst.items()
+        ))  # fmt: skip
     lines.append("")
     lines.append(machine_line(result["machine"], server=False))
     return "\n".join(lines)
@@ -473,6 +506,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the size of every set (default 1)")
     parser.add_argument("--variants", action="store_true", help="also measure every fusion and weight candidate")
     parser.add_argument(
+        "--more-seeds",
+        type=_seeds,
+        default=(),
+        help="also draw the sets with these seeds (comma-separated, e.g. 11,13) and report each set's hybrid - best "
+        "leg per seed and its worst over all seeds (hybrid_minus_best_leg_over_seeds); the latency part runs once",
+    )
+    parser.add_argument(
         "--p99-points", type=int, default=100_000,
         help="minutes of the latency measurement (search_p99_ms_100k); 0 skips it",
     )  # fmt: skip
@@ -487,10 +527,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with measuring("retrieval bench") as outcome:
         second = None if args.second_embedder in ("none", args.embedder) else args.second_embedder
-        result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points, second)
+        result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points, second, args.more_seeds)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
 
 
 if __name__ == "__main__":
