@@ -255,25 +255,13 @@ class Minute:
         for required in ("id", "timestamp", "event_type", "project_id"):
             if raw.get(required) is None:
                 raise InvalidMinute(required, "is required")
-        get = raw.get
-        data = get("data")
+        data = raw.get("data")
         if data is not None and not isinstance(data, dict):
             raise InvalidMinute("data", f"must be a mapping, got {type(data).__name__}")
         # As `cls(**fields)` would build it (a null field takes its default), then every check of construction
         # (`__post_init__`): the dataclass's keyword __init__ cost a third of validating a minute.
         minute = object.__new__(cls)
-        _set_id(minute, raw["id"])
-        _set_timestamp(minute, raw["timestamp"])
-        _set_event_type(minute, raw["event_type"])
-        _set_project_id(minute, raw["project_id"])
-        _set_agent_id(minute, get("agent_id"))
-        _set_data(minute, {} if data is None else data)
-        refs = get("context_references")
-        _set_context_references(minute, () if refs is None else refs)
-        _set_memory_note(minute, get("memory_note"))
-        _set_thread_id(minute, get("thread_id"))
-        scope = get("scope")
-        _set_scope(minute, _DEFAULT_SCOPE if scope is None else scope)
+        _assign(minute, raw, refs_as_tuple=False)
         minute.__post_init__()
         return minute
 
@@ -293,22 +281,9 @@ class Minute:
             raise InvalidMinute(name, "is not a minute field; put free-form values under 'data'")
         minute = object.__new__(cls)
         try:
-            _set_id(minute, raw["id"])
-            _set_timestamp(minute, raw["timestamp"])
-            _set_event_type(minute, raw["event_type"])
-            _set_project_id(minute, raw["project_id"])
+            _assign(minute, raw, refs_as_tuple=True)
         except KeyError as missing:
             raise InvalidMinute(str(missing.args[0]), "is required") from None
-        get = raw.get
-        _set_agent_id(minute, get("agent_id"))
-        data = get("data")
-        _set_data(minute, {} if data is None else data)
-        refs = get("context_references")
-        _set_context_references(minute, () if refs is None else tuple(refs))
-        _set_memory_note(minute, get("memory_note"))
-        _set_thread_id(minute, get("thread_id"))
-        scope = get("scope")
-        _set_scope(minute, _DEFAULT_SCOPE if scope is None else scope)
         return minute
 
 
@@ -343,6 +318,28 @@ class Minute:
     )
 )
 _DEFAULT_SCOPE = Scope.PROJECT.value
+
+
+def _assign(minute: Minute, raw: dict[str, Any], *, refs_as_tuple: bool) -> None:
+    """Set every field of a new `minute` from `raw` as the keyword constructor would (a missing or null optional
+    field takes its default); a missing required field raises `KeyError`. No check: `from_dict` runs
+    `__post_init__` after, `trusted` none. `refs_as_tuple` makes the references a tuple here (`__post_init__`
+    does it, and checks their type, for `from_dict`)."""
+    _set_id(minute, raw["id"])
+    _set_timestamp(minute, raw["timestamp"])
+    _set_event_type(minute, raw["event_type"])
+    _set_project_id(minute, raw["project_id"])
+    get = raw.get
+    _set_agent_id(minute, get("agent_id"))
+    data = get("data")
+    _set_data(minute, {} if data is None else data)
+    refs = get("context_references")
+    _set_context_references(minute, () if refs is None else tuple(refs) if refs_as_tuple else refs)
+    _set_memory_note(minute, get("memory_note"))
+    _set_thread_id(minute, get("thread_id"))
+    scope = get("scope")
+    _set_scope(minute, _DEFAULT_SCOPE if scope is None else scope)
+
 
 _FIELDS = frozenset(
     (

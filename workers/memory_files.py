@@ -236,10 +236,15 @@ def check_memory_path(path: Any, field: str = "path") -> str:
     raise MemoryPathError(f"{field} {shown} must name a Markdown file ({SUFFIX})")
 
 
+def in_global_tier(path: str) -> bool:
+    """Whether a memory path (a file or folder) lies in the global tier: ``<root>/global/...``."""
+    return path.split("/")[1:2] == [GLOBAL_TIER]
+
+
 def check_global_grant(path: str, include_global: bool, *, by_path: bool = True) -> None:
     """`MemoryForbidden` naming `path` when it is a file of the global tier (``<root>/global/...``; with not
     `by_path`, a file the caller said is global) and the caller has no global grant (`include_global`)."""
-    if include_global or (by_path and path.split("/")[1:2] != [GLOBAL_TIER]):
+    if include_global or (by_path and not in_global_tier(path)):
         return
     raise MemoryForbidden(
         f"{path}: the global tier is read-only without the global grant; leave its files out, or use the grant "
@@ -251,7 +256,7 @@ def check_global_visible(path: str, include_global: bool) -> None:
     """`MemoryForbidden` naming `path` (a file or folder) when it lies in the global tier (``<root>/global/...``)
     and the caller has no global grant: those files are shown only with it, so a read or listing of one is refused
     as such rather than answered "no such file" or an empty list."""
-    if include_global or path.split("/")[1:2] != [GLOBAL_TIER]:
+    if include_global or not in_global_tier(path):
         return
     raise MemoryForbidden(
         f"{path}: the global tier's files are shown only with the global grant "
