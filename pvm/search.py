@@ -469,6 +469,7 @@ class HybridSearch:
         w_sem = w.semantic if dense_leg else 0.0
         relevance, keyword, semantic, legs = self._relevance(candidates, limit, dense_leg)
         slots = self._slots(candidates, legs, k or defaults.SEARCH_K) if legs is not None else set()
+        threads = _thread_matches(candidates, keyword, semantic, legs.share) if legs is not None else {}
         timestamps = [_timestamp_ms(c) for c in candidates]
         known = [t for t in timestamps if t is not None]
         oldest, newest = (min(known), max(known)) if known else (0, 0)
@@ -491,6 +492,10 @@ class HybridSearch:
                 parts["support"] = legs.support
                 parts["flatness"] = legs.flatness
                 parts["dense_share"] = legs.share
+            match = threads.get(c.payload.get("thread_id") or "", 0.0)
+            if match > relevance[i]:
+                parts["thread_match"] = match
+                relevance[i] = match
             prior = (
                 (w.recency * parts["recency"] + w.importance * parts["importance"]) / prior_total
                 if prior_total
@@ -547,11 +552,13 @@ class HybridSearch:
 
         ``round(SEARCH_LEG_SLOTS * k)`` places go to the legs' own top candidates, the dense leg's share of them to
         its best and the rest to the words' best (a candidate both name takes one of each): whatever the fused score
-        says, the top of each leg is in the answer, so a hybrid search finds what the leg it leans on finds.
+        says, the top of each leg is in the answer, so a hybrid search finds what the leg it leans on finds. Words
+        that single nothing out (flatness at least `SEARCH_WORD_SLOTS_FLAT`: a paraphrase matching only common
+        words) have no best to keep, and their places are left to the fused score.
         """
         places = round(defaults.SEARCH_LEG_SLOTS * k)
         dense = round(places * legs.share)
-        words = places - dense
+        words = places - dense if legs.flatness < defaults.SEARCH_WORD_SLOTS_FLAT else 0
         return {
             i
             for i, c in enumerate(candidates)
@@ -677,6 +684,26 @@ def _thread_lifted(
         out.append((score, timestamp, minute_id, c, parts))
     out.sort(key=lambda s: (-s[0], -s[1], s[2]))
     return out
+
+
+def _thread_matches(
+    candidates: Sequence[Candidate], keyword: Sequence[float], semantic: Sequence[float], share: float
+) -> dict[str, float]:
+    """Each thread's relevance as one answer: its best keyword and its best semantic score among the candidates,
+    fused by the dense `share`, times `SEARCH_THREAD_MATCH`; a minute of the thread ranks at least that relevant.
+
+    An answer that spans a thread often has one minute with the question's words and another with its meaning
+    (a component named in one, what broke in the other): each leg finds one half, and neither minute alone
+    matches the whole question. Candidates without a thread are left as they are.
+    """
+    best: dict[str, tuple[float, float]] = {}
+    for c, kw, sem in zip(candidates, keyword, semantic, strict=True):
+        thread = c.payload.get("thread_id")
+        if isinstance(thread, str) and thread:
+            top_kw, top_sem = best.get(thread, (0.0, 0.0))
+            best[thread] = (max(top_kw, kw), max(top_sem, sem))
+    factor = defaults.SEARCH_THREAD_MATCH
+    return {thread: factor * (share * sem + (1 - share) * kw) for thread, (kw, sem) in best.items()}
 
 
 @dataclass(frozen=True)

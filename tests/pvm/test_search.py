@@ -7,6 +7,7 @@ import math
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -950,6 +951,65 @@ def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
     hits = HybridSearch(engine).search("alpha", "vendor contract deploy", k=2, now_ms=NOW)
     assert [h.minute_id for h in hits] == ["a", "b"]
     assert hits[1].parts["thread"] == pytest.approx(hits[0].score * defaults.SEARCH_THREAD_DECAY)
+
+
+def ranked_candidate(
+    minute_id: str,
+    keyword: tuple[float, int] | None,
+    semantic: tuple[float, int] | None,
+    thread: str | None = None,
+) -> Candidate:
+    """A candidate as the engine returns it: each leg's (score, rank) where that leg found it."""
+    extra: dict[str, float] = {}
+    if keyword is not None:
+        extra["keyword_rank"] = keyword[1]
+    if semantic is not None:
+        extra["semantic_rank"] = semantic[1]
+    payload = {"timestamp_ms": NOW, "thread_id": thread}
+    return Candidate(minute_id, payload, keyword[0] if keyword else 0.0, semantic[0] if semantic else 0.0, 0.0, extra)
+
+
+def test_a_thread_whose_minutes_match_the_words_and_the_meaning_ranks_as_one_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "w" says the question's words and nothing of its meaning; "m" the meaning in other words; both in thread t1.
+    # Ten other minutes match both legs well but not best. Alone, "w" would rank last (the trusted dense leg misses
+    # it); as part of its thread it ranks with "m", at SEARCH_THREAD_MATCH of the thread's best of each leg.
+    monkeypatch.setattr(defaults, "SEARCH_LEG_SLOTS", 0.0)  # neither the legs' own places ...
+    monkeypatch.setattr(defaults, "SEARCH_THREAD_HITS", 0)  # ... nor the lift from top hits: the match alone
+    candidates = [
+        ranked_candidate("w", (10.0, 1), (0.10, 12), "t1"),
+        ranked_candidate("m", (1.0, 12), (0.90, 1), "t1"),
+    ]
+    candidates += [ranked_candidate(f"x{i}", (9.0 - 0.1 * i, 2 + i), (0.85 - 0.01 * i, 2 + i)) for i in range(10)]
+    search = HybridSearch(None, WordEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))  # type: ignore[arg-type]
+    hits = search.rank(candidates, NOW, limit=50, k=12)
+    assert [h.minute_id for h in hits[:2]] == ["m", "w"] or [h.minute_id for h in hits[:2]] == ["w", "m"]
+    for hit in hits[:2]:
+        assert hit.parts["thread_match"] == pytest.approx(defaults.SEARCH_THREAD_MATCH)  # both legs' best: 1 and 1
+    assert all("thread_match" not in h.parts for h in hits[2:])  # no thread: as they were
+    # Without the thread, "w" is what the words alone back: last.
+    alone = [replace(c, payload={**c.payload, "thread_id": None}) for c in candidates]
+    assert search.rank(alone, NOW, limit=50, k=12)[-1].minute_id == "w"
+
+
+def test_words_that_single_nothing_out_get_no_place_of_their_own() -> None:
+    # Ten dense picks the words never found; the words' ten tied (a paraphrase matching only common words): the
+    # dense leg keeps its configured share and its places, and the words' one place goes to the fused score.
+    dense = [ranked_candidate(f"d{i}", None, (0.9 - 0.01 * i, i + 1)) for i in range(10)]
+    search = HybridSearch(None, WordEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))  # type: ignore[arg-type]
+
+    def kept(words: list[Candidate]) -> set[str]:
+        return {h.minute_id for h in search.rank(words + dense, NOW, limit=50, k=10) if "slot" in h.parts}
+
+    places = round(defaults.SEARCH_LEG_SLOTS * 10)
+    dense_places = round(places * 0.6 / 0.7)
+    flat = [ranked_candidate(f"w{i}", (7.2, i + 1), None) for i in range(10)]
+    assert kept(flat) == {f"d{i}" for i in range(dense_places)}
+    # Words with a clear best keep theirs (and there the legs disagree: the floor's share of the places).
+    falling = [ranked_candidate(f"w{i}", (20.0 - 2 * i, i + 1), None) for i in range(10)]
+    floor_places = round(places * defaults.SEARCH_AGREE_FLOOR)
+    assert kept(falling) == {f"d{i}" for i in range(floor_places)} | {f"w{i}" for i in range(places - floor_places)}
 
 
 # -- light points: the minute itself comes from the durable minutes, not the engine ------------------------------
