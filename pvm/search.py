@@ -24,8 +24,13 @@ leg it leans on finds. recency = 0.5 ** (age / half-life) (7 days), importance
 = the stored scores without their recency (`pvm.vectors.importance`). Recency
 leads (`SEARCH_RECENT_SHARE` of the score, by the candidates' own time span)
 only when the query asks for the newest or the caller passes ``prefer="recent"``.
-The best `SEARCH_THREAD_HITS` candidates lift the other candidates of their
-thread to `SEARCH_THREAD_DECAY` of their score (multi-hop, `_thread_lifted`).
+With both legs, a thread ranks as one answer: each of its minutes is at least
+`SEARCH_THREAD_MATCH` times the thread's best keyword and best semantic score
+fused (`_thread_matches`: one minute says the question's words, another its
+meaning), and words that single nothing out get no place of their own
+(`SEARCH_WORD_SLOTS_FLAT`). The best `SEARCH_THREAD_HITS` candidates lift the
+other candidates of their thread to `SEARCH_THREAD_DECAY` of their score
+(multi-hop, `_thread_lifted`).
 
 Every default was chosen on bench/retrieval.py's sessions and timeline sets
 (and bench/fusion.py's weak and noise legs), with bench/multihop.py held out;
