@@ -24,8 +24,13 @@ composite score, so recency and importance do not move the ranking):
 - agree:       min-max legs, the dense share set by the legs' agreement (PVM's default, `SEARCH_FUSION`)
 - max:         weighted sum of per-leg scores divided by each leg's best
 - minmax:      weighted sum of per-leg min-max normalized scores
+- rrf:         rank fusion with a small k (`SEARCH_RRF_K`, 10), each leg's 1 / (k + rank) by its weight
 - engine_rrf:  Qdrant's RRF fusion, k=60 (prefetch + fusion in the engine)
 - engine_dbsf: Qdrant's distribution-based score fusion
+- learned:     a learned calibration: logistic regression on each candidate's min-max leg scores, each leg's
+               1 / (1 + rank), a found-by-both flag and the three trust readings of fusion "agree" (and the leg
+               scores times them), balanced, L2 0.01; trained on another draw of the set (seed + 1000, other
+               made-up words, other queries) with the same dense leg, so it never sees the queries it ranks
 
 plus `lexical_only` (no embedder) and `dense_only` (keyword weight 0) as the bounds;
 `hybrid_minus_best_leg` is the default fusion's recall@10 minus the better bound's.
@@ -48,14 +53,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.machine import machine
-from contracts.memory import RankWeights
+from contracts.memory import RankWeights, SearchFilters
 from pvm import defaults
 from pvm.protocols import MemoryPoint
-from pvm.search import HybridSearch
+from pvm.search import HybridSearch, _dense_share
 from pvm.vectors.edge import EdgeEngine
 
 DIMENSIONS = 64
@@ -148,6 +155,86 @@ class BenchEmbedder:
         return [x / norm for x in total]
 
 
+CALIBRATION_SEED_OFFSET = 1000  # the learned calibration trains on the set drawn with seed + this
+CALIBRATION_L2 = 0.01
+CALIBRATION_STEPS = 400
+CANDIDATES = max(defaults.SEARCH_MIN_CANDIDATES, defaults.SEARCH_CANDIDATES_PER_HIT * 10)  # as a k=10 search asks
+
+
+def _features(search: HybridSearch, candidates: list[Any]) -> np.ndarray:
+    """One row per candidate: what the learned calibration weighs (see the module docstring)."""
+    keyword = search._leg(candidates, "keyword", CANDIDATES)
+    semantic = search._leg(candidates, "semantic", CANDIDATES)
+    w = search.weights
+    legs = _dense_share(candidates, keyword, w.semantic / (w.semantic + w.keyword))
+    trust = (legs.agreement, legs.support, legs.flatness)
+    rows = []
+    for c, kw, sem in zip(candidates, keyword, semantic, strict=True):
+        kw_rank, sem_rank = c.extra.get("keyword_rank"), c.extra.get("semantic_rank")
+        rows.append(
+            [kw, sem, 1 / (1 + kw_rank) if kw_rank else 0.0, 1 / (1 + sem_rank) if sem_rank else 0.0]
+            + [1.0 if kw_rank and sem_rank else 0.0, *trust]
+            + [kw * t for t in trust]
+            + [sem * t for t in trust]
+        )
+    return np.asarray(rows, dtype=float)
+
+
+class Calibration:
+    """Logistic regression over `_features`, fitted by gradient descent (balanced classes, L2)."""
+
+    def __init__(self) -> None:
+        self.weights: np.ndarray | None = None
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> Calibration:
+        x = np.hstack([x, np.ones((len(x), 1))])
+        positives = max(1.0, float(y.sum()))
+        sample = np.where(y > 0, len(y) / (2 * positives), len(y) / (2 * max(1.0, len(y) - positives)))
+        weights = np.zeros(x.shape[1])
+        for _ in range(CALIBRATION_STEPS):
+            p = 1 / (1 + np.exp(-(x @ weights)))
+            gradient = x.T @ (sample * (p - y)) / len(y) + CALIBRATION_L2 * weights
+            weights -= 1.0 * gradient
+        self.weights = weights
+        return self
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        assert self.weights is not None, "fit first"
+        return np.hstack([x, np.ones((len(x), 1))]) @ self.weights
+
+
+def _query(engine: EdgeEngine, embedder: BenchEmbedder, text: str) -> list[Any]:
+    return engine.query("bench", text, embedder.embed([text])[0], SearchFilters(), CANDIDATES, with_payload=False)
+
+
+def _learned(quality: str, seed: int, engine: EdgeEngine, data: LabeledSet, directory: Path) -> dict[str, float]:
+    """Recall of the learned calibration on `data`, trained on the set drawn with seed + CALIBRATION_SEED_OFFSET."""
+    weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)
+    train = labeled_set(seed + CALIBRATION_SEED_OFFSET)
+    train_embedder = BenchEmbedder(quality, train.concept_of)
+    train_engine = _engine(directory / f"{quality}-train", train, train_embedder, "rrf")
+    search = HybridSearch(train_engine, train_embedder, weights)
+    try:
+        xs, ys = [], []
+        for text, relevant in train.queries:
+            candidates = _query(train_engine, train_embedder, text)
+            xs.append(_features(search, candidates))
+            ys.append(np.asarray([1.0 if c.minute_id in relevant else 0.0 for c in candidates]))
+        model = Calibration().fit(np.vstack(xs), np.concatenate(ys))
+    finally:
+        train_engine.close()
+    embedder = BenchEmbedder(quality, data.concept_of)
+    search = HybridSearch(engine, embedder, weights)
+    at5 = at10 = 0.0
+    for text, relevant in data.queries:
+        candidates = _query(engine, embedder, text)
+        order = np.argsort(-model.score(_features(search, candidates)), kind="stable")
+        hits = [candidates[i].minute_id for i in order[:10]]
+        at5 += len(relevant.intersection(hits[:5])) / len(relevant)
+        at10 += len(relevant.intersection(hits)) / len(relevant)
+    return {"recall_at_5": round(at5 / len(data.queries), 3), "recall_at_10": round(at10 / len(data.queries), 3)}
+
+
 def _recall(search: HybridSearch, queries: list[tuple[str, frozenset[str]]]) -> dict[str, float]:
     at5 = at10 = 0.0
     for text, relevant in queries:
@@ -200,8 +287,10 @@ def run(seed: int = 7) -> dict[str, Any]:
                     "agree": _recall(HybridSearch(rrf, embedder, weights, fusion="agree"), data.queries),
                     "max": _recall(HybridSearch(rrf, embedder, weights, fusion="max"), data.queries),
                     "minmax": _recall(HybridSearch(rrf, embedder, weights, fusion="minmax"), data.queries),
+                    "rrf": _recall(HybridSearch(rrf, embedder, weights, fusion="rrf"), data.queries),
                     "engine_rrf": _recall(HybridSearch(rrf, embedder, weights, fusion="engine"), data.queries),
                     "engine_dbsf": _recall(HybridSearch(dbsf, embedder, weights, fusion="engine"), data.queries),
+                    "learned": _learned(quality, seed, rrf, data, Path(tmp)),
                 }
             finally:
                 rrf.close()
