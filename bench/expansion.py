@@ -1,11 +1,15 @@
 #!/usr/bin/env python
-"""Multi-hop candidates measured (issue 12 item 5): reference expansion and pseudo-relevance feedback.
+"""Multi-hop candidates measured (issue 12 item 5): thread neighbours, reference expansion and pseudo-relevance
+feedback.
 
 On the three labeled sets of `bench/retrieval.py` (sessions, timeline, and multihop, held out), indexed as
 there, recall@10 of every question, of the multi-hop ones and of the single-hop ones, lexical-only and
 hybrid (the default weights and fusion; the thread lift on, as by default), for:
 
 - ``base``: the defaults;
+- ``neighbours_<n>_<decay>``: the best n hits bring in the minute before and the minute after them in their
+  thread (the thread's order as the reader's thread view keeps it; here from the generated session), read by
+  id, at decay times their score (`NeighbourSearch`);
 - ``refs_<n>_<decay>``: the best n hits of a search bring in the minutes they reference
   (``context_references``, read by id) at decay times their score (`ReferenceSearch`);
 - ``prf_<docs>_<terms>``: pseudo-relevance feedback on the lexical leg: the query plus the most frequent
@@ -46,6 +50,7 @@ from workers.index_pool import lexical_text
 
 K = 10
 REFS = ((3, 0.95), (5, 0.95), (10, 0.95), (3, 0.9), (3, 0.7), (3, 0.5), (5, 0.5))
+NEIGHBOURS = ((1, 0.95), (3, 0.95), (5, 0.95), (3, 0.9), (3, 0.7), (5, 0.5))
 PRF = ((3, 5), (5, 10))
 _WORD = re.compile(r"[a-z][a-z0-9-]{3,}")
 _COMMON = frozenset(
@@ -100,13 +105,56 @@ class ReferenceSearch(HybridSearch):
             for ref in h.minute.get("context_references") or ():
                 if isinstance(ref, str) and ref not in have and ref not in lifted:
                     lifted[ref] = h.score * self.decay
-        found = [
-            SearchHit(c.minute_id, lifted[c.minute_id], c.payload.get("minute") or {}, "", parts={"reference": 1.0})
-            for c in self.engine.retrieve(project_id, list(lifted))
-            if c.payload.get("kind") is None
-        ]
-        hits = sorted([*result.hits, *found], key=lambda h: -h.score)[:k]
-        return SearchResult(hits, result.degraded)
+        found = self.engine.retrieve(project_id, list(lifted)) if lifted else []
+        return _expanded(result, k, lifted, found, "reference")
+
+
+def _expanded(result: SearchResult, k: int, lifted: dict[str, float], found: Sequence[Any], part: str) -> SearchResult:
+    """`result`'s hits and the `found` candidates at their `lifted` scores (parts `part`), the best k of all."""
+    more = [
+        SearchHit(c.minute_id, lifted[c.minute_id], c.payload.get("minute") or {}, "", parts={part: 1.0})
+        for c in found
+        if c.payload.get("kind") is None
+    ]
+    return SearchResult(sorted([*result.hits, *more], key=lambda h: -h.score)[:k], result.degraded)
+
+
+class NeighbourSearch(HybridSearch):
+    """Thread neighbours: the best `hits` hits bring in the minute before and the minute after them in their
+    thread at `decay` times their score (parts "neighbour"), read by id; the best k of all.
+
+    `threads` gives each minute's thread as the ordered ids of its minutes (what the reader's thread view holds).
+    """
+
+    def __init__(self, *args: Any, threads: dict[str, list[str]], hits: int, decay: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hits, self.decay = hits, decay
+        self.threads = threads
+        self.place = {minute_id: i for ids in threads.values() for i, minute_id in enumerate(ids)}
+
+    def search_result(self, project_id: str, query: str, *args: Any, **kwargs: Any) -> SearchResult:
+        result = super().search_result(project_id, query, *args, **kwargs)
+        have = {h.minute_id for h in result.hits}
+        lifted: dict[str, float] = {}
+        for h in result.hits[: self.hits]:
+            ids = self.threads.get(h.minute_id)
+            if not ids:
+                continue
+            at = self.place[h.minute_id]
+            for neighbour in ids[max(0, at - 1) : at] + ids[at + 1 : at + 2]:
+                if neighbour not in have and neighbour not in lifted:
+                    lifted[neighbour] = h.score * self.decay
+        found = self.engine.retrieve(project_id, list(lifted)) if lifted else []
+        return _expanded(result, kwargs.get("k", defaults.SEARCH_K), lifted, found, "neighbour")
+
+
+def thread_order(session: LabeledSession) -> dict[str, list[str]]:
+    """Each threaded minute's id -> the ids of its thread's minutes, oldest first (the minutes come in order)."""
+    by_thread: dict[str, list[str]] = {}
+    for m in session.minutes:
+        if m.thread_id:
+            by_thread.setdefault(m.thread_id, []).append(m.id)
+    return {minute_id: ids for ids in by_thread.values() for minute_id in ids}
 
 
 def recall(search: HybridSearch, project: str, queries: Sequence[Query], now_ms: int) -> dict[str, Any]:
@@ -127,6 +175,7 @@ def recall(search: HybridSearch, project: str, queries: Sequence[Query], now_ms:
 
 def run_set(session: LabeledSession, embedder: Any, now_ms: int) -> dict[str, Any]:
     project = session.minutes[0].project_id
+    threads = thread_order(session)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pvm-bench-expansion-") as tmp:
         engine = EdgeEngine(Path(tmp), dense_dimensions=embedder.dimensions)
@@ -142,6 +191,9 @@ def run_set(session: LabeledSession, embedder: Any, now_ms: int) -> dict[str, An
                 for docs, terms in PRF:
                     search: HybridSearch = FeedbackSearch(engine, dense, weights, docs=docs, terms=terms)
                     variants[f"prf_{docs}_{terms}"] = recall(search, project, session.queries, now_ms)
+                for hits, decay in NEIGHBOURS:
+                    search = NeighbourSearch(engine, dense, weights, threads=threads, hits=hits, decay=decay)
+                    variants[f"neighbours_{hits}_{decay:g}"] = recall(search, project, session.queries, now_ms)
                 for hits, decay in REFS:
                     search = ReferenceSearch(engine, dense, weights, hits=hits, decay=decay)
                     variants[f"refs_{hits}_{decay:g}"] = recall(search, project, session.queries, now_ms)
