@@ -320,6 +320,17 @@ SEARCH_THREAD_DECAY = 0.97
 # the other defaults unchanged; multihop held out. docs/search.md has the figures.
 SEARCH_THREAD_MATCH = 0.95
 SEARCH_WORD_SLOTS_FLAT = 0.5
+# Thread neighbours (area: retrieval, issue 12 item 5, session 16): with a dense leg, each of the best
+# SEARCH_NEIGHBOUR_HITS hits brings in the minute before and the minute after it in its thread (among the thread's
+# SEARCH_NEIGHBOUR_LIMIT minutes nearest the query, one dense query per thread) at SEARCH_NEIGHBOUR_DECAY of its
+# score, when the neighbour's query similarity is at least the dense candidates' lowest minus SEARCH_NEIGHBOUR_MARGIN
+# and SEARCH_NEIGHBOUR_RELATIVE of the hit's. Chosen offline on sessions + timeline (MiniLM and hashing, seeds 7,
+# 11, 13), multihop held out; docs/search.md ("Thread neighbours").
+SEARCH_NEIGHBOUR_HITS = 5
+SEARCH_NEIGHBOUR_DECAY = 0.95
+SEARCH_NEIGHBOUR_MARGIN = 0.15
+SEARCH_NEIGHBOUR_RELATIVE = 0.6
+SEARCH_NEIGHBOUR_LIMIT = 20
 
 # Summarize pool, workers/summarize_pool.py and workers/summarizers.py (area: summarize pool).
 THREAD_BY = ("thread", "task", "project")  # PVM_THREAD_BY: what names a minute's thread, first found first

@@ -312,6 +312,8 @@ class HybridSearch:
             project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
         )
         best = self._ranked(candidates, now, limit, recent, k)[:k]
+        if dense is not None:
+            best = self._with_neighbours(project_id, dense, filters, candidates, best, k)
         if not best:
             return SearchResult([], degraded)
         winners = self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])
@@ -320,6 +322,64 @@ class HybridSearch:
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
         return SearchResult(hits, degraded)
+
+    def _with_neighbours(
+        self,
+        project_id: str,
+        dense: list[float],
+        filters: SearchFilters,
+        candidates: Sequence[Candidate],
+        best: list[tuple[float, Candidate, dict[str, float]]],
+        k: int,
+    ) -> list[tuple[float, Candidate, dict[str, float]]]:
+        """`best` with the thread neighbours of its top hits brought in, the best `k` of all (multi-hop).
+
+        Each of the best `SEARCH_NEIGHBOUR_HITS` hits in a thread brings in the minute just before and just after
+        it, in time, among the thread's `SEARCH_NEIGHBOUR_LIMIT` minutes nearest the query (one dense query per
+        thread, within `filters`), at `SEARCH_NEIGHBOUR_DECAY` of its score (parts "neighbour"): an answer's next
+        step often shares neither the question's words nor enough of its meaning to be a candidate. The dense
+        leg gates it: the neighbour's query similarity must reach the candidates' lowest less
+        `SEARCH_NEIGHBOUR_MARGIN` and `SEARCH_NEIGHBOUR_RELATIVE` of the hit's, so a thread's unrelated
+        minutes stay out.
+        """
+        found = [c.semantic for c in candidates if "semantic_rank" in c.extra]
+        hits = defaults.SEARCH_NEIGHBOUR_HITS
+        if not found or hits <= 0:
+            return best
+        bar = min(found) - defaults.SEARCH_NEIGHBOUR_MARGIN
+        have = {c.minute_id for _, c, _ in best}
+        members: dict[str, list[Candidate]] = {}
+        added: list[tuple[float, Candidate, dict[str, float]]] = []
+        for score, hit, _ in best[:hits]:
+            thread = hit.payload.get("thread_id")
+            if not isinstance(thread, str) or not thread:
+                continue
+            if thread not in members:
+                members[thread] = self.engine.query(
+                    project_id,
+                    "",
+                    dense,
+                    replace(filters, thread_id=thread),
+                    defaults.SEARCH_NEIGHBOUR_LIMIT,
+                    with_payload=False,
+                    fused=False,
+                )
+            in_time = {c.minute_id: c for c in members[thread]}
+            similarity = in_time[hit.minute_id].semantic if hit.minute_id in in_time else hit.semantic
+            in_time.setdefault(hit.minute_id, hit)
+            order = sorted(in_time.values(), key=lambda c: (_timestamp_ms(c) or 0, c.minute_id))
+            at = next(i for i, c in enumerate(order) if c.minute_id == hit.minute_id)
+            for neighbour in order[max(0, at - 1) : at] + order[at + 1 : at + 2]:
+                if neighbour.minute_id in have:
+                    continue
+                if neighbour.semantic < max(bar, defaults.SEARCH_NEIGHBOUR_RELATIVE * similarity):
+                    continue
+                lifted = score * defaults.SEARCH_NEIGHBOUR_DECAY
+                have.add(neighbour.minute_id)
+                added.append((lifted, neighbour, {"neighbour": lifted, "semantic_similarity": neighbour.semantic}))
+        if not added:
+            return best
+        return sorted([*best, *added], key=lambda s: -s[0])[:k]
 
     def _search_kinds(
         self,

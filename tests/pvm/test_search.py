@@ -1012,6 +1012,90 @@ def test_words_that_single_nothing_out_get_no_place_of_their_own() -> None:
     assert kept(falling) == {f"d{i}" for i in range(floor_places)} | {f"w{i}" for i in range(places - floor_places)}
 
 
+class FixedEmbedder:
+    """Every text embeds to one vector (the query's direction in these tests)."""
+
+    dimensions = DIMS
+
+    def __init__(self, vector: list[float]) -> None:
+        self.vector = vector
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vector for _ in texts]
+
+
+def unit(*pairs: tuple[int, float]) -> list[float]:
+    vector = [0.0] * DIMS
+    for axis, value in pairs:
+        vector[axis] = value
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+class ThreadQueryCounter:
+    """The real engine, counting the dense queries filtered to one thread (what the neighbours cost)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.thread_queries: list[str] = []
+
+    def query(self, project_id: str, text: str, dense: Any, filters: SearchFilters, limit: int, **kw: Any) -> Any:
+        if filters.thread_id is not None:
+            self.thread_queries.append(filters.thread_id)
+        return self.inner.query(project_id, text, dense, filters, limit, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_a_top_hit_brings_in_its_thread_neighbours_that_the_dense_leg_finds_near_the_query(
+    tmp_path: Path, kind: str
+) -> None:
+    # Thread t1 in time: a, b, c, d. The question's words are b's; the dense leg finds b and 60 other minutes
+    # nearer the query than a, so a is no candidate. a is just before b and near the query (0.8): it comes in. c,
+    # just after b, is far from the query (0.3): it stays out. d is not next to b.
+    def threaded(minute_id: str, text: str, dense: list[float], minute: int) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text, dense=dense, age_ms=(10 - minute) * 60_000)
+        point.payload["thread_id"] = "t1"
+        return point
+
+    points = [
+        threaded("a", "vendor call scheduled", unit((0, 0.8), (1, 0.6)), 1),
+        threaded("b", "rollback of the payments release", unit((0, 1.0)), 2),
+        threaded("c", "lunch order placed", unit((0, 0.3), (2, 0.95)), 3),
+        threaded("d", "release notes drafted", unit((0, 0.8), (3, 0.6)), 4),
+    ]
+    points += [
+        memory_point("alpha", f"x{i}", f"standup notes {i}", dense=unit((0, 0.9), (4 + i % 4, 0.44))) for i in range(60)
+    ]
+    inner: Any = (
+        EdgeEngine(tmp_path / "v", DIMS)
+        if kind == "edge"
+        else ServerEngine(QdrantClient(":memory:"), dense_dimensions=DIMS)
+    )
+    inner.upsert(points)
+    engine = ThreadQueryCounter(inner)
+    weights = RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS)
+    search = HybridSearch(engine, FixedEmbedder(unit((0, 1.0))), weights)  # type: ignore[arg-type]
+    hits = search.search("alpha", "rollback", k=3, now_ms=NOW)
+    by_id = {h.minute_id: h for h in hits}
+    assert hits[0].minute_id == "b" and "a" in by_id
+    assert by_id["a"].score == pytest.approx(hits[0].score * defaults.SEARCH_NEIGHBOUR_DECAY)
+    assert by_id["a"].parts["neighbour"] == pytest.approx(by_id["a"].score)
+    assert by_id["a"].parts["semantic_similarity"] == pytest.approx(0.8, abs=1e-3)
+    wide = {h.minute_id for h in search.search("alpha", "rollback", k=10, now_ms=NOW)}  # 50 candidates a leg
+    assert "a" in wide and not {"c", "d"} & wide
+    assert engine.thread_queries and set(engine.thread_queries) == {"t1"}
+    assert len(engine.thread_queries) == 2  # one per search: the thread is read once however many hits it has
+    # Lexical only (no dense leg to say what is near the query): no neighbours, no thread query.
+    engine.thread_queries.clear()
+    lexical = HybridSearch(engine, None, RankWeights(*defaults.SEARCH_WEIGHTS))  # type: ignore[arg-type]
+    assert "a" not in {h.minute_id for h in lexical.search("alpha", "rollback", k=3, now_ms=NOW)}
+    assert engine.thread_queries == []
+    inner.close()
+
+
 # -- light points: the minute itself comes from the durable minutes, not the engine ------------------------------
 
 
