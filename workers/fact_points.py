@@ -14,22 +14,25 @@ point:
 
 - every change minute is kept on the point as a `FactEvent` (its data and its
   place in the order), once per (project, minute id);
-- the fact is the fold of those events in order with the contract's
-  ``apply_to`` (the one definition of what a change does, which the facts
-  pool applies too), from the newest base: ``fact_asserted``,
-  ``fact_learned`` or ``fact_tier_promoted``. Events older than the newest
-  base change nothing and are dropped; past `FACT_POINT_MAX_CHANGES` the
-  oldest fold into one stored state;
+- the fact is merged from those events exactly as the facts store merges
+  them (`pvm.stores.fact_projection.merge_created` / `merge_change`: each
+  field last-writer-wins by the change's order key, sources and relationships
+  as sets), the bases (``fact_asserted``, ``fact_learned``,
+  ``fact_tier_promoted``) first, then every other change. Past
+  `FACT_POINT_MAX_CHANGES` the state is kept as one folded event (with its
+  order keys) and the newest changes;
 - changes to a fact whose assertion is not indexed yet wait on a
   ``fact_pending`` point under the fact's id (found by no search) until it is;
 - ``task_memory_cleared`` minutes are kept on a ``tier_cleared`` point of their
-  task key; a fact of that key whose base is older than a clear is cleared
+  task key; a fact of that key first asserted before a clear is cleared
   from the clear's time on (`cleared_ms`).
 
-The order: a task or project fact's changes are all in its project's log
-(`fact_change` refuses any other), so the log's sequence orders them. A
-global fact's changes may come from several projects' logs: they are ordered
-by the minute's timestamp, then its id and project.
+The order is the store's: a change minute's time, then its id
+(`pvm.stores.fact_projection.order_key`), which the deciders (the facts pool,
+the API) give in the order they decided. The log's sequence is not used: two
+log workers or a requeued log job can make a batch's ``fact_superseded``
+durable before its ``fact_asserted``, and the point must still equal the
+store's record (issue 22; docs/decisions/0015-fact-time.md).
 
 Tenancy: a task or project fact is a point of its project; a global fact a
 point of `GLOBAL_TENANT`, which only a query naming it reads.
@@ -41,6 +44,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from contracts import ContractError, Minute
@@ -56,9 +60,10 @@ from contracts.fact_changes import (
     TaskMemoryCleared,
     fact_change,
 )
-from contracts.facts import FACT_NAMESPACE, Fact, Tier, TierKey, check_time
+from contracts.facts import FACT_NAMESPACE, Fact, FactStatus, Tier, TierKey, check_time
 from pvm import defaults
 from pvm.protocols import FACT, FACT_PENDING, TIER_CLEARED, MemoryPoint, StoredPoint
+from pvm.stores.fact_projection import LWW_FIELDS, StoredFact, merge_change, merge_created, order_key_at
 from pvm.vectors import GLOBAL_TENANT, OPEN_MS
 
 log = logging.getLogger(__name__)
@@ -99,7 +104,7 @@ class FactEvent:
 
     project_id: str  # the log it is in
     minute_id: str
-    order: tuple[Any, ...]  # (log seq,) for task and project facts; (timestamp ms, minute id, project) for global
+    order: tuple[Any, ...]  # (timestamp ms, minute id, project): informative; `event_key` orders events
     at_ms: int  # the minute's timestamp
     event_type: str
     data: dict[str, Any]
@@ -172,7 +177,7 @@ def parse(minutes: Iterable[tuple[Minute, int, int]]) -> tuple[list[ParsedChange
     """
     changes: list[ParsedChange] = []
     unparsed: list[str] = []
-    for minute, seq, at_ms in minutes:
+    for minute, _seq, at_ms in minutes:
         if minute.event_type not in FACT_EVENT_TYPES:
             continue
         try:
@@ -186,10 +191,7 @@ def parse(minutes: Iterable[tuple[Minute, int, int]]) -> tuple[list[ParsedChange
             )
             unparsed.append(minute.id)
             continue
-        if change.tier_key.tier is Tier.GLOBAL:
-            order: tuple[Any, ...] = (at_ms, minute.id, minute.project_id)
-        else:
-            order = (seq,)
+        order = (at_ms, minute.id, minute.project_id)  # the store's order; the log's seq is not (module docstring)
         event = FactEvent(minute.project_id, minute.id, order, at_ms, minute.event_type, dict(minute.data))
         changes.append(ParsedChange(event, change))
     return changes, unparsed
@@ -214,94 +216,112 @@ def needed(changes: Sequence[ParsedChange]) -> tuple[list[str], list[str]]:
 
 @dataclass
 class Folded:
-    """A fact's state after its events: the fact (None while no base is indexed), the events to keep, the skipped."""
+    """A fact's state after its events: the stored record (None while no base is indexed), the events to keep,
+    and the minute ids of the changes that did not apply."""
 
-    fact: Fact | None
+    stored: StoredFact | None
     events: list[FactEvent]
-    base_order: tuple[Any, ...] | None = None
-    skipped: list[str] = field(default_factory=list)  # minute ids of changes that did not apply
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def fact(self) -> Fact | None:
+        return None if self.stored is None else self.stored.fact
 
 
-def _is_base(change: FactChange | Fact, fact_id: str) -> bool:
-    if isinstance(change, Fact):
-        return change.id == fact_id
-    return isinstance(change, _BASES) and change.fact.id == fact_id
+def event_key(event: FactEvent) -> str:
+    """An event's place in the store's order (`pvm.stores.fact_projection.order_key`): its minute's time, then id."""
+    return order_key_at(event.at_ms, event.minute_id)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _folded_state(event: FactEvent) -> StoredFact:
+    """The stored record a `FOLDED` event keeps (points written before the store's merge kept only the fact)."""
+    data = event.data
+    fact = Fact.from_dict(data["fact"])
+    if "v" in data:
+        return StoredFact(fact, dict(data["v"]), str(data["created"]), data.get("promoted_at"))
+    key = event_key(event)
+    promoted = _iso(event.at_ms) if fact.status is FactStatus.PROMOTED else None
+    return StoredFact(fact, {name: key for name in LWW_FIELDS}, key, promoted)
 
 
 def fold(events: Iterable[FactEvent], fact_id: str, max_changes: int = defaults.FACT_POINT_MAX_CHANGES) -> Folded:
-    """The state of fact `fact_id` after `events`, applied in order from the newest base (module docstring).
+    """The state of fact `fact_id` after `events`, merged as the facts store merges them (module docstring).
 
-    Events are taken once per (project, minute id). A change that does not
-    apply (``apply_to`` refuses it, e.g. a validity that would end before it
-    starts) is skipped and named in `Folded.skipped`, and stays kept: the fold
-    is the same whenever it runs. Past `max_changes` events after the base,
-    the oldest are folded into one stored state.
+    Events are taken once per (project, minute id); the bases first, then every other change, each in the
+    store's order and by the store's rule (`merge_created`, `merge_change`), so the point equals the
+    store's record whatever order the events reached the log in. A change that does not apply (``apply_to``
+    refuses it) is skipped and named in `Folded.skipped`, and stays kept: the fold is the same whenever it
+    runs. Past `max_changes` events, the state is kept as one `FOLDED` event with the newest `max_changes`
+    events after it (merging an event twice changes nothing).
     """
     unique: dict[tuple[str, str], FactEvent] = {}
+    folded: FactEvent | None = None
     for e in events:
-        unique.setdefault(e.identity, e)
-    ordered = sorted(unique.values(), key=lambda e: e.order)
-    parsed: list[tuple[FactEvent, FactChange | Fact | None]] = []
-    base = None
+        if e.event_type == FOLDED:
+            folded = e  # one per point: the newest state written
+        else:
+            unique.setdefault(e.identity, e)
+    ordered = sorted(unique.values(), key=lambda e: (event_key(e), e.project_id))
+    state: StoredFact | None = None
+    if folded is not None:
+        try:
+            state = _folded_state(folded)
+        except (InvalidFact, KeyError, TypeError, ValueError) as exc:
+            log.warning("index pool: the folded state of fact %s does not read back (%s)", fact_id, exc)
+            folded = None
+    parsed: list[tuple[FactEvent, FactChange | None]] = []
     for e in ordered:
         try:
-            change: FactChange | Fact | None = e.change()
+            change: FactChange | None = CHANGE_CLASSES[e.event_type].from_data(e.data)
         except (InvalidFact, KeyError, TypeError, ValueError) as exc:
             log.warning("index pool: stored change %s of fact %s does not read back (%s)", e.minute_id, fact_id, exc)
             change = None
-        if change is not None and _is_base(change, fact_id):
-            base = len(parsed)
         parsed.append((e, change))
-    if base is None:
-        kept = [e for e, _ in parsed][-defaults.FACT_POINT_MAX_PENDING :]
-        return Folded(None, kept)
-    parsed = parsed[base:]
-    state, skipped = _apply(parsed, fact_id)
-    first = parsed[0]
-    base_order = tuple(first[0].data["base_order"]) if first[0].event_type == FOLDED else first[0].order
-    if len(parsed) > max_changes + 1:
-        older, newer = parsed[: len(parsed) - max_changes], parsed[len(parsed) - max_changes :]
-        folded_state, _ = _apply(older, fact_id)
-        assert folded_state is not None
-        last = older[-1][0]
+    skipped = [e.minute_id for e, change in parsed if change is None]
+    for e, change in parsed:
+        if isinstance(change, _BASES) and change.fact.id == fact_id:
+            state = merge_created(state, change.fact, event_key(e), _iso(e.at_ms))
+    if state is None:
+        return Folded(None, ordered[-defaults.FACT_POINT_MAX_PENDING :], skipped)
+    for e, change in parsed:
+        if change is None or isinstance(change, (TaskMemoryCleared, *_BASES)):
+            continue
+        try:
+            state = merge_change(state, change, event_key(e), _iso(e.at_ms))
+        except InvalidFact as exc:
+            log.warning(
+                "index pool: %s %s does not apply to fact %s (%s); skipped", e.event_type, e.minute_id, fact_id, exc
+            )
+            skipped.append(e.minute_id)
+    if len(ordered) > max_changes:
+        last = ordered[-1]
         compact = FactEvent(
             last.project_id,
-            last.minute_id,
+            FOLDED,
             last.order,
             last.at_ms,
             FOLDED,
-            {"fact": folded_state.to_dict(), "base_order": list(base_order)},
+            {
+                "fact": state.fact.to_dict(),
+                "v": dict(state.versions),
+                "created": state.created,
+                "promoted_at": state.promoted_at,
+            },
         )
-        return Folded(state, [compact, *(e for e, _ in newer)], base_order, skipped)
-    return Folded(state, [e for e, _ in parsed], base_order, skipped)
+        return Folded(state, [compact, *ordered[-max_changes:]], skipped)
+    return Folded(state, ([folded] if folded is not None else []) + ordered, skipped)
 
 
-def _apply(parsed: Sequence[tuple[FactEvent, FactChange | Fact | None]], fact_id: str) -> tuple[Fact | None, list[str]]:
-    state: Fact | None = None
-    skipped: list[str] = []
-    for event, change in parsed:
-        if change is None:
-            skipped.append(event.minute_id)
-        elif _is_base(change, fact_id):
-            state = change if isinstance(change, Fact) else change.fact  # type: ignore[union-attr]
-        elif state is not None and not isinstance(change, (Fact, TaskMemoryCleared, *_BASES)):
-            try:
-                state = change.apply_to(state)
-            except InvalidFact as exc:
-                log.warning(
-                    "index pool: %s %s does not apply to fact %s (%s); skipped",
-                    event.event_type,
-                    event.minute_id,
-                    fact_id,
-                    exc,
-                )
-                skipped.append(event.minute_id)
-    return state, skipped
+def cleared_ms(created: str | None, clears: Iterable[FactEvent]) -> int:
+    """When a fact first asserted at order key `created` left the current view: the first clear after it, else open.
 
-
-def cleared_ms(base_order: tuple[Any, ...] | None, clears: Iterable[FactEvent]) -> int:
-    """When a fact whose base has `base_order` left the current view: the first clear after its base, else open."""
-    after = [c.at_ms for c in clears if base_order is None or c.order > base_order]
+    The store's rule: a task's clearing drops the facts of that task asserted before it.
+    """
+    after = [c.at_ms for c in clears if created is None or event_key(c) > created]
     return min(after, default=OPEN_MS)
 
 
@@ -417,7 +437,8 @@ def plan(tenant: str, changes: Sequence[ParsedChange], stored: Mapping[str, Stor
                 out.points.append(MemoryPoint(fact_id, tenant, "", pending, kind=FACT_PENDING))
             continue
         fact = folded.fact
-        cleared = cleared_ms(folded.base_order, clears.get(str(fact.tier_key), ()))
+        assert folded.stored is not None
+        cleared = cleared_ms(folded.stored.created, clears.get(str(fact.tier_key), ()))
         payload = fact_payload(tenant, fact, folded.events, cleared)
         if _unchanged(previous, payload):
             continue

@@ -92,13 +92,22 @@ class Outcome(StrEnum):
 
 def order_key(minute: Minute) -> str:
     """The order of a change minute among all others: its time (Unix ms), then its id. Compared as text."""
-    ms = time_ms(minute.timestamp)
-    return f"{ms + _ORDER_OFFSET_MS:015d}|{minute.id}"
+    return order_key_at(time_ms(minute.timestamp), minute.id)
+
+
+def order_key_at(ms: int, minute_id: str) -> str:
+    """`order_key` of a change minute of time `ms` (Unix ms) and id `minute_id`."""
+    return f"{ms + _ORDER_OFFSET_MS:015d}|{minute_id}"
+
+
+def order_key_ms(key: str) -> int:
+    """The time (Unix ms) of an order key."""
+    return int(key.partition("|")[0]) - _ORDER_OFFSET_MS
 
 
 def last_change_ms(created: str, versions: Mapping[str, str]) -> int:
     """The time (Unix ms) of the newest of a stored fact's order keys: when it last changed (its version)."""
-    return max(int(key.partition("|")[0]) for key in (created, *versions.values())) - _ORDER_OFFSET_MS
+    return max(order_key_ms(key) for key in (created, *versions.values()))
 
 
 def time_ms(timestamp: str) -> int:
@@ -198,6 +207,63 @@ class StoredFact:
         if self.status_at(when) in statuses:
             return True
         return fact.status in statuses and fact.status in (FactStatus.SUPERSEDED, FactStatus.RETRACTED)
+
+
+# -- merging one change into one fact: the store's rule, and the fact points' (`workers.fact_points`) ------------
+
+
+def merge_created(stored: StoredFact | None, fact: Fact, key: str, when: str) -> StoredFact:
+    """`stored` (None: not held yet) with an assertion of `fact` (asserted, learned or promoted a tier up) merged in.
+
+    `key` is the change's order key and `when` its minute's time. Each field takes the asserted value
+    where `key` is newer than the change that set it last; sources and relationships are unions; the
+    first promotion's time is kept. So merging the same changes in any order gives the same record.
+    """
+    promoted_at = when if fact.status is FactStatus.PROMOTED else None
+    if stored is None:
+        return StoredFact(
+            fact.with_(
+                source_minute_ids=_sources(fact.source_minute_ids),
+                relationships=_relationships(fact.relationships),
+                access_count=0,
+                last_accessed_at=None,
+            ),
+            {name: key for name in LWW_FIELDS},
+            key,
+            promoted_at,
+        )
+    versions = dict(stored.versions)
+    values = {}
+    for name in LWW_FIELDS:
+        if key > versions.get(name, ""):
+            values[name], versions[name] = getattr(fact, name), key
+    merged = stored.fact.with_(
+        **values,
+        source_minute_ids=_sources(stored.fact.source_minute_ids, fact.source_minute_ids),
+        relationships=_relationships(stored.fact.relationships, fact.relationships),
+    )
+    return StoredFact(merged, versions, min(stored.created, key), _earliest(stored.promoted_at, promoted_at))
+
+
+def merge_change(stored: StoredFact, change: _Existing, key: str, when: str) -> StoredFact:
+    """`stored` with `change` merged in: the fields it sets where its key is newer, and the sets it adds to.
+
+    Raises `InvalidFact` when the contract's ``apply_to`` refuses the change against `stored`.
+    """
+    old = stored.fact
+    proposed = change.apply_to(old)  # the contract's effect, validated
+    sets = tuple(change.changes) if isinstance(change, FactEdited) else _SETS[type(change)]
+    versions = dict(stored.versions)
+    values: dict[str, Any] = {}
+    for name in sets:
+        if key > versions.get(name, ""):
+            values[name], versions[name] = getattr(proposed, name), key
+    if isinstance(change, FactConfirmed):
+        values["source_minute_ids"] = _sources(old.source_minute_ids, change.source_minute_ids)
+    if isinstance(change, FactContradicted):
+        values["relationships"] = _relationships(old.relationships, proposed.relationships)
+    promoted_at = _earliest(stored.promoted_at, when) if isinstance(change, FactPromoted) else stored.promoted_at
+    return StoredFact(old.with_(**values) if values else old, versions, stored.created, promoted_at)
 
 
 # -- applying changes ----------------------------------------------------------------------------------------------
@@ -309,33 +375,7 @@ class Projection:
         if tier.tier is Tier.TASK and self.cleared.get(str(tier), "") > key:
             return Outcome.DROPPED
         self.need([fact.id])
-        stored = self.records[fact.id]
-        promoted_at = when if fact.status is FactStatus.PROMOTED else None
-        if stored is None:
-            new = StoredFact(
-                fact.with_(
-                    source_minute_ids=_sources(fact.source_minute_ids),
-                    relationships=_relationships(fact.relationships),
-                    access_count=0,
-                    last_accessed_at=None,
-                ),
-                {name: key for name in LWW_FIELDS},
-                key,
-                promoted_at,
-            )
-        else:
-            versions = dict(stored.versions)
-            values = {}
-            for name in LWW_FIELDS:
-                if key > versions.get(name, ""):
-                    values[name], versions[name] = getattr(fact, name), key
-            merged = stored.fact.with_(
-                **values,
-                source_minute_ids=_sources(stored.fact.source_minute_ids, fact.source_minute_ids),
-                relationships=_relationships(stored.fact.relationships, fact.relationships),
-            )
-            new = StoredFact(merged, versions, min(stored.created, key), _earliest(stored.promoted_at, promoted_at))
-        changed = self._set(fact.id, new)
+        changed = self._set(fact.id, merge_created(self.records[fact.id], fact, key, when))
         waiting = self._parked_of(fact.id)
         if waiting:
             self.parked[fact.id] = []
@@ -360,30 +400,11 @@ class Projection:
                     waiting.append(raw)
                     self.parked_dirty.add(fid)
             return Outcome.PARKED
-        updates = {
-            fid: self._changed(cast(StoredFact, self.records[fid]), change, key, minute.timestamp) for fid in ids
-        }
+        updates = {fid: merge_change(cast(StoredFact, self.records[fid]), change, key, minute.timestamp) for fid in ids}
         changed = False
         for fid, new in updates.items():
             changed = self._set(fid, new) or changed
         return Outcome.APPLIED if changed else Outcome.UNCHANGED
-
-    def _changed(self, stored: StoredFact, change: _Existing, key: str, when: str) -> StoredFact:
-        """`stored` with `change` merged in: the fields it sets where its key is newer, and the sets it adds to."""
-        old = stored.fact
-        proposed = change.apply_to(old)  # the contract's effect, validated
-        sets = tuple(change.changes) if isinstance(change, FactEdited) else _SETS[type(change)]
-        versions = dict(stored.versions)
-        values: dict[str, Any] = {}
-        for name in sets:
-            if key > versions.get(name, ""):
-                values[name], versions[name] = getattr(proposed, name), key
-        if isinstance(change, FactConfirmed):
-            values["source_minute_ids"] = _sources(old.source_minute_ids, change.source_minute_ids)
-        if isinstance(change, FactContradicted):
-            values["relationships"] = _relationships(old.relationships, proposed.relationships)
-        promoted_at = _earliest(stored.promoted_at, when) if isinstance(change, FactPromoted) else stored.promoted_at
-        return StoredFact(old.with_(**values) if values else old, versions, stored.created, promoted_at)
 
     def _clear(self, tier: TierKey, key: str) -> Outcome:
         if self.cleared.get(str(tier), "") >= key:

@@ -876,10 +876,12 @@ def test_clearing_a_task_clears_the_facts_it_held_then(redis_client: redis.Redis
     key = TierKey.for_task("alpha", "T-1")
     before, late, after = a_fact(task="T-1"), a_fact(value="1 hour", task="T-1"), a_fact(value="2 hours", task="T-1")
     other_task = a_fact(task="T-2")
-    index(redis_client, [fc.asserted_minute(before), fc.asserted_minute(other_task)], first_seq=1)
+    early, later = "2026-09-02T12:00:00Z", "2026-09-03T12:00:00Z"  # asserted before the clear (DAY3), and after
+    index(redis_client, [fc.asserted_minute(before, timestamp=early), fc.asserted_minute(other_task, timestamp=early)])
     index(redis_client, [fc.task_memory_cleared_minute(key, "done", timestamp=DAY3)], first_seq=4)
-    index(redis_client, [fc.asserted_minute(after)], first_seq=5)
-    index(redis_client, [fc.asserted_minute(late)], first_seq=3)  # logged before the clear, indexed after it
+    index(redis_client, [fc.asserted_minute(after, timestamp=later)], first_seq=5)
+    # Asserted before the clear, indexed after it (and logged after it: the store's order is the changes' time).
+    index(redis_client, [fc.asserted_minute(late, timestamp=early)], first_seq=6)
     cleared_at = fact_points.instant_ms(DAY3)
     assert stored_fact(fact_engine, before.id)["cleared_ms"] == cleared_at
     assert stored_fact(fact_engine, late.id)["cleared_ms"] == cleared_at
