@@ -24,11 +24,11 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import redis
@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "summarize"  # the stage of the batch metrics and of freshness
 _ADVANCE_HEAD = advance_script("summarized_at")
+_Record = TypeVar("_Record", Chunk, Episode)
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -438,7 +439,8 @@ def replay_summaries(
 
     No model is called: a chunk a model summarized has its ``chunk_summarized`` minute in the log, and takes
     its summary from it; every other chunk is summarized extractively (as the pool did when it made it).
-    The summarize head ends at the log's last seq.
+    The summarize head ends at the log's last seq. `points` holds every thread's chunks and episodes, and as
+    retired those that merged away or were dropped on the way (as the pool retired them).
     """
     from workers.replay import Progress
     from workers.summarizers import ExtractiveSummarizer
@@ -462,6 +464,9 @@ def replay_summaries(
     progress = Progress(f"replay {project_id}: threads", log_reader.count(project_id))
     last_seq = 0
     by_seq: dict[ThreadRef, dict[int, tuple[str, str]]] = {}  # each thread's minutes by log seq: the summaries' sources
+    # Each thread's chunks and episodes that merged away or were dropped on the way: the live pool retired their
+    # points, and the index reset deleted them, so the rebuild must retire them again.
+    left: dict[ThreadRef, tuple[dict[str, Chunk], dict[str, Episode]]] = {}
     for record in log_reader.history(project_id):
         last_seq = record.seq
         done.minutes += 1
@@ -475,7 +480,12 @@ def replay_summaries(
         members = pending.setdefault(thread, [])
         members.append(Logged(record.seq, minute))
         by_seq.setdefault(thread, {})[record.seq] = (minute.id, minute.timestamp)
+        before = _records(state)
         advanced = advance(project_id, state, members, record.seq, summarizer, shape, overrides)
+        if advanced.merged or advanced.episodes:
+            chunks_left, episodes_left = left.setdefault(thread, ({}, {}))
+            _left(before[0], state.chunks, chunks_left)
+            _left(before[1], state.episodes, episodes_left)
         if advanced.chunked_ids:
             chunked = set(advanced.chunked_ids)
             pending[thread] = [m for m in members if m.minute.id not in chunked]
@@ -507,12 +517,27 @@ def replay_summaries(
     pipe.execute()
     done.threads = len(states)
     for thread, state in states.items():
-        message = summary_points.thread_changes(project_id, thread, ([], []), _records(state), by_seq.get(thread, {}))
+        chunks_left, episodes_left = left.get(thread, ({}, {}))
+        gone = (_gone(chunks_left, state.chunks), _gone(episodes_left, state.episodes))
+        message = summary_points.thread_changes(project_id, thread, gone, _records(state), by_seq.get(thread, {}))
         if message is not None:
             done.points.append(message)
     progress.show(done.minutes, f"{done.chunks:,} chunks, {done.episodes:,} episodes", force=True)
     progress.done()
     return done
+
+
+def _left(before: Sequence[_Record], after: Sequence[_Record], into: dict[str, _Record]) -> None:
+    """Note in `into`, by id, the records of `before` that `after` does not hold as they were (merged, grown or
+    dropped); one that grew keeps its id and is told apart at the end (`_gone`)."""
+    held = {id(r) for r in after}  # frozen records: one kept unchanged is the same object
+    into.update((r.id, r) for r in before if id(r) not in held)
+
+
+def _gone(left: Mapping[str, _Record], final: Sequence[_Record]) -> list[_Record]:
+    """The records that left a thread on the way and whose id it no longer holds: the live pool retired them."""
+    held = {r.id for r in final}
+    return [r for record_id, r in left.items() if record_id not in held]
 
 
 def index_replayed(connection: redis.Redis, settings: Settings, project_id: str, done: SummariesReplay) -> None:

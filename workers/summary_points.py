@@ -13,7 +13,8 @@ of the chunks it merged (their points, retired in the same job). ``timestamp_ms`
 is its newest source's. A record that merged into another or was dropped leaves a ``summary_retired``
 point under its key (found by no search), so a stale summary never answers.
 
-Replay: `replay_summaries` rebuilds the threads and hands every thread to this job again (full).
+Replay: `replay_summaries` rebuilds the threads and hands every thread to this job again (full), with the chunks
+and episodes that merged away or were dropped on the way as retired: the index reset deleted their points too.
 """
 
 from __future__ import annotations

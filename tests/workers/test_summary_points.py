@@ -6,6 +6,7 @@ embedded engine (qdrant-edge) the job writes to and the search reads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import redis
 from contracts import Minute, encode_minute, keys
 from contracts.memory import SearchHit, SummaryHit
 from pvm.config import Settings
-from pvm.protocols import SUMMARY
+from pvm.protocols import SUMMARY, SUMMARY_RETIRED
 from pvm.search import HybridSearch
 from pvm.stores.log import LogWriter
 from pvm.vectors.edge import EdgeEngine
@@ -143,6 +144,39 @@ def test_replay_hands_every_threads_summaries_over_with_their_sources(
     found = HybridSearch(engine).search("p1", "rollout canary cache", k=20, now_ms=NOW_MS, kinds=("summary",))
     chunks = sorted(tuple(h.sources) for h in found if isinstance(h, SummaryHit) and h.of == "chunk")
     assert chunks == [tuple(m.id for m in minutes[:10]), tuple(m.id for m in minutes[10:20])]
+
+
+def test_replay_recreates_the_retired_points_the_live_pipeline_left(
+    ctx: SummarizeContext, redis_client: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    """Issue 22 item 5: the index reset deletes the retired points too, so the rebuild must make them again."""
+    settings = dataclasses.replace(settings, summary_max_chunks=2)
+    ctx.shape = ThreadShape(recent=20, chunk=10, max_chunks=2)
+    minutes = conversation(70)  # 5 chunks of 10, the oldest merged down to 2; episodes merged as tasks are fixed
+    LogWriter(settings.log_dir).append_many({"p1": [(m.id, f"{i}-0", encode_minute(m)) for i, m in enumerate(minutes)]})
+    live, rebuilt = EdgeEngine(tmp_path / "live"), EdgeEngine(tmp_path / "rebuilt")
+    try:
+        written: list[str] = []  # every summary point key the live pipeline wrote
+        for start in range(0, 70, 10):  # batch by batch, each handed-over job run before the next batch
+            summarize_batch(ctx, redis_client, records(minutes[start : start + 10], start + 1))
+            for project_id, threads in handed_over(redis_client):
+                written += [k for message in threads for k in summary_points.needed(project_id, message)]
+                summary_points.index_summaries(live, None, project_id, threads)
+        assert live.count("p1", kind=SUMMARY_RETIRED) > 0
+
+        index_replayed_summaries(redis_client, settings, "p1", replay_summaries(redis_client, settings, "p1"))
+        assert index_handed_over(redis_client, rebuilt) == 1
+
+        def points(engine: EdgeEngine) -> dict[str, tuple[str, list[str]]]:
+            found = engine.get_points("p1", list(dict.fromkeys(written)))
+            return {p.key: (p.payload["kind"], p.payload.get("sources") or []) for p in found}
+
+        assert points(rebuilt) == points(live)
+        for kind in (SUMMARY, SUMMARY_RETIRED):
+            assert rebuilt.count("p1", kind=kind) == live.count("p1", kind=kind)
+    finally:
+        live.close()
+        rebuilt.close()
 
 
 def test_the_summary_points_job_is_one_a_worker_may_run() -> None:
