@@ -718,6 +718,7 @@ def superseded_minute(
     by: Fact,
     *,
     valid_until: str | None = None,
+    project_id: str | None = None,
     agent_id: str | None = None,
     minute_id: str | None = None,
     timestamp: str | None = None,
@@ -725,7 +726,8 @@ def superseded_minute(
     """``fact_superseded``: `by` replaces `old` in their slot; `old` held until `valid_until` (default `by.valid_from`).
 
     Refused unless both facts share a tier key and a slot (invariant 10), and
-    unless `old` still holds a while after its own valid_from.
+    unless `old` still holds a while after its own valid_from. A change to the
+    global tier names the project whose log it is written to (`project_id`).
     """
     if by.tier_key != old.tier_key:
         raise InvalidFact("superseded_by", f"{by.id} is in tier key {by.tier_key}, not {old.tier_key}")
@@ -738,6 +740,7 @@ def superseded_minute(
     change.apply_to(old)  # valid_until after old.valid_from, or InvalidFact naming it
     return change_minute(
         change,
+        project_id=project_id,
         agent_id=agent_id,
         minute_id=minute_id,
         timestamp=timestamp,

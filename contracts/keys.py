@@ -280,6 +280,16 @@ def facts_slot_lock(tier_key: TierKey, slot: Slot) -> str:
     return _facts_key(tier_key, f"lock:{slot.digest}")
 
 
+def facts_decided(tier_key: TierKey, slot: Slot, minute_id: str) -> str:
+    """The change minutes a facts worker decided for one source minute in one slot, kept until they are applied.
+
+    Written (with a TTL, `FACTS_DECISION_TTL_MS`) before the change minutes are XADDed and deleted once they
+    are applied, so a retried job that finds it writes the same minutes again instead of deciding anew
+    against a view its own first try may have changed meanwhile (issue 22).
+    """
+    return _facts_key(tier_key, f"decided:{slot.digest}:{minute_id}")
+
+
 def facts_of_type(tier_key: TierKey, fact_type: FactType | str) -> str:
     """Set of the fact ids of one type (`FactType`) in one tier key."""
     return _facts_key(tier_key, f"type:{FactType(fact_type).value}")

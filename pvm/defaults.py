@@ -204,6 +204,9 @@ FACTS_SLOT_LEASE_MS = 10_000  # a facts worker's lease on a slot while it decide
 FACTS_LEASE_WAIT_S = 30.0  # a batch waits this long for slots another worker holds, then fails (and is retried)
 FACTS_LEASE_POLL_S = 0.005  # first wait before asking again for a busy slot, doubled up to 0.2 s
 FACTS_COMMIT_RETRIES = 100  # optimistic tries to apply changes to one project's facts while others write to them
+# A facts worker's decision for one source minute in one slot, kept from before its change minutes are written until
+# they are applied, so that a retry writes the same minutes (a day covers RQ's retries and a same-day requeue).
+FACTS_DECISION_TTL_MS = 86_400_000
 
 # Fact points in the vector store, the index pool's fact step (area: fact-index; workers/fact_points.py).
 FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldest fold into one state

@@ -22,30 +22,35 @@ invariant 8); different slots are decided in parallel, by one worker or several.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
+import msgpack
 import redis
 from rq import get_current_job
 
-from contracts import ContractError, InvalidMinute, Minute, encode_minute, keys
+from contracts import ContractError, InvalidMinute, Minute, decode_durable_minute, encode_minute, keys
 from contracts.errors import InvalidFact
 from contracts.fact_changes import (
+    LEARNED_SUBJECT,
     FactAsserted,
     FactChange,
     FactConfirmed,
     FactContradicted,
+    FactLearned,
     FactPromoted,
     FactSuperseded,
+    FactTierPromoted,
     PromotionReason,
     asserted_minute,
     confirmed_minute,
@@ -86,18 +91,61 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Sourced:
-    """A candidate fact with the minute that states it: the minute's project, time and id name what it leads to."""
+    """A candidate fact with the minute that states it (its project, time and id name what it leads to) and that
+    minute's record time (`record_ms`, Unix ms: when it entered PVM, `record_time_ms`)."""
 
     candidate: Candidate
     minute: Minute
+    record_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """A learned value (``fact_learned``, or a learned value promoted a tier up) to fit into its key's history:
+    the change minute that carries it, its fact's id and the minute's record time (Unix ms)."""
+
+    minute: Minute
+    fact_id: str
+    record_ms: int
 
 
 @dataclass
 class Decision:
-    """The change minutes one slot's candidates lead to, in the order they apply, with what each kind counted."""
+    """The change minutes one slot's statements lead to, in the order they apply, with what each kind counted.
+
+    `decided` holds the minutes decided in this call by source minute id (what `facts_decided` keeps until
+    they are applied); minutes taken from a first try's record are in `minutes` but not in `decided`.
+    """
 
     minutes: list[Minute] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+    decided: dict[str, list[Minute]] = field(default_factory=dict)
+
+
+def record_time_ms(minute: Minute, entry_ms: int | None) -> int:
+    """When `minute` entered PVM (Unix ms): its stream entry's time, taken by Redis's clock, not the producer's.
+
+    A record without it (older fan-outs) falls back to the minute's own time, never later than now.
+    """
+    if entry_ms is not None:
+        return entry_ms
+    return min(time_ms(minute.timestamp), int(time.time() * 1000))
+
+
+def dated(minute: Minute, record_ms: int) -> Minute:
+    """`minute` as the facts are dated from it: its own time, but never later than its record time.
+
+    A producer's clock may run ahead (a minute stamped 2031 is valid); what it states cannot start holding,
+    nor be known, after PVM recorded it (docs/decisions/0015-fact-time.md).
+    """
+    if time_ms(minute.timestamp) <= record_ms:
+        return minute
+    return Minute.from_dict({**minute.to_dict(), "timestamp": iso_ms(record_ms)})
+
+
+def iso_ms(ms: int) -> str:
+    """Unix ms as a contract timestamp (ISO 8601 UTC, milliseconds)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def tier_key_of(candidate: Candidate, minute: Minute) -> TierKey | None:
@@ -119,7 +167,12 @@ def confirmed_confidence(held: float, stated: float) -> float:
 
 
 def decide(
-    view: Sequence[Fact], sourced: Sequence[Sourced], tier_key: TierKey, promote_at: float, after_ms: int = 0
+    view: Sequence[Fact],
+    sourced: Sequence[Sourced],
+    tier_key: TierKey,
+    promote_at: float,
+    after_ms: int = 0,
+    recorded: Mapping[str, Sequence[Minute]] | None = None,
 ) -> Decision:
     """The change minutes that bring one slot of `tier_key` from `view` (its history) up to `sourced`.
 
@@ -134,51 +187,125 @@ def decide(
       ``fact_asserted`` (promoted at `promote_at`, else pending), fitted into the slot's timeline when
       both are single-valued (`_new_value`): a value holding when it starts is superseded there
       (``fact_superseded``; the new fact carries ``supersedes``), the earliest value starting after it
-      supersedes it, a value from the same instant contradicts it (``fact_contradicted``).
+      supersedes it, a value from the same instant contradicts it.
 
-    Each change minute is timed at its source minute, or just after the slot's previous change
-    (`after_ms`, then each one written before it) when that is later: the store orders a fact's changes
-    by time, so they must follow the order they were decided in, whatever the source minutes' clocks.
-    Pure: ids derive from that time, the source minute, the change and the facts, so the same inputs
-    always give the same minutes.
+    A source minute in `recorded` (what a first try of the same job decided and wrote, `facts_decided`)
+    is not decided again: its minutes are taken as they are, so a retry writes the same ids and the same
+    decisions whatever changed in the slot since.
+
+    Each change minute is timed at its source minute's time (`dated`: never later than the minute's record
+    time), or just after the slot's previous change (`after_ms`, then each one written before it) when
+    that is later: the store orders a fact's changes by time, so they follow the order they were decided
+    in, and a producer's clock running ahead never pushes a slot's changes into the future. Pure: ids
+    derive from that time, the source minute, the change and the facts, so the same inputs always give
+    the same minutes.
     """
     facts = {f.id: f for f in view}
     clock = _Clock(after_ms)
     decision = Decision()
+    by_minute: dict[str, list[Sourced]] = {}
     for item in sorted(sourced, key=lambda s: (time_ms(s.minute.timestamp), s.minute.id)):
-        fresh = _fact(item, tier_key, promote_at)
-        if fresh is None:
+        by_minute.setdefault(item.minute.id, []).append(item)
+    for minute_id, items in by_minute.items():
+        if recorded is not None and minute_id in recorded:
+            _replay_recorded(recorded[minute_id], facts, clock, decision)
             continue
-        placing = place(facts.values(), fresh)
-        if placing.restates is not None:
-            made = _restated(placing.restates, fresh, facts, item.minute, clock, promote_at)
-        else:
-            made = _new_value(fresh.with_(period=placing.period), facts, item.minute, clock)
-        for minute, change, kind in made:
+        mine = decision.decided.setdefault(minute_id, [])
+        for item in items:
+            fresh = _fact(item, tier_key, promote_at)
+            if fresh is None:
+                continue
+            placing = place(facts.values(), fresh)
+            if placing.restates is not None:
+                made = _restated(placing.restates, fresh, facts, item, clock, promote_at)
+            else:
+                made = _new_value(fresh.with_(period=placing.period), facts, item, clock)
+            for minute, change, kind in made:
+                decision.minutes.append(minute)
+                mine.append(minute)
+                decision.counts[kind] += 1
+                if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
+                    decision.counts["promoted"] += 1  # promoted as it was asserted: at or above the threshold
+                _apply_here(facts, change)
+    return decision
+
+
+def decide_learned(
+    view: Sequence[Fact],
+    learned: Sequence[Learned],
+    after_ms: int = 0,
+    recorded: Mapping[str, Sequence[Minute]] | None = None,
+) -> Decision:
+    """The ``fact_superseded`` minutes that fit learned values into their key's history (`view`, the slot).
+
+    A learned value is written by whoever calls ``learn()``, an agent's emitter included, with no decider
+    in between; here, once the store holds it, it takes its place by the one timeline rule
+    (`workers.fact_timeline.fit`): each value holding when it starts is superseded there, and the earliest
+    value starting after it supersedes it. Two values learned at the same instant are left as they are
+    (`recall` reads the one learned last). Written as minutes, the supersessions reach the fact points and
+    replay like every change. Deciding again after they are applied writes nothing.
+    """
+    facts = {f.id: f for f in view}
+    clock = _Clock(after_ms)
+    decision = Decision()
+    for item in sorted(learned, key=lambda i: (i.record_ms, i.minute.id)):
+        if recorded is not None and item.minute.id in recorded:
+            _replay_recorded(recorded[item.minute.id], facts, clock, decision)
+            continue
+        mine = decision.decided.setdefault(item.minute.id, [])
+        fresh = facts.get(item.fact_id)
+        if fresh is None or fresh.status is FactStatus.RETRACTED or not fresh.single_valued:
+            continue  # not held (a cleared task, a refused change) or withdrawn: nothing to fit
+        fitting = fit(facts.values(), fresh)
+        pairs = [(old, fresh) for old in fitting.older]
+        later = fitting.later
+        if later is not None and not (fresh.status is FactStatus.SUPERSEDED and fresh.valid_until == later.valid_from):
+            pairs.append((fresh, later))
+        for old, new in pairs:
+            # A global key's change lives in the log of the project that learned the value (contract rule).
+            project = item.minute.project_id if old.tier_key.tier is Tier.GLOBAL else None
+            stamp = clock.stamp(item, "fact_superseded", old.id, new.id)
+            minute = superseded_minute(old, new, project_id=project, **stamp)
+            change = fact_change(minute)
             decision.minutes.append(minute)
-            decision.counts[kind] += 1
-            if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
-                decision.counts["promoted"] += 1  # promoted as it was asserted: at or above the threshold
+            mine.append(minute)
+            decision.counts["superseded"] += 1
             _apply_here(facts, change)
     return decision
 
 
+def _replay_recorded(minutes: Sequence[Minute], facts: dict[str, Fact], clock: _Clock, decision: Decision) -> None:
+    """Take a first try's decision as it was: its minutes, applied to the view, counted, the clock past them."""
+    for minute in minutes:
+        change = fact_change(minute)
+        decision.minutes.append(minute)
+        decision.counts[_KIND[type(change)]] += 1
+        if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
+            decision.counts["promoted"] += 1
+        clock.last = max(clock.last, time_ms(minute.timestamp))
+        with contextlib.suppress(KeyError):  # a fact no longer held (a cleared task): the store decides what stands
+            _apply_here(facts, change)
+
+
 class _Clock:
-    """Times of one slot's change minutes: never before their source minute, each after the one before."""
+    """Times of one slot's change minutes: at their source minute's time, never later than its record time, each
+    after the one before."""
 
     def __init__(self, after_ms: int) -> None:
         self.last = after_ms
 
-    def stamp(self, source: Minute, kind: str, *parts: str) -> dict[str, str]:
-        """The `minute_id` and `timestamp` of the next change minute (builders' keyword arguments)."""
-        ms = time_ms(source.timestamp)
-        if ms > self.last:
-            timestamp = source.timestamp
+    def stamp(self, source: Sourced | Learned, kind: str, *parts: str) -> dict[str, str]:
+        """The `minute_id` and `timestamp` of the next change minute decided from `source` (builders' keyword
+        arguments)."""
+        dated_ms = min(time_ms(source.minute.timestamp), source.record_ms)
+        if dated_ms > self.last:
+            ms = dated_ms
+            timestamp = source.minute.timestamp if ms == time_ms(source.minute.timestamp) else iso_ms(ms)
         else:
             ms = self.last + 1
-            timestamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            timestamp = iso_ms(ms)
         self.last = ms
-        return {"minute_id": derived_minute_id(ms, source.id, kind, *parts), "timestamp": timestamp}
+        return {"minute_id": derived_minute_id(ms, source.minute.id, kind, *parts), "timestamp": timestamp}
 
 
 def _instant(timestamp: str) -> datetime:
@@ -199,7 +326,7 @@ def _fact(item: Sourced, tier_key: TierKey, promote_at: float) -> Fact | None:
             source_minute_ids=tuple(dict.fromkeys(c.source_minute_ids or (item.minute.id,))),
             status=FactStatus.PROMOTED if c.confidence >= promote_at else FactStatus.PENDING,
             valid_from=c.valid_from,
-            recorded_at=item.minute.timestamp,
+            recorded_at=item.minute.timestamp,  # `dated`: never later than the minute's record time
             tags=tuple(dict.fromkeys(c.tags)),
             single_valued=c.single_valued,
         )
@@ -211,12 +338,22 @@ def _fact(item: Sourced, tier_key: TierKey, promote_at: float) -> Fact | None:
 _Made = tuple[Minute, FactChange, str]
 
 
+# What each change counts as (`keys.FACT_CHANGE_COUNTERS`).
+_KIND: dict[type, str] = {
+    FactAsserted: "asserted",
+    FactConfirmed: "confirmed",
+    FactPromoted: "promoted",
+    FactSuperseded: "superseded",
+    FactContradicted: "contradicted",
+}
+
+
 def _made(minute: Minute, kind: str) -> _Made:
     return minute, fact_change(minute), kind
 
 
 def _restated(
-    known: Fact, fresh: Fact, facts: dict[str, Fact], source: Minute, clock: _Clock, promote_at: float
+    known: Fact, fresh: Fact, facts: dict[str, Fact], source: Sourced, clock: _Clock, promote_at: float
 ) -> list[_Made]:
     new_sources = [m for m in fresh.source_minute_ids if m not in known.source_minute_ids]
     if not new_sources or known.status is FactStatus.RETRACTED:
@@ -233,7 +370,7 @@ def _restated(
     return made
 
 
-def _new_value(fresh: Fact, facts: dict[str, Fact], source: Minute, clock: _Clock) -> list[_Made]:
+def _new_value(fresh: Fact, facts: dict[str, Fact], source: Sourced, clock: _Clock) -> list[_Made]:
     """A value new to the slot: assert it, and fit it into the slot's timeline (`workers.fact_timeline.fit`).
 
     Each value it supersedes is superseded where it starts; the value superseding it (a late minute fills
@@ -345,11 +482,11 @@ def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Se
     logged, undecodable = decode(records)
     counts: Counter[str] = Counter()
     try:
-        changes = [r.minute for r in logged if is_fact_change(r.minute)]
+        changes = [r for r in logged if is_fact_change(r.minute)]
         # A chunk summary restates minutes the facts came from already: nothing to extract from it.
-        ordinary = [r.minute for r in logged if r.minute.event_type not in SYSTEM_EVENT_TYPES]
-        applied = _apply_from_log(ctx, changes, counts)
-        written = _extract_and_decide(ctx, connection, ordinary, counts)
+        ordinary = [r for r in logged if r.minute.event_type not in SYSTEM_EVENT_TYPES]
+        applied, learned = _apply_from_log(ctx, changes, counts)
+        written = _extract_and_decide(ctx, connection, ordinary, learned, counts)
     except Exception:
         ctx.metrics.failure("facts", len(records))  # best-effort: never raises in place of the batch's error
         raise
@@ -366,22 +503,31 @@ def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Se
     }
 
 
-def _apply_from_log(ctx: FactsContext, minutes: Sequence[Minute], counts: Counter[str]) -> int:
-    """Validate and apply the change minutes the log carries; refuse (log, count, never apply) invalid ones."""
+def _apply_from_log(
+    ctx: FactsContext, logged: Sequence[LoggedMinute], counts: Counter[str]
+) -> tuple[int, dict[tuple[TierKey, Slot], list[Learned]]]:
+    """Validate and apply the change minutes the log carries; refuse (log, count, never apply) invalid ones.
+
+    Returns how many changed the store, and the learned values among them by slot, to fit into their keys'
+    histories (`decide_learned`).
+    """
     valid: list[tuple[Minute, FactChange]] = []
-    for minute in minutes:
+    records: list[LoggedMinute] = []
+    for r in logged:
         try:
-            valid.append((minute, fact_change(minute)))
+            valid.append((r.minute, fact_change(r.minute)))
+            records.append(r)
         except ContractError as exc:
             counts["refused"] += 1
             log.warning(
                 "facts pool: refused change minute %s of project %s: %s (the log keeps it; nothing applied)",
-                minute.id,
-                minute.project_id,
+                r.minute.id,
+                r.minute.project_id,
                 exc,
             )
     outcomes = ctx.store.apply_changes(valid) if valid else []
-    for (minute, _), outcome in zip(valid, outcomes, strict=True):
+    learned: dict[tuple[TierKey, Slot], list[Learned]] = {}
+    for r, (minute, change), outcome in zip(records, valid, outcomes, strict=True):
         if outcome is Outcome.REFUSED:
             counts["refused"] += 1
             log.warning(
@@ -389,45 +535,74 @@ def _apply_from_log(ctx: FactsContext, minutes: Sequence[Minute], counts: Counte
                 minute.id,
                 minute.project_id,
             )
-    return sum(outcome is Outcome.APPLIED for outcome in outcomes)
+        elif isinstance(change, (FactLearned, FactTierPromoted)) and change.fact.slot.subject == LEARNED_SUBJECT:
+            fact = change.fact
+            learned.setdefault((fact.tier_key, fact.slot), []).append(
+                Learned(minute, fact.id, record_time_ms(minute, r.entry_ms))
+            )
+    return sum(outcome is Outcome.APPLIED for outcome in outcomes), learned
 
 
 def _extract_and_decide(
-    ctx: FactsContext, connection: redis.Redis, minutes: Sequence[Minute], counts: Counter[str]
+    ctx: FactsContext,
+    connection: redis.Redis,
+    logged: Sequence[LoggedMinute],
+    learned: dict[tuple[TierKey, Slot], list[Learned]],
+    counts: Counter[str],
 ) -> int:
-    """Extract candidates from ordinary minutes, then decide, write and apply each slot's changes under its lease."""
-    if not minutes:
+    """Extract candidates from ordinary minutes, then decide, write and apply each slot's changes under its lease
+    (the learned values' slots too).
+
+    Each minute is read as `dated` by its record time: a producer's clock ahead of PVM's dates nothing later
+    than when PVM recorded the minute.
+    """
+    work: dict[tuple[TierKey, Slot], _SlotWork] = {slot: _SlotWork(learned=items) for slot, items in learned.items()}
+    if logged:
+        record_ms = {(r.minute.project_id, r.minute.id): record_time_ms(r.minute, r.entry_ms) for r in logged}
+        minutes = [dated(r.minute, record_ms[(r.minute.project_id, r.minute.id)]) for r in logged]
+        by_id = {(m.project_id, m.id): m for m in minutes}  # ids are unique within a project only
+        known = known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None
+        candidates = ctx.extractor.extract(minutes, known)
+        counts["extracted"] += len(candidates)
+        for candidate in candidates:
+            key = next(
+                (k for k in ((candidate.project_id, m) for m in candidate.source_minute_ids) if k in by_id), None
+            )
+            if key is None:
+                log.warning(
+                    "facts pool: a candidate names no minute of its batch (%s); skipped", candidate.source_minute_ids
+                )
+                continue
+            minute = by_id[key]
+            tier_key = tier_key_of(candidate, minute)
+            if tier_key is None:
+                log.warning(
+                    "facts pool: a candidate of minute %s names project %r, not the minute's %r; skipped",
+                    minute.id,
+                    candidate.project_id,
+                    minute.project_id,
+                )
+                continue
+            try:
+                slot = Slot(candidate.subject, candidate.attribute)
+            except InvalidFact as exc:
+                log.warning("facts pool: a candidate of minute %s has no slot (%s); skipped", minute.id, exc)
+                continue
+            work.setdefault((tier_key, slot), _SlotWork()).sourced.append(Sourced(candidate, minute, record_ms[key]))
+    if not work:
         return 0
-    by_id = {(m.project_id, m.id): m for m in minutes}  # ids are unique within a project only
-    candidates = ctx.extractor.extract(minutes, known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None)
-    counts["extracted"] += len(candidates)
-    by_slot: dict[tuple[TierKey, Slot], list[Sourced]] = {}
-    for candidate in candidates:
-        minute = next(
-            (by_id[key] for key in ((candidate.project_id, m) for m in candidate.source_minute_ids) if key in by_id),
-            None,
-        )
-        if minute is None:
-            log.warning(
-                "facts pool: a candidate names no minute of its batch (%s); skipped", candidate.source_minute_ids
-            )
-            continue
-        tier_key = tier_key_of(candidate, minute)
-        if tier_key is None:
-            log.warning(
-                "facts pool: a candidate of minute %s names project %r, not the minute's %r; skipped",
-                minute.id,
-                candidate.project_id,
-                minute.project_id,
-            )
-            continue
-        try:
-            slot = Slot(candidate.subject, candidate.attribute)
-        except InvalidFact as exc:
-            log.warning("facts pool: a candidate of minute %s has no slot (%s); skipped", minute.id, exc)
-            continue
-        by_slot.setdefault((tier_key, slot), []).append(Sourced(candidate, minute))
-    return _decide_under_leases(ctx, connection, by_slot, counts)
+    return _decide_under_leases(ctx, connection, work, counts)
+
+
+@dataclass
+class _SlotWork:
+    """What one slot has to decide in a batch: statements extracted from minutes, and learned values to fit."""
+
+    sourced: list[Sourced] = field(default_factory=list)
+    learned: list[Learned] = field(default_factory=list)
+
+    def source_ids(self) -> list[str]:
+        return list(dict.fromkeys([s.minute.id for s in self.sourced] + [i.minute.id for i in self.learned]))
 
 
 def known_facts(store: FactStore, minutes: Sequence[Minute]) -> Known:
@@ -451,15 +626,17 @@ def known_facts(store: FactStore, minutes: Sequence[Minute]) -> Known:
 def _decide_under_leases(
     ctx: FactsContext,
     connection: redis.Redis,
-    by_slot: dict[tuple[TierKey, Slot], list[Sourced]],
+    by_slot: dict[tuple[TierKey, Slot], _SlotWork],
     counts: Counter[str],
 ) -> int:
     """Decide every slot's candidates while holding its lease; slots another worker holds are waited for.
 
-    Per round: take the leases that are free (one round trip), read those slots (one), decide, XADD the
-    change minutes (one), apply them (a transaction per project), give the leases back (one). A slot
-    stays busy at most as long as another worker's round on it; after `FACTS_LEASE_WAIT_S` the batch
-    fails with `SlotsBusy` and is retried (every step is idempotent).
+    Per round: take the leases that are free (one round trip), read those slots and any decision a first
+    try of this job recorded for them (one), decide, record the new decisions and XADD the change minutes
+    (one), apply them (a transaction per project), forget the records and give the leases back (one each).
+    A slot stays busy at most as long as another worker's round on it; after `FACTS_LEASE_WAIT_S` the batch
+    fails with `SlotsBusy` and is retried (every step is idempotent, and a retry writes what the first try
+    decided).
     """
     pending = dict(by_slot)
     written = 0
@@ -471,9 +648,11 @@ def _decide_under_leases(
         mine = [slot for slot, ok in zip(slots, taken, strict=True) if ok]
         if mine:
             try:
-                minutes = _decide_slots(ctx, mine, pending, counts)
-                _write(connection, ctx.settings.shards, minutes)
+                minutes, decided, found = _decide_slots(ctx, connection, mine, pending, counts)
+                _write(connection, ctx.settings.shards, minutes, decided)
                 ctx.store.apply_changes([(m, fact_change(m)) for m in minutes])
+                if decided or found:
+                    connection.delete(*decided, *found)  # applied: the view holds the decisions now
                 written += len(minutes)
             finally:
                 ctx.store.release_slots(ctx.owner, mine)
@@ -494,24 +673,73 @@ def _decide_under_leases(
 
 def _decide_slots(
     ctx: FactsContext,
+    connection: redis.Redis,
     slots: Sequence[tuple[TierKey, Slot]],
-    pending: dict[tuple[TierKey, Slot], list[Sourced]],
+    pending: dict[tuple[TierKey, Slot], _SlotWork],
     counts: Counter[str],
-) -> list[Minute]:
+) -> tuple[list[Minute], dict[str, bytes], list[str]]:
+    """The change minutes of `slots`, the new decisions to record (`keys.facts_decided` -> packed minutes), and
+    the keys of the decisions a first try recorded (taken as they were)."""
+    recorded, found_keys = _recorded(connection, [(slot, pending[slot].source_ids()) for slot in slots])
     minutes: list[Minute] = []
+    decided: dict[str, bytes] = {}
     for (tier_key, slot), view in zip(slots, ctx.store.slot_views(slots), strict=True):
+        work = pending[(tier_key, slot)]
+        found = recorded.get((tier_key, slot), {})
         decision = decide(
-            view.facts, pending[(tier_key, slot)], tier_key, ctx.settings.fact_promote_at, after_ms=view.last_ms
+            view.facts, work.sourced, tier_key, ctx.settings.fact_promote_at, view.last_ms, recorded=found
         )
+        if work.learned:
+            after = max([view.last_ms, *(time_ms(m.timestamp) for m in decision.minutes)])
+            history = _applied(view.facts, decision.minutes)
+            more = decide_learned(history, work.learned, after, recorded=found)
+            decision.minutes += more.minutes
+            decision.counts.update(more.counts)
+            decision.decided.update(more.decided)
         minutes.extend(decision.minutes)
         counts.update(decision.counts)
-    return minutes
+        for minute_id, made in decision.decided.items():
+            if made:
+                packed = msgpack.packb([encode_minute(m) for m in made], use_bin_type=True)
+                decided[keys.facts_decided(tier_key, slot, minute_id)] = cast(bytes, packed)
+    return minutes, decided, found_keys
 
 
-def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute]) -> None:
-    """XADD change minutes to their projects' shard streams, as `emit` would, in one round trip."""
+def _applied(view: Sequence[Fact], minutes: Sequence[Minute]) -> list[Fact]:
+    facts = {f.id: f for f in view}
+    for minute in minutes:
+        _apply_here(facts, fact_change(minute))
+    return list(facts.values())
+
+
+def _recorded(
+    connection: redis.Redis, wanted: Sequence[tuple[tuple[TierKey, Slot], list[str]]]
+) -> tuple[dict[tuple[TierKey, Slot], dict[str, list[Minute]]], list[str]]:
+    """The decisions a first try of this job recorded for these slots' source minutes (one round trip), and
+    their keys."""
+    names = [(slot, mid, keys.facts_decided(slot[0], slot[1], mid)) for slot, ids in wanted for mid in ids]
+    if not names:
+        return {}, []
+    raws = cast(list[bytes | None], connection.mget([name for _, _, name in names]))
+    found: dict[tuple[TierKey, Slot], dict[str, list[Minute]]] = {}
+    found_keys: list[str] = []
+    for (slot, mid, name), raw in zip(names, raws, strict=True):
+        if raw is not None:
+            found.setdefault(slot, {})[mid] = [decode_durable_minute(b) for b in msgpack.unpackb(raw, raw=False)]
+            found_keys.append(name)
+    return found, found_keys
+
+
+def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], decided: Mapping[str, bytes]) -> None:
+    """Record the new decisions, then XADD the change minutes to their projects' shard streams as `emit` would.
+
+    One round trip, records first: Redis runs and persists a connection's commands in order, so a minute
+    on a stream always has its decision recorded for a retry.
+    """
     pipe = connection.pipeline(transaction=False)
-    n = 0
+    for name, packed in decided.items():
+        pipe.set(name, packed, px=defaults.FACTS_DECISION_TTL_MS)
+    n = len(decided)
     for minute in minutes:
         pipe.xadd(keys.stream(keys.shard_of(minute.project_id, shards)), {keys.MINUTE_FIELD: encode_minute(minute)})
         n += 1

@@ -15,7 +15,6 @@ stand. `Projection` reads the records it needs through a `RecordReader` and writ
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -426,7 +425,11 @@ class Projection:
         return Outcome.APPLIED
 
     def _relink_learned(self, tier: TierKey, slot: Slot) -> None:
-        """A learned key's values in order of learning: each one superseded by the next, the newest recalled."""
+        """Point a learned key at its newest value (latest start, then learned last), for `FactStore.learned`.
+
+        Which value supersedes which is decided by the facts pool and written as ``fact_superseded`` minutes
+        (`workers.facts_pool.decide_learned`), so the fact points and replay follow it like any change.
+        """
         ids = self.reader.members(keys.facts_in_slot(tier, slot))
         ids += [
             fid
@@ -434,28 +437,13 @@ class Projection:
             if (s := self.records[fid]) is not None and s.fact.tier_key == tier and s.fact.slot == slot
         ]
         self.need(ids)
-        chain = sorted(
-            (s for fid in dict.fromkeys(ids) if (s := self.records[fid]) is not None),
-            key=lambda s: (s.versions["value"], s.fact.id),
-        )
-        chain = [s for s in chain if s.fact.status is not FactStatus.RETRACTED]
-        for older, newer in itertools.pairwise(chain):
-            key = newer.versions["value"]
-            current = cast(StoredFact, self.records[older.fact.id])
-            if instant(newer.fact.valid_from) <= instant(current.fact.valid_from):
-                continue  # learned in the same instant: no window to close; recall reads the newer
-            versions = dict(current.versions)
-            values: dict[str, Any] = {}
-            if key > versions["status"]:
-                values["status"], versions["status"] = FactStatus.SUPERSEDED, key
-            if key > versions["valid_until"]:
-                values["valid_until"], versions["valid_until"] = newer.fact.valid_from, key
-            if values:
-                self._set(
-                    older.fact.id,
-                    StoredFact(current.fact.with_(**values), versions, current.created, current.promoted_at),
-                )
-        self.learned[(tier, slot.attribute)] = chain[-1].fact.id if chain else None
+        chain = [
+            s
+            for fid in dict.fromkeys(ids)
+            if (s := self.records[fid]) is not None and s.fact.status is not FactStatus.RETRACTED
+        ]
+        newest = max(chain, key=lambda s: (instant(s.fact.valid_from), s.versions["value"], s.fact.id), default=None)
+        self.learned[(tier, slot.attribute)] = None if newest is None else newest.fact.id
 
     # -- writing
 

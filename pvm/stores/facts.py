@@ -40,7 +40,7 @@ from contracts.facts import (
 )
 from contracts.minute import Minute
 from pvm import defaults
-from pvm.connection import bulk_reply, hash_reply
+from pvm.connection import hash_reply
 from pvm.stores.fact_projection import (
     Outcome,
     Projection,
@@ -111,13 +111,6 @@ for i = 1, #ids, 1000 do
   end
 end
 return out
-"""
-
-_RECALL = """
--- KEYS[1]: learned keys hash, KEYS[2]: records hash; ARGV[1]: the normalized key. The record, or nil.
-local id = redis.call('HGET', KEYS[1], ARGV[1])
-if not id then return false end
-return redis.call('HGET', KEYS[2], id)
 """
 
 _RELEASE = """
@@ -291,31 +284,32 @@ class FactStore:
         fact = self.get(tier_key, of)
         return [] if fact is None else self.in_slot(tier_key, fact.slot)
 
-    def recall(self, tier_key: TierKey, key: str) -> Fact | None:
-        """The current value of a learned key (``learn(key, value)``) in `tier_key`, or None."""
-        name = learned_slot(key).attribute
-        raw = bulk_reply(
-            self.connection.eval(_RECALL, 2, keys.learned_keys(tier_key), keys.facts_by_id(tier_key), name)
-        )
-        return None if raw is None else StoredFact.unpack(raw).fact
+    def recall(self, tier_key: TierKey, key: str, as_of: str | datetime | None = None) -> Fact | None:
+        """The value of learned key `key` (``learn(key, value)``) in `tier_key` that holds at `as_of` (default now).
+
+        One round trip; `recall_first` over one tier key.
+        """
+        return self.recall_first([tier_key], key, as_of)
 
     def recall_first(self, tier_keys: Sequence[TierKey], key: str, as_of: str | datetime | None = None) -> Fact | None:
         """The value of a learned key that holds at `as_of` (default: now) in the first of `tier_keys` with one.
 
-        One round trip. `ContextReader.recall` asks the task tier, then the project, then (when granted) global.
+        One round trip. Of a key's values, the one that held then, that PVM knew by then and that was current
+        knowledge (`StoredFact.known_at`), starting last (then learned last): a value learned with a clock
+        running ahead, not holding yet, never hides the one that holds. `ContextReader.recall` asks the task
+        tier, then the project, then (when granted) global.
         """
-        name = learned_slot(key).attribute
+        slot = learned_slot(key)
         when = _now() if as_of is None else instant(as_of)
         pipe = self.connection.pipeline(transaction=False)
         for tier in tier_keys:
-            pipe.eval(_RECALL, 2, keys.learned_keys(tier), keys.facts_by_id(tier), name)
-        for tier, reply in zip(tier_keys, pipe.execute() if tier_keys else [], strict=True):
-            raw = bulk_reply(reply)
-            if raw is None:
-                continue
-            stored = StoredFact.unpack(raw)
-            if stored.fact.tier_key == tier and stored.known_at(when, PROMOTED_ONLY):
-                return stored.fact
+            pipe.eval(_RECORDS, 2, keys.facts_by_id(tier), keys.facts_in_slot(tier, slot), "z")
+        for tier, raws in zip(tier_keys, pipe.execute() if tier_keys else [], strict=True):
+            held = [s for s in (StoredFact.unpack(r) for r in raws) if s.fact.tier_key == tier and s.fact.slot == slot]
+            held = [s for s in held if s.known_at(when, PROMOTED_ONLY)]
+            if held:
+                newest = max(held, key=lambda s: (instant(s.fact.valid_from), s.versions.get("value", ""), s.fact.id))
+                return newest.fact
         return None
 
     def learned(self, tier_key: TierKey) -> dict[str, Fact]:

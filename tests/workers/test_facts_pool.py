@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contracts import Minute, encode_minute, fact_change, keys
-from contracts.fact_changes import asserted_minute
+from contracts.fact_changes import asserted_minute, learned_minute
 from contracts.facts import Fact, FactStatus, Slot, TierKey, fact_id
 from contracts.ids import id_timestamp_ms
 from pvm.config import Settings
-from pvm.stores.facts import FactStore
+from pvm.stores.facts import FactStore, Outcome, time_ms
 from pvm.stores.log import LogReader
 from tests.pvm.test_facts_store import state
 from workers import facts_pool
@@ -70,7 +70,8 @@ def said(
 
 
 def records(minutes: Sequence[Minute], first_seq: int = 1) -> list[list[object]]:
-    return [[m.id, first_seq + i, encode_minute(m), 1_795_687_200_000] for i, m in enumerate(minutes)]
+    """Fanned-out records of `minutes`, each entered PVM (its stream entry time) at the minute's own time."""
+    return [[m.id, first_seq + i, encode_minute(m), time_ms(m.timestamp)] for i, m in enumerate(minutes)]
 
 
 class CountingExtractor:
@@ -110,7 +111,8 @@ def kinds(minutes: Sequence[Minute]) -> list[str]:
 
 
 def candidates(*minutes: Minute) -> list[Sourced]:
-    return [Sourced(c, m) for m in minutes for c in RuleExtractor().extract([m])]
+    """Each minute's candidates, the minute recorded at its own time."""
+    return [Sourced(c, m, time_ms(m.timestamp)) for m in minutes for c in RuleExtractor().extract([m])]
 
 
 def held(view: list[Fact], minutes: Sequence[Minute]) -> list[Fact]:
@@ -749,3 +751,92 @@ def test_minutes_of_two_projects_with_the_same_id_in_one_batch_each_make_their_f
     store = FactStore(redis_client)
     assert [f.value for f in store.current([P1])] == ["30 minutes"]
     assert [f.value for f in store.current([TierKey.for_project("p2")])] == ["2 hours"]
+
+
+# -- issue 22: odd clocks and retries ----------------------------------------------------------------------------
+
+
+def stamped(minute: Minute, timestamp: str) -> Minute:
+    return Minute.from_dict({**minute.to_dict(), "timestamp": timestamp})
+
+
+def test_one_future_dated_minute_never_empties_its_slot(ctx: FactsContext, redis_client: redis.Redis) -> None:
+    """Defect 1: Postgres now, CockroachDB from a producer whose clock says 2031, then MySQL now. The slot's
+    changes are timed by PVM's record of each minute, so MySQL is current now (before the fix every later
+    value was "promoted in 2031" and the slot held nothing now)."""
+    ahead = stamped(said(2, "CockroachDB", attribute="database"), "2031-01-01T00:00:00Z")
+    for n, minute, recorded in (
+        (1, said(1, "Postgres", 0, attribute="database"), at(0)),
+        (2, ahead, at(1)),  # entered PVM at minute 1 (Redis's clock), stamped 2031 by its producer
+        (3, said(3, "MySQL", 2, attribute="database"), at(2)),
+    ):
+        facts_batch(ctx, redis_client, [[minute.id, n, encode_minute(minute), time_ms(recorded)]])
+    store = FactStore(redis_client)
+    assert [f.value for f in store.current([P1]) if f.slot == DB] == ["MySQL"]
+    history = [(f.value, f.status, f.valid_from, f.valid_until) for f in store.in_slot(P1, DB)]
+    assert [(v, s) for v, s, _, _ in history] == [
+        ("Postgres", FactStatus.SUPERSEDED),
+        ("CockroachDB", FactStatus.SUPERSEDED),
+        ("MySQL", FactStatus.PROMOTED),
+    ]
+    cockroach = next(f for f in store.in_slot(P1, DB) if f.value == "CockroachDB")
+    assert time_ms(cockroach.valid_from) == time_ms(cockroach.recorded_at) == time_ms(at(1))  # dated by its record
+    assert [f.value for f in store.current([P1], as_of=at(1.5)) if f.slot == DB] == ["CockroachDB"]
+    # Nothing the pool wrote is dated after the record of the minute it came from.
+    changes = stream_minutes(redis_client, Settings.from_env())
+    assert max(time_ms(m.timestamp) for m in changes) < time_ms(at(3))
+
+
+def test_a_retry_writes_what_the_first_try_decided_whatever_the_log_applied_since(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 4: a first try writes its change minutes and dies before applying them; the log makes the
+    supersession durable (and the pool applies it) before the assertion; the retry must write the same
+    minutes, not decide again against the changed slot under new ids."""
+    facts_batch(ctx, redis_client, records([said(1, "Postgres", 0, attribute="database")]))
+    before = len(stream_minutes(redis_client, settings))
+    batch = records([said(2, "MySQL", 5, attribute="database")], first_seq=2)
+
+    def killed(_changes: object) -> list[Outcome]:
+        raise redis.ConnectionError("Valkey was killed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ctx.store, "apply_changes", killed)
+        with pytest.raises(redis.ConnectionError):
+            facts_batch(ctx, redis_client, batch)
+    first_try = stream_minutes(redis_client, settings)[before:]
+    assert kinds(first_try) == ["fact_asserted", "fact_superseded"]
+    FactStore(redis_client).apply(first_try[1])  # the log made the supersession durable first
+    facts_batch(ctx, redis_client, batch)
+    retry = stream_minutes(redis_client, settings)[before + len(first_try) :]
+    assert [m.id for m in retry] == [m.id for m in first_try] and retry == first_try
+    store = FactStore(redis_client)
+    assert [(f.value, f.status) for f in store.in_slot(P1, DB)] == [
+        ("Postgres", FactStatus.SUPERSEDED),
+        ("MySQL", FactStatus.PROMOTED),
+    ]
+    assert redis_client.hget(keys.metrics_fact_changes(), "asserted") == b"2"  # Postgres, MySQL: each once
+    assert list(redis_client.scan_iter(match="*facts:decided:*")) == []  # applied: nothing left to remember
+
+
+def test_a_learned_key_changed_twice_is_superseded_by_a_minute_of_the_pool(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings
+) -> None:
+    """Defect 2: the supersession of a learned value is a change minute of its own, so the fact points and
+    replay follow it (the store used to supersede it silently, and the points kept both values promoted).
+    A value learned with a clock years ahead takes its place in time and hides nothing now."""
+    first = learned_minute("deploy window", "Tuesday", P1, minute_id="m00001", timestamp=at(0))
+    second = learned_minute("deploy window", "Thursday", P1, minute_id="m00002", timestamp=at(10))
+    ahead = learned_minute("deploy window", "Friday", P1, minute_id="m00003", timestamp="2031-01-01T00:00:00Z")
+    facts_batch(ctx, redis_client, records([second, first, ahead]))
+    written = stream_minutes(redis_client, settings)
+    assert kinds(written) == ["fact_superseded", "fact_superseded"]
+    assert {(m.data["fact_id"], m.data["superseded_by"]) for m in written} == {
+        (first.data["fact"]["id"], second.data["fact"]["id"]),
+        (second.data["fact"]["id"], ahead.data["fact"]["id"]),
+    }
+    store = FactStore(redis_client)
+    assert store.recall(P1, "deploy window").value == "Thursday"  # type: ignore[union-attr]
+    assert [f.value for f in store.current([P1])] == ["Thursday"]
+    again = facts_batch(ctx, redis_client, records([second, first, ahead]))
+    assert again["changes_written"] == 0  # fitted already: nothing to decide again

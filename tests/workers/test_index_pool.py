@@ -26,6 +26,7 @@ from pvm.metrics import FRESHNESS_BUCKETS, read_histogram
 from pvm.protocols import Candidate, MemoryPoint
 from pvm.stores.agent_memory import AgentMemoryStore
 from pvm.stores.cache import CachedMinute, MinuteCache
+from pvm.stores.facts import FactStore, time_ms
 from pvm.stores.log import LogReader, LogWriter
 from pvm.vectors import GLOBAL_TENANT, OPEN_MS
 from tests.workers.minutes import T0_S, VECTORS, golden, minute
@@ -1009,3 +1010,92 @@ def test_facts_the_pool_indexes_are_found_by_search_as_they_were_then(
     assert search.search("alpha", "auth sessions", k=10) == []
     both = search.search("alpha", "auth sessions", k=10, kinds=("minute", "fact"))
     assert [(h.kind, h.fact_id) for h in both] == [("fact", new.id)]  # what holds now
+
+
+# -- issue 22: a fact point is the store's record, whatever the log's order -----------------------------------------
+
+
+def agrees(point: dict[str, Any], stored: Fact) -> None:
+    """A fact point and the store's record of the fact say the same (status, validity, value, sources, relations)."""
+    got = Fact.from_dict(point["fact"])
+    assert (got.status, got.valid_from, got.valid_until, got.value) == (
+        stored.status,
+        stored.valid_from,
+        stored.valid_until,
+        stored.value,
+    )
+    assert got.source_minute_ids == stored.source_minute_ids  # the same canonical order, not only the same set
+    assert got.relationships == stored.relationships
+
+
+def test_a_fact_point_takes_the_changes_the_log_holds_before_its_assertion(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    """Defect 3: a late minute's decision (assert A, A superseded by the newer B) reaches the log with the
+    supersession first (two log workers, a requeued log job); the point must still be superseded, as the store is."""
+    newer = a_fact(value="15 minutes", valid_from=DAY2)
+    late = a_fact(valid_from=DAY1)
+    decided = [
+        fc.asserted_minute(newer, timestamp=DAY2),
+        fc.asserted_minute(late, timestamp="2026-09-02T10:00:00.001Z"),
+        fc.superseded_minute(late, newer, timestamp="2026-09-02T10:00:00.002Z"),
+    ]
+    index(redis_client, [decided[0]], first_seq=1)
+    index(redis_client, [decided[2]], first_seq=2)  # durable before the assertion it follows
+    index(redis_client, [decided[1]], first_seq=3)
+    store = FactStore(redis_client)
+    for m in reversed(decided):
+        store.apply(m)
+    for fact in (late, newer):
+        held = store.get(fact.tier_key, fact.id)
+        assert held is not None
+        agrees(stored_fact(fact_engine, fact.id), held)
+    assert Fact.from_dict(stored_fact(fact_engine, late.id)["fact"]).status is FactStatus.SUPERSEDED
+
+
+def test_a_fact_points_sources_and_relations_are_the_stores_in_its_order(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    """Defect 5: the point kept sources in the order its changes named them; the store keeps them sorted."""
+    fact, other = a_fact(), a_fact(value="1 hour")
+    later, earlier = "01J0000000000000000000ZZZ9", "01J0000000000000000000AAA1"
+    batch = [
+        fc.asserted_minute(fact, timestamp=DAY1),
+        fc.asserted_minute(other, timestamp=DAY1),
+        fc.confirmed_minute(fact, [later, earlier], 0.9, timestamp=DAY2),
+        fc.contradicted_minute(fact, other, timestamp=DAY3),
+    ]
+    index(redis_client, batch)
+    store = FactStore(redis_client)
+    for m in batch:
+        store.apply(m)
+    held = store.get(fact.tier_key, fact.id)
+    assert held is not None and held.source_minute_ids == (earlier, SOURCE, later)
+    agrees(stored_fact(fact_engine, fact.id), held)
+
+
+def test_a_learned_value_the_pool_supersedes_is_superseded_in_its_point(
+    redis_client: redis.Redis, fact_engine: Any
+) -> None:
+    """Defect 2: learn(k, a) then learn(k, b): the store marks `a` superseded, and so must `a`'s fact point, so that
+    a search of the current facts returns `b` alone."""
+    from workers.facts_pool import FactsContext, facts_batch
+
+    tier = TierKey.for_project("alpha")
+    first = fc.learned_minute("deploy window", "Tuesday", tier, minute_id="01J0000000000000000000LRN1", timestamp=DAY1)
+    second = fc.learned_minute("deploy window", "Friday", tier, minute_id="01J0000000000000000000LRN2", timestamp=DAY2)
+    settings = Settings.from_env()
+    pool = FactsContext.build(redis_client, settings)
+    logged = [[m.id, seq, encode_minute(m), time_ms(m.timestamp)] for seq, m in enumerate([first, second], 1)]
+    facts_batch(pool, redis_client, logged)
+    stream = keys.stream(keys.shard_of("alpha", settings.shards))
+    written = [decode_minute(f[keys.MINUTE_FIELD]) for _, f in redis_client.xrange(stream)]
+    assert [m.event_type for m in written] == ["fact_superseded"]
+    index(redis_client, [first, second, *written])
+    store = FactStore(redis_client)
+    for m in (first, second):
+        fid = str(m.data["fact"]["id"])
+        held = store.get(tier, fid)
+        assert held is not None
+        agrees(stored_fact(fact_engine, fid), held)
+    assert stored_fact(fact_engine, str(first.data["fact"]["id"]))["status"] == "superseded"
