@@ -752,17 +752,22 @@ def contradicted_minute(
     fact: Fact,
     other: Fact,
     *,
+    project_id: str | None = None,
     agent_id: str | None = None,
     minute_id: str | None = None,
     timestamp: str | None = None,
 ) -> Minute:
-    """``fact_contradicted``: `fact` and `other` (same key and slot) disagree and neither is newer."""
+    """``fact_contradicted``: `fact` and `other` (same key and slot) disagree and neither is newer.
+
+    A change to the global tier names the project whose log it is written to (`project_id`).
+    """
     if other.tier_key != fact.tier_key or other.slot != fact.slot:
         raise InvalidFact(
             "contradicted_by", f"{other.id} is in {other.tier_key} {other.slot}, not {fact.tier_key} {fact.slot}"
         )
     return change_minute(
         FactContradicted(fact.id, fact.tier_key, other.id),
+        project_id=project_id,
         agent_id=agent_id,
         minute_id=minute_id,
         timestamp=timestamp,

@@ -457,18 +457,18 @@ class FactRoutes:
                         )
                     )
                     first = asserted_minute(fresh, agent_id=agent_id, minute_id=minute_id, timestamp=when)
+                # A change to the global tier lives in the log of the project that made it.
+                by = {"project_id": fact.project_id if target.tier is Tier.GLOBAL else None, "agent_id": agent_id}
                 more = [
-                    superseded_minute(old, fresh, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next())
+                    superseded_minute(old, fresh, minute_id=ids.next(), timestamp=clock.next(), **by)
                     for old in fitting.older
                 ]
                 if fitting.later is not None:
                     more.append(
-                        superseded_minute(
-                            fresh, fitting.later, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next()
-                        )
+                        superseded_minute(fresh, fitting.later, minute_id=ids.next(), timestamp=clock.next(), **by)
                     )
                 more += [
-                    contradicted_minute(fresh, other, agent_id=agent_id, minute_id=ids.next(), timestamp=clock.next())
+                    contradicted_minute(fresh, other, minute_id=ids.next(), timestamp=clock.next(), **by)
                     for other in fitting.same
                 ]
             return self._written(fresh.id, first, *more)

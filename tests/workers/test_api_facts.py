@@ -215,6 +215,24 @@ def test_q_searches_the_fact_points_of_the_tiers_asked(stack: Stack) -> None:
 # -- promote and retract round trips ---------------------------------------------------------------------------
 
 
+def test_a_newer_value_promoted_to_global_supersedes_the_global_one(stack: Stack) -> None:
+    """The global tier follows the slot chain too: its supersession minute lives in the promoting project's log."""
+    old = assert_fact(stack, subject="ci", attribute="runner", value="ubuntu-22", valid_from="2026-01-01T00:00:00Z")
+    stack.settle()
+    up = stack.client.post(f"{P}/facts/{old}/promote", json={"to_tier": "global"}, headers=bearer(CURATOR))
+    assert up.status_code == 202, up.text
+    stack.settle()
+    new = assert_fact(stack, subject="ci", attribute="runner", value="ubuntu-24", valid_from="2026-06-01T00:00:00Z")
+    stack.settle()
+    again = stack.client.post(f"{P}/facts/{new}/promote", json={"to_tier": "global"}, headers=bearer(CURATOR))
+    assert again.status_code == 202, again.text
+    written = stack.settle()
+    assert [m.event_type for m in written] == ["fact_tier_promoted", "fact_superseded"]
+    assert {m.project_id for m in written} == {"apollo"}
+    assert [f["value"] for f in listed(stack, tier="global")] == ["ubuntu-24"]
+
+
+
 def test_promote_pending_then_up_the_tiers_and_retract(stack: Stack) -> None:
     fid = assert_fact(stack, subject="build", attribute="runner", value="ubuntu-24", task_id="T-7", status="pending")
     stack.settle()
