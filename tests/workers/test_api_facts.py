@@ -232,7 +232,6 @@ def test_a_newer_value_promoted_to_global_supersedes_the_global_one(stack: Stack
     assert [f["value"] for f in listed(stack, tier="global")] == ["ubuntu-24"]
 
 
-
 def test_promote_pending_then_up_the_tiers_and_retract(stack: Stack) -> None:
     fid = assert_fact(stack, subject="build", attribute="runner", value="ubuntu-24", task_id="T-7", status="pending")
     stack.settle()
