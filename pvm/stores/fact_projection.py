@@ -250,8 +250,16 @@ def merge_change(stored: StoredFact, change: _Existing, key: str, when: str) -> 
     Raises `InvalidFact` when the contract's ``apply_to`` refuses the change against `stored`.
     """
     old = stored.fact
-    proposed = change.apply_to(old)  # the contract's effect, validated
     sets = tuple(change.changes) if isinstance(change, FactEdited) else _SETS[type(change)]
+    if (
+        isinstance(change, (FactSuperseded, FactRetracted, FactEdited))
+        and sets
+        and all(key <= stored.versions.get(name, "") for name in sets)
+    ):
+        # Newer changes set everything this one sets (a learned value learned again since, say): it changes
+        # nothing, in whatever order the two arrive, so it is not checked against a record it no longer shapes.
+        return stored
+    proposed = change.apply_to(old)  # the contract's effect, validated
     versions = dict(stored.versions)
     values: dict[str, Any] = {}
     for name in sets:

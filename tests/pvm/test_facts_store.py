@@ -371,3 +371,24 @@ def test_each_read_is_one_round_trip(store: FactStore, monkeypatch: pytest.Monke
         trips.clear()
         assert read() is not None
         assert len(trips) == 1, (name, trips)
+
+
+def test_a_supersession_a_newer_change_overrode_is_no_refusal_in_any_order(store: FactStore) -> None:
+    """Issue 22 (chaos): a learned value that comes back is the same fact, learned again from a later start. The
+    pool's earlier supersession of it changes nothing any more; applied after the comeback it used to be refused
+    (a validity ending before the new start), before it applied, so the live store and its replay differed."""
+    first = learned_minute("deploy window", "Tuesday", P1, minute_id=cid(), timestamp=at(0))
+    second = learned_minute("deploy window", "Friday", P1, minute_id=cid(), timestamp=at(10))
+    tuesday, friday = (Fact.from_dict(m.data["fact"]) for m in (first, second))
+    closed = superseded_minute(tuesday, friday, minute_id=cid(), timestamp=at(10.001))
+    back = learned_minute("deploy window", "Tuesday", P1, minute_id=cid(), timestamp=at(20))
+    records = []
+    for order in ((first, second, closed, back), (first, second, back, closed), (back, closed, second, first)):
+        for tag in ("p:p1",):
+            for name in list(store.connection.scan_iter(match=f"pvm:{{{tag}}}:*")):
+                store.connection.delete(name)
+        outcomes = [store.apply(m) for m in order]
+        assert Outcome.REFUSED not in outcomes
+        records.append({f.id: f.to_dict() for f in store.in_tier(P1)})
+    assert records[0] == records[1] == records[2]
+    assert store.get(P1, tuesday.id).valid_from == at(20)  # type: ignore[union-attr]
