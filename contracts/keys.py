@@ -280,14 +280,15 @@ def facts_slot_lock(tier_key: TierKey, slot: Slot) -> str:
     return _facts_key(tier_key, f"lock:{slot.digest}")
 
 
-def facts_decided(tier_key: TierKey, slot: Slot, minute_id: str) -> str:
-    """The change minutes a facts worker decided for one source minute in one slot, kept until they are applied.
+def facts_decided(tier_key: TierKey, slot: Slot) -> str:
+    """Hash source minute id -> the change minutes a facts worker decided from it in one slot, not applied yet.
 
-    Written (with a TTL, `FACTS_DECISION_TTL_MS`) before the change minutes are XADDed and deleted once they
-    are applied, so a retried job that finds it writes the same minutes again instead of deciding anew
-    against a view its own first try may have changed meanwhile (issue 22).
+    Written (with a TTL, `FACTS_DECISION_TTL_MS`) before the change minutes are XADDed and emptied once
+    they are applied. A worker that died in between leaves its decisions here, and whoever takes the
+    slot's lease next writes and applies them before deciding, so a decision is written once, under one
+    set of ids, however the log and the retries interleave (issue 22).
     """
-    return _facts_key(tier_key, f"decided:{slot.digest}:{minute_id}")
+    return _facts_key(tier_key, f"decided:{slot.digest}")
 
 
 def facts_of_type(tier_key: TierKey, fact_type: FactType | str) -> str:

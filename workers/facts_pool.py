@@ -22,14 +22,13 @@ invariant 8); different slots are decided in parallel, by one worker or several.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -76,6 +75,7 @@ from contracts.ids import derived_minute_id
 from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
+from pvm.connection import hash_reply
 from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
 from workers.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known
@@ -113,8 +113,8 @@ class Learned:
 class Decision:
     """The change minutes one slot's statements lead to, in the order they apply, with what each kind counted.
 
-    `decided` holds the minutes decided in this call by source minute id (what `facts_decided` keeps until
-    they are applied); minutes taken from a first try's record are in `minutes` but not in `decided`.
+    `decided` holds the same minutes by source minute id: what `keys.facts_decided` keeps from before they
+    are written until they are applied.
     """
 
     minutes: list[Minute] = field(default_factory=list)
@@ -172,7 +172,6 @@ def decide(
     tier_key: TierKey,
     promote_at: float,
     after_ms: int = 0,
-    recorded: Mapping[str, Sequence[Minute]] | None = None,
 ) -> Decision:
     """The change minutes that bring one slot of `tier_key` from `view` (its history) up to `sourced`.
 
@@ -189,10 +188,6 @@ def decide(
       (``fact_superseded``; the new fact carries ``supersedes``), the earliest value starting after it
       supersedes it, a value from the same instant contradicts it.
 
-    A source minute in `recorded` (what a first try of the same job decided and wrote, `facts_decided`)
-    is not decided again: its minutes are taken as they are, so a retry writes the same ids and the same
-    decisions whatever changed in the slot since.
-
     Each change minute is timed at its source minute's time (`dated`: never later than the minute's record
     time), or just after the slot's previous change (`after_ms`, then each one written before it) when
     that is later: the store orders a fact's changes by time, so they follow the order they were decided
@@ -207,9 +202,6 @@ def decide(
     for item in sorted(sourced, key=lambda s: (time_ms(s.minute.timestamp), s.minute.id)):
         by_minute.setdefault(item.minute.id, []).append(item)
     for minute_id, items in by_minute.items():
-        if recorded is not None and minute_id in recorded:
-            _replay_recorded(recorded[minute_id], facts, clock, decision)
-            continue
         mine = decision.decided.setdefault(minute_id, [])
         for item in items:
             fresh = _fact(item, tier_key, promote_at)
@@ -234,7 +226,6 @@ def decide_learned(
     view: Sequence[Fact],
     learned: Sequence[Learned],
     after_ms: int = 0,
-    recorded: Mapping[str, Sequence[Minute]] | None = None,
 ) -> Decision:
     """The ``fact_superseded`` minutes that fit learned values into their key's history (`view`, the slot).
 
@@ -249,9 +240,6 @@ def decide_learned(
     clock = _Clock(after_ms)
     decision = Decision()
     for item in sorted(learned, key=lambda i: (i.record_ms, i.minute.id)):
-        if recorded is not None and item.minute.id in recorded:
-            _replay_recorded(recorded[item.minute.id], facts, clock, decision)
-            continue
         mine = decision.decided.setdefault(item.minute.id, [])
         fresh = facts.get(item.fact_id)
         if fresh is None or fresh.status is FactStatus.RETRACTED or not fresh.single_valued:
@@ -272,19 +260,6 @@ def decide_learned(
             decision.counts["superseded"] += 1
             _apply_here(facts, change)
     return decision
-
-
-def _replay_recorded(minutes: Sequence[Minute], facts: dict[str, Fact], clock: _Clock, decision: Decision) -> None:
-    """Take a first try's decision as it was: its minutes, applied to the view, counted, the clock past them."""
-    for minute in minutes:
-        change = fact_change(minute)
-        decision.minutes.append(minute)
-        decision.counts[_KIND[type(change)]] += 1
-        if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
-            decision.counts["promoted"] += 1
-        clock.last = max(clock.last, time_ms(minute.timestamp))
-        with contextlib.suppress(KeyError):  # a fact no longer held (a cleared task): the store decides what stands
-            _apply_here(facts, change)
 
 
 class _Clock:
@@ -601,9 +576,6 @@ class _SlotWork:
     sourced: list[Sourced] = field(default_factory=list)
     learned: list[Learned] = field(default_factory=list)
 
-    def source_ids(self) -> list[str]:
-        return list(dict.fromkeys([s.minute.id for s in self.sourced] + [i.minute.id for i in self.learned]))
-
 
 def known_facts(store: FactStore, minutes: Sequence[Minute]) -> Known:
     """The facts an extractor weighs `minutes` against: pending or promoted now, by slot, in their tier keys only.
@@ -631,12 +603,12 @@ def _decide_under_leases(
 ) -> int:
     """Decide every slot's candidates while holding its lease; slots another worker holds are waited for.
 
-    Per round: take the leases that are free (one round trip), read those slots and any decision a first
-    try of this job recorded for them (one), decide, record the new decisions and XADD the change minutes
-    (one), apply them (a transaction per project), forget the records and give the leases back (one each).
-    A slot stays busy at most as long as another worker's round on it; after `FACTS_LEASE_WAIT_S` the batch
-    fails with `SlotsBusy` and is retried (every step is idempotent, and a retry writes what the first try
-    decided).
+    Per round: take the leases that are free (one round trip); finish what an earlier decider of those
+    slots wrote and did not apply (`_unapplied`: one round trip, more only when there is some); read the
+    slots, decide, record the decisions and XADD their change minutes (one each), apply them (a
+    transaction per project), forget the records and give the leases back (one each). A slot stays busy
+    at most as long as another worker's round on it; after `FACTS_LEASE_WAIT_S` the batch fails with
+    `SlotsBusy` and is retried (every step is idempotent).
     """
     pending = dict(by_slot)
     written = 0
@@ -648,11 +620,11 @@ def _decide_under_leases(
         mine = [slot for slot, ok in zip(slots, taken, strict=True) if ok]
         if mine:
             try:
-                minutes, decided, found = _decide_slots(ctx, connection, mine, pending, counts)
+                written += _unapplied(ctx, connection, mine, counts)
+                minutes, decided = _decide_slots(ctx, mine, pending, counts)
                 _write(connection, ctx.settings.shards, minutes, decided)
                 ctx.store.apply_changes([(m, fact_change(m)) for m in minutes])
-                if decided or found:
-                    connection.delete(*decided, *found)  # applied: the view holds the decisions now
+                _forget(connection, decided)
                 written += len(minutes)
             finally:
                 ctx.store.release_slots(ctx.owner, mine)
@@ -671,38 +643,69 @@ def _decide_under_leases(
     return written
 
 
+# Decisions to record: per slot's key (`keys.facts_decided`), source minute id -> its change minutes.
+_Records = dict[str, dict[str, list[Minute]]]
+
+
+def _unapplied(
+    ctx: FactsContext, connection: redis.Redis, slots: Sequence[tuple[TierKey, Slot]], counts: Counter[str]
+) -> int:
+    """Write again and apply the change minutes an earlier decider of `slots` wrote and did not apply.
+
+    A decider that dies (or loses Redis) between writing a slot's change minutes and applying them leaves
+    them recorded (`keys.facts_decided`). Whoever takes the slot next, its own retry or any other job,
+    XADDs them again (the log keeps a minute once) and applies them before it reads the slot: so it
+    decides against them, and a retry finds its statements held and writes nothing new. A decision is
+    written once, under one set of ids, whatever the log applied meanwhile. Returns how many minutes.
+    """
+    names = [keys.facts_decided(tier_key, slot) for tier_key, slot in slots]
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(name)
+    found: _Records = {}
+    for name, raw in zip(names, pipe.execute(), strict=True):
+        for source, packed in hash_reply(raw).items():
+            minutes = [decode_durable_minute(b) for b in msgpack.unpackb(packed, raw=False)]
+            found.setdefault(name, {})[source.decode()] = minutes
+    if not found:
+        return 0
+    minutes = [m for of_slot in found.values() for made in of_slot.values() for m in made]
+    _write(connection, ctx.settings.shards, minutes, {})
+    changes = [(m, fact_change(m)) for m in minutes]
+    ctx.store.apply_changes(changes)
+    for _, change in changes:
+        counts[_KIND[type(change)]] += 1
+        if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
+            counts["promoted"] += 1
+    _forget(connection, found)
+    log.warning("facts pool: applied %d change minute(s) an earlier decider wrote and did not apply", len(minutes))
+    return len(minutes)
+
+
 def _decide_slots(
     ctx: FactsContext,
-    connection: redis.Redis,
     slots: Sequence[tuple[TierKey, Slot]],
     pending: dict[tuple[TierKey, Slot], _SlotWork],
     counts: Counter[str],
-) -> tuple[list[Minute], dict[str, bytes], list[str]]:
-    """The change minutes of `slots`, the new decisions to record (`keys.facts_decided` -> packed minutes), and
-    the keys of the decisions a first try recorded (taken as they were)."""
-    recorded, found_keys = _recorded(connection, [(slot, pending[slot].source_ids()) for slot in slots])
+) -> tuple[list[Minute], _Records]:
+    """The change minutes of `slots`, in order, and the same by slot and source minute (to record)."""
     minutes: list[Minute] = []
-    decided: dict[str, bytes] = {}
+    decided: _Records = {}
     for (tier_key, slot), view in zip(slots, ctx.store.slot_views(slots), strict=True):
         work = pending[(tier_key, slot)]
-        found = recorded.get((tier_key, slot), {})
-        decision = decide(
-            view.facts, work.sourced, tier_key, ctx.settings.fact_promote_at, view.last_ms, recorded=found
-        )
+        decision = decide(view.facts, work.sourced, tier_key, ctx.settings.fact_promote_at, view.last_ms)
         if work.learned:
             after = max([view.last_ms, *(time_ms(m.timestamp) for m in decision.minutes)])
-            history = _applied(view.facts, decision.minutes)
-            more = decide_learned(history, work.learned, after, recorded=found)
+            more = decide_learned(_applied(view.facts, decision.minutes), work.learned, after)
             decision.minutes += more.minutes
             decision.counts.update(more.counts)
             decision.decided.update(more.decided)
         minutes.extend(decision.minutes)
         counts.update(decision.counts)
-        for minute_id, made in decision.decided.items():
-            if made:
-                packed = msgpack.packb([encode_minute(m) for m in made], use_bin_type=True)
-                decided[keys.facts_decided(tier_key, slot, minute_id)] = cast(bytes, packed)
-    return minutes, decided, found_keys
+        made = {source: of_source for source, of_source in decision.decided.items() if of_source}
+        if made:
+            decided[keys.facts_decided(tier_key, slot)] = made
+    return minutes, decided
 
 
 def _applied(view: Sequence[Fact], minutes: Sequence[Minute]) -> list[Fact]:
@@ -712,39 +715,37 @@ def _applied(view: Sequence[Fact], minutes: Sequence[Minute]) -> list[Fact]:
     return list(facts.values())
 
 
-def _recorded(
-    connection: redis.Redis, wanted: Sequence[tuple[tuple[TierKey, Slot], list[str]]]
-) -> tuple[dict[tuple[TierKey, Slot], dict[str, list[Minute]]], list[str]]:
-    """The decisions a first try of this job recorded for these slots' source minutes (one round trip), and
-    their keys."""
-    names = [(slot, mid, keys.facts_decided(slot[0], slot[1], mid)) for slot, ids in wanted for mid in ids]
-    if not names:
-        return {}, []
-    raws = cast(list[bytes | None], connection.mget([name for _, _, name in names]))
-    found: dict[tuple[TierKey, Slot], dict[str, list[Minute]]] = {}
-    found_keys: list[str] = []
-    for (slot, mid, name), raw in zip(names, raws, strict=True):
-        if raw is not None:
-            found.setdefault(slot, {})[mid] = [decode_durable_minute(b) for b in msgpack.unpackb(raw, raw=False)]
-            found_keys.append(name)
-    return found, found_keys
-
-
-def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], decided: Mapping[str, bytes]) -> None:
-    """Record the new decisions, then XADD the change minutes to their projects' shard streams as `emit` would.
+def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], decided: _Records) -> None:
+    """Record `decided`, then XADD the change minutes to their projects' shard streams as `emit` would.
 
     One round trip, records first: Redis runs and persists a connection's commands in order, so a minute
-    on a stream always has its decision recorded for a retry.
+    on a stream always has its decision recorded until it is applied (`_unapplied`).
     """
     pipe = connection.pipeline(transaction=False)
-    for name, packed in decided.items():
-        pipe.set(name, packed, px=defaults.FACTS_DECISION_TTL_MS)
-    n = len(decided)
+    n = 0
+    for name, of_slot in decided.items():
+        packed = {
+            source: cast(bytes, msgpack.packb([encode_minute(m) for m in made], use_bin_type=True))
+            for source, made in of_slot.items()
+        }
+        pipe.hset(name, mapping=packed)  # type: ignore[arg-type]
+        pipe.pexpire(name, defaults.FACTS_DECISION_TTL_MS)
+        n += 2
     for minute in minutes:
         pipe.xadd(keys.stream(keys.shard_of(minute.project_id, shards)), {keys.MINUTE_FIELD: encode_minute(minute)})
         n += 1
     if n:
         pipe.execute()
+
+
+def _forget(connection: redis.Redis, decided: _Records) -> None:
+    """Drop the records of decisions now applied: the store holds them (one round trip)."""
+    if not decided:
+        return
+    pipe = connection.pipeline(transaction=False)
+    for name, of_slot in decided.items():
+        pipe.hdel(name, *of_slot)
+    pipe.execute()
 
 
 def _advance_heads(

@@ -840,3 +840,27 @@ def test_a_learned_key_changed_twice_is_superseded_by_a_minute_of_the_pool(
     assert [f.value for f in store.current([P1])] == ["Thursday"]
     again = facts_batch(ctx, redis_client, records([second, first, ahead]))
     assert again["changes_written"] == 0  # fitted already: nothing to decide again
+
+
+def test_a_decision_written_and_not_applied_is_applied_by_the_next_decider_of_its_slot(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 4, across jobs: a first try writes MySQL's assertion and dies before applying it; before its retry,
+    another job states MySQL again. That job must decide against the first try's decision (a confirmation), not
+    assert MySQL a second time under another id."""
+    facts_batch(ctx, redis_client, records([said(1, "Postgres", 0, attribute="database")]))
+
+    def killed(_changes: object) -> list[Outcome]:
+        raise redis.ConnectionError("Valkey was killed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ctx.store, "apply_changes", killed)
+        with pytest.raises(redis.ConnectionError):
+            facts_batch(ctx, redis_client, records([said(2, "MySQL", 5, attribute="database")], first_seq=2))
+    facts_batch(ctx, redis_client, records([said(3, "MySQL", 6, attribute="database")], first_seq=3))
+    asserted = {m.id: m for m in stream_minutes(redis_client, settings) if m.event_type == "fact_asserted"}
+    assert Counter(m.data["fact"]["value"] for m in asserted.values()) == Counter(Postgres=1, MySQL=1)
+    mysql = FactStore(redis_client).get(P1, fact_id(P1, DB, "MySQL"))
+    assert mysql is not None and mysql.source_minute_ids == ("m00002", "m00003")
+    assert redis_client.hget(keys.metrics_fact_changes(), "asserted") == b"2"
+    assert redis_client.hget(keys.metrics_fact_changes(), "confirmed") == b"1"
