@@ -37,6 +37,7 @@ production_url = pytest.StashKey[str | None]()
 # `make test-fast` leaves them out; `make test` runs them. tests/test_markers.py checks each name exists.
 INTEGRATION = (
     "tests/test_chaos.py",
+    "tests/test_facts_chaos.py",
     "tests/test_ingest_e2e.py",
     "tests/test_memory_e2e.py",
     "tests/test_prometheus.py",

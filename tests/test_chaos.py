@@ -357,41 +357,66 @@ class Produced:
     problems: list[str]
 
 
-def start_producers(settings: Settings, seed: int, tmp_path: Path, seconds: float) -> list[tuple[Path, Any]]:
+def start_producers(
+    settings: Settings,
+    seed: int,
+    tmp_path: Path,
+    seconds: float,
+    module: str = "tests.chaos_producer",
+    count: int = PRODUCERS,
+    projects: int = PROJECTS,
+    rate: float = RATE_PER_PRODUCER,
+) -> list[tuple[Path, Any]]:
+    """Start `count` producer processes (`module`, each with its own spool); each writes what it emitted to a file."""
     producers = []
-    for i in range(PRODUCERS):
+    for i in range(count):
         env = {**os.environ, **settings.with_(spool_dir=tmp_path / f"spool-{i}").to_env()}
-        out = tmp_path / f"producer-{i}.ids"
-        args = [str(seed), str(i), str(PROJECTS), str(seconds), str(RATE_PER_PRODUCER), str(out)]
-        process = subprocess.Popen([sys.executable, "-m", "tests.chaos_producer", *args], env=env)
+        out = tmp_path / f"producer-{i}.out"
+        args = [str(seed), str(i), str(projects), str(seconds), str(rate), str(out)]
+        process = subprocess.Popen([sys.executable, "-m", module, *args], env=env)
         producers.append((out, process))
     return producers
 
 
-def collect_producers(producers: list[tuple[Path, Any]], timeout: float) -> Produced:
+def read_producers(
+    producers: list[tuple[Path, Any]], timeout: float, emitted: Callable[[str], None]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Wait for the producers (killing those still running after `timeout`); each line they wrote of a minute they
+    emitted goes to `emitted`. Returns their closing stats and what went wrong with them."""
     deadline = time.monotonic() + timeout
-    produced = Produced({}, [], [])
+    stats: list[dict[str, Any]] = []
+    problems: list[str] = []
     for i, (out, process) in enumerate(producers):
         try:
             process.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            produced.problems.append(f"producer {i} did not finish sending within {timeout:.0f} s of the chaos")
+            problems.append(f"producer {i} did not finish sending within {timeout:.0f} s of the chaos")
             continue
         if not out.exists():
-            produced.problems.append(f"producer {i} exited with {process.returncode} and wrote nothing")
+            problems.append(f"producer {i} exited with {process.returncode} and wrote nothing")
             continue
         for line in out.read_text().splitlines():
             if line.startswith("#stats "):
-                stats = json.loads(line.removeprefix("#stats "))
-                produced.stats.append(stats)
-                if not stats["flushed"] or stats["dropped"] or process.returncode:
-                    produced.problems.append(f"producer {i} (exit code {process.returncode}) ended with {stats}")
+                closing = json.loads(line.removeprefix("#stats "))
+                stats.append(closing)
+                if not closing["flushed"] or closing["dropped"] or process.returncode:
+                    problems.append(f"producer {i} (exit code {process.returncode}) ended with {closing}")
             else:
-                project, minute_id = line.split("\t")
-                produced.by_project.setdefault(project, []).append(minute_id)
-    return produced
+                emitted(line)
+    return stats, problems
+
+
+def collect_producers(producers: list[tuple[Path, Any]], timeout: float) -> Produced:
+    by_project: dict[str, list[str]] = {}
+
+    def emitted(line: str) -> None:
+        project, minute_id = line.split("\t")
+        by_project.setdefault(project, []).append(minute_id)
+
+    stats, problems = read_producers(producers, timeout, emitted)
+    return Produced(by_project, stats, problems)
 
 
 # -- where things stand -----------------------------------------------------------------------------------------------

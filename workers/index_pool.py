@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import socket
+import threading
 import time
+import uuid
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -650,12 +654,7 @@ def _index_facts(
         by_tenant.setdefault(change.tenant, []).append(change)
     for tenant, of_tenant in by_tenant.items():
         try:
-            lease = connection.lock(
-                keys.fact_points_lock(None if tenant == GLOBAL_TENANT else tenant),
-                timeout=defaults.FACT_POINTS_LOCK_S,
-                blocking_timeout=defaults.FACT_POINTS_LOCK_WAIT_S,
-            )
-            with lease:
+            with _tenant_lease(connection, keys.fact_points_lock(None if tenant == GLOBAL_TENANT else tenant)):
                 point_keys, cleared = fact_points.needed(of_tenant)
                 stored = ctx.engine.get_points(tenant, point_keys, tier_keys=cleared, with_vectors=True)
                 planned = fact_points.plan(tenant, of_tenant, {p.key: p for p in stored})
@@ -668,6 +667,42 @@ def _index_facts(
             for change in of_tenant:
                 step.failed.setdefault(change.event.project_id, exc)
     return step
+
+
+_RELEASE_LEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+_OWNER_NONCE = uuid.uuid4().hex[:8]
+
+
+def _lease_owner() -> str:
+    """This process's and thread's token on the fact-point leases (a forked child's differs by its pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{_OWNER_NONCE}"
+
+
+@contextmanager
+def _tenant_lease(connection: redis.Redis, name: str) -> Iterator[None]:
+    """Hold the lease `name` (SET NX PX, `FACT_POINTS_LOCK_S`) while folding a tenant's fact points.
+
+    Waits up to `FACT_POINTS_LOCK_WAIT_S` for another worker's lease, then raises `redis.exceptions.LockError`
+    (the batch is retried). A lease that this very thread still holds, because its release was lost with a
+    Valkey restart, is taken again at once instead of waited out: no other job of this thread can be in it.
+    """
+    owner = _lease_owner()
+    deadline = time.monotonic() + defaults.FACT_POINTS_LOCK_WAIT_S
+    ttl_ms = int(defaults.FACT_POINTS_LOCK_S * 1000)
+    wait = 0.005
+    while not connection.set(name, owner, nx=True, px=ttl_ms):
+        if connection.get(name) == owner.encode() and connection.set(name, owner, xx=True, px=ttl_ms):
+            break
+        if time.monotonic() >= deadline:
+            raise redis.exceptions.LockError("Unable to acquire lock within the time specified")
+        time.sleep(wait)
+        wait = min(wait * 2, 0.1)
+    try:
+        yield
+    finally:
+        connection.eval(_RELEASE_LEASE, 1, name, owner)
 
 
 def _embedded(ctx: IndexContext, points: Sequence[MemoryPoint]) -> list[MemoryPoint]:

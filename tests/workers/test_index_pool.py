@@ -911,9 +911,12 @@ def test_a_change_that_does_not_apply_is_skipped_and_the_rest_apply(
     redis_client: redis.Redis, fact_engine: Any
 ) -> None:
     fact = a_fact(valid_from=DAY2)
-    # Valid from day 2, "superseded" on day 1: apply_to refuses a validity that ends before it starts.
-    early = fc.change_minute(fc.FactSuperseded(fact.id, fact.tier_key, a_fact(value="x").id, DAY1))
-    result = index(redis_client, [fc.asserted_minute(fact), early, fc.promoted_minute(fact)])
+    # Valid from day 2, "superseded" on day 1 by a change after the assertion: apply_to refuses a validity that
+    # ends before it starts. (One older than the assertion would change nothing, and is not checked: the store's
+    # rule, `merge_change`.)
+    asserted = fc.asserted_minute(fact, timestamp=DAY2)
+    early = fc.change_minute(fc.FactSuperseded(fact.id, fact.tier_key, a_fact(value="x").id, DAY1), timestamp=DAY3)
+    result = index(redis_client, [asserted, early, fc.promoted_minute(fact, timestamp=DAY3)])
     assert result["skipped_fact_changes"] == [early.id]
     payload = stored_fact(fact_engine, fact.id)
     assert (payload["status"], payload["valid_until_ms"]) == ("promoted", OPEN_MS)
@@ -1099,3 +1102,20 @@ def test_a_learned_value_the_pool_supersedes_is_superseded_in_its_point(
         assert held is not None
         agrees(stored_fact(fact_engine, fid), held)
     assert stored_fact(fact_engine, str(first.data["fact"]["id"]))["status"] == "superseded"
+
+
+def test_a_fact_point_lease_lost_with_a_valkey_restart_is_taken_again_by_its_holder(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Valkey restart can lose the release of a tenant's lease while the worker lives: the same worker takes it
+    again at once (it was waited out for FACT_POINTS_LOCK_S, stalling the tenant's fact points); another's holds."""
+    name = keys.fact_points_lock("alpha")
+    redis_client.set(name, index_pool._lease_owner(), px=60_000)  # this thread's, its release lost
+    with index_pool._tenant_lease(redis_client, name):
+        assert redis_client.pttl(name) > 50_000
+    assert not redis_client.exists(name)
+    redis_client.set(name, "another-worker", px=60_000)
+    monkeypatch.setattr(defaults, "FACT_POINTS_LOCK_WAIT_S", 0.2)
+    with pytest.raises(redis.exceptions.LockError), index_pool._tenant_lease(redis_client, name):
+        pass
+    assert redis_client.get(name) == b"another-worker"
