@@ -89,6 +89,11 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def iso_from_ms(ms: int) -> str:
+    """Unix milliseconds as an ISO 8601 UTC timestamp with milliseconds (``2026-11-27T10:00:00.000Z``)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def parse_timestamp(value: str) -> datetime:
     """Parse a minute timestamp; it must be ISO 8601 with a UTC offset."""
     if not isinstance(value, str):

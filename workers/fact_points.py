@@ -44,7 +44,6 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from contracts import ContractError, Minute
@@ -61,6 +60,7 @@ from contracts.fact_changes import (
     fact_change,
 )
 from contracts.facts import FACT_NAMESPACE, Fact, FactStatus, Tier, TierKey, check_time
+from contracts.minute import iso_from_ms
 from pvm import defaults
 from pvm.protocols import FACT, FACT_PENDING, TIER_CLEARED, MemoryPoint, StoredPoint
 from pvm.stores.fact_projection import LWW_FIELDS, StoredFact, merge_change, merge_created, order_key_at
@@ -233,10 +233,6 @@ def event_key(event: FactEvent) -> str:
     return order_key_at(event.at_ms, event.minute_id)
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _folded_state(event: FactEvent) -> StoredFact:
     """The stored record a `FOLDED` event keeps (points written before the store's merge kept only the fact)."""
     data = event.data
@@ -244,7 +240,7 @@ def _folded_state(event: FactEvent) -> StoredFact:
     if "v" in data:
         return StoredFact(fact, dict(data["v"]), str(data["created"]), data.get("promoted_at"))
     key = event_key(event)
-    promoted = _iso(event.at_ms) if fact.status is FactStatus.PROMOTED else None
+    promoted = iso_from_ms(event.at_ms) if fact.status is FactStatus.PROMOTED else None
     return StoredFact(fact, {name: key for name in LWW_FIELDS}, key, promoted)
 
 
@@ -284,14 +280,14 @@ def fold(events: Iterable[FactEvent], fact_id: str, max_changes: int = defaults.
     skipped = [e.minute_id for e, change in parsed if change is None]
     for e, change in parsed:
         if isinstance(change, _BASES) and change.fact.id == fact_id:
-            state = merge_created(state, change.fact, event_key(e), _iso(e.at_ms))
+            state = merge_created(state, change.fact, event_key(e), iso_from_ms(e.at_ms))
     if state is None:
         return Folded(None, ordered[-defaults.FACT_POINT_MAX_PENDING :], skipped)
     for e, change in parsed:
         if change is None or isinstance(change, (TaskMemoryCleared, *_BASES)):
             continue
         try:
-            state = merge_change(state, change, event_key(e), _iso(e.at_ms))
+            state = merge_change(state, change, event_key(e), iso_from_ms(e.at_ms))
         except InvalidFact as exc:
             log.warning(
                 "index pool: %s %s does not apply to fact %s (%s); skipped", e.event_type, e.minute_id, fact_id, exc

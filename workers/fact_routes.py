@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from starlette.requests import Request
@@ -61,7 +60,7 @@ from contracts.facts import (
 )
 from contracts.ids import RequestIds
 from contracts.memory import FactHit, SearchFilters
-from contracts.minute import utc_now_iso
+from contracts.minute import iso_from_ms, utc_now_iso
 from pvm import defaults
 from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
@@ -519,7 +518,7 @@ class _Clock:
 
     def next(self) -> str:
         self.last = max(int(time.time() * 1000), self.last + 1)
-        return datetime.fromtimestamp(self.last / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return iso_from_ms(self.last)
 
 
 # -- parameters and fields ------------------------------------------------------------------------------------

@@ -14,9 +14,16 @@ to the shard streams, so they flow through the log like any minute, and applies 
 (`pvm.stores.facts`) at once. The store changes only by applying change minutes, so `pvm replay`
 rebuilds it from the log without calling an extractor or a model; for the same reason the pool never
 extracts from a change minute: it validates one (`fact_change`) and applies it, or refuses it (logged,
-counted, never applied; the log keeps it). Change minute ids derive from the source minute, the change
-and the fact (`contracts.ids.derived_minute_id`), so a retried job writes the same minutes again and
-the log keeps them once. One slot's decisions are serialized by a lease on the slot (ARCHITECTURE
+counted, never applied; the log keeps it). A learned value (``learn()``, written by whoever calls it)
+is fitted into its key's history here, each supersession a minute too (`decide_learned`).
+
+Time (docs/decisions/0015-fact-time.md): every minute is `dated` never later than its record time (its
+stream entry, Redis's clock), and a slot's change minutes are timed in the order they were decided, so a
+producer's clock can neither freeze nor empty a slot. A decision is written once: its change minutes are
+recorded before they are written and until they are applied, and whoever takes the slot next (a retry or
+any other job) writes and applies what a dead decider left before deciding (`_unapplied`). Change minute
+ids derive from the source minute, the change and the fact (`contracts.ids.derived_minute_id`), and the
+log keeps a minute once. One slot's decisions are serialized by a lease on the slot (ARCHITECTURE
 invariant 8); different slots are decided in parallel, by one worker or several.
 """
 
@@ -30,7 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, cast
 
@@ -72,6 +79,7 @@ from contracts.facts import (
     is_valid_task_id,
 )
 from contracts.ids import derived_minute_id
+from contracts.minute import iso_from_ms
 from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
 from pvm.config import Settings
@@ -140,12 +148,7 @@ def dated(minute: Minute, record_ms: int) -> Minute:
     """
     if time_ms(minute.timestamp) <= record_ms:
         return minute
-    return Minute.from_dict({**minute.to_dict(), "timestamp": iso_ms(record_ms)})
-
-
-def iso_ms(ms: int) -> str:
-    """Unix ms as a contract timestamp (ISO 8601 UTC, milliseconds)."""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return Minute.from_dict({**minute.to_dict(), "timestamp": iso_from_ms(record_ms)})
 
 
 def tier_key_of(candidate: Candidate, minute: Minute) -> TierKey | None:
@@ -275,10 +278,10 @@ class _Clock:
         dated_ms = min(time_ms(source.minute.timestamp), source.record_ms)
         if dated_ms > self.last:
             ms = dated_ms
-            timestamp = source.minute.timestamp if ms == time_ms(source.minute.timestamp) else iso_ms(ms)
+            timestamp = source.minute.timestamp if ms == time_ms(source.minute.timestamp) else iso_from_ms(ms)
         else:
             ms = self.last + 1
-            timestamp = iso_ms(ms)
+            timestamp = iso_from_ms(ms)
         self.last = ms
         return {"minute_id": derived_minute_id(ms, source.minute.id, kind, *parts), "timestamp": timestamp}
 

@@ -73,7 +73,7 @@ from contracts.facts import (
     normalize_value,
 )
 from contracts.ids import RequestIds
-from contracts.minute import Minute
+from contracts.minute import Minute, iso_from_ms
 from contracts.summaries import Chunk, Episode
 from pvm import defaults
 from pvm.stores.fact_projection import StoredFact, last_change_ms
@@ -577,7 +577,7 @@ class _Clock:
 
     def next(self) -> str:
         self.ms += 1
-        return datetime.fromtimestamp(self.ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return iso_from_ms(self.ms)
 
 
 @dataclass

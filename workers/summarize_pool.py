@@ -26,7 +26,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -36,6 +36,7 @@ from rq import Retry, get_current_job
 
 from contracts import ContractError, Minute, decode_durable_minute, encode_minute, keys
 from contracts.ids import derived_minute_id
+from contracts.minute import iso_from_ms
 from contracts.summaries import (
     SUMMARY_EVENT_TYPES,
     Chunk,
@@ -396,7 +397,7 @@ def _summary_minute(
         project_id,
         summarized,
         minute_id=derived_minute_id(ms, project_id, "chunk_summarized", summarized.chunk_id),
-        timestamp=datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        timestamp=iso_from_ms(ms),
         context_references=tuple(m.minute.id for m in pending if first <= m.seq <= last)[:2],
     )
 
