@@ -21,11 +21,12 @@ from tests.pvm.test_emitter import stream_ids
 from workers.embedded import EmbeddedRedis
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 15.0, state: Callable[[], object] | None = None) -> None:
+    """Wait until `condition` holds; past `timeout` fail, naming `state()` (what the test waited on) when given."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
+            raise AssertionError(f"not reached within {timeout} s" + (f"; {state()}" if state else ""))
         time.sleep(0.01)
 
 
@@ -184,7 +185,7 @@ def test_a_batch_refused_on_one_shard_sends_the_rest_once_and_spools_the_refused
         # Emitted during the outage: spooled, all shards mixed. Replays get them through except shard 2's,
         # while the refused minutes ahead of them in the spool stay there.
         ids += [em.emit(Minute(project_id=projects[i % 4], event_type="message")) for i in range(400)]
-        wait_for(lambda: (em.stats().sent, em.stats().spooled) == (600, 200))
+        wait_for(lambda: (em.stats().sent, em.stats().spooled) == (600, 200), state=em.stats)
         stats = em.stats()
         assert stats.dropped == stats.buffered == stats.in_flight == 0 and stats.refused >= 200
         assert in_healthy_shards() == 600, "no accepted minute was sent twice"
