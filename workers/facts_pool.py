@@ -724,20 +724,18 @@ def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], deci
     One round trip, records first: Redis runs and persists a connection's commands in order, so a minute
     on a stream always has its decision recorded until it is applied (`_unapplied`).
     """
+    raw = {(m.project_id, m.id): encode_minute(m) for m in minutes}  # each encoded once, for both
     pipe = connection.pipeline(transaction=False)
-    n = 0
     for name, of_slot in decided.items():
         packed = {
-            source: cast(bytes, msgpack.packb([encode_minute(m) for m in made], use_bin_type=True))
+            source: cast(bytes, msgpack.packb([raw[(m.project_id, m.id)] for m in made], use_bin_type=True))
             for source, made in of_slot.items()
         }
         pipe.hset(name, mapping=packed)  # type: ignore[arg-type]
         pipe.pexpire(name, defaults.FACTS_DECISION_TTL_MS)
-        n += 2
-    for minute in minutes:
-        pipe.xadd(keys.stream(keys.shard_of(minute.project_id, shards)), {keys.MINUTE_FIELD: encode_minute(minute)})
-        n += 1
-    if n:
+    for (project_id, _), encoded in raw.items():
+        pipe.xadd(keys.stream(keys.shard_of(project_id, shards)), {keys.MINUTE_FIELD: encoded})
+    if raw or decided:
         pipe.execute()
 
 
