@@ -275,10 +275,11 @@ class _Clock:
     def stamp(self, source: Sourced | Learned, kind: str, *parts: str) -> dict[str, str]:
         """The `minute_id` and `timestamp` of the next change minute decided from `source` (builders' keyword
         arguments)."""
-        dated_ms = min(time_ms(source.minute.timestamp), source.record_ms)
+        stated_ms = time_ms(source.minute.timestamp)
+        dated_ms = min(stated_ms, source.record_ms)
         if dated_ms > self.last:
             ms = dated_ms
-            timestamp = source.minute.timestamp if ms == time_ms(source.minute.timestamp) else iso_from_ms(ms)
+            timestamp = source.minute.timestamp if ms == stated_ms else iso_from_ms(ms)
         else:
             ms = self.last + 1
             timestamp = iso_from_ms(ms)
