@@ -25,10 +25,10 @@ tools:
 	fi
 
 demo: $(STAMP)
-	$(PY) -m workers.cli demo
+	$(PY) -m workers.ops.cli demo
 
 up: $(STAMP)
-	$(PY) -m workers.cli up
+	$(PY) -m workers.ops.cli up
 
 # Everything: the unit tests as `make test-fast` runs them (xdist, temporary files in RAM), then the slow and
 # integration tests (chaos, kill -9, load, real Prometheus) in one process, as their timing assumes.

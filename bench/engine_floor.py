@@ -3,7 +3,7 @@
 the index pool's own Python, and so the most minutes/s one index process can reach on this machine.
 
 Minutes come from `bench/sessions.py` (as `bench/reader.py` loads them) and become points exactly as the
-index pool makes them (`workers.index_pool.decode`, `_points`; the engine's `_pack`, BM25 and point ids). Then,
+index pool makes them (`workers.index.pool.decode`, `_points`; the engine's `_pack`, BM25 and point ids). Then,
 each step timed over all points, best of `--repeats`:
 
 - python_us        the engine's Python per point: checks, BM25, packing the payload, the point id;
@@ -45,7 +45,7 @@ import qdrant_edge as qe
 from bench.machine import machine
 from bench.reader import build_minutes
 from pvm.vectors import LEXICAL, check_point, edge, stored_point_id
-from workers import index_pool
+from workers.index import pool as index_pool
 
 VALUE_SAMPLES: dict[str, Any] = {"str": "agent-1", "int": 1_795_713_916_474, "float": 0.6337, "bool": True}
 SPIN_LOOPS = 1_000_000

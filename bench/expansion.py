@@ -46,7 +46,7 @@ from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch, SearchResult
 from pvm.vectors.edge import EdgeEngine
-from workers.index_pool import lexical_text
+from workers.index.pool import lexical_text
 
 K = 10
 REFS = ((3, 0.95), (5, 0.95), (10, 0.95), (3, 0.9), (3, 0.7), (3, 0.5), (5, 0.5))

@@ -62,7 +62,7 @@ from typing import Any
 
 from bench.sessions import AGENTS, CHATTER, ENTITIES
 from contracts import Minute
-from workers.extraction import Candidate, single_valued, value_key
+from workers.facts.extraction import Candidate, single_valued, value_key
 
 SPLITS = ("default", "heldout")  # the benchmark's
 DEV = "dev"  # rule changes are made against it (see DEV_TEMPLATES)
@@ -529,7 +529,7 @@ TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
 #   fixed against it, so it became dev wording too (`_DEV_ROUND_2`).
 # - calibration: written after the dev fixes and never used to change a rule. `bench/calibrate_rules.py`
 #   measures each rule's precision on it (seeds of its own) and that sets the rule's confidence
-#   (workers.extraction.RULE_CONFIDENCE) and whether the rule runs at all.
+#   (workers.facts.extraction.RULE_CONFIDENCE) and whether the rule runs at all.
 DEV_TEMPLATES: dict[str, tuple[str, ...]] = {
     "attribute": (
         "{s_pos} {a} is {v}, per the runbook",

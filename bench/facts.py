@@ -8,7 +8,7 @@ filler. The default split is phrased with the templates the rules were
 written against; the held-out split phrases the same facts with templates
 they never saw, so it is the honest one. Each split gets three phases:
 
-1. pool       The session's minutes go through `workers.facts_pool.facts_batch`
+1. pool       The session's minutes go through `workers.facts.pool.facts_batch`
               (the body of the facts pool's RQ job, rule path, one process) in
               batches of 500, on a fresh embedded Valkey. The change minutes the
               pool writes to the streams come back as the next batch, as they do
@@ -36,7 +36,7 @@ they never saw, so it is the honest one. Each split gets three phases:
                 facts_per_s
                     session minutes / seconds inside facts_batch, the batches of
                     returning change minutes included (1 process).
-2. searchable The real pipeline on a fresh home: `workers.stack.Stack` runs
+2. searchable The real pipeline on a fresh home: `workers.runtime.stack.Stack` runs
               embedded Valkey, a dispatcher, a log worker, a facts worker and the
               scheduler as processes; this process is the index owner, as `pvm
               serve` is with the embedded engine (the index pool's RQ worker in
@@ -120,11 +120,11 @@ from pvm.emitter import Emitter
 from pvm.engines import close_shared, searcher_for
 from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
-from workers.extraction import Candidate, Extractor, Known, RuleExtractor, value_key
-from workers.facts_pool import FactsContext, facts_batch
-from workers.queues import pool_queue
-from workers.runner import run_worker
-from workers.stack import Stack
+from workers.facts.extraction import Candidate, Extractor, Known, RuleExtractor, value_key
+from workers.facts.pool import FactsContext, facts_batch
+from workers.runtime.queues import pool_queue
+from workers.runtime.runner import run_worker
+from workers.runtime.stack import Stack
 
 TARGETS: dict[str, tuple[str, float]] = {
     "fact_precision": (">=", 0.90),

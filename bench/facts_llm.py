@@ -3,7 +3,7 @@
 
 The minutes are a labeled fact session (`bench/fact_sessions.py`, the
 default split, seed 11: six projects, about 970 minutes, time-ordered and
-interleaved across projects). They go to `workers.extraction_llm.LLMExtractor`
+interleaved across projects). They go to `workers.facts.extraction_llm.LLMExtractor`
 the way the facts pool gets them: in batches of `--batch` minutes
 (`FANOUT_BATCH_SIZE`, 500: one log-pool fan-out job), in time order. The
 extractor calls PVM's real `LLMClient` over HTTP, through the `openai`
@@ -41,7 +41,7 @@ from bench.fact_sessions import FactSession, fact_session
 from bench.harness import BenchError, argument_parser, footer, measuring, parse, report, target_texts, verdicts
 from pvm import defaults
 from pvm.llm import LLMClient
-from workers.extraction_llm import LLMExtractor
+from workers.facts.extraction_llm import LLMExtractor
 
 if TYPE_CHECKING:
     from tests.openai_server import OpenAIServer

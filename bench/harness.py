@@ -8,7 +8,7 @@ A run of a benchmark, from the outside in:
 - `workspace()` for each phase: a temporary PVM_HOME, a fresh embedded Valkey
   in it (AOF on, appendfsync everysec, as `pvm up` runs it), the `Settings`
   pointing at it and a client; all removed afterwards;
-- `CliProcesses` / `running()` for the processes under test: `python -m workers.cli ...`
+- `CliProcesses` / `running()` for the processes under test: `python -m workers.ops.cli ...`
   with the settings' environment, each in a session of its own;
 - `polls()` for every wait with a deadline, `Progress` for what the wait is at;
 - `report()` at the end: `elapsed_s`, the machine, then JSON (`--json`) or the table.
@@ -36,7 +36,7 @@ import redis
 from bench.machine import machine
 from pvm import defaults
 from pvm.config import Settings
-from workers.embedded import EmbeddedRedis
+from workers.runtime.embedded import EmbeddedRedis
 
 VERDICT_WORDS: dict[bool | None, str] = {True: "ok", False: "MISSED", None: "n/a"}
 
@@ -168,7 +168,7 @@ def proc_stat(pid: int) -> tuple[int, float] | None:
 
 
 class CliProcesses:
-    """`python -m workers.cli <command>` processes, each in its own session; stopped by pid (SIGTERM, then SIGKILL).
+    """`python -m workers.ops.cli <command>` processes, each in its own session; stopped by pid (SIGTERM, then SIGKILL).
 
     Their stderr goes to a file each, copied to our stderr when they stop, so a
     crash's last line can be quoted in the result.
@@ -185,7 +185,7 @@ class CliProcesses:
             self.stderr.append(err)
             self.children.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workers.cli", *cmd], env=env, stderr=err, start_new_session=True
+                    [sys.executable, "-m", "workers.ops.cli", *cmd], env=env, stderr=err, start_new_session=True
                 )
             )
 

@@ -17,7 +17,7 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     is reported and must be 0).         target: >= 50,000/s
 3. pipeline         minutes pre-loaded into the streams with nothing running, then
                     ONE `pvm dispatch` process and ONE `pvm worker log` process
-                    (workers.stack.Stack) drain them into the durable log. The rate is
+                    (workers.runtime.stack.Stack) drain them into the durable log. The rate is
                     measured inside the log, excluding process start-up: minutes
                     made durable after the first record's durable_at, divided by
                     (last durable_at - first durable_at). Wall-clock rates from
@@ -37,7 +37,7 @@ Four phases, each on its own temporary PVM_HOME and its own fresh embedded Valke
                     lower bound (time until the log was read) and
                     durable_censored says how many.     target: p99 <= 250 ms
 
-Workload: workers.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
+Workload: workers.ops.demo.sample_session minutes (assignments, conflicts, failures, handoffs,
 references to recent minutes) over --projects projects (default 2 per shard), interleaved,
 with project names chosen so every shard gets the same share. With more projects a log
 batch spans more of them: the log makes one fsync per batch whatever their number. All minutes are built before any
@@ -87,8 +87,8 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.emitter import Emitter, EmitterStats
 from pvm.stores.log import LogReader
-from workers.demo import sample_session
-from workers.stack import Stack
+from workers.ops.demo import sample_session
+from workers.runtime.stack import Stack
 
 PHASES = 4
 
@@ -157,7 +157,7 @@ def build_minutes(projects: Sequence[str], n: int) -> list[Minute]:
 
 @contextmanager
 def running_stack(settings: Settings) -> Iterator[Stack]:
-    """workers.stack.Stack with one dispatcher and one log worker process (and Valkey when settings has no URL).
+    """workers.runtime.stack.Stack with one dispatcher and one log worker process (and Valkey when settings has no URL).
 
     The ingest half only: no fan-out to the index pool and no reader API, so the
     figures are dispatch + log as issue 2 defines them (bench/reader.py and

@@ -5,11 +5,11 @@ Issue 12 item 6. The timeline set (`bench/timeline.py`) goes through the pools' 
 would run them, on an embedded Valkey and the embedded engine:
 
 - the index pool's steps (`bench.retrieval.index`): every minute a point;
-- the facts pool (`workers.facts_pool.facts_batch`, rule extraction): its knowledge-change minutes, read back
+- the facts pool (`workers.facts.pool.facts_batch`, rule extraction): its knowledge-change minutes, read back
   from the streams, fed to it again (as the log would) until it writes no more, then through the index
-  pool's fact step (`workers.fact_points`): every fact a point;
-- the summarize pool (`workers.summarize_pool.summarize_batch`): the summary-point jobs it queues, run as
-  the index worker runs them (`workers.index_pool.run_summaries`): every chunk and episode a point.
+  pool's fact step (`workers.index.fact_points`): every fact a point;
+- the summarize pool (`workers.summarize.pool.summarize_batch`): the summary-point jobs it queues, run as
+  the index worker runs them (`workers.index.pool.run_summaries`): every chunk and episode a point.
 
 Then every question is searched with ``kinds`` minutes only (the default), and with facts and/or summaries
 too; a returned fact or summary *finds* an answer minute when its sources (``source_minute_ids``, a
@@ -43,10 +43,10 @@ from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import Hit, HybridSearch
 from pvm.vectors.edge import EdgeEngine
-from workers import fact_points, summary_points
-from workers.facts_pool import FactsContext, facts_batch
-from workers.queues import pool_queue
-from workers.summarize_pool import SummarizeContext, summarize_batch
+from workers.facts.pool import FactsContext, facts_batch
+from workers.index import fact_points, summary_points
+from workers.runtime.queues import pool_queue
+from workers.summarize.pool import SummarizeContext, summarize_batch
 
 K = 10
 BATCH = defaults.FANOUT_BATCH_SIZE

@@ -15,7 +15,7 @@
                     merges alone at each threshold on a tuning seed, and `dedupe_heldout` the chosen default
                     (PVM_DEDUPE_AT) on another seed. `dedupe_across_pages`: on pages of ACROSS_SLICE, the
                     planted duplicates a page or more from their original, merged within a page only (before)
-                    and with the run's candidate index (after; workers/candidate_index.py).
+                    and with the run's candidate index (after; workers/evaluate/candidate_index.py).
 3. context          bench/reader.py's load (the log pool's and index pool's steps, one process) to N minutes,
                     `ContextReader.build_context` p99 (``..._before_evaluation``), then a real evaluation run
                     over them (`evaluate_here`, applying: scores written onto every point, prunes), then
@@ -49,11 +49,11 @@ from pvm import defaults, engines
 from pvm.reader import ContextReader
 from pvm.stores.fact_projection import StoredFact
 from pvm.stores.log import LogReader
-from workers import evaluate_pool
-from workers.assessment import timestamp_ms
-from workers.candidate_index import CandidateIndex
-from workers.evaluate_pool import Carry, SliceMinute
-from workers.evaluation import ScorePolicy
+from workers.evaluate import pool as evaluate_pool
+from workers.evaluate.candidate_index import CandidateIndex
+from workers.evaluate.evaluation import ScorePolicy
+from workers.evaluate.pool import Carry, SliceMinute
+from workers.rules.assessment import timestamp_ms
 
 TARGETS: dict[str, tuple[Any, ...]] = {
     "evaluate_per_s": (">=", 10_000.0),
@@ -466,7 +466,7 @@ def context_with_scores(n: int, calls: int, progress: Progress) -> dict[str, Any
     build_context latency: plain (recent, facts, experience) and in a thread (chunk summaries and episodes read)."""
     from bench import reader as reader_bench
     from pvm.stores.summaries import SummaryStore
-    from workers.summarize_pool import SummarizeContext, summarize_batch
+    from workers.summarize.pool import SummarizeContext, summarize_batch
 
     minutes = reader_bench.build_minutes(n, 3)
     out: dict[str, Any] = {}

@@ -9,7 +9,7 @@ Two phases, each on a fresh embedded Valkey:
 
 1. pool       The threads of four projects, their minutes interleaved as a shared stream would carry them
               (40 threads, 10,000 minutes; --quick: 4 threads, 1,000 minutes), go through
-              `workers.summarize_pool.summarize_batch` (the body of the pool's RQ job, extractive summarizer,
+              `workers.summarize.pool.summarize_batch` (the body of the pool's RQ job, extractive summarizer,
               one process) in batches of 500 with a per-project log seq, as the log pool fans them out.
                 summarize_per_s
                     minutes / seconds inside summarize_batch.
@@ -66,7 +66,7 @@ from pvm import defaults
 from pvm.reader import ContextReader, estimate_tokens
 from pvm.stores.log import LogReader
 from pvm.stores.summaries import SummaryStore
-from workers.summarize_pool import SummarizeContext, summarize_batch
+from workers.summarize.pool import SummarizeContext, summarize_batch
 
 TARGETS: dict[str, tuple[str, float]] = {
     "summarize_per_s": (">=", 2000),

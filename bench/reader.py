@@ -12,7 +12,7 @@ the code the pools and the reader run in production:
               Per batch, as the log pool does: `log_pool.process` (the durable
               log, one fsync per batch) and `MinuteCache.update` (recent
               windows, minutes by id, log head) in one pipeline. Then, as
-              `workers.index_pool.run` does without RQ, `index_pool.index_batch`:
+              `workers.index.pool.run` does without RQ, `index_pool.index_batch`:
               decode, build points, agent memory (`AgentMemoryStore.apply`), the
               engine's upsert, the index head and the pool's metrics. index_per_s
               is the minutes of all batches / the time in `index_batch` (one process).
@@ -85,7 +85,8 @@ from pvm.metrics import entry_time_ms
 from pvm.reader import ContextReader
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
-from workers import index_pool, log_pool
+from workers.index import pool as index_pool
+from workers.log import pool as log_pool
 
 MAIN_PROJECT = "bench-main"
 SIDE_PROJECTS = ("bench-side-1", "bench-side-2", "bench-side-3", "bench-side-4")
@@ -178,7 +179,7 @@ class Loader:
         self._index(records)
 
     def _index(self, records: list[list[Any]]) -> None:
-        """What `workers.index_pool.run` does without RQ: `index_pool.index_batch`, timed step by step."""
+        """What `workers.index.pool.run` does without RQ: `index_pool.index_batch`, timed step by step."""
         started, cpu = time.perf_counter(), time.process_time()
         result = index_pool.index_batch(self.index, self.connection, records, timings=self.times.stages)
         self.times.batches.append(time.perf_counter() - started)

@@ -67,7 +67,7 @@ from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
-from workers import index_pool
+from workers.index import pool as index_pool
 
 DEPTHS = (5, 10)
 HASH_DIMENSIONS = 64  # the test server's default

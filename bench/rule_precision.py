@@ -12,7 +12,7 @@ What it showed (docs/extraction.md, "How precise the rules are"): precise on
 the wording they were written or fixed against, brittle on new wording, and
 per rule the precision on a new wording swings from 0 to 1 with the one or
 two templates that rule happens to meet — too few to set a rule's confidence
-from. `workers.extraction.RULE_CONFIDENCE` is therefore unchanged by it;
+from. `workers.facts.extraction.RULE_CONFIDENCE` is therefore unchanged by it;
 `DROPPED_RULES` names the rule dropped on dev evidence.
 
     .venv/bin/python bench/rule_precision.py --wording dev --wrong 3
@@ -34,7 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.fact_sessions import DEV, WORDINGS, GoldFact, fact_session
-from workers.extraction import DROPPED_RULES, RuleExtractor, value_key
+from workers.facts.extraction import DROPPED_RULES, RuleExtractor, value_key
 
 SEEDS = (11, 12, 13)
 Z_95 = 1.96

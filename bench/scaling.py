@@ -17,15 +17,15 @@ dispatch  4N minutes (--dispatch-minutes; N drains in about 2 s) are emitted int
           entries in one MULTI/EXEC).
 log       pvm-log is filled, in one MULTI/EXEC once `pvm worker log --processes P`
           is idle, with N minutes in jobs made the way the dispatcher makes them:
-          `workers.log_pool.run([[entry_id, minute_bytes], ...])`, DISPATCH_BATCH_SIZE minutes of
+          `workers.log.pool.run([[entry_id, minute_bytes], ...])`, DISPATCH_BATCH_SIZE minutes of
           all projects each (--batch), Queue.prepare_data + enqueue_many.
           Completion = the log records' durable_at (stamped by the log writer
           just before a batch's write and commit). The pool fans out to pvm-index as
           in production (PVM_DOWNSTREAM=index); nothing drains that queue.
-index     N minutes are appended to the log first (workers.log_pool.process, the
+index     N minutes are appended to the log first (workers.log.pool.process, the
           log pool's core, in this process), and pvm-index is filled with the jobs
           the log pool's fan-out makes from each log batch (FANOUT_BATCH_SIZE each):
-          `workers.index_pool.run([[minute_id, seq, minute_bytes], ...])`.
+          `workers.index.pool.run([[minute_id, seq, minute_bytes], ...])`.
           `pvm worker index --processes P` indexes them into the embedded engine
           (no embedding model: lexical vectors; `pvm serve` runs the same worker
           loop when it owns the embedded engine). Completion = the jobs' ended_at.
@@ -50,7 +50,7 @@ of the machine, from /proc), which is what explains a speed-up below 2x on a
 index holds a point per minute and the index heads reached the log heads, the
 streams have nothing pending.
 
-Workload: workers.demo.sample_session minutes over 2 projects per shard, interleaved
+Workload: workers.ops.demo.sample_session minutes over 2 projects per shard, interleaved
 (bench/ingest.py's workload). Progress goes to stderr; a table (or --json) to stdout.
 """
 
@@ -101,9 +101,9 @@ from contracts import Minute, encode_minute, keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.stores.log import LogReader, LogWriter
-from workers import log_pool
-from workers.queues import pool_queue
-from workers.serializers import MsgpackSerializer
+from workers.log import pool as log_pool
+from workers.runtime.queues import pool_queue
+from workers.runtime.serializers import MsgpackSerializer
 
 STAGES = ("dispatch", "log", "index")
 MINUTES = 60_000
@@ -413,7 +413,7 @@ def _log_job_data(good: list[list[Any]], settings: Settings, shards: int) -> Any
 
 
 def _index_job_data(records: list[list[Any]]) -> Any:
-    """An index job exactly as `workers.log_pool._fan_out` prepares it."""
+    """An index job exactly as `workers.log.pool._fan_out` prepares it."""
     return Queue.prepare_data(
         keys.INDEX_JOB,
         args=(records,),
@@ -599,7 +599,7 @@ def run_index(
         try:
             for entries in batches:
                 result = log_pool.process(writer, entries)
-                # As `workers.log_pool._fan_out` builds them: the batch's records, grouped by project, in jobs of
+                # As `workers.log.pool._fan_out` builds them: the batch's records, grouped by project, in jobs of
                 # at most FANOUT_BATCH_SIZE.
                 records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
                 for start in range(0, len(records), defaults.FANOUT_BATCH_SIZE):

@@ -6,11 +6,11 @@
               and the index pool's steps, then one explicit `engine.optimize()`,
               as bench/reader.py does (its `build_minutes`, `Loader`, `load`).
 2. serve      in this process, as `pvm serve --mcp` runs it: the reader API
-              (`workers.api.create_app`, token-guarded) with the MCP tools at
-              /mcp beside it (`workers.mcp_server.beside_api`: the tools call
+              (`workers.api.app.create_app`, token-guarded) with the MCP tools at
+              /mcp beside it (`workers.agent.mcp_server.beside_api`: the tools call
               the API app in-process), under uvicorn on a loopback port; and, as
               `pvm mcp --transport http` runs it, the MCP server on its own
-              (`workers.mcp_server.http_app`) under uvicorn on another port,
+              (`workers.agent.mcp_server.http_app`) under uvicorn on another port,
               calling the API over HTTP. Both pass each caller's bearer token on.
 3. measure    from a separate process (an agent host): the SDK's MCP client
               (`mcp.Client` over streamable HTTP) calls the `search` tool with
@@ -71,8 +71,8 @@ from bench.sessions import task_texts
 from pvm import defaults, engines
 from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
-from workers.api import create_app
-from workers.mcp_server import Gateway, beside_api, http_app
+from workers.agent.mcp_server import Gateway, beside_api, http_app
+from workers.api.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 1_000

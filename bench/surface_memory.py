@@ -52,14 +52,14 @@ from contracts import new_minute_id
 from contracts.fact_changes import asserted_minute, fact_change
 from contracts.facts import Fact, FactType, TierKey
 from pvm.stores.facts import FactStore
-from workers.memory_files import (
+from workers.agent.memory_files import (
     export_files,
     plan_import,
     read_folder,
     read_snapshot,
     write_folder,
 )
-from workers.memory_files import (
+from workers.agent.memory_files import (
     parse as parse_file,
 )
 

@@ -195,12 +195,12 @@ def metrics_reaper(queue_name: str) -> str:
 
 # -- job functions: the only callables PVM workers run (the runner's area) --------
 
-LOG_JOB = "workers.log_pool.run"  # one dispatcher batch into the durable log
-INDEX_JOB = "workers.index_pool.run"  # one batch of durable minutes into the vector index
-INDEX_RESET_JOB = "workers.index_pool.reset_project"  # forget a project's derived memory before a replay
-INDEX_OPTIMIZE_JOB = "workers.index_pool.optimize"  # optimize the embedded engine's shards
-FACTS_JOB = "workers.facts_pool.run"  # one fanned-out batch of durable minutes into the facts store
-SUMMARIZE_JOB = "workers.summarize_pool.run"  # one fanned-out batch of durable minutes into threads' chunks
+LOG_JOB = "workers.log.pool.run"  # one dispatcher batch into the durable log
+INDEX_JOB = "workers.index.pool.run"  # one batch of durable minutes into the vector index
+INDEX_RESET_JOB = "workers.index.pool.reset_project"  # forget a project's derived memory before a replay
+INDEX_OPTIMIZE_JOB = "workers.index.pool.optimize"  # optimize the embedded engine's shards
+FACTS_JOB = "workers.facts.pool.run"  # one fanned-out batch of durable minutes into the facts store
+SUMMARIZE_JOB = "workers.summarize.pool.run"  # one fanned-out batch of durable minutes into threads' chunks
 
 # The job each pool runs on a batch the log pool fans out to it, by pool name (the keys of `QUEUES`).
 POOL_JOBS = {
@@ -397,8 +397,8 @@ EVALUATE_QUEUE = "pvm-evaluate"
 QUEUES["evaluate"] = EVALUATE_QUEUE
 SCHEDULED_POOLS = ("evaluate",)  # pools of `QUEUES` the scheduler (or a person) feeds, not the log pool
 
-EVALUATE_PLAN_JOB = "workers.evaluate_pool.plan"  # start an evaluation run of every project (the schedule's job)
-EVALUATE_SLICE_JOB = "workers.evaluate_pool.run_slice"  # one bounded slice of one project's run
+EVALUATE_PLAN_JOB = "workers.evaluate.pool.plan"  # start an evaluation run of every project (the schedule's job)
+EVALUATE_SLICE_JOB = "workers.evaluate.pool.run_slice"  # one bounded slice of one project's run
 JOB_FUNCTIONS = JOB_FUNCTIONS | {EVALUATE_PLAN_JOB, EVALUATE_SLICE_JOB}
 
 
@@ -439,7 +439,7 @@ def evaluation_run(project_id: str) -> str:
 def evaluation_scratch(project_id: str, run_id: str, what: str) -> str:
     """A run's working hash: what newer slices learned for older ones (``refs``, ``corrections``, ``tasks``), and
     which slices told them (``pushed``); the run's candidate index for dedupe across pages (``buckets``: bucket ->
-    ids of kept memories, ``records``: id -> what dedupe and the writer need; `workers.candidate_index`).
+    ids of kept memories, ``records``: id -> what dedupe and the writer need; `workers.evaluate.candidate_index`).
 
     The global tier's run is named `pvm.vectors.GLOBAL_TENANT` (``_global``) in every evaluation key."""
     return f"{PREFIX}:{{p:{project_id}}}:eval:{run_id}:{what}"
@@ -523,6 +523,6 @@ def metrics_summaries() -> str:
 # -- summary points: the summarize pool's chunks and episodes in the vector index (area: retrieval, issue 12) ------
 
 # Runs on the index queue (the index worker owns the vector engine): what a summarize batch changed of a project's
-# threads, as summary points (workers/summary_points.py).
-SUMMARY_POINTS_JOB = "workers.index_pool.run_summaries"
+# threads, as summary points (workers/index/summary_points.py).
+SUMMARY_POINTS_JOB = "workers.index.pool.run_summaries"
 JOB_FUNCTIONS = JOB_FUNCTIONS | {SUMMARY_POINTS_JOB}

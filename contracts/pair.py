@@ -7,7 +7,7 @@ a reviser writes a revision, and the judge sees the revision in the next round
 replay never calls a model: one ``pair_evaluation`` per judgment and one
 ``pair_revision`` per revision. Both name the run (`run_id`) and the round (from 1);
 the evaluate pool reads a task's newest ``pair_evaluation`` as its outcome
-(`workers.evaluation.task_outcome`).
+(`workers.evaluate.evaluation.task_outcome`).
 
 ``pair_evaluation`` data (``task_id`` is optional, as on any minute)::
 

@@ -184,7 +184,7 @@ LLM_MALFORMED_RETRIES = 2  # retries of HTTP answers that are not a chat complet
 LLM_BREAKER_THRESHOLD = 3
 LLM_BREAKER_COOLDOWN_S = 30.0
 
-# LLM fact extractor, workers.extraction_llm (area: llm-extractor). Off unless PVM_LLM_MODEL is set.
+# LLM fact extractor, workers.facts.extraction_llm (area: llm-extractor). Off unless PVM_LLM_MODEL is set.
 LLM_EXTRACT_CHUNK_MINUTES = 10  # minutes per call, of one project (issue 10: <= 10): more per call, fewer calls
 LLM_EXTRACT_MAX_KNOWN = 40  # known facts shown per call (those the chunk's text names first), each with a small ref
 LLM_EXTRACT_MAX_FIELD_CHARS = 2_000  # characters of one text field of a minute in the prompt (the rest is cut)
@@ -192,7 +192,7 @@ LLM_EXTRACT_MAX_FIELD_CHARS = 2_000  # characters of one text field of a minute 
 # "must not", 0.85), so an LLM statement never outranks the data convention (0.95) or a person.
 LLM_EXTRACT_MAX_CONFIDENCE = 0.85
 
-# Facts pool and store, workers/facts_pool.py and pvm/stores/facts.py (area: facts pool)
+# Facts pool and store, workers/facts/pool.py and pvm/stores/facts.py (area: facts pool)
 # A candidate fact at or above this confidence is promoted (current knowledge) when asserted or confirmed; below it
 # waits as pending. Chosen on the calibration wording of bench/fact_sessions.py (seed 11, rule path, the facts pool):
 # current-view accuracy 0.30 at 0.8, 0.34 at 0.7, 0.37 at 0.6, while the share of current facts that are right stays
@@ -208,7 +208,7 @@ FACTS_COMMIT_RETRIES = 100  # optimistic tries to apply changes to one project's
 # they are applied, so that a retry writes the same minutes (a day covers RQ's retries and a same-day requeue).
 FACTS_DECISION_TTL_MS = 86_400_000
 
-# Fact points in the vector store, the index pool's fact step (area: fact-index; workers/fact_points.py).
+# Fact points in the vector store, the index pool's fact step (area: fact-index; workers/index/fact_points.py).
 FACT_POINT_MAX_CHANGES = 64  # changes kept on a fact point; past this the oldest fold into one state
 FACT_POINT_MAX_PENDING = 256  # changes kept on a point whose fact's assertion is not indexed yet (oldest dropped)
 FACT_POINTS_LOCK_S = 60.0  # lease of the worker folding a tenant's fact points (a crashed holder frees it after)
@@ -231,7 +231,7 @@ CONTEXT_FACT_MEMO = 4_096
 # Decoded minutes and their prompt lines a reader remembers (the recent windows of the projects it serves).
 CONTEXT_MINUTE_MEMO = 8_192
 
-# The facts routes of the reader API, workers/fact_routes.py (area: facts-api).
+# The facts routes of the reader API, workers/api/fact_routes.py (area: facts-api).
 API_FACTS_LIMIT = 50  # facts per page of GET /v1/projects/{p}/facts unless `limit` says otherwise
 API_FACTS_MAX = 1_000  # the largest `limit`
 API_FACTS_MAX_OFFSET = 100_000  # the largest `offset`
@@ -256,7 +256,7 @@ SEARCH_RECENT_WORDS = (
 # or the composite where a payload has only that (fact points).
 SEARCH_IMPORTANCE_PARTS = ("relevance", "accuracy", "impact")
 
-# Evaluate pool (area: evaluate pool; workers/evaluate_pool.py, docs/lifecycle.md): scores, decay, prune, dedupe
+# Evaluate pool (area: evaluate pool; workers/evaluate/pool.py, docs/lifecycle.md): scores, decay, prune, dedupe
 EVALUATE_EVERY_S = 6 * 3600  # PVM_EVALUATE_EVERY: seconds between the scheduler's evaluation runs (0: never)
 EVALUATE_SLICE = 5_000  # PVM_EVALUATE_SLICE: log minutes (or facts) one job evaluates: a run of 1M is 200 jobs
 EVALUATE_JOB_TIMEOUT_S = 600  # one slice job
@@ -282,13 +282,14 @@ PRUNE_GRACE_S = 14 * 24 * 3600  # PVM_PRUNE_GRACE: ... once it is older than thi
 DEDUPE_AT = 0.6  # PVM_DEDUPE_AT
 DEDUPE_MIN_WORDS = 4  # notes with fewer words are never judged duplicates (too little to tell)
 # Fact near-duplicates (area: evaluate pool, fact dedupe): two current facts of one tier key, type and attribute,
-# with one slot subject and values whose words (`workers.evaluation.fact_words`) overlap this much (Jaccard), or
-# one value and subjects that do, merge into the better scored one; one side's words must hold the other's, so
-# two different values never merge at any threshold. Measured in bench/lifecycle_evaluate.py (docs/lifecycle.md).
+# with one slot subject and values whose words (`workers.evaluate.evaluation.fact_words`) overlap this
+# much (Jaccard), or one value and subjects that do, merge into the better scored one; one side's words must hold
+# the other's, so two different values never merge at any threshold. Measured in bench/lifecycle_evaluate.py
+# (docs/lifecycle.md).
 FACT_DEDUPE_AT = 0.6  # PVM_FACT_DEDUPE_AT
 # Dedupe across the pages of a run (area: evaluate pool, evalscope): a run's candidate index
-# (workers/candidate_index.py) files each kept memory under its buckets; a bucket keeps the newest this many ids, so
-# a page's lookups stay bounded (a bucket fills only with many memories of one group sharing a word).
+# (workers/evaluate/candidate_index.py) files each kept memory under its buckets; a bucket keeps the newest this
+# many ids, so a page's lookups stay bounded (a bucket fills only with many memories of one group sharing a word).
 DEDUPE_BUCKET_CAP = 32
 DEDUPE_ORDER_CACHE = 200_000  # words whose place in the prefix filter's order a process keeps (then starts over)
 # Contradicting patterns: the losing memory's composite is multiplied by this, so the better outcome ranks first.
@@ -335,7 +336,7 @@ SEARCH_NEIGHBOUR_MARGIN = 0.15
 SEARCH_NEIGHBOUR_RELATIVE = 0.6
 SEARCH_NEIGHBOUR_LIMIT = 20
 
-# Summarize pool, workers/summarize_pool.py and workers/summarizers.py (area: summarize pool).
+# Summarize pool, workers/summarize/pool.py and workers/summarize/summarizers.py (area: summarize pool).
 THREAD_BY = ("thread", "task", "project")  # PVM_THREAD_BY: what names a minute's thread, first found first
 SUMMARY_RECENT = 20  # PVM_SUMMARY_RECENT: a thread's newest minutes, kept verbatim
 SUMMARY_CHUNK = 10  # PVM_SUMMARY_CHUNK: minutes per chunk, in log order
@@ -362,7 +363,7 @@ SUMMARIZE_LOCK_POLL_S = 0.005  # first wait before asking again, doubled up to 0
 CONTEXT_RECENT_SHARE = 0.6
 CONTEXT_RETRIEVED_SHARE = 0.4
 
-# -- Markdown memory and the memory tools (workers/memory_files.py, workers/memory_tools.py) ---------------------
+# -- Markdown memory and the memory tools (workers/agent/memory_files.py, workers/agent/memory_tools.py) ---------
 MEMORY_FILE_MAX_BYTES = 64 * 1024  # one Markdown memory file (UTF-8); a fact's text is at most 2,048 characters
 MEMORY_PATH_MAX_CHARS = 240  # a memory path, relative to the project's memory root
 MEMORY_IMPORT_MAX_FILES = 500_000  # files one import reads (a folder or a PUT body)
@@ -371,7 +372,7 @@ MEMORY_WRITE_CHUNK = 1_000  # minutes per MULTI/EXEC when an import writes its c
 MEMORY_SLUG_CHARS = 60  # the readable part of a file name (subject and attribute), before the id's first 8 hex
 MEMORY_EXPORT_DIR = "var/memory"  # where `make demo` exports the demo project's memory
 
-# -- MCP server, `pvm mcp` (workers/mcp_server.py) (area: agentapi) --------------------------------------------
+# -- MCP server, `pvm mcp` (workers/agent/mcp_server.py) (area: agentapi) --------------------------------------------
 MCP_PORT = 8090  # `pvm mcp --transport http --port`; the reader API keeps API_PORT
 MCP_PATH = "/mcp"  # where the streamable HTTP transport answers
 MCP_CLIENTS = 64  # API clients kept open over HTTP, one per bearer token seen; the least recently used goes first
@@ -395,6 +396,6 @@ PAIR_LABEL_COVER = 0.6  # a sentence fills a missing label of three or more word
 # this much journal is read back into the segments.
 LOG_JOURNAL_BYTES = 32 * 1024 * 1024
 
-# Summaries in search, workers/summary_points.py and pvm/search.py (area: retrieval, issue 12 item 6).
+# Summaries in search, workers/index/summary_points.py and pvm/search.py (area: retrieval, issue 12 item 6).
 # A summary point names at most this many source minutes (a long thread's merged chunk: its first and last halves).
 SUMMARY_POINT_MAX_SOURCES = 256

@@ -1,6 +1,6 @@
 """Job-level metrics recorded in Redis, so the exporter can report them (no multiprocess files per PID).
 
-Pools and the dispatcher call `MetricsRecorder`; `workers.exporter` reads the
+Pools and the dispatcher call `MetricsRecorder`; `workers.ops.exporter` reads the
 same keys and renders Prometheus families. Counters and histogram buckets are
 Redis hashes updated with HINCRBY/HINCRBYFLOAT, so any number of worker
 processes add to one total. A new stage or provider needs no registration: the

@@ -21,14 +21,14 @@ class Embedder(Protocol):
 # Kinds of points. A minute point carries no ``kind`` in its payload (every minute point written so far, and
 # every one written now: the minute path stays as it was); every other point names its kind.
 MINUTE = "minute"
-FACT = "fact"  # a fact (`contracts.Fact`), folded from its knowledge-change minutes (workers/fact_points.py)
+FACT = "fact"  # a fact (`contracts.Fact`), folded from its knowledge-change minutes (workers/index/fact_points.py)
 FACT_PENDING = "fact_pending"  # changes to a fact whose assertion is not indexed yet: found by no search
 TIER_CLEARED = "tier_cleared"  # the task_memory_cleared minutes of one task key: found by no search
 # A minute or fact the evaluate pool pruned: out of every search but those that opt in (minutes), never written
 # by an upsert (only `VectorEngine.annotate` sets it); re-indexing the memory (`pvm replay`) restores it.
 PRUNED = "pruned"
 FACT_PRUNED = "fact_pruned"
-# A thread's chunk or episode summary (workers/summary_points.py), with the minute ids it stands for ("sources"),
+# A thread's chunk or episode summary (workers/index/summary_points.py), with the minute ids it stands for ("sources"),
 # and the point a summary that merged into another or was dropped leaves behind (found by no search).
 SUMMARY = "summary"
 SUMMARY_RETIRED = "summary_retired"
@@ -129,7 +129,7 @@ class MinuteSource(Protocol):
     """Whole minutes by id, read where they are durable (the Redis minute cache, then the log): search hits' minutes.
 
     Minute points hold what search filters and ranks on, not the minute
-    itself (`workers.index_pool`); `pvm.stores.minutes.DurableMinutes` is the
+    itself (`workers.index.pool`); `pvm.stores.minutes.DurableMinutes` is the
     one the reader uses.
     """
 

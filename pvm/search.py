@@ -53,8 +53,8 @@ search. Such an answer is lexical-only and says so: `SearchResult.degraded`
 reads "dense leg skipped: <reason>".
 
 Facts and summaries. Every fact is its own point beside the minutes
-(`workers.fact_points`), and so is every chunk and episode summary of a thread
-(`workers.summary_points`); ``kinds`` names what a search returns (minutes by
+(`workers.index.fact_points`), and so is every chunk and episode summary of a thread
+(`workers.index.summary_points`); ``kinds`` names what a search returns (minutes by
 default; ``("minute", "fact", "summary")`` all), ranked together by the same
 score (a fact's recency is from when PVM recorded it, a summary's from its
 newest source minute; a fact's importance is the fact's). A fact or summary

@@ -18,7 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from pvm.config import Settings
 from tests.redis_under_test import PRODUCTION_URL_ENV, TEST_URL_ENV, contents_refusal, redacted, url_refusal
 from tests.workers.jobs import TEST_JOB_FUNCTIONS
-from workers.embedded import EmbeddedRedis
+from workers.runtime.embedded import EmbeddedRedis
 
 # Timing goals live in benchmarks (bench/*.py), never in unit tests: no property test fails because one example
 # took longer than Hypothesis's default 200 ms on a loaded 2-core machine (that would be a flake, not a finding).
@@ -43,7 +43,7 @@ INTEGRATION = (
     "tests/test_prometheus.py",
     "tests/test_typecheck.py",
     "tests/test_up.py",
-    "tests/workers/test_stack.py",
+    "tests/workers/runtime/test_stack.py",
     "tests/deploy/test_deploy_files.py::test_alerts_fire_when_they_should_and_stay_quiet_otherwise",
     "tests/deploy/test_deploy_files.py::test_promtool_accepts_the_alert_rules",
     "tests/deploy/test_deploy_files.py::test_promtool_accepts_the_config_and_its_rule_files",
@@ -53,21 +53,21 @@ INTEGRATION = (
     "tests/pvm/test_log_store.py::test_concurrent_writer_processes_never_duplicate",
     "tests/pvm/test_reader.py::test_no_read_ever_returns_another_projects_minutes",
     "tests/pvm/test_vector_engines.py::test_edge_allows_one_owner_per_directory",
-    "tests/workers/test_cli.py::test_a_token_from_token_new_reaches_its_project_through_pvm_serve",
-    "tests/workers/test_cli.py::test_an_open_api_beyond_loopback_warns_once_and_works_as_before",
-    "tests/workers/test_cli.py::test_context_against_a_token_protected_api",
-    "tests/workers/test_cli.py::test_context_for_an_unknown_project_says_so",
-    "tests/workers/test_cli.py::test_help_lists_every_command",
-    "tests/workers/test_cli.py::test_missing_redis_url_is_explained",
-    "tests/workers/test_cli.py::test_serve_with_an_unusable_tokens_file_exits_with_one_line",
-    "tests/workers/test_cli.py::test_unknown_pool_and_bad_counts_are_refused",
-    "tests/workers/test_cli.py::test_version_is_the_package_version",
-    "tests/workers/test_jobs.py::test_the_pvm_worker_command_refuses_planted_jobs_on_every_queue",
-    "tests/workers/test_mcp_server.py::test_every_tool_answers_over_stdio_with_the_token_of_the_process",
-    "tests/workers/test_runner.py::test_a_running_worker_drops_a_dead_workers_registration_and_keeps_its_own",
-    "tests/workers/test_runner.py::test_several_processes_serve_one_pool",
-    "tests/workers/test_runner.py::test_sigterm_finishes_the_current_batch_then_exits",
-    "tests/workers/test_scheduler.py::test_scheduler_once_and_list_from_the_command_line",
+    "tests/workers/ops/test_cli.py::test_a_token_from_token_new_reaches_its_project_through_pvm_serve",
+    "tests/workers/ops/test_cli.py::test_an_open_api_beyond_loopback_warns_once_and_works_as_before",
+    "tests/workers/ops/test_cli.py::test_context_against_a_token_protected_api",
+    "tests/workers/ops/test_cli.py::test_context_for_an_unknown_project_says_so",
+    "tests/workers/ops/test_cli.py::test_help_lists_every_command",
+    "tests/workers/ops/test_cli.py::test_missing_redis_url_is_explained",
+    "tests/workers/ops/test_cli.py::test_serve_with_an_unusable_tokens_file_exits_with_one_line",
+    "tests/workers/ops/test_cli.py::test_unknown_pool_and_bad_counts_are_refused",
+    "tests/workers/ops/test_cli.py::test_version_is_the_package_version",
+    "tests/workers/runtime/test_jobs.py::test_the_pvm_worker_command_refuses_planted_jobs_on_every_queue",
+    "tests/workers/agent/test_mcp_server.py::test_every_tool_answers_over_stdio_with_the_token_of_the_process",
+    "tests/workers/runtime/test_runner.py::test_a_running_worker_drops_a_dead_workers_registration_and_keeps_its_own",
+    "tests/workers/runtime/test_runner.py::test_several_processes_serve_one_pool",
+    "tests/workers/runtime/test_runner.py::test_sigterm_finishes_the_current_batch_then_exits",
+    "tests/workers/runtime/test_scheduler.py::test_scheduler_once_and_list_from_the_command_line",
 )
 
 

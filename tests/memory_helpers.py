@@ -12,9 +12,9 @@ from pvm import engines
 from pvm.config import Settings
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogWriter
-from workers import index_pool
-from workers.queues import pool_queue
-from workers.runner import PvmWorker
+from workers.index import pool as index_pool
+from workers.runtime.queues import pool_queue
+from workers.runtime.runner import PvmWorker
 
 
 def use_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +61,7 @@ def log_minutes(connection: redis.Redis, settings: Settings, minutes: Sequence[M
     writer.close()
     if index:
         for start in range(0, len(records), 500):
-            pool_queue("index", connection).enqueue("workers.index_pool.run", records[start : start + 500])
+            pool_queue("index", connection).enqueue("workers.index.pool.run", records[start : start + 500])
         run_index_worker(connection)
 
 

@@ -41,9 +41,9 @@ from pvm.stores.log import LogReader
 from pvm.vectors.edge import EdgeEngine
 from tests.chaos_producer import project_name
 from tests.conftest import free_port
-from workers.queues import pool_queue
-from workers.serializers import MsgpackSerializer
-from workers.stack import Stack
+from workers.runtime.queues import pool_queue
+from workers.runtime.serializers import MsgpackSerializer
+from workers.runtime.stack import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ API_POISON_PROJECT = "chaos-api-poison"  # the valid minutes inside refused API 
 class DurableValkey:
     """The test's own Valkey (it gets killed): AOF with ``appendfsync always``, so kill -9 loses nothing acknowledged.
 
-    `workers.embedded.EmbeddedRedis` fsyncs every second, which lets a kill -9 lose up to a second of writes
+    `workers.runtime.embedded.EmbeddedRedis` fsyncs every second, which lets a kill -9 lose up to a second of writes
     clients were told had happened; production runs with ``always`` where that matters.
     """
 

@@ -24,7 +24,7 @@ import pytest
 from pvm.config import Settings
 from pvm.extras import SERVER_PACKAGES
 from tests.conftest import free_port
-from workers.stack import Stack
+from workers.runtime.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(280)]
 

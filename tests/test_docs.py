@@ -21,7 +21,7 @@ import yaml
 from contracts import keys
 from pvm import defaults, engines
 from pvm.config import settings_reference
-from workers.cli import build_parser
+from workers.ops.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

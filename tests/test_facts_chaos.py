@@ -2,7 +2,7 @@
 again) while kill -9 lands on the facts worker, one of two log workers or Valkey at random instants; afterwards the
 facts stay true:
 
-1. the facts store equals a replay of the log (`workers.replay.replay_facts`), which refuses none of its changes;
+1. the facts store equals a replay of the log (`workers.ops.replay.replay_facts`), which refuses none of its changes;
 2. every fact's vector point agrees with the store (status, validity, value, sources);
 3. no single-valued slot is empty while one of its facts holds now (`FactStore.current`);
 4. no decision is written twice: every minute is in its project's log once, each fact asserted once, each
@@ -57,8 +57,8 @@ from tests.test_chaos import (
     text,
     wait_for_api,
 )
-from workers.replay import replay_facts
-from workers.stack import Stack
+from workers.ops.replay import replay_facts
+from workers.runtime.stack import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,10 @@ from pvm.config import Settings
 from pvm.emitter import Emitter
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
-from workers.embedded import EmbeddedRedis
-from workers.queues import pool_queue
-from workers.serializers import MsgpackSerializer
-from workers.stack import Stack
+from workers.runtime.embedded import EmbeddedRedis
+from workers.runtime.queues import pool_queue
+from workers.runtime.serializers import MsgpackSerializer
+from workers.runtime.stack import Stack
 
 pytestmark = pytest.mark.slow
 

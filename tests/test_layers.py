@@ -12,7 +12,13 @@ ones included, and checked against the rule of the module's layer:
   are the one exception: each imports its Qdrant package at module level (with an
   error naming the extra when it is missing), and every other pvm module imports
   an engine only inside a function;
-- workers: anything.
+- workers: anything outside workers; inside, each package ("room") imports only the rooms below it
+  (`WORKER_ROOMS`): the runtime and the rules nothing of the other rooms, a pool only the runtime and the
+  rules (never another pool), the agent surface the runtime and the rules, the API the pools and the agent
+  surface too, operations any room. No module sits in workers/ outside a room.
+
+A third test finds import circles: no module of contracts, pvm or workers reaches itself through its imports
+(function-level ones included: a circle is a design knot even when Python tolerates it).
 
 A second test imports the library in a fresh interpreter with every server
 dependency made unimportable, as a client-only install has it.
@@ -37,8 +43,8 @@ from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes
 from tests.pvm.test_client import serving
-from workers.api import create_app
-from workers.demo import sample_session
+from workers.api.app import create_app
+from workers.ops.demo import sample_session
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("contracts", "pvm", "workers")
@@ -62,6 +68,17 @@ SERVER_DEPS = frozenset(
 # pvm modules that are a vector engine: each needs its Qdrant package, and may import it at module level.
 ENGINE_MODULES = {"pvm.vectors.edge": frozenset({"qdrant_edge"}), "pvm.vectors.server": frozenset({"qdrant_client"})}
 STDLIB = frozenset(sys.stdlib_module_names)
+
+# The rooms of workers/ and the rooms each may import (itself always). Pools never import each other.
+POOLS = ("ingest", "log", "index", "facts", "summarize", "evaluate")
+WORKER_ROOMS: dict[str, frozenset[str]] = {
+    "runtime": frozenset({"runtime"}),
+    "rules": frozenset({"rules"}),
+    **{pool: frozenset({"runtime", "rules", pool}) for pool in POOLS},
+    "agent": frozenset({"runtime", "rules", "agent"}),
+    "api": frozenset({"runtime", "rules", "agent", "api", *POOLS}),
+    "ops": frozenset({"runtime", "rules", "agent", "api", "ops", *POOLS}),
+}
 
 
 @dataclass(frozen=True)
@@ -158,7 +175,30 @@ def violations(module: str, source: str, path: str = "", is_package: bool = Fals
                     f"contracts, pvm, {', '.join(sorted(BASE_DEPS))} (and the server extra inside functions); "
                     "a new dependency goes into pyproject.toml and this test"
                 )
+        elif layer == "workers":
+            out.extend(f"{where}:{imp.line}: {problem}" for problem in _room_violations(module, imp.target))
     return out
+
+
+def _room_violations(module: str, target: str) -> list[str]:
+    """Whether a workers module may import `target` (a dotted module or package), by the rooms' rule."""
+    parts = module.split(".")
+    target_parts = target.split(".")
+    if target_parts[0] != "workers" or len(parts) < 2:
+        return []
+    room = parts[1]
+    allowed = WORKER_ROOMS.get(room)
+    if allowed is None:
+        return [f"{module} imports {target}: workers/{room} is not a room of workers/ ({', '.join(WORKER_ROOMS)})"]
+    if len(target_parts) < 2:
+        return [f"{module} imports {target}: import the module of its room (workers.<room>.<module>), not workers"]
+    if target_parts[1] in allowed:
+        return []
+    if room in POOLS and target_parts[1] in POOLS:
+        rule = "a pool never imports another pool: move what both need into workers.rules or workers.runtime"
+    else:
+        rule = f"workers.{room} may import only the rooms {', '.join(sorted(allowed))}"
+    return [f"{module} imports {target}: {rule}"]
 
 
 @dataclass(frozen=True)
@@ -190,7 +230,7 @@ def test_no_module_imports_against_its_layer() -> None:
 
 def test_every_layer_and_module_is_walked() -> None:
     walked = {module.name for layer in LAYERS for module in modules_of(layer)}
-    assert {"contracts.minute", "pvm.reader", "pvm.vectors.edge", "pvm", "workers.api", "workers.cli"} <= walked
+    assert {"contracts.minute", "pvm.reader", "pvm.vectors.edge", "pvm", "workers.api.app", "workers.ops.cli"} <= walked
     # function-level and TYPE_CHECKING imports are seen too, as not running at import time
     source = "import os\nif TYPE_CHECKING:\n    import rq\ndef f():\n    from workers import api\n"
     assert [(i.target, i.line, i.at_import_time) for i in imports_of("pvm.x", source)] == [
@@ -204,7 +244,7 @@ def test_every_layer_and_module_is_walked() -> None:
     ("module", "source", "line", "rule"),
     [
         ("pvm.reader", "import workers\n", 2, "pvm (the client library) never imports workers"),
-        ("pvm.reader", "def f():\n    from workers.api import create_app\n", 3, "never imports workers"),
+        ("pvm.reader", "def f():\n    from workers.api.app import create_app\n", 3, "never imports workers"),
         ("pvm.stores.cache", "from ..reader import x\nfrom workers import cli\n", 3, "never imports workers"),
         ("pvm.search", "import rq\n", 2, "it comes with the server extra"),
         ("pvm.embedders", "from openai import OpenAI\n", 2, "it comes with the server extra"),
@@ -214,12 +254,27 @@ def test_every_layer_and_module_is_walked() -> None:
         ("pvm.reader", "import requests\n", 2, "a new dependency goes into pyproject.toml"),
         ("contracts.minute", "import redis\n", 2, "contracts may import only the standard library and msgpack"),
         ("contracts.keys", "def f():\n    from pvm import defaults\n", 3, "depends on nothing of PVM's"),
+        ("workers.facts.pool", "from workers.index import fact_points\n", 2, "a pool never imports another pool"),
+        ("workers.summarize.pool", "def f():\n    from workers.ops.replay import Progress\n", 3, "only the rooms"),
+        ("workers.index.pool", "from workers.summarize import pool\n", 2, "a pool never imports another pool"),
+        ("workers.runtime.jobs", "from workers.log import pool\n", 2, "workers.runtime may import only the rooms"),
+        ("workers.rules.assessment", "import workers.runtime.heads\n", 2, "workers.rules may import only"),
+        ("workers.agent.memory_tools", "from workers.api import auth\n", 2, "workers.agent may import only"),
+        ("workers.helpers", "from workers.runtime import jobs\n", 2, "workers/helpers is not a room"),
     ],
 )
 def test_an_upward_import_fails_naming_module_line_and_rule(module: str, source: str, line: int, rule: str) -> None:
     found = violations(module, "import os\n" + source, "the/file.py")
     assert len(found) == 1 and rule in found[0], found
     assert found[0].startswith(f"the/file.py:{line}: {module} imports "), found
+
+
+def test_workers_holds_only_its_rooms() -> None:
+    """workers/ is read from the tree: its `__init__.py` and one package per room, each with its docstring."""
+    entries = sorted(p.name for p in (ROOT / "workers").iterdir() if p.name != "__pycache__")
+    assert entries == sorted(["__init__.py", *WORKER_ROOMS]), entries
+    for room in WORKER_ROOMS:
+        assert ast.get_docstring(ast.parse((ROOT / "workers" / room / "__init__.py").read_text())), room
 
 
 def test_what_each_layer_may_import_passes() -> None:
@@ -229,10 +284,94 @@ def test_what_each_layer_may_import_passes() -> None:
         "pvm.vectors.server": "from qdrant_client import QdrantClient, models\n",
         "pvm.reader": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pvm.vectors.edge import Edge\n",
         "contracts.codec": "import msgpack\nfrom contracts import keys\n",
-        "workers.api": "import starlette\nimport rq\nfrom pvm import reader\n",
+        "workers.api.app": "import starlette\nimport rq\nfrom pvm import reader\nfrom workers.facts import pool\n",
+        "workers.facts.pool": "from workers.runtime import heads\nfrom workers.rules import fact_text\n",
+        "workers.facts.extraction_llm": "from workers.facts import extraction\nfrom . import extraction\n",
+        "workers.ops.replay": "from workers.summarize import pool\nfrom workers.evaluate import pool as e\n",
+        "workers.api": '"""The HTTP API."""\n',
     }
     for module, source in allowed.items():
         assert violations(module, source) == [], module
+
+
+# -- import circles -----------------------------------------------------------------------------------------
+
+
+def imported_modules(module: str, source: str, known: frozenset[str], is_package: bool = False) -> set[str]:
+    """The modules of `known` that `module` imports, at any level (``from a import b``: ``a.b`` when a module)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = next(iter(imports_of(module, ast.unparse(node), is_package))).target
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    out.add(f"{base}.{alias.name}")
+                elif base in known:
+                    out.add(base)
+    out.discard(module)
+    return out
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted: every one is a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles() -> None:
+    modules = [m for layer in LAYERS for m in modules_of(layer)]
+    known = frozenset(m.name for m in modules)
+    graph = {m.name: imported_modules(m.name, m.path.read_text(), known, m.is_package) for m in modules}
+    assert graph["workers.ops.replay"] and graph["pvm.reader"], "the graph is read"
+    found = circles(graph)
+    assert not found, "import circles (cut each: move what both sides need below them):\n" + "\n".join(
+        " <-> ".join(group) for group in found
+    )
+
+
+def test_a_planted_circle_is_found() -> None:
+    known = frozenset({"workers.summarize.pool", "workers.ops.replay", "workers.runtime.heads"})
+    graph = {
+        "workers.summarize.pool": imported_modules(
+            "workers.summarize.pool",
+            "from workers.runtime import heads\ndef f():\n    from ..ops import replay\n",
+            known,
+        ),
+        "workers.ops.replay": imported_modules("workers.ops.replay", "from workers.summarize import pool\n", known),
+        "workers.runtime.heads": set(),
+    }
+    assert circles(graph) == [["workers.ops.replay", "workers.summarize.pool"]]
 
 
 # -- a client-only interpreter ---------------------------------------------------------------------------------
@@ -311,7 +450,7 @@ def test_the_cli_reads_the_api_without_the_server_extra(redis_client: redis.Redi
     reader = ContextReader(redis_client, LogReader(settings.log_dir), None)  # no vector store: search answers 503
 
     def pvm(*argv: str) -> subprocess.CompletedProcess[str]:
-        script = f"import sys\nfrom workers.cli import main\nsys.exit(main({list(argv)!r}))\n"
+        script = f"import sys\nfrom workers.ops.cli import main\nsys.exit(main({list(argv)!r}))\n"
         return run_client_only(script, {"PVM_API_URL": url, "PVM_API_TOKEN": ""}, block_workers=False)
 
     with serving(create_app(reader, redis_client, settings.shards)) as url:

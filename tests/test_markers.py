@@ -32,21 +32,21 @@ def test_the_list_has_no_duplicates() -> None:
 def test_a_listed_module_or_test_matches_with_every_parametrization_and_nothing_else() -> None:
     assert is_integration("tests/test_up.py::test_pvm_up_runs_the_pipeline")
     assert not is_integration("tests/test_upgrade.py::test_x")
-    test = "tests/workers/test_cli.py::test_serve_with_an_unusable_tokens_file_exits_with_one_line"
+    test = "tests/workers/ops/test_cli.py::test_serve_with_an_unusable_tokens_file_exits_with_one_line"
     assert is_integration(test)
     assert is_integration(f"{test}[{{not json-is not JSON]")
     assert not is_integration(f"{test}_too")
-    assert not is_integration("tests/workers/test_cli.py::test_settings_refuse_bad_values")
+    assert not is_integration("tests/workers/ops/test_cli.py::test_settings_refuse_bad_values")
 
 
 @pytest.mark.integration
 def test_make_test_fast_selects_by_the_marker() -> None:
-    modules = ["tests/test_up.py", "tests/workers/test_cli.py"]
+    modules = ["tests/test_up.py", "tests/workers/ops/test_cli.py"]
     selected = {marks: collected(["-m", marks, *modules]) for marks in ("integration", "not slow and not integration")}
     assert "tests/test_up.py::test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c" in selected["integration"]
-    assert "tests/workers/test_cli.py::test_help_lists_every_command" in selected["integration"]
+    assert "tests/workers/ops/test_cli.py::test_help_lists_every_command" in selected["integration"]
     unit = selected["not slow and not integration"]
-    assert "tests/workers/test_cli.py::test_settings_refuse_bad_values" in unit
+    assert "tests/workers/ops/test_cli.py::test_settings_refuse_bad_values" in unit
     assert not {test for test in unit if is_integration(test)}
 
 

@@ -21,12 +21,12 @@ from pvm.stores.log import LogReader
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, run_index_worker, use_settings
 from tests.openai_server import status
-from workers.demo import sample_session
-from workers.queues import pool_queue
-from workers.replay import replay
-from workers.serializers import MsgpackSerializer
-from workers.stack import Stack
-from workers.summarize_pool import SummarizeContext, summarize_batch
+from workers.ops.demo import sample_session
+from workers.ops.replay import replay
+from workers.runtime.queues import pool_queue
+from workers.runtime.serializers import MsgpackSerializer
+from workers.runtime.stack import Stack
+from workers.summarize.pool import SummarizeContext, summarize_batch
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def test_replay_rebuilds_an_index_that_answers_as_before(
 def test_pvm_optimize_is_run_by_the_index_worker_that_owns_the_engine(
     redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from workers.cli import main
+    from workers.ops.cli import main
 
     use_settings(settings, monkeypatch)
     log_minutes(redis_client, settings, list(sample_session("apollo", 40, seed=3)))

@@ -21,10 +21,10 @@ from pvm.protocols import MemoryPoint
 from pvm.reader import ContextReader
 from pvm.stores.log import SEGMENT_SUFFIX, LogReader, LogWriter
 from pvm.vectors import check_point
-from workers import index_pool
-from workers.api import create_app
-from workers.auth import ALL_PROJECTS, parse_tokens, token_sha256
-from workers.cli import _project_id
+from workers.api.app import create_app
+from workers.api.auth import ALL_PROJECTS, parse_tokens, token_sha256
+from workers.index import pool as index_pool
+from workers.ops.cli import _project_id
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,8 @@ import yaml
 from contracts import Minute, encode_minute, keys
 from pvm.config import Settings
 from tests.conftest import free_port
-from workers.dispatcher import Dispatcher
-from workers.exporter import serve
+from workers.ingest.dispatcher import Dispatcher
+from workers.ops.exporter import serve
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from tests.redis_under_test import (
     redacted,
     url_refusal,
 )
-from workers.embedded import EmbeddedRedis
+from workers.runtime.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = "tests/test_redis_under_test.py::test_the_suite_sees_no_production_url_and_owns_its_database"

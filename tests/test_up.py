@@ -20,8 +20,8 @@ from pvm.config import Settings
 from pvm.emitter import Emitter
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
-from workers.scheduler import read_schedules
-from workers.serializers import MsgpackSerializer
+from workers.runtime.scheduler import read_schedules
+from workers.runtime.serializers import MsgpackSerializer
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     env["PVM_HOME"] = str(tmp_path)
     api_port = free_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "up", "--api-port", str(api_port)],
+        [sys.executable, "-m", "workers.ops.cli", "up", "--api-port", str(api_port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -60,7 +60,7 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
         deadline = time.monotonic() + 30
         while True:
             ctx = subprocess.run(
-                [sys.executable, "-m", "workers.cli", "context", "--project", "up-test", "--agent", "a1", "--json"],
+                [sys.executable, "-m", "workers.ops.cli", "context", "--project", "up-test", "--agent", "a1", "--json"],
                 env=cli_env,
                 capture_output=True,
                 text=True,
@@ -73,7 +73,7 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
         package = json.loads(ctx.stdout)
         assert package["recent"][-1]["id"] == ids[-1] and package["freshness"]["index"]["behind"] == 0
         found = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "search", "--project", "up-test", "message", "--json"],
+            [sys.executable, "-m", "workers.ops.cli", "search", "--project", "up-test", "message", "--json"],
             env=cli_env,
             capture_output=True,
             text=True,
@@ -92,7 +92,10 @@ def test_pvm_up_runs_the_pipeline_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
             assert time.monotonic() < deadline, f"optimize never finished: {states}, {status}"
             time.sleep(0.2)
         listed = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "scheduler", "--list"], env=cli_env, capture_output=True, text=True
+            [sys.executable, "-m", "workers.ops.cli", "scheduler", "--list"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
         )
         assert listed.returncode == 0 and "optimize" in listed.stdout and "-up" in listed.stdout, listed.stdout
         up.send_signal(signal.SIGINT)

@@ -1,7 +1,7 @@
 """MkDocs hook: the CLI, configuration, metrics and wire-format reference pages, generated at every build.
 
 The pages exist only in the built site (`File.generated`), so they always describe the code they were built
-with: the CLI from `workers.cli.build_parser()`, the settings from `pvm.config.settings_reference()`, the
+with: the CLI from `workers.ops.cli.build_parser()`, the settings from `pvm.config.settings_reference()`, the
 metrics from the exporter's own collector run once against an empty embedded Valkey, the wire format from
 `contracts/schema` and `contracts/vectors`.
 tests/test_docs.py builds the site with `--strict` and checks every command, setting and metric is on them.
@@ -80,7 +80,7 @@ def _command_section(name: str, parser: argparse.ArgumentParser, depth: int) -> 
 
 
 def cli_reference() -> str:
-    from workers.cli import build_parser
+    from workers.ops.cli import build_parser
 
     parser = build_parser()
     fixed_width = functools.partial(argparse.HelpFormatter, width=100)
@@ -94,7 +94,7 @@ def cli_reference() -> str:
     lines = [
         "# CLI reference",
         "",
-        GENERATED_NOTE.format(source="`workers.cli.build_parser()`"),
+        GENERATED_NOTE.format(source="`workers.ops.cli.build_parser()`"),
         "Every command reads its configuration from environment variables ([configuration](configuration.md)) "
         "and takes `-h`/`--help`. [Running PVM](../operations/running.md) explains how the commands fit together.",
         "",
@@ -147,8 +147,8 @@ def metric_families() -> list[dict[str, Any]]:
     import redis
 
     from pvm.config import Settings
-    from workers.embedded import EmbeddedRedis
-    from workers.exporter import PvmCollector
+    from workers.ops.exporter import PvmCollector
+    from workers.runtime.embedded import EmbeddedRedis
 
     with EmbeddedRedis(persist=False) as server:
         connection = redis.Redis.from_url(server.url)
@@ -172,7 +172,7 @@ def metrics_reference() -> str:
     lines = [
         "# Metrics reference",
         "",
-        GENERATED_NOTE.format(source="the exporter's collector (`workers.exporter.PvmCollector`)"),
+        GENERATED_NOTE.format(source="the exporter's collector (`workers.ops.exporter.PvmCollector`)"),
         "`pvm exporter` serves these on `/metrics`, read from Redis at every scrape. Histograms expose "
         "`_bucket`, `_sum` and `_count` series. [Monitoring](../operations/monitoring.md) explains what to "
         "watch and the alerts built on them.",

@@ -208,7 +208,7 @@ class StoredFact:
         return fact.status in statuses and fact.status in (FactStatus.SUPERSEDED, FactStatus.RETRACTED)
 
 
-# -- merging one change into one fact: the store's rule, and the fact points' (`workers.fact_points`) ------------
+# -- merging one change into one fact: the store's rule, and the fact points' (`workers.index.fact_points`) ------------
 
 
 def merge_created(stored: StoredFact | None, fact: Fact, key: str, when: str) -> StoredFact:
@@ -436,7 +436,7 @@ class Projection:
         """Point a learned key at its newest value (latest start, then learned last), for `FactStore.learned`.
 
         Which value supersedes which is decided by the facts pool and written as ``fact_superseded`` minutes
-        (`workers.facts_pool.decide_learned`), so the fact points and replay follow it like any change.
+        (`workers.facts.pool.decide_learned`), so the fact points and replay follow it like any change.
         """
         ids = self.reader.members(keys.facts_in_slot(tier, slot))
         ids += [

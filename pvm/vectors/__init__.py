@@ -63,7 +63,7 @@ RRF_K = 60
 # with a letter or digit (`PROJECT_ID_RULE`), so no project can be named this.
 GLOBAL_TENANT = "_global"
 
-# Payload fields of fact points (workers/fact_points.py writes them). Times are Unix ms; an open end (a fact
+# Payload fields of fact points (workers/index/fact_points.py writes them). Times are Unix ms; an open end (a fact
 # still valid, a fact not cleared) is `OPEN_MS`, so that every bound is a plain range condition.
 KIND = "kind"
 OPEN_MS = 2**53 - 1  # exact as a double, beyond any timestamp

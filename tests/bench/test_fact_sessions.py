@@ -20,7 +20,7 @@ from bench.fact_sessions import (
     score,
     summary,
 )
-from workers.extraction import Candidate, RuleExtractor, value_key
+from workers.facts.extraction import Candidate, RuleExtractor, value_key
 
 
 @pytest.fixture(scope="module")

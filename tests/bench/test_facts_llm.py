@@ -8,7 +8,7 @@ from collections import Counter
 from bench.fact_sessions import fact_session
 from bench.facts_llm import calls_per_100_minutes
 from tests.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401  (the `openai_server` fixture)
-from workers.extraction import structured_facts
+from workers.facts.extraction import structured_facts
 
 
 def test_calls_per_100_minutes_counts_one_call_per_chunk_of_a_projects_minutes(openai_server: OpenAIServer) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from bench import lifecycle_evaluate as bench
 from pvm import defaults
-from workers.evaluation import ScorePolicy
+from workers.evaluate.evaluation import ScorePolicy
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ import pytest
 
 from bench import rule_precision
 from bench.rule_precision import tally, wilson_lower
-from workers.extraction import DROPPED_RULES
+from workers.facts.extraction import DROPPED_RULES
 
 
 def test_the_wilson_lower_bound_is_below_the_precision_and_tightens_with_more_readings() -> None:

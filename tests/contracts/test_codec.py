@@ -465,13 +465,13 @@ NOT_MINUTES = {
     "pvm/stores/log.py": "the log's record frames (seq, id, stream id, time, and the minute's bytes untouched)",
     "pvm/stores/summaries.py": "a thread's chunk and episode records (lists of their dicts)",
     "pvm/vectors/edge.py": "point payloads the engine stores",
-    "workers/serializers.py": "RQ job data",
-    "workers/facts_pool.py": "a decision record: a list of change minutes' bytes (each decoded with "
+    "workers/runtime/serializers.py": "RQ job data",
+    "workers/facts/pool.py": "a decision record: a list of change minutes' bytes (each decoded with "
     "decode_durable_minute)",
-    "workers/evaluate_pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
-    "workers/candidate_index.py": "an evaluation run's candidate index: bucket id lists and dedupe records",
-    "workers/memory_files.py": "stored fact records (StoredFact.pack's bytes), read for the Markdown export",
-    "workers/summarize_pool.py": "a thread's open episode patterns (OpenPatterns.to_dict); its minutes' bytes are "
+    "workers/evaluate/pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
+    "workers/evaluate/candidate_index.py": "an evaluation run's candidate index: bucket id lists and dedupe records",
+    "workers/agent/memory_files.py": "stored fact records (StoredFact.pack's bytes), read for the Markdown export",
+    "workers/summarize/pool.py": "a thread's open episode patterns (OpenPatterns.to_dict); its minutes' bytes are "
     "decoded with decode_durable_minute",
 }
 

@@ -32,9 +32,9 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
-from workers.cli import build_parser
-from workers.dispatcher import Dispatcher
-from workers.exporter import PvmCollector
+from workers.ingest.dispatcher import Dispatcher
+from workers.ops.cli import build_parser
+from workers.ops.exporter import PvmCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"

@@ -14,7 +14,7 @@ from pvm.config import Settings
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, use_settings
 from tests.pvm.test_emitter import stream_ids
-from workers.demo import sample_session
+from workers.ops.demo import sample_session
 
 
 def test_the_async_emitter_hands_off_without_waiting_and_flushes_in_a_thread(

@@ -26,9 +26,9 @@ from pvm.routes import _id_chunks
 from pvm.stores.log import LogReader
 from tests.conftest import free_port
 from tests.memory_helpers import log_minutes, use_settings
-from tests.workers.test_api import run_pipeline
-from workers.api import create_app
-from workers.demo import sample_session
+from tests.workers.api.test_api import run_pipeline
+from workers.api.app import create_app
+from workers.ops.demo import sample_session
 
 TOKEN = "client-test-token-7c1e"
 
@@ -165,7 +165,7 @@ def test_a_503_is_retried_then_a_server_error_with_the_logged_request_id(
     error = unavailable.value
     assert error.status == 503 and "no vector store configured" in error.message
     assert str(error).startswith("the reader API is unavailable (503): ") and error.request_id
-    served = [r for r in caplog.records if r.name == "workers.api" and error.request_id in r.getMessage()]
+    served = [r for r in caplog.records if r.name == "workers.api.app" and error.request_id in r.getMessage()]
     assert len(served) == 3, "one try and two retries, each logged by the server under the client's request id"
     retried = [r.getMessage() for r in caplog.records if r.name == "pvm.client"]
     assert len(retried) == 2 and "try 3 of 3" in retried[-1]

@@ -17,8 +17,8 @@ from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from tests.memory_helpers import use_settings
 from tests.pvm.test_client import serving
-from tests.workers.test_api_facts import APOLLO_ONLY, CURATOR, FactsFeed, write_tokens
-from workers.api import create_app
+from tests.workers.api.test_api_facts import APOLLO_ONLY, CURATOR, FactsFeed, write_tokens
+from workers.api.app import create_app
 
 
 @dataclass

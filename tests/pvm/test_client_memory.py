@@ -18,9 +18,9 @@ from pvm.reader import ContextReader
 from pvm.stores.log import LogReader
 from tests.memory_helpers import use_settings
 from tests.pvm.test_client import _routes_of, serving
-from tests.workers.test_api_facts import APOLLO_ONLY, FactsFeed, write_tokens
-from workers.api import create_app
-from workers.openapi import operations
+from tests.workers.api.test_api_facts import APOLLO_ONLY, FactsFeed, write_tokens
+from workers.api.app import create_app
+from workers.api.openapi import operations
 
 NEW = (
     "---\ntype: decision\nsubject: service:web\nattribute: framework\nvalue: Starlette\n---\nWe serve with Starlette.\n"

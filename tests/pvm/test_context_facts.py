@@ -21,7 +21,7 @@ from pvm.context_facts import relevance, rule_matches, words
 from pvm.reader import ContextReader, line_cost
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
-from workers.facts_pool import FactsContext, facts_batch
+from workers.facts.pool import FactsContext, facts_batch
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # every fact here holds from a time already past
 P1 = TierKey.for_project("p1")

@@ -18,7 +18,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.emitter import Emitter, EmitterStats
 from tests.pvm.test_emitter import stream_ids
-from workers.embedded import EmbeddedRedis
+from workers.runtime.embedded import EmbeddedRedis
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0, state: Callable[[], object] | None = None) -> None:

@@ -15,7 +15,7 @@ from pvm.reader import ReaderError, SearchUnavailable, require_project
 from pvm.stores.facts import FactStoreBusy
 from pvm.stores.log import LogError
 from pvm.vectors import ShardLockedError, VectorStoreError
-from workers.auth import TokenFileError
+from workers.api.auth import TokenFileError
 
 # Each error with the builtin base code caught it by before PvmError existed.
 KEPT_BASES: list[tuple[type[Exception], type[Exception]]] = [

@@ -15,7 +15,7 @@ from pvm.config import Settings
 from pvm.knowledge import learn_minute, promote_minute
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
-from workers.facts_pool import FactsContext, facts_batch
+from workers.facts.pool import FactsContext, facts_batch
 
 
 class Fleet:

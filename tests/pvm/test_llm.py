@@ -35,7 +35,7 @@ from tests.openai_server import (
     status,
     wrong_shape,
 )
-from workers.exporter import PvmCollector
+from workers.ops.exporter import PvmCollector
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

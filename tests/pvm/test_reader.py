@@ -19,7 +19,7 @@ from pvm.vectors import ShardLockedError
 from pvm.vectors.edge import EdgeEngine
 from tests.memory_helpers import log_minutes, use_settings
 from tests.openai_server import OpenAIServer, delay, status
-from workers.demo import sample_session
+from workers.ops.demo import sample_session
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from contracts.summaries import chunk_line, episode_line
 from pvm.config import Settings
 from pvm.reader import ContextReader, line_cost
 from pvm.stores.log import LogReader
-from tests.workers.test_summarize_pool import conversation, records
-from workers.summarize_pool import SummarizeContext, summarize_batch
+from tests.workers.summarize.test_summarize_pool import conversation, records
+from workers.summarize.pool import SummarizeContext, summarize_batch
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_a_250_minute_thread_in_2000_tokens_names_every_decision_older_chunks_by
 ) -> None:
     import re
 
-    from tests.workers.test_summarize_pool import conversation
+    from tests.workers.summarize.test_summarize_pool import conversation
 
     decided = [m.memory_note for m in conversation(250) if m.event_type == "decision"]
     assert len(decided) == 35

@@ -28,7 +28,7 @@ from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSe
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
 from tests.openai_server import Fault, OpenAIServer, Status, delay, embed_text, status
-from workers import fact_points
+from workers.index import fact_points
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
 
@@ -564,7 +564,7 @@ def fact(
 
 
 def index_changes(engine: Any, minutes: Sequence[Minute], first_seq: int = 1) -> None:
-    """What the index pool's fact step does with a batch of knowledge changes (workers/fact_points.py)."""
+    """What the index pool's fact step does with a batch of knowledge changes (workers/index/fact_points.py)."""
     changes, unparsed = fact_points.parse(
         (m, first_seq + i, fact_points.instant_ms(m.timestamp)) for i, m in enumerate(minutes)
     )

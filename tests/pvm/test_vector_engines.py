@@ -892,7 +892,7 @@ def fact_point(
     importance: float = 0.7,
     dense: list[float] | None = None,
 ) -> MemoryPoint:
-    """A point with the indexed fields a fact point carries (workers/fact_points.py writes the real ones)."""
+    """A point with the indexed fields a fact point carries (workers/index/fact_points.py writes the real ones)."""
     key = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"fact-{tenant}-{n}"))
     tier_key = "global" if tier == "global" else f"task:{tenant}:{task_id}" if tier == "task" else f"project:{tenant}"
     payload = {

@@ -1,0 +1,1 @@
+"""The evaluate pool: periodic scoring, decay, dedupe, conflict resolution and pruning of derived memory."""

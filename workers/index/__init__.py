@@ -1,0 +1,1 @@
+"""The index pool: durable minutes, facts and summaries as points in the vector engine."""

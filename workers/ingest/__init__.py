@@ -1,0 +1,1 @@
+"""The ingest pool: the dispatcher that reads the minute streams and hands batches to the log pool."""

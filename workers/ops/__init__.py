@@ -1,0 +1,1 @@
+"""Operations: the `pvm` CLI, the demo, replay, failed jobs, dead letters and the Prometheus exporter."""

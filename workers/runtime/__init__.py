@@ -1,0 +1,1 @@
+"""The runtime every pool runs on: the job registry, queues, the worker runner, the scheduler and the stack."""

@@ -1,0 +1,1 @@
+"""The summarize pool: per-thread chunks, summaries and episodes."""
