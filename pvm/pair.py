@@ -19,15 +19,15 @@ its outcome.
         result = pair.run("apollo", task, criteria, output, task_id="T-7")
     result.to_dict()["rounds"]  # [{"round": 1, "score": 62, "gaps": [...], "retrieved": [...], "revision": ...}]
 
-Judges and revisers are protocols (`Judge`, `Reviser`): the deterministic
-`ChecklistJudge` (`pvm.checklist`) and `ExtractiveReviser` here are the offline
+Judges and revisers are protocols (`Judge`, `Reviser`, in `pvm.pair_roles`
+with their records and re-exported here): the deterministic `ChecklistJudge`
+(`pvm.checklist`) and `ExtractiveReviser` (`pvm.pair_roles`) are the offline
 defaults; `pvm.pair_llm` has the LLM pair (PVM_PAIR_JUDGE=llm,
 PVM_PAIR_REVISER=llm), which fall back to these for a round their model fails.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -52,24 +52,47 @@ from contracts.pair import (
     pair_minute,
 )
 from pvm import defaults
-from pvm.checklist import ChecklistJudge, Verdict, content_stems, normalized, stem, words
+from pvm.checklist import ChecklistJudge, Verdict
+from pvm.pair_roles import (
+    ExtractiveReviser,
+    GapMemories,
+    Judge,
+    Memory,
+    Retriever,
+    Revised,
+    Reviser,
+    covers,
+    sentences,
+)
 
 if TYPE_CHECKING:
     from pvm.config import Settings
 
 __all__ = [
+    "MEMORY_TEXT_KEYS",
+    "STOP_NO_PROGRESS",
+    "STOP_ROUNDS",
+    "STOP_TARGET",
     "ChecklistJudge",
     "ExtractiveReviser",
+    "GapMemories",
     "Judge",
     "Memory",
     "Pair",
     "PairResult",
     "PairRound",
+    "Record",
     "Retriever",
+    "Revised",
     "Reviser",
     "SearchRetriever",
+    "Searcher",
     "Verdict",
+    "covers",
+    "gap_query",
+    "memory_of",
     "run_pair",
+    "sentences",
 ]
 
 STOP_TARGET = "target"  # the score reached the target
@@ -77,63 +100,9 @@ STOP_ROUNDS = "rounds"  # the round limit was reached
 STOP_NO_PROGRESS = "no_progress"  # the reviser changed nothing: another round would judge the same text
 # What a minute's memory says, besides its note, in order: the texts a reviser can quote.
 MEMORY_TEXT_KEYS = ("resolution", "decision", "recommendation", "assignment_reasoning", "reason", "error", "outcome")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-# -- the parts ----------------------------------------------------------------------------------------------------
-
-
-class Judge(Protocol):
-    """Scores an output against success criteria. It is given nothing but the task, the criteria and the output."""
-
-    name: str
-
-    def judge(self, task: str, criteria: Sequence[str], output: str) -> Verdict: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Memory:
-    """A memory retrieved for a gap: a minute or a fact, its id, the text a reviser may quote, its search score."""
-
-    id: str
-    kind: str  # "minute", "fact" or "summary" (a thread's chunk or episode)
-    text: str
-    score: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "text": self.text, "score": round(self.score, 4)}
-
-
-@dataclass(frozen=True, slots=True)
-class GapMemories:
-    """A gap, the query that searched for it, and the memories found, best first."""
-
-    gap: Gap
-    query: str
-    memories: tuple[Memory, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Revised:
-    """A reviser's answer: the revised output, who revised it, why the configured reviser did not (else None)."""
-
-    text: str
-    reviser: str
-    fallback: str | None = None
-
-
-class Reviser(Protocol):
-    """Writes a revised output from the gaps and the memories retrieved for them."""
-
-    name: str
-
-    def revise(self, task: str, criteria: Sequence[str], output: str, gaps: Sequence[GapMemories]) -> Revised: ...
-
-
-class Retriever(Protocol):
-    """Finds a project's memories for a text."""
-
-    def retrieve(self, project_id: str, query: str, k: int) -> list[Memory]: ...
+# -- retrieval -----------------------------------------------------------------------------------------------------
 
 
 class Searcher(Protocol):
@@ -142,9 +111,6 @@ class Searcher(Protocol):
     def search(
         self, project_id: str, query: str, filters: SearchFilters | None = None, k: int = ..., *, kinds: Collection[str]
     ) -> Sequence[SearchHit | FactHit]: ...
-
-
-# -- retrieval -----------------------------------------------------------------------------------------------------
 
 
 def memory_of(hit: SearchHit | FactHit | SummaryHit) -> Memory:
@@ -192,97 +158,6 @@ def _is_pair(hit: SearchHit | FactHit | SummaryHit) -> bool:
 def gap_query(gap: Gap) -> str:
     """What is searched for a gap: the criterion, then what the output lacks (what it must not hold is no query)."""
     return " ".join([gap.criterion, *gap.missing])[:MAX_TASK_CHARS]
-
-
-# -- the offline reviser -------------------------------------------------------------------------------------------
-
-
-def _label_stems(label: str) -> list[tuple[str, ...]]:
-    """A missing label as alternatives of stem sets: ``Postgres or MySQL`` -> [(postgres,), (mysql,)]."""
-    out = []
-    for part in re.split(r"\s+or\s+", label.lower()):
-        part = re.sub(r"\(has \d+\)", "", part)
-        stems = tuple(stem(w) for w in words(part) if w not in _QUIET)
-        if stems:
-            out.append(stems)
-    return out
-
-
-_QUIET = frozenset(("the", "a", "an", "of", "to", "and", "is", "are", "in", "for", "on", "with", "not"))
-
-
-def covers(sentence_stems: frozenset[str], label: str) -> bool:
-    """Whether a sentence holds what a missing label names (any alternative; most of a long one's words)."""
-    for stems in _label_stems(label):
-        held = sum(s in sentence_stems for s in stems)
-        if held == len(stems) or (len(stems) > 2 and held / len(stems) >= defaults.PAIR_LABEL_COVER):
-            return True
-    return False
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
-
-
-class ExtractiveReviser:
-    """Revises without a model: quotes the retrieved sentences that fill each gap, cited by id; drops forbidden ones.
-
-    For each gap, the sentence of the retrieved memories that holds the most
-    missing terms not yet covered is appended (``<sentence> [<memory id>]``),
-    then the next, until every term is covered or no sentence adds one; of
-    equals, the one sharing more words with the rest of the criterion. Only
-    sentences sharing two of those words (or all, when it has fewer) are
-    candidates: for "Names who the billing service fix was handed to", a
-    sentence about the billing service. A sentence of the output holding all of a forbidden term's words
-    is removed.
-    Nothing is invented: a term no memory holds stays missing.
-    """
-
-    name = "extractive"
-
-    def revise(self, task: str, criteria: Sequence[str], output: str, gaps: Sequence[GapMemories]) -> Revised:
-        kept = sentences(output) if any(g.gap.forbidden for g in gaps) else None
-        if kept is not None:
-            banned = [label for g in gaps for label in g.gap.forbidden]
-            kept = [s for s in kept if not any(_holds_all(s, label) for label in banned)]
-        have = frozenset(stem(w) for w in words(output if kept is None else " ".join(kept)))
-        added: list[str] = []
-        quoted: set[str] = set()
-        for entry in gaps:
-            wanted = [label for label in entry.gap.missing if not covers(have, label)]
-            # What the criterion is about besides what is missing: a sentence holding little of it is about
-            # something else ("the search index fix was handed to dba" names no owner of the billing service fix).
-            about = content_stems(entry.gap.criterion) - content_stems(" ".join(entry.gap.missing))
-            enough = min(defaults.PAIR_ABOUT_WORDS, len(about))
-            candidates = [
-                (s, m.id, held)
-                for m in entry.memories
-                for s in sentences(m.text)
-                if normalized(s) not in quoted
-                for held in (frozenset(stem(w) for w in words(s)),)
-                if len(about & held) >= enough
-            ]
-            while wanted and candidates:
-                best, best_id, best_stems, gain = None, "", frozenset[str](), (0, 0)
-                for s, memory_id, stems in candidates:
-                    count = (sum(covers(stems, label) for label in wanted), len(about & stems))
-                    if count[0] and count > gain:
-                        best, best_id, best_stems, gain = s, memory_id, stems, count
-                if best is None:
-                    break
-                added.append(f"{best} [{best_id}]")
-                quoted.add(normalized(best))
-                have |= best_stems
-                wanted = [label for label in wanted if not covers(best_stems, label)]
-                candidates = [c for c in candidates if c[0] != best]
-        body = output.strip() if kept is None else " ".join(kept)
-        text = "\n\n".join(p for p in (body, "\n".join(added)) if p)
-        return Revised(text[:MAX_OUTPUT_CHARS] or output, self.name)
-
-
-def _holds_all(sentence: str, label: str) -> bool:
-    stems = frozenset(stem(w) for w in words(sentence))
-    return all(s in stems for s in (stem(w) for w in words(label)))
 
 
 # -- the loop ------------------------------------------------------------------------------------------------------

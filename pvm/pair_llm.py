@@ -20,7 +20,7 @@ from typing import Any
 from contracts.pair import MAX_CRITERION_CHARS, MAX_OUTPUT_CHARS, MAX_TERM_CHARS, MAX_TERMS, Gap
 from pvm.checklist import ChecklistJudge, Verdict
 from pvm.llm import LLMError
-from pvm.pair import ExtractiveReviser, GapMemories, Revised
+from pvm.pair_roles import ExtractiveReviser, GapMemories, Revised
 from pvm.protocols import ChatModel
 
 JUDGE_INSTRUCTION = (
