@@ -193,14 +193,18 @@ def metrics_reaper(queue_name: str) -> str:
     return f"{PREFIX}:metrics:reaper:{queue_name}"
 
 
-# -- job functions: the only callables PVM workers run (the runner's area) --------
+# -- jobs: the only work PVM workers run, by stable name (the runner's area) --------------------------------
+#
+# A job stored in Redis names its work by one of these names, never by a module path: a module can move without
+# stranding the jobs queued before the move. The function behind each name is in the runtime's one registry
+# (`workers.runtime.jobs.JOBS`). A name, once used, is never reused for other work.
 
-LOG_JOB = "workers.log.pool.run"  # one dispatcher batch into the durable log
-INDEX_JOB = "workers.index.pool.run"  # one batch of durable minutes into the vector index
-INDEX_RESET_JOB = "workers.index.pool.reset_project"  # forget a project's derived memory before a replay
-INDEX_OPTIMIZE_JOB = "workers.index.pool.optimize"  # optimize the embedded engine's shards
-FACTS_JOB = "workers.facts.pool.run"  # one fanned-out batch of durable minutes into the facts store
-SUMMARIZE_JOB = "workers.summarize.pool.run"  # one fanned-out batch of durable minutes into threads' chunks
+LOG_JOB = "log-batch"  # one dispatcher batch into the durable log
+INDEX_JOB = "index-batch"  # one batch of durable minutes into the vector index
+INDEX_RESET_JOB = "index-reset-project"  # forget a project's derived memory before a replay
+INDEX_OPTIMIZE_JOB = "index-optimize"  # optimize the embedded engine's shards
+FACTS_JOB = "facts-batch"  # one fanned-out batch of durable minutes into the facts store
+SUMMARIZE_JOB = "summarize-batch"  # one fanned-out batch of durable minutes into threads' chunks
 
 # The job each pool runs on a batch the log pool fans out to it, by pool name (the keys of `QUEUES`).
 POOL_JOBS = {
@@ -211,14 +215,15 @@ POOL_JOBS = {
 }
 
 JOB_FUNCTIONS = frozenset({LOG_JOB, INDEX_JOB, INDEX_RESET_JOB, INDEX_OPTIMIZE_JOB, FACTS_JOB, SUMMARIZE_JOB})
-"""Dotted names of every function a PVM worker may run, and nothing else.
+"""The names of every job a PVM worker may run, and nothing else (with `LEGACY_JOB_NAMES`, the same jobs).
 
 A worker checks a job's function name against this set before it imports or
 calls anything: whoever can write to Redis can put any job on a PVM queue, and
 resolving a name like ``os.system`` or an attacker's module would already run
 code. A job naming anything else (or asking for callbacks, webhooks or a method
 of an instance, which PVM jobs never use) goes to its queue's failed registry
-with the reason, unimported. A new job function is added here, next to its name.
+with the reason, unimported. A new job is named here, next to the others, and
+registered in `workers.runtime.jobs.JOBS`.
 """
 
 # -- index pool: contiguous index heads ------------------------------------------
@@ -397,8 +402,8 @@ EVALUATE_QUEUE = "pvm-evaluate"
 QUEUES["evaluate"] = EVALUATE_QUEUE
 SCHEDULED_POOLS = ("evaluate",)  # pools of `QUEUES` the scheduler (or a person) feeds, not the log pool
 
-EVALUATE_PLAN_JOB = "workers.evaluate.pool.plan"  # start an evaluation run of every project (the schedule's job)
-EVALUATE_SLICE_JOB = "workers.evaluate.pool.run_slice"  # one bounded slice of one project's run
+EVALUATE_PLAN_JOB = "evaluate-plan"  # start an evaluation run of every project (the schedule's job)
+EVALUATE_SLICE_JOB = "evaluate-slice"  # one bounded slice of one project's run
 JOB_FUNCTIONS = JOB_FUNCTIONS | {EVALUATE_PLAN_JOB, EVALUATE_SLICE_JOB}
 
 
@@ -524,5 +529,24 @@ def metrics_summaries() -> str:
 
 # Runs on the index queue (the index worker owns the vector engine): what a summarize batch changed of a project's
 # threads, as summary points (workers/index/summary_points.py).
-SUMMARY_POINTS_JOB = "workers.index.pool.run_summaries"
+SUMMARY_POINTS_JOB = "index-summaries"
 JOB_FUNCTIONS = JOB_FUNCTIONS | {SUMMARY_POINTS_JOB}
+
+# The names jobs were queued under before jobs had stable names (the module paths of their functions in PVM 0.1.0
+# before 2026-11-28): a job an older PVM queued, still in Redis after an upgrade, runs as the job it names.
+LEGACY_JOB_NAMES = {
+    "workers.log_pool.run": LOG_JOB,
+    "workers.index_pool.run": INDEX_JOB,
+    "workers.index_pool.reset_project": INDEX_RESET_JOB,
+    "workers.index_pool.optimize": INDEX_OPTIMIZE_JOB,
+    "workers.index_pool.run_summaries": SUMMARY_POINTS_JOB,
+    "workers.facts_pool.run": FACTS_JOB,
+    "workers.summarize_pool.run": SUMMARIZE_JOB,
+    "workers.evaluate_pool.plan": EVALUATE_PLAN_JOB,
+    "workers.evaluate_pool.run_slice": EVALUATE_SLICE_JOB,
+}
+
+
+def job_name(stored: str) -> str:
+    """The stable name of the job a stored job names: itself, or the stable name of a legacy one."""
+    return LEGACY_JOB_NAMES.get(stored, stored)

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 import pytest
 import redis
 
-from contracts import FACT_EVENT_TYPES, Minute, encode_minute
+from contracts import FACT_EVENT_TYPES, Minute, encode_minute, keys
 from pvm import engines
 from pvm.config import Settings
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogWriter
-from workers.index import pool as index_pool
 from workers.runtime.queues import pool_queue
 from workers.runtime.runner import PvmWorker
 
@@ -32,7 +31,6 @@ def use_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
             }[k],
         ):
             monkeypatch.delenv(k, raising=False)
-    index_pool._context.cache_clear()
     engines.close_shared()
 
 
@@ -61,7 +59,7 @@ def log_minutes(connection: redis.Redis, settings: Settings, minutes: Sequence[M
     writer.close()
     if index:
         for start in range(0, len(records), 500):
-            pool_queue("index", connection).enqueue("workers.index.pool.run", records[start : start + 500])
+            pool_queue("index", connection).enqueue(keys.INDEX_JOB, records[start : start + 500])
         run_index_worker(connection)
 
 

@@ -129,7 +129,7 @@ def fact_keys(key: TierKey, slot: Slot = SLOT) -> list[str]:
 
 def test_the_facts_pool_is_wired_into_the_queues_the_fan_out_and_the_allowlist() -> None:
     assert keys.FACTS_QUEUE == keys.QUEUES["facts"] == "pvm-facts"
-    assert keys.FACTS_JOB == keys.POOL_JOBS["facts"] == "workers.facts.pool.run"
+    assert keys.FACTS_JOB == keys.POOL_JOBS["facts"] == "facts-batch"
     assert keys.FACTS_JOB in keys.JOB_FUNCTIONS
 
 

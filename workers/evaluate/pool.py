@@ -58,6 +58,7 @@ from workers.evaluate.candidate_index import CandidateIndex
 from workers.evaluate.evaluation import Judged, ScorePolicy, SliceVerdict, TaskOutcome
 from workers.rules.assessment import stated_text, timestamp_ms
 from workers.rules.fact_text import value_key
+from workers.runtime.context import WorkerContext
 from workers.runtime.queues import pool_queue
 
 log = logging.getLogger(__name__)
@@ -883,15 +884,14 @@ def _current_run(connection: redis.Redis, project_id: str) -> str | None:
     return raw.decode() if raw is not None else None
 
 
-def plan() -> dict[str, Any]:
-    """RQ job (the ``evaluate`` schedule): start a run of every project that has none going, and of the global tier.
+def plan(worker: WorkerContext) -> dict[str, Any]:
+    """The job `keys.EVALUATE_PLAN_JOB` (the ``evaluate`` schedule): start a run of every project that has none
+    going, and of the global tier.
 
     The global tier's facts are shared by every project, so one run of their own judges them (`GLOBAL_RUN`),
     once a schedule and under one lease, rather than every project's run racing over them.
     """
-    job = get_current_job()
-    assert job is not None, f"{keys.EVALUATE_PLAN_JOB} runs inside an RQ worker"
-    connection, settings = job.connection, Settings.from_env()
+    connection, settings = worker.connection, worker.settings
     projects = sorted(p.decode() for p in cast(set[bytes], connection.smembers(keys.projects())))
     if connection.exists(keys.facts_by_id(GLOBAL_KEY)):
         projects.append(GLOBAL_RUN)
@@ -902,14 +902,17 @@ def plan() -> dict[str, Any]:
     return {"started": started, "busy": busy}
 
 
-def run_slice(project_id: str, run_id: str, phase: str, position: int, mode: str = FULL) -> dict[str, Any]:
-    """RQ job: evaluate one slice of a project's run, then queue the next (or complete the run)."""
+def run_slice(
+    worker: WorkerContext, project_id: str, run_id: str, phase: str, position: int, mode: str = FULL
+) -> dict[str, Any]:
+    """The job `keys.EVALUATE_SLICE_JOB`: evaluate one slice of a project's run, then queue the next (or complete
+    the run)."""
     job = get_current_job()
     assert job is not None, f"{keys.EVALUATE_SLICE_JOB} runs inside an RQ worker"
-    connection = job.connection
+    connection = worker.connection
     if _current_run(connection, project_id) != run_id:
         return {"project_id": project_id, "run_id": run_id, "skipped": "the run was replaced by a newer one"}
-    settings = Settings.from_env()
+    settings = worker.settings
     evaluation_ = Evaluation(connection, settings, project_id, run_id, mode)
     report = Report(project_id, mode)
     try:

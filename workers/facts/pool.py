@@ -38,12 +38,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, cast
 
 import msgpack
 import redis
-from rq import get_current_job
 
 from contracts import ContractError, InvalidMinute, Minute, decode_durable_minute, encode_minute, keys
 from contracts.errors import InvalidFact
@@ -90,6 +88,7 @@ from workers.facts.extraction import Candidate, Extractor, Known, RuleExtractor,
 from workers.facts.extraction_llm import llm_extractor_from_settings
 from workers.rules.fact_timeline import fit, on_promotion, place
 from workers.runtime.clock import ChangeClock
+from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
 from workers.runtime.messages import FannedOut, decode_fanned_out
 from workers.runtime.minutes import add_minutes
@@ -428,9 +427,9 @@ class FactsContext:
         )
 
 
-@lru_cache(maxsize=4)
-def _context(connection: redis.Redis) -> FactsContext:
-    return FactsContext.build(connection, Settings.from_env())
+def _context(worker: WorkerContext) -> FactsContext:
+    """The facts pool's parts of a worker, built on its first facts job (`WorkerContext.part`)."""
+    return FactsContext.build(worker.connection, worker.settings)
 
 
 class SlotsBusy(RuntimeError):
@@ -782,8 +781,7 @@ def _advance_heads(
     return fresh
 
 
-def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: work one fanned-out batch of durable minutes into the facts (see the module docstring)."""
-    job = get_current_job()
-    assert job is not None, f"{keys.FACTS_JOB} runs inside an RQ worker"
-    return facts_batch(_context(job.connection), job.connection, records)
+def run(worker: WorkerContext, records: list[list[Any]]) -> dict[str, Any]:
+    """The job `keys.FACTS_JOB`: work one fanned-out batch of durable minutes into the facts (see the module
+    docstring)."""
+    return facts_batch(worker.part(_context), worker.connection, records)

@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 import redis
@@ -65,6 +64,7 @@ from workers.rules.assessment import (
     timestamp_ms,
     words,
 )
+from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
 from workers.runtime.queues import pool_queue
 
@@ -376,9 +376,9 @@ class IndexContext:
         return shared(self.settings)[1]
 
 
-@lru_cache(maxsize=4)
-def _context(connection: redis.Redis) -> IndexContext:
-    return IndexContext.build(connection, Settings.from_env())
+def _context(worker: WorkerContext) -> IndexContext:
+    """The index pool's parts of a worker, built on its first index job (`WorkerContext.part`)."""
+    return IndexContext.build(worker.connection, worker.settings)
 
 
 class PartialIndexError(RuntimeError):
@@ -810,8 +810,8 @@ def index_batch(
 INDEXED_META = "indexed_projects"
 
 
-def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: index one batch of durable minutes (agent memory, vector points, index head).
+def run(worker: WorkerContext, records: list[list[Any]]) -> dict[str, Any]:
+    """The job `keys.INDEX_JOB`: index one batch of durable minutes (agent memory, vector points, index head).
 
     When the vector store fails for some projects of the batch, the job fails
     after indexing the others, and records them in its meta: RQ's retry (or a
@@ -821,46 +821,44 @@ def run(records: list[list[Any]]) -> dict[str, Any]:
     assert job is not None, f"{keys.INDEX_JOB} runs inside an RQ worker"
     done: list[str] = job.meta.get(INDEXED_META, [])
     try:
-        return index_batch(_context(job.connection), job.connection, records, skip_projects=frozenset(done))
+        return index_batch(worker.part(_context), worker.connection, records, skip_projects=frozenset(done))
     except PartialIndexError as exc:
         job.meta[INDEXED_META] = sorted({*done, *exc.indexed})
         job.save_meta()
         raise
 
 
-def run_summaries(project_id: str, threads: list[dict[str, Any]]) -> dict[str, Any]:
-    """RQ job (`keys.SUMMARY_POINTS_JOB`): upsert the summary points of what a summarize batch changed of a project's
+def run_summaries(worker: WorkerContext, project_id: str, threads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job `keys.SUMMARY_POINTS_JOB`: upsert the summary points of what a summarize batch changed of a project's
     threads (`workers.index.summary_points`); on the index queue, because this pool's worker owns the engine."""
     from pvm.engines import shared
     from workers.index import summary_points
 
-    engine, embedder = shared(Settings.from_env())
+    engine, embedder = shared(worker.settings)
     return {"project_id": project_id, **summary_points.index_summaries(engine, embedder, project_id, threads)}
 
 
-def reset_project(project_id: str) -> dict[str, Any]:
-    """RQ job: forget a project's derived memory (vector points, agent memory, index head) before a replay.
+def reset_project(worker: WorkerContext, project_id: str) -> dict[str, Any]:
+    """The job `keys.INDEX_RESET_JOB`: forget a project's derived memory (vector points, agent memory, index
+    head) before a replay.
 
     Runs on the index queue so that, with the embedded engine, it runs in the
     one process that owns the engine's files.
     """
-    job = get_current_job()
-    assert job is not None, f"{keys.INDEX_RESET_JOB} runs inside an RQ worker"
-    ctx = _context(job.connection)
+    ctx = worker.part(_context)
     ctx.engine.delete_project(project_id)
     ctx.memory.reset(project_id)
-    job.connection.delete(keys.index_head(project_id), keys.index_done(project_id))
+    worker.connection.delete(keys.index_head(project_id), keys.index_done(project_id))
     return {"project_id": project_id, "reset": True}
 
 
-def optimize(project_id: str | None = None) -> dict[str, Any]:
-    """RQ job: optimize the embedded engine's shards (all, or one project's); explicit and blocking.
+def optimize(worker: WorkerContext, project_id: str | None = None) -> dict[str, Any]:
+    """The job `keys.INDEX_OPTIMIZE_JOB`: optimize the embedded engine's shards (all, or one project's);
+    explicit and blocking.
 
     With a Qdrant server the server optimizes on its own and this does nothing.
     """
-    job = get_current_job()
-    assert job is not None, f"{keys.INDEX_OPTIMIZE_JOB} runs inside an RQ worker"
-    engine = _context(job.connection).engine
+    engine = worker.part(_context).engine
     run_optimize = getattr(engine, "optimize", None)
     if run_optimize is None:
         return {"optimized": {}, "note": "the Qdrant server optimizes its collections itself"}

@@ -17,11 +17,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import redis
-from rq import Queue, Retry, get_current_job
+from rq import Queue, Retry
 
 from contracts import decode_durable_fields, keys
 from contracts.summaries import SYSTEM_EVENT_TYPES
@@ -31,6 +30,7 @@ from pvm.fsync import fsync_calls
 from pvm.metrics import MetricsRecorder, entry_time_ms
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
+from workers.runtime.context import WorkerContext
 from workers.runtime.queues import pool_queue
 
 log = logging.getLogger(__name__)
@@ -120,9 +120,9 @@ class _Context:
     metrics: MetricsRecorder
 
 
-@lru_cache(maxsize=4)
-def _context(connection: redis.Redis) -> _Context:
-    settings = Settings.from_env()
+def _context(worker: WorkerContext) -> _Context:
+    """The log pool's parts of a worker, built on its first log job (`WorkerContext.part`)."""
+    settings, connection = worker.settings, worker.connection
     return _Context(
         settings=settings,
         writer=LogWriter(settings.log_dir),
@@ -174,11 +174,10 @@ def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redi
         pipe.execute()
 
 
-def run(entries: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: log one dispatcher batch, then refresh caches and enqueue downstream work."""
-    job = get_current_job()
-    assert job is not None, f"{keys.LOG_JOB} runs inside an RQ worker"
-    ctx = _context(job.connection)
+def run(worker: WorkerContext, entries: list[list[Any]]) -> dict[str, Any]:
+    """The job `keys.LOG_JOB`: log one dispatcher batch, then refresh caches and enqueue downstream work."""
+    ctx = worker.part(_context)
+    connection = worker.connection
     started = time.time()
     try:
         result = process(ctx.writer, entries)
@@ -189,8 +188,8 @@ def run(entries: list[list[Any]]) -> dict[str, Any]:
     # Caches and fan-out cover the whole batch, duplicates included: a retried job
     # whose first attempt died after the fsync still refreshes them (both idempotent).
     _update_caches(ctx.cache, result, durable_at)
-    _fan_out(ctx.downstream, result, job.connection, ctx.settings.fanout_batch)
-    pipe = job.connection.pipeline(transaction=False)  # both metrics in one round trip
+    _fan_out(ctx.downstream, result, connection, ctx.settings.fanout_batch)
+    pipe = connection.pipeline(transaction=False)  # both metrics in one round trip
     ctx.metrics.batch("log", len(entries), time.time() - started, pipeline=pipe)
     ctx.metrics.freshness("durable", _lags(result, durable_at), pipeline=pipe)
     try:

@@ -56,6 +56,7 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply, redis_from_settings
+from workers.runtime.context import WorkerContext
 from workers.runtime.jobs import JobRefused, PvmJob, refusal
 from workers.runtime.queues import WORKER_NAME_PREFIX, pool_queue, queue_name, worker_registrations
 from workers.runtime.serializers import MsgpackSerializer
@@ -332,7 +333,9 @@ class PvmWorker(SimpleWorker):
 
     A job that does not name one of `job_functions` (default: PVM's own,
     `keys.JOB_FUNCTIONS`) is failed with the reason before anything is
-    imported, and never retried (see `workers.runtime.jobs`).
+    imported, and never retried (see `workers.runtime.jobs`). Every job it
+    runs gets `context` (one `WorkerContext` for the worker's life, built
+    from the environment's settings unless given).
     """
 
     def __init__(
@@ -340,6 +343,7 @@ class PvmWorker(SimpleWorker):
         queues: Sequence[Queue],
         connection: redis.Redis,
         job_functions: Collection[str] = keys.JOB_FUNCTIONS,
+        context: WorkerContext | None = None,
         **kwargs: object,
     ) -> None:
         name = (
@@ -361,6 +365,7 @@ class PvmWorker(SimpleWorker):
             **kwargs,  # type: ignore[arg-type]
         )
         self.job_functions = frozenset(job_functions)
+        self.context = context or WorkerContext(connection)
         self._pvm_queues = list(queues)
         self._pvm_stop = threading.Event()
         self._pvm_registered = threading.Event()  # between RQ's register_birth and register_death
@@ -370,6 +375,8 @@ class PvmWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         reason = refusal(job, self.job_functions)
         if reason is None:
+            if isinstance(job, PvmJob):
+                job.worker_context = self.context
             super().execute_job(job, queue)
         else:
             self._refuse(job, queue, reason)
@@ -441,12 +448,17 @@ def run_worker(pools: Sequence[str], settings: Settings, burst: bool = False, na
     connection = redis_from_settings(settings)
     queues = [pool_queue(p, connection) for p in pools]
     job_functions = keys.JOB_FUNCTIONS | set(settings.extra_job_functions)
+    context = WorkerContext(connection, settings)  # kept across a restart after Redis came back
     generation = 0
     while True:
         try:
             # Inside the try: RQ's Worker() already talks to Redis (CLIENT SETNAME), which may be restarting.
             worker = PvmWorker(
-                queues, connection, job_functions, name=f"{name}-{generation}" if name and generation else name
+                queues,
+                connection,
+                job_functions,
+                context,
+                name=f"{name}-{generation}" if name and generation else name,
             )
             return worker.work(burst=burst, logging_level="WARNING")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

@@ -27,12 +27,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import msgpack
 import redis
-from rq import Retry, get_current_job
+from rq import Retry
 
 from contracts import ContractError, Minute, decode_durable_minute, encode_minute, keys
 from contracts.ids import derived_minute_id
@@ -53,6 +52,7 @@ from pvm.metrics import MetricsRecorder
 from pvm.stores.log import LogReader
 from pvm.stores.summaries import SummaryStore, decode_chunks, decode_episodes, encode_records
 from workers.index import summary_points
+from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
 from workers.runtime.messages import FannedOut, decode_fanned_out
 from workers.runtime.minutes import write_minutes
@@ -139,9 +139,9 @@ def shape_of(settings: Settings) -> ThreadShape:
     return ThreadShape(settings.summary_recent, settings.summary_chunk, settings.summary_max_chunks)
 
 
-@lru_cache(maxsize=4)
-def _context(connection: redis.Redis) -> SummarizeContext:
-    return SummarizeContext.build(connection, Settings.from_env())
+def _context(worker: WorkerContext) -> SummarizeContext:
+    """The summarize pool's parts of a worker, built on its first summarize job (`WorkerContext.part`)."""
+    return SummarizeContext.build(worker.connection, worker.settings)
 
 
 class ProjectBusy(RuntimeError):
@@ -403,11 +403,10 @@ def _summary_minute(
     )
 
 
-def run(records: list[list[Any]]) -> dict[str, Any]:
-    """RQ job: work one fanned-out batch of durable minutes into threads (see the module docstring)."""
-    job = get_current_job()
-    assert job is not None, f"{keys.SUMMARIZE_JOB} runs inside an RQ worker"
-    return summarize_batch(_context(job.connection), job.connection, records)
+def run(worker: WorkerContext, records: list[list[Any]]) -> dict[str, Any]:
+    """The job `keys.SUMMARIZE_JOB`: work one fanned-out batch of durable minutes into threads (see the module
+    docstring)."""
+    return summarize_batch(worker.part(_context), worker.connection, records)
 
 
 # -- replay -----------------------------------------------------------------------------------------------------

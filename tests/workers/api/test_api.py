@@ -532,7 +532,7 @@ def plant_legacy_minutes(redis_client: redis.Redis, settings: Settings) -> list[
         "legacy", [CachedMinute(a.id, a.seq, raw, "coder") for a, raw in zip(appended, raws, strict=True)], 0.0
     )
     pool_queue("index", redis_client).enqueue(
-        "workers.index.pool.run", [[a.id, a.seq, raw] for a, raw in zip(appended, raws, strict=True)]
+        keys.INDEX_JOB, [[a.id, a.seq, raw] for a, raw in zip(appended, raws, strict=True)]
     )
     run_index_worker(redis_client)
     return [a.id for a in appended]
@@ -604,11 +604,9 @@ def test_an_unexpected_error_is_a_logged_500_with_a_request_id_never_a_400(
 def run_pipeline(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dispatch what the streams hold and let a log worker make it durable."""
     from workers.ingest.dispatcher import Dispatcher
-    from workers.log import pool as log_pool
     from workers.runtime.runner import PvmWorker
 
     use_settings(settings, monkeypatch)
-    log_pool._context.cache_clear()
     Dispatcher(redis_client, settings, consumer="api-test", block_ms=10).run(max_idle_s=0.3)
     PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
 

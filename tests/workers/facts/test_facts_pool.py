@@ -400,16 +400,11 @@ def test_chunk_summaries_are_never_read_for_facts(
 
 @pytest.fixture
 def pool_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    from workers.log import pool as log_pool
 
     wired = settings.with_(downstream=("facts",))
     for k, v in wired.to_env().items():
         monkeypatch.setenv(k, v)
-    facts_pool._context.cache_clear()
-    log_pool._context.cache_clear()
     yield wired
-    facts_pool._context.cache_clear()
-    log_pool._context.cache_clear()
 
 
 def work(connection: redis.Redis, *pools: str) -> None:

@@ -295,10 +295,8 @@ def engine(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Reco
         monkeypatch.setenv(k, v)
     recording = RecordingEngine()
     monkeypatch.setattr(engines, "make_engine", lambda _settings, _dims: recording)
-    index_pool._context.cache_clear()
     index_pool.close_engine()
     yield recording
-    index_pool._context.cache_clear()
     index_pool.close_engine()
 
 
@@ -474,17 +472,14 @@ def test_projects_stay_apart(redis_client: redis.Redis, engine: RecordingEngine)
 def test_the_log_pool_feeds_the_index_pool(
     redis_client: redis.Redis, settings: Settings, engine: RecordingEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers.log import pool as log_pool
 
     for k, v in settings.with_(downstream=("index",)).to_env().items():
         monkeypatch.setenv(k, v)
-    log_pool._context.cache_clear()
     minutes = session()
     pool_queue("log", redis_client).enqueue(
         keys.LOG_JOB, [[f"{100 + i}-0", encode_minute(m)] for i, m in enumerate(minutes)]
     )
     work(redis_client, "log", "index")
-    log_pool._context.cache_clear()
     log_head = MinuteCache(redis_client).head("p1")
     assert redis_client.hget(keys.index_head("p1"), "seq").decode() == log_head["seq"] == "5"
     assert {p.payload["seq"] for p in engine.points.values()} == {1, 2, 3, 4, 5}
@@ -498,7 +493,6 @@ def test_the_embedded_engine_indexes_the_batch(
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
-    index_pool._context.cache_clear()
     index_pool.close_engine()
     try:
         queue = pool_queue("index", redis_client)
@@ -514,7 +508,6 @@ def test_the_embedded_engine_indexes_the_batch(
         assert found[0].payload["insights"][0]["finding"] == "task api-2 met 20% of its success criteria"
         assert all(c.payload["project_id"] == "alpha" for c in found)
     finally:
-        index_pool._context.cache_clear()
         index_pool.close_engine()
 
 
@@ -603,10 +596,8 @@ def edge_settings(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterat
     """The pool's settings in the environment, with the real embedded engine (opened on first use, closed after)."""
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
-    index_pool._context.cache_clear()
     index_pool.close_engine()
     yield settings
-    index_pool._context.cache_clear()
     index_pool.close_engine()
 
 
@@ -726,10 +717,8 @@ def fact_engine(request: pytest.FixtureRequest, settings: Settings, monkeypatch:
 
         server = ServerEngine(QdrantClient(":memory:"))
         monkeypatch.setattr(engines, "make_engine", lambda _settings, _dims: server)
-    index_pool._context.cache_clear()
     index_pool.close_engine()
     yield engines.shared_engine(Settings.from_env())
-    index_pool._context.cache_clear()
     index_pool.close_engine()
 
 

@@ -25,6 +25,7 @@ from tests.workers.summarize.test_summarize_pool import conversation, records, s
 from workers.index import pool as index_pool
 from workers.index import summary_points
 from workers.ops.replay import index_replayed_summaries, replay_summaries
+from workers.runtime.jobs import job_function
 from workers.runtime.queues import pool_queue
 from workers.summarize.pool import SummarizeContext, summarize_batch
 from workers.summarize.threads import ThreadShape
@@ -182,7 +183,7 @@ def test_replay_recreates_the_retired_points_the_live_pipeline_left(
 
 def test_the_summary_points_job_is_one_a_worker_may_run() -> None:
     assert keys.SUMMARY_POINTS_JOB in keys.JOB_FUNCTIONS
-    assert index_pool.run_summaries.__module__ + ".run_summaries" == keys.SUMMARY_POINTS_JOB
+    assert job_function(keys.SUMMARY_POINTS_JOB) is index_pool.run_summaries
 
 
 def test_pair_retrieves_thread_summaries_beside_minutes_for_a_gap(

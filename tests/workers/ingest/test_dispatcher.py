@@ -251,7 +251,7 @@ def test_under_backlog_entries_of_all_shards_gather_into_one_job(redis_client: r
     d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
     d.ensure_groups()
     d.linger_s = 0.2
-    pool_queue("log", redis_client).enqueue("workers.log.pool.run", [])  # the log pool is busy
+    pool_queue("log", redis_client).enqueue(keys.LOG_JOB, [])  # the log pool is busy
     for i in range(12):
         xadd(redis_client, i % 4, encode_minute(minute(project=f"p{i % 4}", i=i)))
     assert d.poll_once() == 12
@@ -313,9 +313,7 @@ def test_a_backlog_becomes_jobs_of_at_most_one_batch_each_in_stream_order(
     # A log worker taking the jobs first in, first out appends each project in stream order.
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
-    from workers.log import pool as log_pool
 
-    log_pool._context.cache_clear()
     PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
     reader = LogReader(settings.log_dir)
     for project in sorted(set(project_of.values())):
@@ -378,7 +376,7 @@ def test_trim_is_safe_when_another_dispatcher_acks_between_xinfo_and_xpending(
     other = Dispatcher(redis_client, settings, consumer="other", shards=[0], block_ms=10)
     other.ensure_groups()
     other.linger_s = 60.0  # it holds what it reads until flush_gathered()
-    pool_queue("log", redis_client).enqueue("workers.log.pool.run", [])  # the log pool is busy
+    pool_queue("log", redis_client).enqueue(keys.LOG_JOB, [])  # the log pool is busy
     first = [minute(i=i) for i in range(10)]
     more = [minute(i=i) for i in range(10, 15)]
     for m in first:

@@ -50,9 +50,7 @@ def test_process_is_idempotent(tmp_path: Path) -> None:
 def run_burst(connection: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
-    from workers.log import pool as log_pool
 
-    log_pool._context.cache_clear()
     PvmWorker([pool_queue("log", connection)], connection).work(burst=True)
 
 

@@ -36,7 +36,7 @@ def test_snapshot_reports_lag_pending_age_and_queues(redis_client: redis.Redis, 
     for _i in range(7):
         redis_client.xadd(keys.stream(1), {keys.MINUTE_FIELD: encode_minute(Minute(project_id="p", event_type="m"))})
     redis_client.xreadgroup(keys.DISPATCH_GROUP, "slow", {keys.stream(1): ">"}, count=2)
-    pool_queue("log", redis_client).enqueue("workers.log.pool.run", [])
+    pool_queue("log", redis_client).enqueue(keys.LOG_JOB, [])
     snap = snapshot(redis_client, settings)
     group = snap.streams[1].groups[0]
     assert (group.lag, group.pending) == (5, 2)
@@ -383,11 +383,11 @@ def test_failed_jobs_are_listed_and_retried(
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
     q = pool_queue("log", redis_client)
-    job = q.enqueue("workers.log.pool.run", [["1-0", b"\xc1"]])  # the log pool cannot decode it
+    job = q.enqueue(keys.LOG_JOB, [["1-0", b"\xc1"]])  # the log pool cannot decode it
     PvmWorker([q], redis_client).work(burst=True)
     assert main(["failed", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["job"] for r in rows] == [job.id] and rows[0]["function"] == "workers.log.pool.run"
+    assert [r["job"] for r in rows] == [job.id] and rows[0]["function"] == keys.LOG_JOB
     assert main(["failed", "retry", "--pool", "log"]) == 2  # refuses without ids or --all
     assert main(["failed", "retry", "--pool", "log", "--all"]) == 0
     assert q.job_ids == [job.id]

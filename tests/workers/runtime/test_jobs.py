@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import importlib
 import inspect
 import json
 import os
@@ -24,11 +22,15 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.results import Result
 from rq.utils import utcformat
 
-from contracts import keys
+from contracts import encode_minute, keys
 from pvm.config import ConfigError, Settings
+from pvm.stores.log import LogReader
 from tests.conftest import free_port
 from tests.workers import planted_import
 from tests.workers.jobs import ALLOWED_IN_TESTS
+from tests.workers.minutes import minute
+from workers.runtime.context import WorkerContext
+from workers.runtime.jobs import JOBS, job_function
 from workers.runtime.queues import pool_queue
 from workers.runtime.runner import PvmWorker
 from workers.runtime.scheduler import default_schedules
@@ -69,41 +71,50 @@ def refusal(connection: redis.Redis, job_id: str) -> str:
     return result.exc_string
 
 
-def test_every_job_function_is_a_function_of_a_pvm_pool() -> None:
-    for name in keys.JOB_FUNCTIONS:
-        module, _, attribute = name.rpartition(".")
-        assert module.startswith("workers.") and module.endswith("_pool"), name
-        function = getattr(importlib.import_module(module), attribute)
-        # A plain function defined in that pool module: what RQ resolves by this name is what the pool wrote.
+def test_every_job_name_is_a_stable_name_registered_to_a_function_of_its_pool() -> None:
+    assert set(JOBS) == keys.JOB_FUNCTIONS
+    for name, target in JOBS.items():
+        # A name, not a module path: moving a module changes the registry, never a job stored in Redis.
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)+", name), name
+        module, _, attribute = target.partition(":")
+        assert re.fullmatch(r"workers\.(log|index|facts|summarize|evaluate)\.pool", module), target
+        function = job_function(name)
+        # A plain function defined in that pool module: what the name resolves to is what the pool wrote.
         assert inspect.isfunction(function), name
         assert (function.__module__, function.__qualname__) == (module, attribute), name
+        first = next(iter(inspect.signature(function).parameters.values()))
+        assert first.annotation in ("WorkerContext", WorkerContext), f"{target} takes the worker context first"
     assert set(keys.POOL_JOBS) == set(keys.QUEUES) - set(keys.SCHEDULED_POOLS)
     assert set(keys.POOL_JOBS.values()) <= keys.JOB_FUNCTIONS
+    assert job_function("os.system") is None and job_function("tests.workers.jobs.slow_marker") is None
 
 
-def test_job_names_are_spelled_in_contracts_keys_alone() -> None:
-    """Product code and benchmarks name a job by its constant in `contracts.keys`, never by a string of their own."""
-    root = Path(__file__).resolve().parents[3]
-    spelled = re.compile(r"\bworkers\.\w+\.\w+")
-    found = []
-    for package in ("contracts", "pvm", "workers", "bench"):
-        for path in sorted((root / package).rglob("*.py")):
-            if path == root / "contracts" / "keys.py":
-                continue
-            tree = ast.parse(path.read_text(), str(path))
-            docstrings = {
-                id(node.body[0].value)
-                for node in ast.walk(tree)
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and node.body
-                and isinstance(node.body[0], ast.Expr)
-                and isinstance(node.body[0].value, ast.Constant)
-            }
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                    named = {m for m in spelled.findall(node.value) if m in keys.JOB_FUNCTIONS}
-                    found += [f"{path.relative_to(root)}:{node.lineno}: {m}" for m in sorted(named)]
-    assert found == []
+def test_the_names_jobs_were_queued_under_before_resolve_to_the_same_work() -> None:
+    assert set(keys.LEGACY_JOB_NAMES.values()) == keys.JOB_FUNCTIONS
+    for legacy, name in keys.LEGACY_JOB_NAMES.items():
+        assert legacy.startswith("workers.") and keys.job_name(legacy) == name
+        assert job_function(legacy) is job_function(name) is not None, legacy
+    assert keys.job_name(keys.LOG_JOB) == keys.LOG_JOB and keys.job_name("os.system") == "os.system"
+
+
+def test_a_job_queued_under_its_old_name_runs_after_the_upgrade(
+    redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade with jobs in flight loses none: jobs an older PVM stored under module paths run as their job."""
+    for k, v in settings.with_(downstream=("index",)).to_env().items():
+        monkeypatch.setenv(k, v)
+    minutes = [minute("message", i, project_id="upgraded", memory_note=f"note {i}") for i in range(3)]
+    entries = [[f"{100 + i}-0", encode_minute(m)] for i, m in enumerate(minutes)]
+    # As PVM 0.1.0 stored it: the function's module path then, in a job hash and on the queue's list.
+    log_job = plant(redis_client, keys.LOG_QUEUE, "workers.log_pool.run", [entries])
+    PvmWorker([pool_queue("log", redis_client)], redis_client).work(burst=True)
+    assert Job.fetch(log_job, connection=redis_client, serializer=MsgpackSerializer).get_status() == "finished"
+    assert [r.minute.id for r in LogReader(settings.log_dir).history("upgraded")] == [m.id for m in minutes]
+    # What it fanned out is queued under the stable name, and runs.
+    (index_job,) = pool_queue("index", redis_client).jobs
+    assert index_job.func_name == keys.INDEX_JOB
+    PvmWorker([pool_queue("index", redis_client)], redis_client).work(burst=True)
+    assert index_job.get_status(refresh=True) == "finished"
 
 
 def test_extra_job_functions_are_exact_dotted_names_read_from_the_environment() -> None:

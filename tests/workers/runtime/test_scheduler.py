@@ -31,7 +31,7 @@ def drain(redis_client: redis.Redis, pool: str = "log") -> None:
 
 def test_the_embedded_engine_gets_a_periodic_optimize_and_a_qdrant_server_none(settings: Settings) -> None:
     [optimize, evaluate] = default_schedules(settings)
-    assert (optimize.name, optimize.pool, optimize.func) == ("optimize", "index", "workers.index.pool.optimize")
+    assert (optimize.name, optimize.pool, optimize.func) == ("optimize", "index", keys.INDEX_OPTIMIZE_JOB)
     assert optimize.every_s == settings.optimize_every_s == 3600
     assert (evaluate.name, evaluate.pool, evaluate.func) == ("evaluate", "evaluate", keys.EVALUATE_PLAN_JOB)
     assert evaluate.delay_first and not optimize.delay_first

@@ -402,17 +402,11 @@ def test_replay_takes_model_summaries_from_the_log_and_calls_no_model(
 @pytest.fixture
 def pool_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     """The workers' environment with the default PVM_DOWNSTREAM (the log pool fans out to the summarize pool)."""
-    from workers.log import pool as log_pool
-    from workers.summarize import pool as summarize_pool
 
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PVM_DOWNSTREAM", raising=False)
-    log_pool._context.cache_clear()
-    summarize_pool._context.cache_clear()
     yield settings
-    log_pool._context.cache_clear()
-    summarize_pool._context.cache_clear()
 
 
 def test_pvm_worker_summarize_serves_its_queue_and_records_its_stage_freshness_and_counters(
@@ -459,14 +453,12 @@ def test_pvm_replay_rebuilds_equal_chunks_and_episodes_and_never_calls_the_model
 ) -> None:
     from pvm.stores.log import LogReader
     from workers.ops.cli import main
-    from workers.summarize import pool as summarize_pool
 
     with_model = pool_env.with_(
         summarizer="llm", llm_model="test-chat", llm_base_url=openai_server.base_url, llm_api_key="sk-test"
     )
     for k, v in with_model.to_env().items():
         monkeypatch.setenv(k, v)
-    summarize_pool._context.cache_clear()
     minutes = conversation(70)  # 50 minutes past the newest 20: five chunks
     openai_server.queue_chat_reply(*(answer(n) for n in range(1, 6)))
     stream = keys.stream(keys.shard_of("p1", with_model.shards))
