@@ -38,6 +38,7 @@ if __package__ in (None, ""):
 
 from bench.harness import machine_line, say
 from bench.machine import machine
+from bench.metrics import mean_recall, recall_at_k
 from bench.retrieval import HASH_DIMENSIONS, HELD_OUT, CachedEmbedder, index, labeled_sets, sets_main, start_server
 from bench.sessions import LabeledSession, Query
 from contracts import Minute
@@ -161,10 +162,10 @@ def recall(search: HybridSearch, project: str, queries: Sequence[Query], now_ms:
     rows = []
     for q in queries:
         ids = [h.minute_id for h in search.search_result(project, q.text, k=K, now_ms=now_ms).hits]
-        rows.append((q, len(q.relevant.intersection(ids)) / len(q.relevant)))
+        rows.append((q, recall_at_k(ids, q.relevant, K)))
 
     def mean(values: list[float]) -> float | None:
-        return round(sum(values) / len(values), 3) if values else None
+        return mean_recall(values) if values else None
 
     return {
         "recall_at_10": mean([r for _, r in rows]),

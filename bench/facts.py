@@ -65,7 +65,7 @@ current view >= 0.95, cross-slot invalidations 0, dedupe >= 0.9, false merges
 <= 0.01, >= 2,000 minutes/s, searchable p99 <= 2,000 ms, <= 10 LLM calls per
 100 minutes. A missed target is reported as missed; nothing is tuned to pass.
 
-    .venv/bin/python bench/facts.py --json > bench/results/facts-<date>.json
+    .venv/bin/python bench/facts.py --json > bench/results/facts.json
     .venv/bin/python bench/facts.py --split heldout --minutes-scale 0.2
     .venv/bin/python bench/facts.py --quick --json    # a smoke run, seconds
 """

@@ -59,6 +59,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.machine import machine
+from bench.metrics import recall_at_depths
 from contracts.memory import RankWeights, SearchFilters
 from pvm import defaults
 from pvm.protocols import MemoryPoint
@@ -73,6 +74,7 @@ MINUTES_PER_TOPIC = 4
 CONCEPTS_PER_QUERY = 2
 DISTRACTORS = 2
 NOW_MS = 1_800_000_000_000
+DEPTHS = (5, 10)  # recall@5 and recall@10
 GENERIC_WORDS = (
     "agent task assigned completed failed review handoff conflict resolved decision team deadline "
     "priority blocked unblocked retry escalated approved merged deployed tested owner update status"
@@ -225,23 +227,20 @@ def _learned(quality: str, seed: int, engine: EdgeEngine, data: LabeledSet, dire
         train_engine.close()
     embedder = BenchEmbedder(quality, data.concept_of)
     search = HybridSearch(engine, embedder, weights)
-    at5 = at10 = 0.0
+    rows: list[tuple[list[str], frozenset[str]]] = []
     for text, relevant in data.queries:
         candidates = _query(engine, embedder, text)
         order = np.argsort(-model.score(_features(search, candidates)), kind="stable")
-        hits = [candidates[i].minute_id for i in order[:10]]
-        at5 += len(relevant.intersection(hits[:5])) / len(relevant)
-        at10 += len(relevant.intersection(hits)) / len(relevant)
-    return {"recall_at_5": round(at5 / len(data.queries), 3), "recall_at_10": round(at10 / len(data.queries), 3)}
+        rows.append(([candidates[i].minute_id for i in order[: max(DEPTHS)]], relevant))
+    return recall_at_depths(rows, DEPTHS)
 
 
 def _recall(search: HybridSearch, queries: list[tuple[str, frozenset[str]]]) -> dict[str, float]:
-    at5 = at10 = 0.0
-    for text, relevant in queries:
-        hits = [h.minute_id for h in search.search("bench", text, k=10, now_ms=NOW_MS)]
-        at5 += len(relevant.intersection(hits[:5])) / len(relevant)
-        at10 += len(relevant.intersection(hits)) / len(relevant)
-    return {"recall_at_5": round(at5 / len(queries), 3), "recall_at_10": round(at10 / len(queries), 3)}
+    rows = [
+        ([h.minute_id for h in search.search("bench", text, k=max(DEPTHS), now_ms=NOW_MS)], relevant)
+        for text, relevant in queries
+    ]
+    return recall_at_depths(rows, DEPTHS)
 
 
 def _engine(directory: Path, data: LabeledSet, embedder: BenchEmbedder, fusion: str) -> EdgeEngine:

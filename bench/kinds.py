@@ -35,6 +35,7 @@ import redis
 
 from bench.harness import machine_line, say, workspace
 from bench.machine import machine
+from bench.metrics import mean_recall, recall_at_k
 from bench.retrieval import HASH_DIMENSIONS, CachedEmbedder, index, labeled_sets, sets_main, start_server
 from bench.sessions import LabeledSession, Query
 from contracts import decode_minute, encode_minute, keys
@@ -58,15 +59,16 @@ KIND_SETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def found_ids(hits: Iterable[Hit]) -> set[str]:
-    """The minutes the results stand for: a minute itself, a fact's or a summary's sources."""
-    out: set[str] = set()
+def found_ids(hits: Iterable[Hit]) -> list[str]:
+    """The minutes the results stand for, in rank order, each once: a minute itself, a fact's or a summary's
+    sources."""
+    out: dict[str, None] = {}
     for h in hits:
         if isinstance(h, SearchHit):
-            out.add(h.minute_id)
+            out[h.minute_id] = None
         elif isinstance(h, (FactHit, SummaryHit)):
-            out.update(h.sources)
-    return out
+            out.update(dict.fromkeys(h.sources))
+    return list(out)
 
 
 def recall(
@@ -78,14 +80,14 @@ def recall(
         hits = search.search(project, q.text, k=K, now_ms=now_ms, kinds=kinds)
         others = [h for h in hits if isinstance(h, (FactHit, SummaryHit))]
         sources.extend(len(h.sources) for h in others)
-        rows.append((q, len(q.relevant & found_ids(hits)) / len(q.relevant), len(others)))
-    out: dict[str, Any] = {"recall_at_10": round(sum(r for _, r, _ in rows) / len(rows), 3)}
+        # the search cut the results at K; every minute they stand for counts
+        rows.append((q, recall_at_k(found_ids(hits), q.relevant, None), len(others)))
+    out: dict[str, Any] = {"recall_at_10": mean_recall(r for _, r, _ in rows)}
     for flag in ("multihop", "old"):
         of = [r for q, r, _ in rows if getattr(q, flag)]
-        out[f"{flag}_recall_at_10"] = round(sum(of) / len(of), 3) if of else None
+        out[f"{flag}_recall_at_10"] = mean_recall(of) if of else None
     for kind in sorted({q.kind for q in queries}):
-        of = [r for q, r, _ in rows if q.kind == kind]
-        out[f"kind_{kind}"] = round(sum(of) / len(of), 3)
+        out[f"kind_{kind}"] = mean_recall(r for q, r, _ in rows if q.kind == kind)
     out["other_kinds_per_answer"] = round(sum(n for _, _, n in rows) / len(rows), 2)
     out["sources_per_other_kind"] = round(sum(sources) / len(sources), 1) if sources else None
     return out

@@ -27,7 +27,7 @@ Two phases, each on a fresh embedded Valkey:
 Targets (issue 11): >= 2,000 minutes/s, summary ratio <= 0.2, every decision kept (1.0). A missed target is
 reported as missed; nothing is tuned to pass.
 
-    .venv/bin/python bench/lifecycle_summaries.py --json > bench/results/lifecycle-summaries-<date>.json
+    .venv/bin/python bench/lifecycle_summaries.py --json > bench/results/lifecycle-summaries.json
     .venv/bin/python bench/lifecycle_summaries.py --quick --json    # a smoke run, seconds
 """
 

@@ -81,7 +81,6 @@ from bench.sessions import AGENTS, stream, task_texts
 from contracts import Minute, encode_minute
 from pvm import defaults, engines
 from pvm.config import Settings
-from pvm.metrics import entry_time_ms
 from pvm.reader import ContextReader
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import LogReader, LogWriter
@@ -170,11 +169,7 @@ class Loader:
                 pipeline=pipe,
             )
         pipe.execute()
-        records = [  # as log_pool._fan_out makes them
-            [a.id, a.seq, item.raw, entry_time_ms(item.entry_id)]
-            for pairs in result.projects.values()
-            for item, a in pairs
-        ]
+        records = log_pool.fanned_out(result)  # the message the log pool fans out
         self.times.log_cache_s += time.perf_counter() - started
         self._index(records)
 

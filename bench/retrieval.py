@@ -33,7 +33,7 @@ Searches are `HybridSearch` with PVM's default weights for each mode
 hybrid), and dense only (weights 1/0/0/0) as a bound; then hybrid with the
 keyword weight swept (semantic + keyword = 0.7) and with the other fusions
 (`hybrid_variants`). Recall@k = |relevant in the top k| / |relevant|,
-averaged over queries.
+averaged over queries (`bench/metrics.py`).
 
     .venv/bin/python bench/retrieval.py --json
     .venv/bin/python bench/retrieval.py --embedder hash
@@ -58,6 +58,7 @@ if __package__ in (None, ""):
 from bench import embed_server
 from bench.harness import argument_parser, machine_line, measuring, parse, percentile, report, say
 from bench.machine import machine
+from bench.metrics import recall_at_depths
 from bench.multihop import labeled_chains
 from bench.sessions import LabeledSession, Query, labeled_session, stream, task_texts
 from bench.timeline import labeled_timeline
@@ -97,10 +98,6 @@ class CachedEmbedder:
         return [self._vectors[t] for t in texts]
 
 
-def recall(hits: Sequence[str], relevant: frozenset[str], k: int) -> float:
-    return len(relevant.intersection(hits[:k])) / len(relevant)
-
-
 def evaluate(search: HybridSearch, project: str, queries: Sequence[Query], now_ms: int) -> dict[str, Any]:
     """Recall@5/@10 overall, per wording and per question kind, on multi-hop and old questions; MRR; latency."""
     per_query: list[tuple[Query, list[str]]] = []
@@ -112,7 +109,7 @@ def evaluate(search: HybridSearch, project: str, queries: Sequence[Query], now_m
         per_query.append((q, hits))
 
     def summary(rows: list[tuple[Query, list[str]]]) -> dict[str, float]:
-        out = {f"recall_at_{k}": round(sum(recall(h, q.relevant, k) for q, h in rows) / len(rows), 3) for k in DEPTHS}
+        out = recall_at_depths([(h, q.relevant) for q, h in rows], DEPTHS)
         reciprocal = [next((1 / r for r, i in enumerate(h, 1) if i in q.relevant), 0.0) for q, h in rows]
         out["mrr_at_10"] = round(sum(reciprocal) / len(rows), 3)
         out["queries"] = len(rows)

@@ -599,9 +599,9 @@ def run_index(
         try:
             for entries in batches:
                 result = log_pool.process(writer, entries)
-                # As `workers.log.pool._fan_out` builds them: the batch's records, grouped by project, in jobs of
-                # at most FANOUT_BATCH_SIZE.
-                records = [[a.id, a.seq, item.raw] for pairs in result.projects.values() for item, a in pairs]
+                # As the log pool fans them out: the batch's records, grouped by project, in jobs of at most
+                # FANOUT_BATCH_SIZE.
+                records = log_pool.fanned_out(result)
                 for start in range(0, len(records), defaults.FANOUT_BATCH_SIZE):
                     datas.append(_index_job_data(records[start : start + defaults.FANOUT_BATCH_SIZE]))
                 logged += len(entries)

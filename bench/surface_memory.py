@@ -18,7 +18,7 @@ embedded Valkey the way the facts pool applies them (`FactStore.apply_changes` o
 Each phase runs three times; the best run counts (the machine is shared). Targets (issue 13): export and
 import >= 5,000 facts/s. A missed target is reported as missed; nothing is tuned to pass.
 
-    .venv/bin/python bench/surface_memory.py --json > bench/results/surface-memory-<date>.json
+    .venv/bin/python bench/surface_memory.py --json > bench/results/surface-memory.json
     .venv/bin/python bench/surface_memory.py --quick --json    # a smoke run, seconds
 """
 
@@ -52,16 +52,8 @@ from contracts import new_minute_id
 from contracts.fact_changes import asserted_minute, fact_change
 from contracts.facts import Fact, FactType, TierKey
 from pvm.stores.facts import FactStore
-from workers.agent.memory_files import (
-    export_files,
-    plan_import,
-    read_folder,
-    read_snapshot,
-    write_folder,
-)
-from workers.agent.memory_files import (
-    parse as parse_file,
-)
+from workers.agent.memory_files import export_files, plan_import, read_folder, read_snapshot, write_folder
+from workers.agent.memory_front_matter import parse as parse_file
 
 SEED = 11
 FACTS = 20_000
