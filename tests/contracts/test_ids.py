@@ -7,6 +7,7 @@ import re
 import threading
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 

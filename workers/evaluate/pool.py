@@ -59,7 +59,7 @@ from workers.evaluate.evaluation import Judged, ScorePolicy, SliceVerdict, TaskO
 from workers.rules.assessment import stated_text, timestamp_ms
 from workers.rules.fact_text import value_key
 from workers.runtime.context import WorkerContext
-from workers.runtime.queues import pool_queue
+from workers.runtime.queues import pool_job, pool_queue
 
 log = logging.getLogger(__name__)
 
@@ -836,12 +836,11 @@ def enqueue_run(
 def _enqueue_slice(queue: Queue, project_id: str, run_id: str, step: Step, mode: str, after: str | None = None) -> None:
     queue.enqueue_many(
         [
-            Queue.prepare_data(
+            pool_job(
                 keys.EVALUATE_SLICE_JOB,
-                args=(project_id, run_id, step.phase, step.position, mode),
+                (project_id, run_id, step.phase, step.position, mode),
                 timeout=defaults.EVALUATE_JOB_TIMEOUT_S,
-                result_ttl=defaults.JOB_RESULT_TTL_S,
-                failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                retries=0,
                 description=f"evaluate {project_id} ({step.phase} at {step.position})",
                 depends_on=after,
             )

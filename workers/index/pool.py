@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
-from rq import Queue, Retry, get_current_job
+from rq import get_current_job
 
 from contracts import (
     FACT_EVENT_TYPES,
@@ -66,7 +66,8 @@ from workers.rules.assessment import (
 )
 from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
-from workers.runtime.queues import pool_queue
+from workers.runtime.messages import LoggedRecord
+from workers.runtime.queues import pool_job, pool_queue
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +116,10 @@ def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[s
     good: list[LoggedMinute] = []
     bad: list[str] = []
     for record in records:
-        minute_id, seq, raw = record[0], record[1], record[2]
-        entry_ms = record[3] if len(record) > 3 else None
+        minute_id, seq, raw, entry_ms = LoggedRecord.read(record)
         try:
             minute = _durable_minute(raw)
-            good.append(
-                LoggedMinute(int(seq), minute, timestamp_ms(minute), entry_ms if type(entry_ms) is int else None)
-            )
+            good.append(LoggedMinute(int(seq), minute, timestamp_ms(minute), entry_ms))
         except ContractError as exc:
             log.warning("index pool: minute %s (log seq %s) does not decode: %s", minute_id, seq, exc)
             bad.append(str(minute_id))
@@ -499,17 +497,7 @@ def _queue_from_log(connection: redis.Redis, settings: Settings, project_id: str
         nonlocal sent, batch
         if batch:
             queue.enqueue_many(
-                [
-                    Queue.prepare_data(
-                        keys.INDEX_JOB,
-                        args=(batch,),
-                        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
-                        retry=Retry(max=defaults.JOB_RETRIES),
-                        result_ttl=defaults.JOB_RESULT_TTL_S,
-                        failure_ttl=defaults.JOB_FAILURE_TTL_S,
-                        description=f"rebuild the index of {project_id} from its log",
-                    )
-                ]
+                [pool_job(keys.INDEX_JOB, (batch,), description=f"rebuild the index of {project_id} from its log")]
             )
             sent += len(batch)
             batch = []

@@ -1,10 +1,10 @@
 """Summary points: a thread's chunk and episode summaries as vector points, so that search can return them.
 
 The summarize pool keeps each thread's chunks and episodes in Redis (`pvm.stores.summaries`). What a batch
-changed of a thread (`thread_changes`: chunks made, merged or newly summarized by a model; episodes made or
-grown; those that merged away) it hands to the index queue as one job (`keys.SUMMARY_POINTS_JOB`), because
-the index worker owns the vector engine's files; that job (`workers.index.pool.run_summaries`) makes the
-points (`plan`, `index_summaries`) and upserts them.
+changed of a thread (the message `workers.runtime.messages.ThreadChanges`: chunks made, merged or newly
+summarized by a model; episodes made or grown; those that merged away) it hands to the index queue as one
+job (`keys.SUMMARY_POINTS_JOB`), because the index worker owns the vector engine's files; that job
+(`workers.index.pool.run_summaries`) makes the points (`plan`, `index_summaries`) and upserts them.
 
 A summary point (kind ``summary``) holds the record (``Chunk.to_dict()`` / ``Episode.to_dict()``), what the
 legs index (`summary_text`), the thread, and ``sources``: the minute ids it stands for. An episode names
@@ -20,27 +20,16 @@ and episodes that merged away or were dropped on the way as retired: the index r
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contracts.facts import check_time
 from contracts.ids import id_timestamp_ms
-from contracts.summaries import Chunk, Episode, ThreadKind, ThreadRef
+from contracts.summaries import ThreadKind, ThreadRef
 from pvm import defaults
 from pvm.protocols import SUMMARY, SUMMARY_RETIRED, Embedder, MemoryPoint, StoredPoint, VectorEngine
+from workers.runtime.messages import CHUNK, EPISODE, summary_key
 
 log = logging.getLogger(__name__)
-
-# Summary point keys: uuid5 of (project, chunk | episode, record id) in this namespace.
-SUMMARY_NAMESPACE = uuid.UUID("0c7a3d5e-9b21-5f4e-8a6d-3e2f1b0c9d87")
-CHUNK = "chunk"
-EPISODE = "episode"
-
-
-def summary_key(project_id: str, of: str, record_id: str) -> str:
-    """The point key of a chunk's or an episode's summary."""
-    return str(uuid.uuid5(SUMMARY_NAMESPACE, f"{project_id}\x1f{of}\x1f{record_id}"))
 
 
 def summary_text(of: str, record: Mapping[str, Any]) -> str:
@@ -61,60 +50,6 @@ def _capped(ids: Sequence[str]) -> list[str]:
     if len(unique) <= most:
         return unique
     return unique[: most // 2] + unique[len(unique) - (most - most // 2) :]
-
-
-# -- what a batch changed of one thread (the summarize pool calls this) -------------------------------------------
-
-
-def thread_changes(
-    project_id: str,
-    thread: ThreadRef,
-    before: tuple[Sequence[Chunk], Sequence[Episode]],
-    after: tuple[Sequence[Chunk], Sequence[Episode]],
-    minutes: Mapping[int, tuple[str, str]],
-) -> dict[str, Any] | None:
-    """The job message for one thread: its chunks and episodes (as ``to_dict()``) that differ from `before`,
-    and the keys of those gone; None when nothing changed. Records are compared as they are (frozen), and only
-    the changed ones are turned into dicts.
-
-    `minutes` maps log seq to (minute id, timestamp) for the thread's minutes at hand: a new chunk's sources
-    are those in its seq ranges (a merged one's come from the chunks it merged, at the index worker); a
-    record's ``at_ms`` is its newest source's timestamp among them.
-    """
-    times = {i: _ms(t) for i, t in minutes.values()}
-    message: dict[str, Any] = {"thread": str(thread), "chunks": [], "episodes": [], "retired": []}
-    pairs: tuple[tuple[str, Sequence[Chunk | Episode], Sequence[Chunk | Episode]], ...] = (
-        (CHUNK, before[0], after[0]),
-        (EPISODE, before[1], after[1]),
-    )
-    for of, old, new in pairs:
-        was = {r.id: r for r in old}
-        now = {r.id: r for r in new}
-        for record_id, current in now.items():
-            if was.get(record_id) == current:
-                continue
-            record = current.to_dict()
-            entry: dict[str, Any] = {"record": record}
-            if of == CHUNK:
-                ranges = [tuple(r) for r in record.get("seq_ranges") or ()]
-                found = [i for seq, (i, _) in sorted(minutes.items()) if any(a <= seq <= b for a, b in ranges)]
-                entry["sources"] = found if len(found) == record.get("minute_count") else None
-            else:
-                found = [str(i) for i in record.get("minute_ids") or ()]
-            known = [t for t in (times.get(i) for i in found) if t is not None]
-            entry["at_ms"] = max(known) if known else None
-            message[f"{of}s"].append(entry)
-        message["retired"] += [summary_key(project_id, of, r) for r in was if r not in now]
-    if not (message["chunks"] or message["episodes"] or message["retired"]):
-        return None
-    return message
-
-
-def _ms(timestamp: str) -> int | None:
-    try:
-        return int(check_time(timestamp, "timestamp").timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 # -- the points (the index worker) --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from rq import Queue, Retry
+from rq import Queue
 from rq.queue import EnqueueData
 
 from contracts import ContractError, decode_minute, keys
@@ -29,7 +29,7 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import group_reply
 from pvm.metrics import MetricsRecorder
-from workers.runtime.queues import pool_queue
+from workers.runtime.queues import pool_job, pool_queue
 
 log = logging.getLogger(__name__)
 
@@ -404,13 +404,10 @@ class Dispatcher:
 
     def _log_job(self, minutes: Sequence[tuple[int, list[object]]]) -> EnqueueData:
         shards = sorted({shard for shard, _ in minutes})
-        return Queue.prepare_data(
+        return pool_job(
             keys.LOG_JOB,
-            args=([entry for _, entry in minutes],),
+            ([entry for _, entry in minutes],),
             timeout=self.settings.job_timeout,
-            result_ttl=defaults.JOB_RESULT_TTL_S,
-            failure_ttl=defaults.JOB_FAILURE_TTL_S,
-            retry=Retry(max=defaults.JOB_RETRIES),
             description=f"log {len(minutes)} minutes from shards {shards}",
         )
 

@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from rq import Queue, Retry
+from rq import Queue
 
 from contracts import decode_durable_fields, keys
 from contracts.summaries import SYSTEM_EVENT_TYPES
-from pvm import defaults
 from pvm.config import Settings
 from pvm.fsync import fsync_calls
 from pvm.metrics import MetricsRecorder, entry_time_ms
 from pvm.stores.cache import CachedMinute, MinuteCache
 from pvm.stores.log import Appended, LogWriter
 from workers.runtime.context import WorkerContext
-from workers.runtime.queues import pool_queue
+from workers.runtime.messages import LoggedRecord
+from workers.runtime.queues import pool_job, pool_queue
 
 log = logging.getLogger(__name__)
 
@@ -144,31 +144,27 @@ def _update_caches(cache: MinuteCache, result: LogBatchResult, durable_at: float
     pipe.execute()
 
 
+def fanned_out(result: LogBatchResult) -> list[LoggedRecord]:
+    """The batch's minutes as the pools downstream get them, in log order: with their stream entry time, which the
+    index pool measures freshness from."""
+    return [
+        LoggedRecord(a.id, a.seq, item.raw, entry_time_ms(item.entry_id))
+        for pairs in result.projects.values()
+        for item, a in pairs
+    ]
+
+
 def _fan_out(queues: list[Queue], result: LogBatchResult, connection: redis.Redis, per_job: int) -> None:
     """The batch's records to every downstream queue, `per_job` to a job (in log order), all in one MULTI/EXEC."""
     if not queues:
         return
-    # [minute id, log seq, minute bytes, stream entry ms]: the entry time is what the index pool measures
-    # freshness from (it accepts the older three-element records too).
-    records = [
-        [a.id, a.seq, item.raw, entry_time_ms(item.entry_id)] for pairs in result.projects.values() for item, a in pairs
-    ]
+    records = fanned_out(result)
     parts = [records[start : start + per_job] for start in range(0, len(records), per_job)]
     with connection.pipeline(transaction=True) as pipe:
         for queue in queues:
             pool = queue.name.removeprefix("pvm-")
             queue.enqueue_many(
-                [
-                    Queue.prepare_data(
-                        keys.POOL_JOBS[pool],
-                        args=(part,),
-                        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
-                        retry=Retry(max=defaults.JOB_RETRIES),
-                        result_ttl=defaults.JOB_RESULT_TTL_S,
-                        failure_ttl=defaults.JOB_FAILURE_TTL_S,
-                    )
-                    for part in parts
-                ],
+                [pool_job(keys.POOL_JOBS[pool], (part,)) for part in parts],
                 pipeline=pipe,
             )
         pipe.execute()

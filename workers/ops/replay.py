@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis
-from rq import Queue, Retry
 from rq.job import Job
 
 from contracts import ContractError, FactChange, Minute, fact_change, keys
@@ -47,8 +46,9 @@ from pvm.stores.log import LogReader
 from workers.evaluate import pool as evaluate_pool
 from workers.ops.failed_jobs import job_error
 from workers.runtime.heads import advance_script
+from workers.runtime.messages import LoggedRecord
 from workers.runtime.progress import Progress
-from workers.runtime.queues import live_workers, pool_queue
+from workers.runtime.queues import enqueue_pool_job, live_workers, pool_job, pool_queue
 
 NO_INDEX_WORKER = "no index worker is running: start `pvm worker index` or `pvm serve`"
 
@@ -154,12 +154,7 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
     index_queue = pool_queue("index", connection)
     # The index jobs depend on the reset: RQ holds them back until it has finished,
     # however many index workers there are.
-    reset = index_queue.enqueue(
-        keys.INDEX_RESET_JOB,
-        project_id,
-        result_ttl=defaults.JOB_RESULT_TTL_S,
-        failure_ttl=defaults.JOB_FAILURE_TTL_S,
-    )
+    reset = enqueue_pool_job(index_queue, keys.INDEX_RESET_JOB, (project_id,), timeout=None, retries=0)
     replayed = ProjectReplay(project_id, reset.id)
     _clear_caches(connection, project_id)
     progress = Progress(f"replay {project_id}: log", total)
@@ -171,17 +166,7 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
             return
         cache.update(project_id, batch, time.time())
         jobs = index_queue.enqueue_many(
-            [
-                Queue.prepare_data(
-                    keys.INDEX_JOB,
-                    args=([[m.id, m.seq, m.minute_bytes] for m in batch],),
-                    retry=Retry(max=defaults.JOB_RETRIES),
-                    result_ttl=defaults.JOB_RESULT_TTL_S,
-                    failure_ttl=defaults.JOB_FAILURE_TTL_S,
-                    timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
-                    depends_on=reset,
-                )
-            ]
+            [pool_job(keys.INDEX_JOB, ([LoggedRecord(m.id, m.seq, m.minute_bytes) for m in batch],), depends_on=reset)]
         )
         # RQ 3.0 lists a job twice when its dependency finishes while it is enqueued (a WATCH retry).
         replayed.index_ids.extend(dict.fromkeys(job.id for job in jobs))
@@ -200,11 +185,13 @@ def enqueue_project(connection: redis.Redis, settings: Settings, project_id: str
             flush()
     flush()
     # The embedded engine's search is fastest on an optimized shard: ask for it once the rebuild is in.
-    index_queue.enqueue(
+    enqueue_pool_job(
+        index_queue,
         keys.INDEX_OPTIMIZE_JOB,
-        project_id,
+        (project_id,),
+        timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S,
+        retries=0,
         depends_on=replayed.index_ids[-1] if replayed.index_ids else reset,
-        job_timeout=defaults.OPTIMIZE_JOB_TIMEOUT_S,
     )
     progress.show(replayed.minutes, "queued for indexing", force=True)
     progress.done()

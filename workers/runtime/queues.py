@@ -1,16 +1,20 @@
-"""RQ queues of PVM's pools, always with the msgpack serializer."""
+"""RQ queues of PVM's pools, always with the msgpack serializer, and the one policy every PVM job is queued with."""
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import redis
-from rq import Queue
+from rq import Queue, Retry
+from rq.job import Job
+from rq.queue import EnqueueData
 from rq.utils import as_text
 from rq.worker import Worker
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from contracts import keys
+from pvm import defaults
 from workers.runtime.jobs import PvmJob
 from workers.runtime.serializers import MsgpackSerializer
 
@@ -36,6 +40,39 @@ def queue_name(pool: str) -> str:
 def pool_queue(pool: str, connection: redis.Redis) -> Queue:
     """The RQ queue of a pool: msgpack job data (never pickle), PVM's job class (`workers.runtime.jobs.PvmJob`)."""
     return Queue(queue_name(pool), connection=connection, serializer=MsgpackSerializer, job_class=PvmJob)
+
+
+def pool_job(
+    name: str,
+    args: Sequence[Any] = (),
+    *,
+    timeout: int | None = defaults.DOWNSTREAM_JOB_TIMEOUT_S,
+    retries: int = defaults.JOB_RETRIES,
+    description: str | None = None,
+    depends_on: Job | str | None = None,
+) -> EnqueueData:
+    """One PVM job, ready for `Queue.enqueue_many`, with the policy every PVM job has.
+
+    `name` is a job name of `contracts.keys`. Results are kept `JOB_RESULT_TTL_S`, failures
+    `JOB_FAILURE_TTL_S`; a failed job is retried `retries` times (every pool job is idempotent; jobs that
+    finish or retry their own way, as an evaluation slice or a schedule, pass 0). `timeout` None is RQ's default.
+    """
+    return Queue.prepare_data(
+        name,
+        args=tuple(args),
+        timeout=timeout,
+        retry=Retry(max=retries) if retries else None,
+        result_ttl=defaults.JOB_RESULT_TTL_S,
+        failure_ttl=defaults.JOB_FAILURE_TTL_S,
+        description=description,
+        depends_on=depends_on,
+    )
+
+
+def enqueue_pool_job(queue: Queue, name: str, args: Sequence[Any] = (), **policy: Any) -> Job:
+    """Queue one PVM job (`pool_job`'s policy; `policy` takes its keyword arguments) and return it."""
+    jobs = queue.enqueue_many([pool_job(name, args, **policy)])
+    return jobs[0]
 
 
 def worker_registrations(connection: redis.Redis, queue_name: str) -> list[tuple[str, bool]]:

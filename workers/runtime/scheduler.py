@@ -42,7 +42,7 @@ from contracts import keys
 from pvm import defaults
 from pvm.config import Settings
 from pvm.connection import bulk_reply, hash_reply
-from workers.runtime.queues import pool_queue
+from workers.runtime.queues import pool_job, pool_queue
 from workers.runtime.serializers import MsgpackSerializer
 
 log = logging.getLogger(__name__)
@@ -248,12 +248,11 @@ class Scheduler:
                     pipe.unwatch()
                     return False
                 pipe.multi()
-                job_data = Queue.prepare_data(
+                job_data = pool_job(
                     schedule.func,
-                    args=schedule.args,
+                    schedule.args,
                     timeout=schedule.timeout_s,
-                    result_ttl=defaults.JOB_RESULT_TTL_S,
-                    failure_ttl=defaults.JOB_FAILURE_TTL_S,
+                    retries=0,
                     description=f"schedule {schedule.name}",
                 )
                 [job] = self._queue(schedule.pool).enqueue_many([job_data], pipeline=pipe)

@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 
 import msgpack
 import redis
-from rq import Retry
 
 from contracts import ContractError, Minute, decode_durable_minute, encode_minute, keys
 from contracts.ids import derived_minute_id
@@ -51,12 +50,11 @@ from pvm.config import Settings
 from pvm.metrics import MetricsRecorder
 from pvm.stores.log import LogReader
 from pvm.stores.summaries import SummaryStore, decode_chunks, decode_episodes, encode_records
-from workers.index import summary_points
 from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
-from workers.runtime.messages import FannedOut, decode_fanned_out
+from workers.runtime.messages import FannedOut, ThreadChanges, decode_fanned_out, thread_changes
 from workers.runtime.minutes import write_minutes
-from workers.runtime.queues import pool_queue
+from workers.runtime.queues import enqueue_pool_job, pool_queue
 from workers.summarize.episodes import OpenPatterns
 from workers.summarize.summarizers import ChunkText, Logged, Summarizer, summarizer_from_settings
 from workers.summarize.threads import Advanced, ThreadShape, ThreadState, advance
@@ -287,7 +285,7 @@ def _advance_threads(
     names = replies[0]
     write = connection.pipeline(transaction=False)
     llm_minutes: list[Minute] = []
-    points: list[dict[str, Any]] = []  # what changed of each thread's summaries, for the vector index
+    points: list[ThreadChanges] = []  # what changed of each thread's summaries, for the vector index
     for i, digest in enumerate(digests):
         raw_name = names[i]
         if raw_name is None:
@@ -306,7 +304,7 @@ def _advance_threads(
                 pending.append(Logged(int(score), decode_durable_minute(body)))
         done = advance(project_id, state, pending, head, ctx.summarizer, ctx.shape)
         _count(done, counts)
-        changed = summary_points.thread_changes(
+        changed = thread_changes(
             project_id, thread, before, _records(state), {m.seq: (m.minute.id, m.minute.timestamp) for m in pending}
         )
         if changed is not None:
@@ -334,16 +332,9 @@ def _records(state: ThreadState) -> tuple[list[Chunk], list[Episode]]:
     return list(state.chunks), list(state.episodes)
 
 
-def _index_summaries(connection: redis.Redis, project_id: str, threads: list[dict[str, Any]]) -> None:
-    """Hand what changed of a project's thread summaries to the index queue (`workers.index.summary_points`)."""
-    pool_queue("index", connection).enqueue_call(
-        keys.SUMMARY_POINTS_JOB,
-        args=(project_id, threads),
-        timeout=defaults.DOWNSTREAM_JOB_TIMEOUT_S,
-        retry=Retry(max=defaults.JOB_RETRIES),
-        result_ttl=defaults.JOB_RESULT_TTL_S,
-        failure_ttl=defaults.JOB_FAILURE_TTL_S,
-    )
+def _index_summaries(connection: redis.Redis, project_id: str, threads: list[ThreadChanges]) -> None:
+    """Hand what changed of a project's thread summaries to the index queue (the summary-points job)."""
+    enqueue_pool_job(pool_queue("index", connection), keys.SUMMARY_POINTS_JOB, (project_id, threads))
 
 
 def _apply_logged_summary(state: ThreadState, minute: Minute, summary: ChunkSummarized, counts: Counter[str]) -> None:
@@ -422,7 +413,7 @@ class SummariesReplay:
     episodes: int = 0
     from_log: int = 0  # chunks whose summary a chunk_summarized minute gave (no model called)
     refused: int = 0
-    points: list[dict[str, Any]] = field(default_factory=list)  # every thread's summaries, for `index_replayed`
+    points: list[ThreadChanges] = field(default_factory=list)  # every thread's summaries, for `index_replayed`
 
 
 def replay_summaries(
@@ -512,7 +503,7 @@ def replay_summaries(
     for thread, state in states.items():
         chunks_left, episodes_left = left.get(thread, ({}, {}))
         gone = (_gone(chunks_left, state.chunks), _gone(episodes_left, state.episodes))
-        message = summary_points.thread_changes(project_id, thread, gone, _records(state), by_seq.get(thread, {}))
+        message = thread_changes(project_id, thread, gone, _records(state), by_seq.get(thread, {}))
         if message is not None:
             done.points.append(message)
     progress.show(done.minutes, f"{done.chunks:,} chunks, {done.episodes:,} episodes", force=True)
