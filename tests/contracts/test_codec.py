@@ -470,7 +470,7 @@ NOT_MINUTES = {
     "decode_durable_minute)",
     "workers/evaluate/pool.py": "the evaluate pool's records: scores, prune records, a task's outcome in a run",
     "workers/evaluate/candidate_index.py": "an evaluation run's candidate index: bucket id lists and dedupe records",
-    "workers/agent/memory_files.py": "stored fact records (StoredFact.pack's bytes), read for the Markdown export",
+    "workers/agent/memory_snapshot.py": "stored fact records (StoredFact.pack's bytes), read for the Markdown export",
     "workers/summarize/pool.py": "a thread's open episode patterns (OpenPatterns.to_dict); its minutes' bytes are "
     "decoded with decode_durable_minute",
 }

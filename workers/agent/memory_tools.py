@@ -24,24 +24,17 @@ import redis
 from contracts.minute import Minute, check_project_id
 from pvm import defaults
 from pvm.config import Settings
-from workers.agent.memory_files import (
+from workers.agent.memory_errors import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError
+from workers.agent.memory_files import export_files, plan_import, stream_writer
+from workers.agent.memory_front_matter import parse
+from workers.agent.memory_paths import (
     DERIVED_ROOTS,
-    MemoryConflict,
-    MemoryFileError,
-    MemoryNotFound,
-    MemoryPathError,
-    MemorySnapshot,
     check_global_grant,
     check_global_visible,
     check_memory_path,
     check_size,
-    export_files,
-    parse,
-    plan_import,
-    read_snapshot,
-    stream_writer,
-    written_before,
 )
+from workers.agent.memory_snapshot import MemorySnapshot, read_snapshot, written_before
 
 Write = Callable[[Sequence[Minute]], list[str]]
 

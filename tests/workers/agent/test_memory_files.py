@@ -36,24 +36,12 @@ from contracts.summaries import Chunk, Episode, EpisodeKind, ThreadRef
 from pvm.config import Settings
 from pvm.stores.facts import FactStore
 from tests.memory_helpers import use_settings
-from workers.agent.memory_files import (
-    EXPORT_MARK,
-    FactRecord,
-    MemoryConflict,
-    MemoryFileError,
-    MemoryForbidden,
-    MemoryPathError,
-    MemorySnapshot,
-    export_files,
-    fact_path,
-    parse,
-    plan_import,
-    read_export_version,
-    read_folder,
-    read_snapshot,
-    stream_writer,
-    write_folder,
-)
+from workers.agent.memory_errors import MemoryConflict, MemoryFileError, MemoryForbidden, MemoryPathError
+from workers.agent.memory_files import export_files, plan_import, stream_writer
+from workers.agent.memory_folders import EXPORT_MARK, read_export_version, read_folder, write_folder
+from workers.agent.memory_front_matter import parse
+from workers.agent.memory_paths import fact_path
+from workers.agent.memory_snapshot import FactRecord, MemorySnapshot, read_snapshot
 from workers.ops import cli
 
 P = "apollo"
@@ -366,7 +354,7 @@ def test_paths_outside_the_memory_root_are_refused(path: str) -> None:
 
 @pytest.mark.parametrize("path", ["facts/../secrets.md", "facts/./x.md", "facts//x.md"])
 def test_a_dot_segment_is_refused_saying_paths_stay_inside_the_memory_root(path: str) -> None:
-    from workers.agent.memory_files import check_memory_path
+    from workers.agent.memory_paths import check_memory_path
 
     with pytest.raises(MemoryPathError) as refused:
         check_memory_path(path)
@@ -374,7 +362,7 @@ def test_a_dot_segment_is_refused_saying_paths_stay_inside_the_memory_root(path:
 
 
 def test_fuzzed_paths_never_leave_the_root(tmp_path: Path) -> None:
-    from workers.agent.memory_files import check_memory_path
+    from workers.agent.memory_paths import check_memory_path
 
     rng = random.Random(13)
     segments = ["facts", "learned", "episodes", "..", ".", "%2e%2e", "a", "b.md", ".md", "x\x00.md", "~", "..%2f", ""]

@@ -22,14 +22,9 @@ from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes
 from tests.workers.agent.test_memory_files import ATTACKS, P, apply, global_paths, seed_global, seed_memory, streamed
 from tests.workers.api.test_api_facts import APOLLO_ONLY, CURATOR, bearer, write_tokens
-from workers.agent.memory_files import (
-    MemoryConflict,
-    MemoryFileError,
-    MemoryNotFound,
-    MemoryPathError,
-    fact_path,
-    read_snapshot,
-)
+from workers.agent.memory_errors import MemoryConflict, MemoryFileError, MemoryNotFound, MemoryPathError
+from workers.agent.memory_paths import fact_path
+from workers.agent.memory_snapshot import read_snapshot
 from workers.agent.memory_tools import MemoryTools
 from workers.api.app import create_app
 
