@@ -48,11 +48,12 @@ from pvm import defaults
 from pvm.config import Settings
 from pvm.pair import Pair
 from pvm.reader import ContextReader
-from pvm.search import DEFAULT_KINDS, KINDS, PREFERENCES, Hit
+from pvm.search import DEFAULT_KINDS, PREFERENCES, Hit
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogError
 from pvm.stores.summaries import SummaryStore
 from pvm.vectors import GLOBAL_TENANT, VectorStoreError
+from workers.api import fields
 from workers.api.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.api.fact_routes import FactRoutes
 from workers.api.memory_routes import MemoryRoutes
@@ -62,8 +63,6 @@ from workers.api.request import (
     BadRequest,
     Forbidden,
     Unavailable,
-    choices_param,
-    int_param,
     json_body,
     list_param,
 )
@@ -177,8 +176,8 @@ def filters_from_query(request: Request) -> SearchFilters:
         agents=list_param(request, "agent"),
         task_id=request.query_params.get("task_id") or None,
         thread_id=request.query_params.get("thread_id") or None,
-        since_ms=int_param(request, "since_ms", 0, 0, 2**53) or None,
-        until_ms=int_param(request, "until_ms", 0, 0, 2**53) or None,
+        since_ms=fields.SINCE_MS.integer(request, 0) or None,
+        until_ms=fields.UNTIL_MS.integer(request, 0) or None,
         min_composite=composite,
         include_pruned=request.query_params.get("include_pruned", "").lower() in ("1", "true", "yes"),
     )
@@ -389,7 +388,7 @@ def create_app(
             request.path_params["project_id"],
             agent_id,
             task=request.query_params.get("task") or None,
-            budget_tokens=int_param(request, "budget_tokens", defaults.CONTEXT_BUDGET_TOKENS, 1, 1_000_000),
+            budget_tokens=fields.BUDGET_TOKENS.integer(request),
             task_id=task_id,
             tags=list_param(request, "tag"),
             include_global=scope is not None and scope.allows_global,  # the global tier only with the grant
@@ -411,12 +410,12 @@ def create_app(
             raise BadRequest("query parameter q (the search text) is required")
         if reader.searcher is None:
             raise Unavailable("this server has no vector store configured; semantic search is unavailable")
-        kinds = choices_param(request, "kinds", KINDS) or DEFAULT_KINDS
+        kinds = fields.SEARCH_KINDS.choices(request) or DEFAULT_KINDS
         result = reader.search_result(
             request.path_params["project_id"],
             query,
             filters_from_query(request),
-            int_param(request, "k", defaults.SEARCH_K, 1, 100),
+            fields.SEARCH_K.integer(request),
             prefer=prefer_param(request),
             kinds=kinds,
         )
@@ -431,12 +430,12 @@ def create_app(
         project_id = request.path_params["project_id"]
         thread = thread_param(request, request.path_params["thread"])
         assert thread is not None
-        recent = int_param(request, "recent", reader.thread_recent, 0, 1_000)
+        recent = fields.THREAD_RECENT.integer(request, reader.thread_recent)
         # A thread the pool has not seen (yet) is an empty one, as a project with no minutes has an empty context.
         return threads.thread_view(project_id, thread, recent).to_dict()
 
     def recent(request: Request, body: bytes) -> Any:
-        minutes = reader.get_recent(request.path_params["project_id"], int_param(request, "n", 50, 1, 1_000))
+        minutes = reader.get_recent(request.path_params["project_id"], fields.RECENT_N.integer(request))
         return {"minutes": minutes}
 
     def stats(request: Request, body: bytes) -> Any:

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from starlette.requests import Request
@@ -46,7 +46,11 @@ from contracts.fact_changes import (
 from contracts.facts import (
     FACT_ID_PATTERN,
     GLOBAL_KEY,
+    MAX_FACT_TEXT,
+    MAX_FACT_VALUE,
     MAX_RELATIONSHIPS,
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
     Fact,
     FactStatus,
     FactType,
@@ -60,11 +64,27 @@ from contracts.facts import (
 )
 from contracts.ids import RequestIds
 from contracts.memory import FactHit, SearchFilters
-from contracts.minute import iso_from_ms, utc_now_iso
+from contracts.minute import MAX_NAME_LENGTH, iso_from_ms, utc_now_iso
 from pvm import defaults
 from pvm.search import HybridSearch
 from pvm.stores.facts import FactStore
 from workers.api.auth import TokenScope
+from workers.api.fields import (
+    AGENT_ID,
+    BLANK,
+    BOOLEAN,
+    NON_BLANK,
+    STRING,
+    TASK_ID,
+    Body,
+    Field,
+    Value,
+    body_field,
+    choices,
+    integer,
+    path_param,
+    query_param,
+)
 from workers.api.request import (
     BadRequest,
     Conflict,
@@ -73,9 +93,6 @@ from workers.api.request import (
     NotFound,
     Unavailable,
     agent_field,
-    choices_param,
-    int_param,
-    json_object,
     minute_id_field,
 )
 from workers.rules.fact_timeline import fit, on_promotion, place
@@ -89,36 +106,134 @@ DEFAULT_STATUSES = (FactStatus.PROMOTED.value,)
 # Pending and promoted facts are listed as of a time (they must hold then); superseded and retracted ones by what
 # became of them (`current` reads them that way too).
 LIVE_STATUSES = (FactStatus.PENDING.value, FactStatus.PROMOTED.value)
-LIST_LIMIT = defaults.API_FACTS_LIMIT
-LIST_MAX = defaults.API_FACTS_MAX
-OFFSET_MAX = defaults.API_FACTS_MAX_OFFSET
 SEARCH_MAX = defaults.API_FACTS_SEARCH_MAX
 LEASE_WAIT_S = defaults.API_FACTS_LEASE_WAIT_S
 # A change's further minutes (the values it supersedes or contradicts) get ids derived from its first under this
 # name: a retry with the same minute_id makes the same minutes with the same ids, and the log keeps each once.
 FOLLOWING_KIND = "fact-change"
 
-# Fields of the bodies, each route's in one place (the OpenAPI document describes the same).
-ASSERT_FIELDS = ("subject", "attribute", "value")
-ASSERT_OPTIONAL = (
-    "type",
-    "text",
-    "tier",
-    "task_id",
-    "confidence",
-    "importance",
-    "status",
-    "valid_from",
-    "valid_until",
-    "tags",
-    "single_valued",
-    "agent_id",
-    "minute_id",
+# -- the fields each route reads (workers/api/openapi.py describes the routes from these) ------------------------------
+
+# A name the contract takes as a slot's subject or attribute (and a learned key): non-blank, at most MAX_NAME_LENGTH.
+_NAME = Value("string", min_length=1, max_length=MAX_NAME_LENGTH, pattern=NON_BLANK)
+_FACT_TEXT = Value("string", min_length=1, max_length=MAX_FACT_TEXT, pattern=NON_BLANK)
+_FACT_VALUE = Value(
+    one_of=(
+        Value("string", min_length=1, max_length=MAX_FACT_VALUE, pattern=NON_BLANK),
+        Value("number"),
+        Value("boolean"),
+    ),
+    description="text, a number or a boolean",
 )
-PROMOTE_OPTIONAL = ("to_tier", "agent_id", "minute_id")
-RETRACT_OPTIONAL = ("reason", "agent_id", "minute_id")
-LEARN_FIELDS = ("key", "value")
-LEARN_OPTIONAL = ("tier", "task_id", "type", "text", "agent_id", "minute_id")
+_UNIT = Value("number", minimum=0, maximum=1)
+
+TIER = query_param(
+    "tier",
+    choices(TIERS),
+    "tiers (repeat or comma-separate); default: the task's (with task) and the project's. global needs a token that "
+    "grants it",
+)
+TASK = query_param("task", TASK_ID, "a task id: its tier is read (with tier=task, required)")
+TYPE = query_param("type", choices(FACT_TYPES), "fact types (repeat or comma-separate)")
+STATUS = query_param("status", choices(STATUSES), "statuses (default: promoted)")
+SUBJECT = query_param("subject", STRING, "one subject (compared normalized)")
+ATTRIBUTE = query_param("attribute", STRING, "one attribute (compared normalized)")
+SEARCH = query_param("q", STRING, "hybrid search over the facts (kind=fact points), best first")
+AS_OF = query_param("as_of", Value(ref="FactTime"), "what held then and PVM had recorded by then")
+LIMIT = query_param("limit", integer(1, defaults.API_FACTS_MAX, defaults.API_FACTS_LIMIT), "page size")
+OFFSET = query_param("offset", integer(0, defaults.API_FACTS_MAX_OFFSET, 0), "facts skipped")
+LIST_PARAMS = (TIER, TASK, TYPE, STATUS, SUBJECT, ATTRIBUTE, SEARCH, AS_OF, LIMIT, OFFSET)
+
+FACT_ID = path_param(
+    "fact_id",
+    Value(ref="FactId"),
+    "a fact of the project (task or project tier), or of the global tier with a token that grants it",
+    "26715822-4642-5d0d-8e8d-756d5f3d703a",
+)
+RECALL_TIER = query_param(
+    "tier",
+    choices(TIERS),
+    "look only in these tiers (task needs the task parameter: 400 without it; global needs the grant)",
+)
+RECALL_TASK = query_param("task", TASK_ID, "a task id: its tier is looked in first")
+KEY = query_param("key", _NAME, "the learned key", "deploy window")
+# In the path a key is one segment: a key with / is recalled by ?key=.
+KEY_IN_PATH = path_param("key", replace(_NAME, pattern=f"^[^/]*[^/{BLANK}][^/]*$"), "the learned key", "oncall")
+RECALL_PARAMS = (KEY, RECALL_TIER, RECALL_TASK)
+RECALL_PATH_PARAMS = (KEY_IN_PATH, RECALL_TIER, RECALL_TASK)
+
+_AGENT_AND_ID = (
+    # `agent_field` refuses an empty one: a change names its agent or leaves it out.
+    body_field("agent_id", replace(AGENT_ID, min_length=1), "who makes the change (the minute's agent_id)"),
+    body_field(
+        "minute_id",
+        Value(ref="MinuteId"),
+        "the change minute's id: set it to make a retry idempotent (default: a new id)",
+    ),
+)
+_FACT_TYPE = body_field("type", Value(enum=FACT_TYPES, default=FactType.FACT.value))
+ASSERT_BODY = Body(
+    (
+        body_field("subject", _NAME, "what the fact is about (service:auth)", required=True),
+        body_field("attribute", _NAME, "which property of it (session_ttl)", required=True),
+        body_field("value", _FACT_VALUE, required=True),
+        _FACT_TYPE,
+        body_field("text", _FACT_TEXT, "the fact as a sentence (default: subject attribute: value)"),
+        body_field(
+            "tier",
+            Value(enum=(Tier.TASK.value, Tier.PROJECT.value)),
+            "default: task with task_id, else project. The global tier is written only by promotion or learn",
+        ),
+        body_field("task_id", TASK_ID),
+        body_field("confidence", replace(_UNIT, default=1.0)),
+        body_field("importance", _UNIT, "default: by type"),
+        body_field("status", Value(enum=LIVE_STATUSES, default=FactStatus.PROMOTED.value)),
+        body_field("valid_from", Value(ref="FactTime"), "when it starts to hold (default: now)"),
+        body_field("valid_until", Value(ref="FactTime"), "when it stops holding (default: open)"),
+        body_field(
+            "tags",
+            Value("array", items=replace(_NAME, max_length=MAX_TAG_LENGTH), max_items=MAX_TAGS),
+            "tags",
+        ),
+        body_field(
+            "single_valued",
+            BOOLEAN,
+            "one value at a time in the slot (default: by type and attribute): a newer value supersedes the older",
+        ),
+        *_AGENT_AND_ID,
+    ),
+    "the fact",
+)
+PROMOTE_BODY = Body(
+    (
+        body_field(
+            "to_tier",
+            Value(enum=(Tier.PROJECT.value, Tier.GLOBAL.value)),
+            "copy the fact one tier up (task -> project -> global) with a new id; left out: promote a pending fact "
+            "in place",
+        ),
+        *_AGENT_AND_ID,
+    ),
+    "what to promote to (empty: in place)",
+    required=False,
+)
+RETRACT_BODY = Body((body_field("reason", _FACT_TEXT, "why"), *_AGENT_AND_ID), "why (optional)", required=False)
+LEARN_BODY = Body(
+    (
+        body_field("key", _NAME, "the key (the slot learned / key)", required=True),
+        body_field("value", _FACT_VALUE, required=True),
+        body_field(
+            "tier",
+            Value(enum=TIERS),
+            "default: task with task_id, else project; global needs a token that grants it",
+        ),
+        body_field("task_id", TASK_ID),
+        _FACT_TYPE,
+        body_field("text", _FACT_TEXT, "default: key = value"),
+        *_AGENT_AND_ID,
+    ),
+    "the key and its value",
+)
 
 GLOBAL_GRANT = (
     'the global tier needs a token that grants it ("global": true in PVM_API_TOKENS_FILE: pvm token new --global)'
@@ -150,16 +265,16 @@ class FactRoutes:
     def list_facts(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``GET /v1/projects/{p}/facts``: the facts of the tiers asked for, filtered, a page at a time."""
         project_id = request.path_params["project_id"]
-        task = _task_param(request)
-        tiers = choices_param(request, "tier", TIERS) or ((Tier.TASK.value,) if task else ()) + (Tier.PROJECT.value,)
+        task = _task_param(request, TASK)
+        tiers = TIER.choices(request) or ((Tier.TASK.value,) if task else ()) + (Tier.PROJECT.value,)
         tier_keys = _tier_keys(project_id, tiers, task, scope, "read")
-        types = choices_param(request, "type", FACT_TYPES) or None
-        statuses = choices_param(request, "status", STATUSES) or DEFAULT_STATUSES
+        types = TYPE.choices(request) or None
+        statuses = STATUS.choices(request) or DEFAULT_STATUSES
         as_of = _as_of(request)
-        subject, attribute = _text_param(request, "subject"), _text_param(request, "attribute")
-        limit = int_param(request, "limit", LIST_LIMIT, 1, LIST_MAX)
-        offset = int_param(request, "offset", 0, 0, OFFSET_MAX)
-        query = request.query_params.get("q") or None
+        subject, attribute = _normalized(request, SUBJECT), _normalized(request, ATTRIBUTE)
+        limit = LIMIT.integer(request)
+        offset = OFFSET.integer(request)
+        query = SEARCH.text(request)
         degraded = None
         if query is not None:
             found, degraded, more = self._search(project_id, query, task, tiers, types, statuses, as_of, offset + limit)
@@ -249,11 +364,11 @@ class FactRoutes:
         The global tier is searched when the token grants it (or only it, with ``tier=global``).
         """
         project_id = request.path_params["project_id"]
-        key = request.path_params.get("key") or request.query_params.get("key")
+        key = KEY_IN_PATH.text(request) or KEY.text(request)
         if not key:
             raise BadRequest("the learned key to recall is required: GET .../recall/{key} (or .../recall?key=...)")
-        task = _task_param(request)
-        asked = choices_param(request, "tier", TIERS)
+        task = _task_param(request, RECALL_TASK)
+        asked = RECALL_TIER.choices(request)
         if asked:
             searched = _tier_keys(project_id, asked, task, scope, "read")
         else:
@@ -273,7 +388,7 @@ class FactRoutes:
     def _find(self, request: Request, scope: TokenScope) -> Fact:
         """The fact in the path: the project's own (task or project tier), else, with the grant, a global one."""
         project_id = request.path_params["project_id"]
-        fact_id = request.path_params["fact_id"]
+        fact_id = FACT_ID.raw(request) or ""
         if not FACT_ID_PATTERN.fullmatch(fact_id):
             raise BadRequest(f"path parameter fact_id {fact_id[:40]!r} is not a fact id (a lowercase version-5 UUID)")
         own = self.store.stored(TierKey.for_project(project_id), [fact_id]).get(fact_id)
@@ -291,7 +406,7 @@ class FactRoutes:
     def assert_fact(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST /v1/projects/{p}/facts``: a fact asserted by hand (``fact_asserted``), in a task or the project."""
         project_id = request.path_params["project_id"]
-        given = json_object(body, ASSERT_FIELDS, ASSERT_OPTIONAL)
+        given = ASSERT_BODY.parse(body)
         task = _task_field(given)
         tier = _tier_field(given, task, default=Tier.TASK if task else Tier.PROJECT)
         if tier is Tier.GLOBAL:
@@ -303,7 +418,7 @@ class FactRoutes:
         tier_key = _tier_key(project_id, tier, task)
         minute_id, now = _minute_id(given), utc_now_iso()  # `now`: recorded_at; the minute's own time may be later
         status = given.get("status", FactStatus.PROMOTED.value)
-        if status not in LIVE_STATUSES:
+        if status not in ASSERT_BODY.field("status").value.enum:
             raise InvalidField("status", f"{status!r}: a fact is asserted pending or promoted")
         with _fields_named():
             fact = Fact.new(
@@ -327,7 +442,7 @@ class FactRoutes:
 
     def promote(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/facts/{id}/promote``: pending → promoted, or with ``to_tier`` a copy one tier up."""
-        given = json_object(body, (), PROMOTE_OPTIONAL)
+        given = PROMOTE_BODY.parse(body)
         fact = self._find(request, scope)
         to_tier = given.get("to_tier")
         with _fields_named():
@@ -351,7 +466,7 @@ class FactRoutes:
     def retract(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST …/facts/{id}/retract``: the fact is withdrawn (it stays in history)."""
         project_id = request.path_params["project_id"]
-        given = json_object(body, (), RETRACT_OPTIONAL)
+        given = RETRACT_BODY.parse(body)
         fact = self._find(request, scope)
         if fact.status is FactStatus.RETRACTED:
             raise Conflict(f"fact {fact.id} is retracted already")
@@ -373,7 +488,7 @@ class FactRoutes:
     def learn(self, request: Request, body: bytes, scope: TokenScope) -> Any:
         """``POST /v1/projects/{p}/learn``: ``learn(key, value)`` into a task, the project or the global tier."""
         project_id = request.path_params["project_id"]
-        given = json_object(body, LEARN_FIELDS, LEARN_OPTIONAL)
+        given = LEARN_BODY.parse(body)
         task = _task_field(given)
         tier = _tier_field(given, task, default=Tier.TASK if task else Tier.PROJECT)
         if tier is Tier.GLOBAL and not scope.allows_global:
@@ -522,28 +637,28 @@ class FactRoutes:
 # -- parameters and fields ------------------------------------------------------------------------------------
 
 
-def _task_param(request: Request) -> str | None:
-    task = request.query_params.get("task") or None
+def _task_param(request: Request, field: Field) -> str | None:
+    task = field.text(request)
     if task is not None:
         try:
             TierKey.for_task("p", task)
         except InvalidFact as exc:
-            raise BadRequest(f"query parameter task: {exc.problem}") from None
+            raise BadRequest(f"query parameter {field.name}: {exc.problem}") from None
     return task
 
 
-def _text_param(request: Request, name: str) -> str | None:
-    raw = request.query_params.get(name)
+def _normalized(request: Request, field: Field) -> str | None:
+    raw = field.text(request)
     return normalize_text(raw) if raw else None
 
 
 def _as_of(request: Request) -> str | None:
-    raw = request.query_params.get("as_of") or None
+    raw = AS_OF.text(request)
     if raw is not None:
         try:
-            check_time(raw, "as_of")
+            check_time(raw, AS_OF.name)
         except InvalidFact as exc:
-            raise BadRequest(f"query parameter as_of={raw[:40]!r}: {exc.problem}") from None
+            raise BadRequest(f"query parameter {AS_OF.name}={raw[:40]!r}: {exc.problem}") from None
     return raw
 
 

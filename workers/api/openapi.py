@@ -5,9 +5,14 @@ The `Minute` component is the contract's own JSON Schema
 against): OpenAPI 3.1 schemas are JSON Schema 2020-12, so it is embedded as it
 is, its `$defs` moved among the components. The memory records the reads
 answer with (`ContextPackage`, `SearchHit` and their parts) are derived from
-their dataclasses in contracts/memory.py by `record_schema`. Only the small
-answer envelopes (`{"minutes": [...]}`, errors) are written here;
-tests/workers/api/test_openapi.py checks real answers of the app against every one.
+their dataclasses in contracts/memory.py by `record_schema`. A route's
+parameters and request body are rendered from the field specs its handler
+parses (workers/api/fields.py, and the facts, memory and PAIR route modules),
+so their limits are the contract's constants and are written once. Only the
+small answer envelopes (`{"minutes": [...]}`, errors), the parameters every
+route shares (project_id, X-Request-ID) and the batch envelope of
+POST /v1/minutes are written here; tests/workers/api/test_openapi.py checks
+real answers of the app against every one.
 
 The API serves the document at `/openapi.json`; `python -m workers.api.openapi`
 prints it (`--token` / `--scoped` for the variants with bearer auth).
@@ -22,6 +27,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
@@ -29,10 +35,12 @@ from contracts import memory
 from contracts.fact_changes import FACT_EVENT_TYPES
 from contracts.summaries import SYSTEM_EVENT_TYPES
 from pvm import defaults
+from workers.api import fact_routes as fr
+from workers.api import fields
+from workers.api import memory_routes as mr
+from workers.api import pair_routes as pr
+from workers.api.fields import COMPONENTS, JSON, Body, Field, ref
 
-JSON = "application/json"
-# Where the components live, as a JSON pointer prefix for `$ref`.
-COMPONENTS = "#/components/schemas/"
 # The contract's `$defs` names -> component names.
 CONTRACT_DEFS = {"minute_id": "MinuteId"}
 # The records the reads answer with, in the order they are listed.
@@ -44,10 +52,6 @@ RECORDS: tuple[type, ...] = (
     memory.BudgetReport,
     memory.ContextPackage,
 )
-
-
-def ref(name: str) -> dict[str, str]:
-    return {"$ref": COMPONENTS + name}
 
 
 def _array(items: dict[str, Any], **constraints: Any) -> dict[str, Any]:
@@ -372,13 +376,13 @@ ENVELOPES: dict[str, dict[str, Any]] = {
             "criterion": _STRING,
             "missing": _array(_STRING, description="what the output lacks for the criterion"),
             "forbidden": _array(_STRING, description="what the output holds that the criterion rules out"),
-            "score": {"type": "integer", "minimum": 0, "maximum": 100, "description": "how far it meets it"},
+            "score": {"type": "integer", "minimum": 0, "maximum": pr.MAX_SCORE, "description": "how far it meets it"},
         }
     ),
     "PairRound": _object(
         {
             "round": {"type": "integer", "minimum": 1},
-            "score": {"type": "integer", "minimum": 0, "maximum": 100},
+            "score": {"type": "integer", "minimum": 0, "maximum": pr.MAX_SCORE},
             "gaps": _array(ref("PairGap"), description="one per criterion not fully met"),
             "judge": {"type": "string", "description": "checklist, or llm:<model>"},
             "judge_fallback": {
@@ -416,9 +420,9 @@ ENVELOPES: dict[str, dict[str, Any]] = {
             "run_id": _STRING,
             "project_id": ref("ProjectId"),
             "task_id": {"type": ["string", "null"]},
-            "target": {"type": "integer", "minimum": 1, "maximum": 100},
+            "target": {"type": "integer", "minimum": 1, "maximum": pr.MAX_SCORE},
             "max_rounds": {"type": "integer", "minimum": 1},
-            "score": {"type": "integer", "minimum": 0, "maximum": 100, "description": "the best score seen"},
+            "score": {"type": "integer", "minimum": 0, "maximum": pr.MAX_SCORE, "description": "the best score seen"},
             "reached_target": {"type": "boolean"},
             "stopped": {
                 "enum": ["target", "rounds", "no_progress"],
@@ -464,24 +468,11 @@ def components_schemas() -> dict[str, Any]:
 # -- parameters and answers ---------------------------------------------------------------------------
 
 
-def query(name: str, schema: dict[str, Any], description: str, required_example: Any = None) -> dict[str, Any]:
-    """A query parameter: optional, or required with an example value."""
-    parameter = {"name": name, "in": "query", "required": required_example is not None, "schema": schema}
-    parameter["description"] = description
-    if required_example is not None:
-        parameter["example"] = required_example
-    return parameter
+def _parameters(specs: Iterable[Field]) -> list[dict[str, Any]]:
+    """The parameter objects of a route's fields (workers/api/fields.py): the ones it parses."""
+    return [spec.parameter() for spec in specs]
 
 
-def _bounded(low: int | float, high: int | float, default: int | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "integer" if isinstance(low, int) else "number", "minimum": low, "maximum": high}
-    if default is not None:
-        schema["default"] = default
-    return schema
-
-
-# A list in a query: repeated, comma-separated, or both; empty entries are ignored.
-_LIST = {"type": "array", "items": _STRING}
 PROJECT = {
     "name": "project_id",
     "in": "path",
@@ -655,20 +646,7 @@ def _minute_operations() -> dict[str, Operation]:
         "/v1/projects/{project_id}/context": _read(
             "An agent's context: recent, referenced, track record, what we know (facts; global ones with the grant), "
             "rules that apply and relevant experience, under a token budget",
-            [
-                query("agent_id", {"type": "string", "minLength": 1}, "the agent the context is for", "coder"),
-                query("task", _STRING, "the task at hand: finds relevant past experience and the rules it matches"),
-                query("task_id", _STRING, "the task's id: its task-tier facts join the project's"),
-                query("tag", _LIST, "the task's tags, which rules match too (repeat, or comma-separate)"),
-                query("budget_tokens", _bounded(1, 1_000_000, 2_000), "the token budget"),
-                query("format", _STRING, "text: the prompt-ready text (any other value: the JSON package)"),
-                query(
-                    "thread",
-                    _STRING,
-                    "build the context for one thread (a thread id, task:<task id> or project): its newest minutes, "
-                    "then its chunk summaries and episodes (400 for a name that names no thread)",
-                ),
-            ],
+            _parameters(fields.CONTEXT_PARAMS),
             _answer(
                 "the context package (format=text: the prompt-ready text)",
                 "ContextPackage",
@@ -677,35 +655,12 @@ def _minute_operations() -> dict[str, Operation]:
         ),
         "/v1/projects/{project_id}/search": _read(
             "Hybrid search (lexical, and dense when configured) re-ranked by recency and importance",
-            [
-                query("q", {"type": "string", "minLength": 1}, "the search text", "conflict resolved"),
-                query("k", _bounded(1, 100, 5), "how many hits"),
-                query("category", _LIST, "categories (repeat the parameter, or comma-separate)"),
-                query("event_type", _LIST, "event types (repeat, or comma-separate)"),
-                query("agent", _LIST, "agent ids (repeat, or comma-separate)"),
-                query("task_id", _STRING, "one task"),
-                query("thread_id", _STRING, "one thread"),
-                query("since_ms", _bounded(0, 2**53), "minutes at or after this time (Unix ms; 0: no bound)"),
-                query("until_ms", _bounded(0, 2**53), "minutes before this time (Unix ms; 0: no bound)"),
-                query("min_composite", _bounded(0.0, 1.0), "the least composite score"),
-                query(
-                    "prefer",
-                    {"type": "string", "enum": ["relevant", "recent"]},
-                    "recent: recency leads; relevant: it only breaks ties (absent: the query's words decide)",
-                ),
-                query("include_pruned", _STRING, "true: also minutes the evaluate pool pruned (the log keeps them)"),
-                query(
-                    "kinds",
-                    _enum_list(("minute", "fact", "summary")),
-                    "what to return (repeat or comma-separate): minute (the default), fact, summary (chunk and "
-                    "episode summaries); with any but minute the answer also has ranked",
-                ),
-            ],
+            _parameters(fields.SEARCH_PARAMS),
             _answer("the hits, best first", "SearchAnswer"),
         ),
         "/v1/projects/{project_id}/recent": _read(
             "The project's newest minutes, oldest first",
-            [query("n", _bounded(1, 1_000, 50), "how many")],
+            _parameters(fields.RECENT_PARAMS),
             _answer("the minutes", "MinuteList"),
         ),
         "/v1/projects/{project_id}/stats": _read(
@@ -731,20 +686,7 @@ def _minute_operations() -> dict[str, Operation]:
             "get",
             {
                 "summary": "One thread: its newest minutes (verbatim), its chunk summaries and its episodes",
-                "parameters": [
-                    PROJECT,
-                    {
-                        "name": "thread",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "minLength": 1},
-                        "description": "a thread id (thread:<id> when it starts with task: or thread:), "
-                        "task:<task id>, or project",
-                        "example": "task:T-1",
-                    },
-                    query("recent", _bounded(0, 1_000, defaults.SUMMARY_RECENT), "how many of its newest minutes"),
-                    REQUEST_ID,
-                ],
+                "parameters": [PROJECT, *_parameters(fields.THREAD_PARAMS), REQUEST_ID],
                 "responses": {
                     "200": _answer("the thread (empty lists for a thread with no minutes yet)", "Thread"),
                     **_ERRORS,
@@ -753,15 +695,7 @@ def _minute_operations() -> dict[str, Operation]:
         ),
         "/v1/projects/{project_id}/minutes": _read(
             "Minutes by id (the Redis cache, then the durable log), in the order asked",
-            [
-                query(
-                    "ids",
-                    # One string, not an array: empty entries are ignored, and at least one id is required.
-                    {"type": "string", "pattern": "[^,]"},
-                    f"minute ids, comma-separated (at most {defaults.API_MAX_BATCH})",
-                    "01M8BMRD8028T5CY4TQKFF04HM,01M8BMV54G1W7GY3RF1W7GY3RF",
-                )
-            ],
+            _parameters(fields.BY_IDS_PARAMS),
             _answer("the minutes found (an id of another project, or of none, is left out)", "MinuteList"),
         ),
     }
@@ -770,33 +704,6 @@ def _minute_operations() -> dict[str, Operation]:
 # -- the facts routes (workers/api/fact_routes.py) -------------------------------------------------------------------
 
 
-def _enum_list(values: tuple[str, ...]) -> dict[str, Any]:
-    return {"type": "array", "items": {"enum": list(values)}}
-
-
-FACT_PATH = {
-    "name": "fact_id",
-    "in": "path",
-    "required": True,
-    "schema": ref("FactId"),
-    "description": "a fact of the project (task or project tier), or of the global tier with a token that grants it",
-    "example": "26715822-4642-5d0d-8e8d-756d5f3d703a",
-}
-_TEXT = {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": r"\S"}
-_VALUE = {
-    "oneOf": [{**_TEXT, "maxLength": 1024}, {"type": "number"}, {"type": "boolean"}],
-    "description": "text, a number or a boolean",
-}
-# Something other than whitespace as Python reads it (str.isspace also takes \x1c-\x1f and \x85, JSON Schema's \s not).
-_NON_BLANK = r"[^\s\x1c-\x1f\x85]"
-_TASK = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": _NON_BLANK, "description": "a task id"}
-_AGENT_AND_ID = {
-    "agent_id": {"type": "string", "minLength": 1, "description": "who makes the change (the minute's agent_id)"},
-    "minute_id": {
-        "allOf": [ref("MinuteId")],
-        "description": "the change minute's id: set it to make a retry idempotent (default: a new id)",
-    },
-}
 FACT_GLOBAL_FORBIDDEN = _error(
     "the token may not reach the project named in the path, or the global tier (which needs a token that "
     "grants it: pvm token new --global)"
@@ -805,11 +712,7 @@ _FIELD_ERROR = _error("a body field is wrong: the answer names it (field) and th
 _NOT_FOUND = _error("no such fact in the project (or, with a token that grants it, the global tier)")
 
 
-def _body(schema: dict[str, Any], description: str, required: bool = True) -> dict[str, Any]:
-    return {"required": required, "description": description, "content": {JSON: {"schema": schema}}}
-
-
-def _change(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any], **answers: Any) -> Operation:
+def _change(summary: str, parameters: list[dict[str, Any]], body: Body, **answers: Any) -> Operation:
     responses = {
         "202": _answer("accepted: the change minute is on the streams", "FactChangeAccepted"),
         "422": _FIELD_ERROR,
@@ -821,7 +724,7 @@ def _change(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any]
         {
             "summary": summary,
             "parameters": [PROJECT, *parameters, REQUEST_ID],
-            "requestBody": body,
+            "requestBody": body.request_body(),
             "responses": responses,
         },
         forbidden=FACT_GLOBAL_FORBIDDEN,
@@ -829,114 +732,26 @@ def _change(summary: str, parameters: list[dict[str, Any]], body: dict[str, Any]
 
 
 def fact_operations() -> list[tuple[str, Operation]]:
-    """The facts routes: reads of the facts store (or of the fact points, with q), and changes as minutes."""
-    from workers.api import fact_routes as fr  # the fields each route takes are defined there, once
+    """The facts routes: reads of the facts store (or of the fact points, with q), and changes as minutes.
 
+    Their parameters and bodies are the fields the handlers parse (workers/api/fact_routes.py).
+    """
     base = "/v1/projects/{project_id}"
-    tier = query(
-        "tier",
-        _enum_list(fr.TIERS),
-        "tiers (repeat or comma-separate); default: the task's (with "
-        "task) and the project's. global needs a token that grants it",
-    )
-    task = query("task", _TASK, "a task id: its tier is read (with tier=task, required)")
-    assert_fields = {
-        "subject": {**_TEXT, "maxLength": 128, "description": "what the fact is about (service:auth)"},
-        "attribute": {**_TEXT, "maxLength": 128, "description": "which property of it (session_ttl)"},
-        "value": _VALUE,
-        "type": {"enum": list(fr.FACT_TYPES), "default": "fact"},
-        "text": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 2048,
-            "description": "the fact as a sentence (default: subject attribute: value)",
-        },
-        "tier": {
-            "enum": ["task", "project"],
-            "description": "default: task with task_id, else project. The global "
-            "tier is written only by promotion or learn",
-        },
-        "task_id": _TASK,
-        "confidence": {"type": "number", "minimum": 0, "maximum": 1, "default": 1.0},
-        "importance": {"type": "number", "minimum": 0, "maximum": 1, "description": "default: by type"},
-        "status": {"enum": list(fr.LIVE_STATUSES), "default": "promoted"},
-        "valid_from": {"allOf": [ref("FactTime")], "description": "when it starts to hold (default: now)"},
-        "valid_until": {"allOf": [ref("FactTime")], "description": "when it stops holding (default: open)"},
-        "tags": _array({"type": "string"}, description="tags"),
-        "single_valued": {
-            "type": "boolean",
-            "description": "one value at a time in the slot (default: by type "
-            "and attribute): a newer value supersedes the older",
-        },
-        **_AGENT_AND_ID,
-    }
-    assert set(assert_fields) == {*fr.ASSERT_FIELDS, *fr.ASSERT_OPTIONAL}
-    learn_fields = {
-        "key": {**_TEXT, "maxLength": 128, "description": "the key (the slot learned / key)"},
-        "value": _VALUE,
-        "tier": {
-            "enum": list(fr.TIERS),
-            "description": "default: task with task_id, else project; global needs a token that grants it",
-        },
-        "task_id": _TASK,
-        "type": {"enum": list(fr.FACT_TYPES), "default": "fact"},
-        "text": {"type": "string", "minLength": 1, "maxLength": 2048, "description": "default: key = value"},
-        **_AGENT_AND_ID,
-    }
-    assert set(learn_fields) == {*fr.LEARN_FIELDS, *fr.LEARN_OPTIONAL}
-    promote_fields = {
-        "to_tier": {
-            "enum": ["project", "global"],
-            "description": "copy the fact one tier up (task -> project -> "
-            "global) with a new id; left out: promote a pending fact in place",
-        },
-        **_AGENT_AND_ID,
-    }
-    assert set(promote_fields) == set(fr.PROMOTE_OPTIONAL)
-    retract_fields = {
-        "reason": {"type": "string", "minLength": 1, "maxLength": 2048, "pattern": r"\S", "description": "why"},
-        **_AGENT_AND_ID,
-    }
-    assert set(retract_fields) == set(fr.RETRACT_OPTIONAL)
+    fact_id = fr.FACT_ID.parameter()
     not_found = {"404": _NOT_FOUND}
     conflict = _error("the fact is not in a state this change applies to (already promoted, retracted)")
-    recall_parameters = [
-        query(
-            "tier",
-            _enum_list(fr.TIERS),
-            "look only in these tiers (task needs the task parameter: 400 without it; global needs the grant)",
-        ),
-        query("task", _TASK, "a task id: its tier is looked in first"),
-    ]
     recall = Operation(
         "get",
         {
             "summary": "recall(key): a learned key's value, task tier first, then project, then global (granted)",
-            "parameters": [
-                PROJECT,
-                query("key", {**_TEXT, "maxLength": 128}, "the learned key", "deploy window"),
-                *recall_parameters,
-                REQUEST_ID,
-            ],
+            "parameters": [PROJECT, *_parameters(fr.RECALL_PARAMS), REQUEST_ID],
             "responses": {"200": _answer("the value (fact null when no tier holds the key)", "Recalled"), **_ERRORS},
         },
         forbidden=FACT_GLOBAL_FORBIDDEN,
     )
     recall_by_path = copy.deepcopy(recall.body)
     recall_by_path["summary"] = "recall(key), the key in the path (a key with / needs recall?key=)"
-    recall_by_path["parameters"] = [
-        PROJECT,
-        {
-            "name": "key",
-            "in": "path",
-            "required": True,
-            "schema": {**_TEXT, "maxLength": 128, "pattern": "^[^/]*\\S[^/]*$"},
-            "description": "the learned key",
-            "example": "oncall",
-        },
-        *recall_parameters,
-        REQUEST_ID,
-    ]
+    recall_by_path["parameters"] = [PROJECT, *_parameters(fr.RECALL_PATH_PARAMS), REQUEST_ID]
     return [
         (
             f"{base}/facts",
@@ -944,20 +759,7 @@ def fact_operations() -> list[tuple[str, Operation]]:
                 "get",
                 {
                     "summary": "The project's facts: current, filtered; as_of: what held then; q: search",
-                    "parameters": [
-                        PROJECT,
-                        tier,
-                        task,
-                        query("type", _enum_list(fr.FACT_TYPES), "fact types (repeat or comma-separate)"),
-                        query("status", _enum_list(fr.STATUSES), "statuses (default: promoted)"),
-                        query("subject", _STRING, "one subject (compared normalized)"),
-                        query("attribute", _STRING, "one attribute (compared normalized)"),
-                        query("q", _STRING, "hybrid search over the facts (kind=fact points), best first"),
-                        query("as_of", ref("FactTime"), "what held then and PVM had recorded by then"),
-                        query("limit", _bounded(1, defaults.API_FACTS_MAX, defaults.API_FACTS_LIMIT), "page size"),
-                        query("offset", _bounded(0, defaults.API_FACTS_MAX_OFFSET, 0), "facts skipped"),
-                        REQUEST_ID,
-                    ],
+                    "parameters": [PROJECT, *_parameters(fr.LIST_PARAMS), REQUEST_ID],
                     "responses": {"200": _answer("a page of facts", "FactList"), **_ERRORS},
                 },
                 forbidden=FACT_GLOBAL_FORBIDDEN,
@@ -968,7 +770,7 @@ def fact_operations() -> list[tuple[str, Operation]]:
             _change(
                 "Assert a fact by hand (a fact_asserted minute, fitted into its slot: an older value is superseded)",
                 [],
-                _body(_object(assert_fields, required=fr.ASSERT_FIELDS), "the fact"),
+                fr.ASSERT_BODY,
                 **{"409": _error("the slot holds this value already: promote, retract or edit that fact")},
             ),
         ),
@@ -978,7 +780,7 @@ def fact_operations() -> list[tuple[str, Operation]]:
                 "get",
                 {
                     "summary": "One fact, any status",
-                    "parameters": [PROJECT, FACT_PATH, REQUEST_ID],
+                    "parameters": [PROJECT, fact_id, REQUEST_ID],
                     "responses": {"200": _answer("the fact", "Fact"), **not_found, **_ERRORS},
                 },
                 forbidden=FACT_GLOBAL_FORBIDDEN,
@@ -990,7 +792,7 @@ def fact_operations() -> list[tuple[str, Operation]]:
                 "get",
                 {
                     "summary": "The history of the fact's slot: every value, superseded and retracted ones included",
-                    "parameters": [PROJECT, FACT_PATH, REQUEST_ID],
+                    "parameters": [PROJECT, fact_id, REQUEST_ID],
                     "responses": {"200": _answer("the slot's facts", "FactHistory"), **not_found, **_ERRORS},
                 },
                 forbidden=FACT_GLOBAL_FORBIDDEN,
@@ -1000,8 +802,8 @@ def fact_operations() -> list[tuple[str, Operation]]:
             f"{base}/facts/{{fact_id}}/promote",
             _change(
                 "Promote a pending fact (fact_promoted), or copy it one tier up (fact_tier_promoted)",
-                [FACT_PATH],
-                _body(_object(promote_fields, required=()), "what to promote to (empty: in place)", required=False),
+                [fact_id],
+                fr.PROMOTE_BODY,
                 **not_found,
                 **{"409": conflict},
             ),
@@ -1010,8 +812,8 @@ def fact_operations() -> list[tuple[str, Operation]]:
             f"{base}/facts/{{fact_id}}/retract",
             _change(
                 "Retract a fact (fact_retracted): it leaves the current view and stays in history",
-                [FACT_PATH],
-                _body(_object(retract_fields, required=()), "why (optional)", required=False),
+                [fact_id],
+                fr.RETRACT_BODY,
                 **not_found,
                 **{"409": conflict},
             ),
@@ -1021,7 +823,7 @@ def fact_operations() -> list[tuple[str, Operation]]:
             _change(
                 "learn(key, value): a promoted, certain fact in the slot learned / key (fact_learned)",
                 [],
-                _body(_object(learn_fields, required=fr.LEARN_FIELDS), "the key and its value"),
+                fr.LEARN_BODY,
             ),
         ),
         (f"{base}/recall", recall),
@@ -1029,22 +831,6 @@ def fact_operations() -> list[tuple[str, Operation]]:
     ]
 
 
-_MEMORY_ROOTS = "(facts|learned|episodes|summaries)"
-_MEMORY_SEGMENT = "[A-Za-z0-9_][A-Za-z0-9._-]*"
-_MEMORY_PATH = {
-    "type": "string",
-    "minLength": 4,
-    "maxLength": defaults.MEMORY_PATH_MAX_CHARS,
-    "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/{_MEMORY_SEGMENT}\\.md$",
-    "description": "a file of the project's Markdown memory, relative to its root (facts/..., learned/..., "
-    "episodes/..., summaries/...; .md)",
-    "example": "facts/project/decision/service-db-engine-61e5cb4a.md",
-}
-_MEMORY_TEXT = {
-    "type": "string",
-    "maxLength": defaults.MEMORY_FILE_MAX_BYTES,
-    "description": "Markdown with front-matter",
-}
 _MEMORY_REFUSED = _error(
     "the file is refused: the message names the file, the field and the fix (problems: every refused file)",
     "MemoryRefused",
@@ -1054,11 +840,6 @@ _MEMORY_CONFLICT = _error(
     "read-only file (episodes, summaries)",
     "MemoryRefused",
 )
-_MEMORY_MINUTE_ID = {
-    "allOf": [ref("MinuteId")],
-    "description": "the first change minute's id, the others derived from it: set it to make a retry idempotent "
-    "(the clients do; default: new ids)",
-}
 _MEMORY_WRITTEN_BEFORE = {
     "allOf": [ref("MinuteId")],
     "description": "a retry of a write the log holds already (its minute_id): nothing was written this time",
@@ -1089,27 +870,14 @@ _MEMORY_PLAN = _object(
     },
     required=("project_id", "minutes", "unchanged", "changes", "dry_run", "stream_ids"),
 )
-_MEMORY_VERSION = {
-    "type": "integer",
-    "minimum": 0,
-    "description": "the export's version (Unix ms of the newest change it holds): a fact changed after it is not "
-    "retracted for a missing file",
-}
-_MEMORY_FILES = _object(
-    {
-        "files": {"type": "object", "additionalProperties": _STRING},
-        "minute_id": _MEMORY_MINUTE_ID,
-        "version": _MEMORY_VERSION,
-    },
-    required=("files",),
-)
+# The export answers what the import takes back: the same files and version.
 _MEMORY_EXPORT = _object(
-    {"project_id": _STRING, "files": {"type": "object", "additionalProperties": _STRING}, "version": _MEMORY_VERSION},
+    {"project_id": _STRING, "files": mr.FILES.schema(), "version": mr.VERSION.schema()},
     required=("project_id", "files", "version"),
 )
 
 
-def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool = True) -> Operation:
+def _memory_write(method: str, summary: str, body: Body, edits: bool = True) -> Operation:
     """A memory tool's write; `edits`: it changes a file that must exist (404 when none)."""
     missing = {"404": _error("no such memory file", "MemoryRefused")} if edits else {}
     return Operation(
@@ -1117,9 +885,7 @@ def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool
         {
             "summary": summary,
             "parameters": [PROJECT, REQUEST_ID],
-            "requestBody": _body(
-                _object({**fields, "minute_id": _MEMORY_MINUTE_ID}, required=tuple(fields)), "the file and the change"
-            ),
+            "requestBody": body.request_body(),
             "responses": {
                 "200": _answer(
                     "nothing changed: no minute written", schema=None, **{JSON: {"schema": _MEMORY_CHANGES}}
@@ -1138,11 +904,14 @@ def _memory_write(method: str, summary: str, fields: dict[str, Any], edits: bool
 
 
 def memory_operations() -> list[tuple[str, Operation]]:
-    """The Markdown memory routes (workers/api/memory_routes.py): export, import, and the memory tools."""
+    """The Markdown memory routes (workers/api/memory_routes.py): export, import, and the memory tools.
+
+    Their parameters and bodies are the fields the handlers parse (workers/api/memory_routes.py).
+    """
     base = "/v1/projects/{project_id}/memory"
     read_file = _read(
         "Read one memory file",
-        [query("path", _MEMORY_PATH, "the file", "facts/project/fact/x-12345678.md")],
+        _parameters([mr.FILE]),
         _answer(
             "the file",
             schema=None,
@@ -1173,12 +942,8 @@ def memory_operations() -> list[tuple[str, Operation]]:
                 {
                     "summary": "Import a whole folder's files: each human change one minute; a fact whose file is "
                     "gone is retracted; an unedited export writes nothing",
-                    "parameters": [
-                        PROJECT,
-                        query("dry_run", {"type": "boolean"}, "plan only: answer the minutes, write none"),
-                        REQUEST_ID,
-                    ],
-                    "requestBody": _body(_MEMORY_FILES, "the files, as GET answers them"),
+                    "parameters": [PROJECT, *_parameters([mr.DRY_RUN]), REQUEST_ID],
+                    "requestBody": mr.IMPORT_BODY.request_body(),
                     "responses": {
                         "200": _answer(
                             "planned (dry run) or nothing to change", schema=None, **{JSON: {"schema": _MEMORY_PLAN}}
@@ -1198,13 +963,7 @@ def memory_operations() -> list[tuple[str, Operation]]:
             f"{base}/files",
             _read(
                 "List the memory files (under prefix)",
-                [
-                    query(
-                        "prefix",
-                        {"type": "string", "pattern": f"^{_MEMORY_ROOTS}(/{_MEMORY_SEGMENT})*/?$", "maxLength": 200},
-                        "a folder such as facts/project",
-                    )
-                ],
+                _parameters([mr.PREFIX]),
                 _answer(
                     "the files",
                     schema=None,
@@ -1219,49 +978,28 @@ def memory_operations() -> list[tuple[str, Operation]]:
         (f"{base}/file", read_file),
         (
             f"{base}/file",
-            _memory_write(
-                "put",
-                "Write one memory file (assert or edit a fact)",
-                {"path": _MEMORY_PATH, "text": _MEMORY_TEXT},
-                edits=False,
-            ),
+            _memory_write("put", "Write one memory file (assert or edit a fact)", mr.WRITE_BODY, edits=False),
         ),
         (
             f"{base}/patch",
             _memory_write(
                 "post",
                 "Replace the one occurrence of old in a memory file (refused when it occurs 0 or 2+ times)",
-                {"path": _MEMORY_PATH, "old": {"type": "string", "minLength": 1}, "new": _STRING},
+                mr.PATCH_BODY,
             ),
         ),
         (
             f"{base}/append",
-            _memory_write("post", "Append text to a memory file's body", {"path": _MEMORY_PATH, "text": _STRING}),
+            _memory_write("post", "Append text to a memory file's body", mr.APPEND_BODY),
         ),
     ]
 
 
 def pair_operation() -> tuple[str, Operation]:
-    """The PAIR route: judge an output against its criteria, revise it from memory, re-judge."""
-    from contracts import pair as contract
-    from workers.api import pair_routes as pr
+    """The PAIR route: judge an output against its criteria, revise it from memory, re-judge.
 
-    text = {"type": "string", "minLength": 1, "pattern": _NON_BLANK}
-    fields = {
-        "task": {**text, "maxLength": contract.MAX_TASK_CHARS, "description": "the original task"},
-        "criteria": _array(
-            {**text, "maxLength": contract.MAX_CRITERION_CHARS},
-            minItems=1,
-            maxItems=contract.MAX_CRITERIA,
-            description="the task's success criteria, one check each",
-        ),
-        "output": {**text, "maxLength": contract.MAX_OUTPUT_CHARS, "description": "the output to judge"},
-        "task_id": _TASK,
-        "agent_id": {"type": "string", "maxLength": 128, "description": "whose output it is (the minutes' agent_id)"},
-        "rounds": {**_bounded(1, contract.MAX_ROUNDS), "description": "judgments at most (default PVM_PAIR_ROUNDS)"},
-        "target": {**_bounded(1, 100), "description": "the score that stops the loop (default PVM_PAIR_TARGET)"},
-    }
-    assert set(fields) == {*pr.PAIR_FIELDS, *pr.PAIR_OPTIONAL}
+    Its body is the one the handler parses (workers/api/pair_routes.py).
+    """
     return (
         "/v1/projects/{project_id}/pair",
         Operation(
@@ -1270,11 +1008,7 @@ def pair_operation() -> tuple[str, Operation]:
                 "summary": "PAIR: a fresh judge scores the output against the criteria, memories retrieved for each "
                 "gap revise it, the revision is judged again, until the target or the round limit",
                 "parameters": [PROJECT, REQUEST_ID],
-                "requestBody": _body(
-                    _object(fields, required=pr.PAIR_FIELDS),
-                    f"the task, criteria and output: at most {contract.MAX_RUN_CHARS} characters together (422 "
-                    "naming output beyond), so that every round fits one minute",
-                ),
+                "requestBody": pr.PAIR_BODY.request_body(),
                 "responses": {"200": _answer("the run and its rounds", "PairRun"), "422": _FIELD_ERROR, **_ERRORS},
             },
         ),

@@ -11,18 +11,48 @@ or written.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 
 from contracts.errors import InvalidMinute
 from contracts.minute import Minute
-from contracts.pair import PairError
+from contracts.pair import (
+    MAX_CRITERIA,
+    MAX_CRITERION_CHARS,
+    MAX_OUTPUT_CHARS,
+    MAX_ROUNDS,
+    MAX_RUN_CHARS,
+    MAX_TASK_CHARS,
+    PairError,
+)
 from pvm.pair import Pair, SearchRetriever
-from workers.api.request import InvalidField, json_object
+from workers.api.fields import AGENT_ID, NON_BLANK, TASK_ID, Body, Value, body_field, integer
+from workers.api.request import InvalidField
 
-PAIR_FIELDS = ("task", "criteria", "output")
-PAIR_OPTIONAL = ("task_id", "agent_id", "rounds", "target")
+# A score is a whole number from 0 to 100 (contracts.pair.check_score); `Pair.run` takes a target from 1.
+MAX_SCORE = 100
+_TEXT = Value("string", min_length=1, pattern=NON_BLANK)
+# The body (workers/api/openapi.py describes the route from it); the limits are the contract's (contracts/pair.py).
+PAIR_BODY = Body(
+    (
+        body_field("task", replace(_TEXT, max_length=MAX_TASK_CHARS), "the original task", required=True),
+        body_field(
+            "criteria",
+            Value("array", items=replace(_TEXT, max_length=MAX_CRITERION_CHARS), min_items=1, max_items=MAX_CRITERIA),
+            "the task's success criteria, one check each",
+            required=True,
+        ),
+        body_field("output", replace(_TEXT, max_length=MAX_OUTPUT_CHARS), "the output to judge", required=True),
+        body_field("task_id", TASK_ID),
+        body_field("agent_id", AGENT_ID, "whose output it is (the minutes' agent_id)"),
+        body_field("rounds", integer(1, MAX_ROUNDS), "judgments at most (default PVM_PAIR_ROUNDS)"),
+        body_field("target", integer(1, MAX_SCORE), "the score that stops the loop (default PVM_PAIR_TARGET)"),
+    ),
+    f"the task, criteria and output: at most {MAX_RUN_CHARS} characters together (422 naming output beyond), so "
+    "that every round fits one minute",
+)
 
 
 class PairRoute:
@@ -41,8 +71,8 @@ class PairRoute:
         )
 
     def run(self, request: Request, body: bytes) -> Any:
-        given = json_object(body, PAIR_FIELDS, PAIR_OPTIONAL)
-        for name in ("rounds", "target"):
+        given = PAIR_BODY.parse(body)
+        for name in (f.name for f in PAIR_BODY.fields if f.value.type == "integer"):
             if name in given and (isinstance(given[name], bool) or not isinstance(given[name], int)):
                 raise InvalidField(name, f"must be a whole number, got {given[name]!r}")
         try:

@@ -12,11 +12,11 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import redis
@@ -30,12 +30,16 @@ from redis.retry import Retry
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from contracts import new_minute_id
+from contracts import pair as pair_contract
 from contracts.fact_changes import FACT_EVENT_TYPES, asserted_minute, retracted_minute
-from contracts.facts import Fact, Slot, TierKey, fact_id
+from contracts.facts import MAX_FACT_TEXT, MAX_TAGS, MAX_TASK_ID_LENGTH, Fact, Slot, TierKey, fact_id
+from contracts.minute import MAX_NAME_LENGTH
 from contracts.vectors.generate import VECTORS_DIR, load_vector, vector_paths
 from pvm import defaults, engines
 from pvm.config import Settings
@@ -43,8 +47,14 @@ from pvm.reader import ContextReader
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
 from tests.memory_helpers import log_minutes, use_settings
+from workers.api import fact_routes, fields, memory_routes, pair_routes
 from workers.api.app import create_app
-from workers.api.auth import TokenFile, token_sha256
+from workers.api.auth import EVERY_PROJECT, TokenFile, token_sha256
+from workers.api.fact_routes import FactRoutes
+from workers.api.fields import Body, Field
+from workers.api.memory_routes import MemoryRoutes
+from workers.api.openapi import openapi_document
+from workers.api.request import BadRequest, InvalidField
 from workers.ops.demo import sample_session
 
 CONTRACT_SCHEMA = VECTORS_DIR.parent / "schema" / "minute.schema.json"
@@ -516,6 +526,170 @@ def test_numeric_query_bounds_are_the_ones_the_api_enforces(apps: dict[str, Test
                     assert r.status_code == 400 and name in r.json()["error"], (template, name, value)
             checked += 1
     assert checked >= 6  # budget_tokens, k, since_ms, until_ms, min_composite, n
+
+
+# -- parameters and bodies from the routes' field specs ------------------------------------------------------------
+
+MEMORY_FILE = MEMORY + "/file"
+# Each route's fields, as its module declares them: what the handler parses (besides project_id and X-Request-ID, which
+# every route shares); a route left out takes nothing else.
+SPECS: dict[tuple[str, str], tuple[tuple[Field, ...], Body | None]] = {
+    ("get", "/v1/projects/{project_id}/context"): (fields.CONTEXT_PARAMS, None),
+    ("get", "/v1/projects/{project_id}/search"): (fields.SEARCH_PARAMS, None),
+    ("get", "/v1/projects/{project_id}/recent"): (fields.RECENT_PARAMS, None),
+    ("get", THREAD): (fields.THREAD_PARAMS, None),
+    ("get", "/v1/projects/{project_id}/minutes"): (fields.BY_IDS_PARAMS, None),
+    ("get", FACTS): (fact_routes.LIST_PARAMS, None),
+    ("post", FACTS): ((), fact_routes.ASSERT_BODY),
+    ("get", ONE_FACT): ((fact_routes.FACT_ID,), None),
+    ("get", ONE_FACT + "/history"): ((fact_routes.FACT_ID,), None),
+    ("post", ONE_FACT + "/promote"): ((fact_routes.FACT_ID,), fact_routes.PROMOTE_BODY),
+    ("post", ONE_FACT + "/retract"): ((fact_routes.FACT_ID,), fact_routes.RETRACT_BODY),
+    ("post", "/v1/projects/{project_id}/learn"): ((), fact_routes.LEARN_BODY),
+    ("get", "/v1/projects/{project_id}/recall"): (fact_routes.RECALL_PARAMS, None),
+    ("get", "/v1/projects/{project_id}/recall/{key}"): (fact_routes.RECALL_PATH_PARAMS, None),
+    ("put", MEMORY + "/export"): ((memory_routes.DRY_RUN,), memory_routes.IMPORT_BODY),
+    ("get", MEMORY + "/files"): ((memory_routes.PREFIX,), None),
+    ("get", MEMORY_FILE): ((memory_routes.FILE,), None),
+    ("put", MEMORY_FILE): ((), memory_routes.WRITE_BODY),
+    ("post", MEMORY + "/patch"): ((), memory_routes.PATCH_BODY),
+    ("post", MEMORY + "/append"): ((), memory_routes.APPEND_BODY),
+    ("post", PAIR): ((), pair_routes.PAIR_BODY),
+}
+SHARED = {("path", "project_id"), ("header", "X-Request-ID")}
+
+
+def test_every_route_documents_exactly_the_fields_its_module_declares() -> None:
+    document = openapi_document()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if (method, path) == ("post", "/v1/minutes"):
+                continue  # the contract's NewMinute, in the batch envelope: not a field spec
+            params, body = SPECS.get((method, path), ((), None))
+            own = [p for p in operation.get("parameters", []) if (p["in"], p["name"]) not in SHARED]
+            assert own == [spec.parameter() for spec in params], (method, path)
+            assert operation.get("requestBody") == (body.request_body() if body else None), (method, path)
+
+
+def test_the_specs_limits_are_the_contracts_constants() -> None:
+    assert (fact_routes.LIMIT.value.minimum, fact_routes.LIMIT.value.maximum) == (1, defaults.API_FACTS_MAX)
+    assert fact_routes.LIMIT.value.default == defaults.API_FACTS_LIMIT
+    assert fact_routes.OFFSET.value.maximum == defaults.API_FACTS_MAX_OFFSET
+    assert fact_routes.TASK.value.max_length == MAX_TASK_ID_LENGTH
+    assert fact_routes.ASSERT_BODY.field("subject").value.max_length == MAX_NAME_LENGTH
+    assert fact_routes.ASSERT_BODY.field("text").value.max_length == MAX_FACT_TEXT
+    assert fact_routes.ASSERT_BODY.field("tags").value.max_items == MAX_TAGS
+    assert pair_routes.PAIR_BODY.field("criteria").value.max_items == pair_contract.MAX_CRITERIA
+    assert pair_routes.PAIR_BODY.field("rounds").value.maximum == pair_contract.MAX_ROUNDS
+    assert memory_routes.FILE.value.max_length == defaults.MEMORY_PATH_MAX_CHARS
+
+
+class RecordedParams(QueryParams):
+    """Query parameters that remember every name a handler looked up."""
+
+    looked_up: set[str]
+
+    def __getitem__(self, key: Any) -> str:
+        self.looked_up.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self.looked_up.add(key)
+        return super().__contains__(key)
+
+    def getlist(self, key: Any) -> list[str]:
+        self.looked_up.add(key)
+        return super().getlist(key)
+
+
+class RecordingRequest(Request):
+    """A GET request whose query parameters record what is read."""
+
+    def __init__(self, query: dict[str, str], path_params: dict[str, str] | None = None) -> None:
+        super().__init__(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": "/",
+                "query_string": urlencode(query).encode(),
+                "headers": [],
+                "path_params": {"project_id": "apollo", **(path_params or {})},
+            }
+        )
+        self.recorded = RecordedParams(urlencode(query))
+        self.recorded.looked_up = set()
+
+    @property
+    def query_params(self) -> QueryParams:
+        return self.recorded
+
+
+def read_by(handler: Any, request: RecordingRequest, body: bytes = b"") -> set[str]:
+    """The query parameters `handler` read from `request` (an answer it refuses still counts what it read)."""
+    with suppress(BadRequest):
+        handler(request, body, EVERY_PROJECT)
+    return request.recorded.looked_up
+
+
+def query_names(specs: tuple[Field, ...]) -> set[str]:
+    return {spec.name for spec in specs if spec.where == "query"}
+
+
+def test_the_facts_and_memory_routes_read_exactly_the_query_parameters_their_specs_document(
+    redis_client: redis.Redis,
+) -> None:
+    facts = FactRoutes(FactStore(redis_client), None, lambda minutes: [])
+    memory = MemoryRoutes(redis_client, lambda minutes: [])
+    checks = [
+        (facts.list_facts, RecordingRequest({}), fact_routes.LIST_PARAMS),
+        (facts.recall, RecordingRequest({"key": "k"}), fact_routes.RECALL_PARAMS),
+        (facts.recall, RecordingRequest({}, {"key": "k"}), fact_routes.RECALL_PATH_PARAMS),
+        (facts.show, RecordingRequest({}, {"fact_id": FACT["cache"]}), (fact_routes.FACT_ID,)),
+        (facts.history, RecordingRequest({}, {"fact_id": FACT["cache"]}), (fact_routes.FACT_ID,)),
+        (memory.list_files, RecordingRequest({}), (memory_routes.PREFIX,)),
+        (memory.read, RecordingRequest({"path": DB_FILE}), (memory_routes.FILE,)),
+    ]
+    for handler, request, specs in checks:
+        assert read_by(handler, request) == query_names(specs), handler.__name__
+    imported = read_by(memory.import_files, RecordingRequest({}), b'{"files": {}}')
+    assert imported == query_names((memory_routes.DRY_RUN,))
+
+
+def test_every_body_route_takes_exactly_the_fields_its_document_lists(apps: dict[str, TestClient]) -> None:
+    client = apps["open"]
+    document = served_document(client)
+    checked = 0
+    for (method, template), (_, body) in SPECS.items():
+        if body is None:
+            continue
+        path = template.replace("{project_id}", "apollo").replace("{fact_id}", FACT["database"])
+        r = client.request(method.upper(), path, json={"surprise": 1})
+        assert r.status_code == 422 and r.json()["field"] == "surprise", (method, template, r.text)
+        schema = document["paths"][template][method]["requestBody"]["content"]["application/json"]["schema"]
+        assert r.json()["error"].endswith("fields: " + ", ".join(schema["properties"])), (method, template)
+        checked += 1
+    assert checked == 9  # 4 facts changes, 4 memory writes, PAIR
+
+
+def test_a_limit_changed_in_a_spec_changes_the_document_and_the_parsing() -> None:
+    narrower = replace(fact_routes.LIMIT, value=replace(fact_routes.LIMIT.value, maximum=7))
+    assert narrower.parameter()["schema"]["maximum"] == 7
+    assert narrower.integer(RecordingRequest({"limit": "7"})) == 7
+    with pytest.raises(BadRequest, match=r"query parameter limit=8 must be between 1 and 7"):
+        narrower.integer(RecordingRequest({"limit": "8"}))
+
+    fewer = replace(fact_routes.TYPE, value=fields.choices(("fact",)))
+    assert fewer.parameter()["schema"]["items"]["enum"] == ["fact"]
+    assert fewer.choices(RecordingRequest({"type": "fact"})) == ("fact",)
+    with pytest.raises(BadRequest, match=r"query parameter type='decision' must be one of fact"):
+        fewer.choices(RecordingRequest({"type": "decision"}))
+
+    body = fact_routes.RETRACT_BODY
+    without_reason = replace(body, fields=tuple(f for f in body.fields if f.name != "reason"))
+    assert "reason" in body.schema()["properties"] and "reason" not in without_reason.schema()["properties"]
+    assert body.parse(b'{"reason": "wrong"}') == {"reason": "wrong"}
+    with pytest.raises(InvalidField, match=r"body field reason: is not a field of this request; fields: agent_id"):
+        without_reason.parse(b'{"reason": "wrong"}')
 
 
 # -- fuzzing from the document ------------------------------------------------------------------------------
