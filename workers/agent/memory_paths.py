@@ -33,9 +33,9 @@ SUFFIX = ".md"
 GLOBAL_TIER = Tier.GLOBAL.value
 
 
-_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # one folder or file name of a memory path
 # Every path `check_memory_path` accepts, and nothing else: checked first, the detailed checks only say why not.
-_MEMORY_PATH = re.compile(rf"(?:{'|'.join(ROOTS)})(?:/{_SEGMENT.pattern})+")
+_MEMORY_PATH = re.compile(rf"(?:{'|'.join(ROOTS)})(?:/{SEGMENT.pattern})+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 
 
@@ -67,7 +67,7 @@ def check_memory_path(path: Any, field: str = "path") -> str:
             raise MemoryPathError(
                 f"{field} {shown} has an empty, '.' or '..' segment; paths stay inside the project's memory root"
             )
-        if _SEGMENT.fullmatch(segment) is None:
+        if SEGMENT.fullmatch(segment) is None:
             raise MemoryPathError(
                 f"{field} {shown}: segment {segment[:40]!r} may hold only letters, digits and ._- (not starting with .)"
             )

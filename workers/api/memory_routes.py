@@ -26,7 +26,7 @@ from contracts.minute import Minute
 from pvm import defaults
 from workers.agent.memory_errors import MemoryFileError
 from workers.agent.memory_files import export_files, plan_import
-from workers.agent.memory_paths import ROOTS, SUFFIX, check_memory_path
+from workers.agent.memory_paths import ROOTS, SEGMENT, SUFFIX, check_memory_path
 from workers.agent.memory_snapshot import is_export_version, read_snapshot, written_before
 from workers.agent.memory_tools import MemoryTools
 from workers.api.auth import TokenScope
@@ -38,8 +38,7 @@ Write = Callable[[Sequence[Minute]], list[str]]
 # -- the fields each route reads (workers/api/openapi.py describes the routes from these) ------------------------------
 
 _ROOTS = f"({'|'.join(ROOTS)})"
-# A segment as `check_memory_path` takes it (workers.agent.memory_paths): letters, digits and ._-, not starting with .
-_SEGMENT = "[A-Za-z0-9_][A-Za-z0-9._-]*"
+_SEGMENT = SEGMENT.pattern  # a segment as `check_memory_path` takes it: letters, digits and ._-, not starting with .
 PATH = Value(
     "string",
     max_length=defaults.MEMORY_PATH_MAX_CHARS,
