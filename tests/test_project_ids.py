@@ -24,7 +24,7 @@ from pvm.vectors import check_point
 from workers.api.app import create_app
 from workers.api.auth import ALL_PROJECTS, parse_tokens, token_sha256
 from workers.index import pool as index_pool
-from workers.ops.cli import _project_id
+from workers.ops.cli.plumbing import project_id as _project_id
 
 ROOT = Path(__file__).resolve().parents[1]
 

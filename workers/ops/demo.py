@@ -12,6 +12,7 @@ from contracts import Minute, keys
 from contracts.facts import FactType, TierKey
 from pvm import defaults
 from pvm.config import Settings
+from workers.ops.tables import log_tail_text, minute_row
 
 if TYPE_CHECKING:
     import redis
@@ -302,7 +303,6 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
     from pvm.emitter import Emitter
     from pvm.stores.facts import FactStore
     from pvm.stores.log import LogReader
-    from workers.ops.cli import main
     from workers.runtime.stack import Stack
 
     # A new project per run unless one is named: the demo keeps its state in PVM_HOME, and a second run into the
@@ -363,7 +363,9 @@ def run_demo(settings: Settings, minutes: int = defaults.DEMO_MINUTES, project: 
                 _settle(connection, project, summaries="summarize" in live.downstream)
             stages = "durable, indexed and applied to the facts" if with_facts else "durable and indexed"
             print(f"  all {stages} in {time.monotonic() - started:.2f}s\n")
-            main(["log", "tail", "--project", project, "-n", "8"])
+            # `pvm log tail --project <project> -n 8`, printed here: the CLI runs the demo, so the demo does not run it.
+            rows = [minute_row(r) for r in reader.get_recent(project, 8)]
+            print(log_tail_text(project, reader.count(project), rows))
             task = "fix the login bug: the session cookie expires too early"
             # The task's thread: its newest minutes verbatim, older ones as chunk summaries and episodes.
             thread = "fix-login-bug-thread" if "summarize" in live.downstream else None

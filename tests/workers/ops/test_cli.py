@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from contracts import Minute, encode_minute
+from contracts import Minute, encode_minute, keys
 from pvm.config import ConfigError, Settings
 from pvm.stores.log import LogWriter
 from tests.conftest import free_port
@@ -201,7 +201,7 @@ def test_search_with_kinds_lists_every_kind_with_its_sources(
     records = [
         [r.minute.id, r.seq, encode_minute(r.minute)] for r in LogReader(apollo_logged.log_dir).history("apollo")
     ]
-    pool_queue("index", redis_client).enqueue("workers.index.pool.run", records)
+    pool_queue("index", redis_client).enqueue(keys.INDEX_JOB, records)
     run_index_worker(redis_client)
     engines.close_shared()  # the engine's files go to the server
     with serving(apollo_logged, "127.0.0.1", None) as served:
@@ -776,7 +776,7 @@ def test_context_for_an_unknown_project_says_so(apollo_logged: Settings) -> None
 
 
 def test_project_ids_are_checked_and_quoted_in_api_paths(capsys: pytest.CaptureFixture[str]) -> None:
-    from workers.ops.cli import _project_path
+    from workers.ops.cli.plumbing import _project_path
 
     assert _project_path("a/b?c d#e", "context") == "/v1/projects/a%2Fb%3Fc%20d%23e/context"
     assert _project_path("apollo-2.x", "search") == "/v1/projects/apollo-2.x/search"

@@ -12,10 +12,8 @@ from contracts.facts import FactStatus, Slot, TierKey
 from pvm import defaults
 from pvm.config import Settings
 from pvm.stores.facts import FactStore
-from workers.facts import pool as facts_pool
 from workers.facts.extraction import RuleExtractor
 from workers.ingest.dispatcher import Dispatcher
-from workers.log import pool as log_pool
 from workers.ops.demo import TASK_DECISIONS, decision_lines, sample_session, shown_decision
 from workers.runtime.queues import pool_queue
 from workers.runtime.runner import PvmWorker
@@ -29,11 +27,7 @@ def demo_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Se
     for k, v in settings.to_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PVM_DOWNSTREAM", raising=False)
-    facts_pool._context.cache_clear()
-    log_pool._context.cache_clear()
     yield settings
-    facts_pool._context.cache_clear()
-    log_pool._context.cache_clear()
 
 
 def test_every_task_states_a_decision_then_changes_it_in_one_slot() -> None:
