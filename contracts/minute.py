@@ -84,14 +84,20 @@ _SCOPES = frozenset(s.value for s in Scope)
 _DATA_TEXT_KEYS = ("task_id", "assignment_reasoning", "conflict_type", "resolution")
 
 
+def iso_utc(at: datetime, timespec: str = "microseconds") -> str:
+    """A time as a minute writes it: ISO 8601 in UTC with a ``Z`` (a naive one is local time, as `astimezone` reads
+    it)."""
+    return at.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
 def utc_now_iso() -> str:
     """The current time as an ISO 8601 UTC timestamp with microseconds."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso_utc(datetime.now(UTC))
 
 
 def iso_from_ms(ms: int) -> str:
     """Unix milliseconds as an ISO 8601 UTC timestamp with milliseconds (``2026-11-27T10:00:00.000Z``)."""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(datetime.fromtimestamp(ms / 1000, UTC), "milliseconds")
 
 
 def parse_timestamp(value: str) -> datetime:

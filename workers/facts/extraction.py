@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from contracts import Minute
@@ -40,7 +40,7 @@ from contracts.facts import (
     Tier,
     default_single_valued,
 )
-from contracts.minute import parse_timestamp
+from contracts.minute import iso_utc, parse_timestamp
 from workers.rules.assessment import stated_text, task_kind
 from workers.rules.fact_text import (
     ATTRIBUTES,
@@ -433,4 +433,4 @@ def _sentence_text(sentence: str) -> str:
 
 
 def _utc_iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso_utc(at)

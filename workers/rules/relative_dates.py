@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
+from contracts.minute import iso_utc
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 NUMBER_WORDS = {
     "a": 1,
@@ -95,7 +97,7 @@ def day_of(phrase: str, at: datetime) -> date | None:
 
 def day_start(day: date) -> str:
     """The start of `day` in UTC as an ISO 8601 timestamp, in the minute's format."""
-    return datetime(day.year, day.month, day.day, tzinfo=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso_utc(datetime(day.year, day.month, day.day, tzinfo=UTC))
 
 
 def ground_in_text(text: str, at: datetime) -> str:
