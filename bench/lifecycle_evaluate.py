@@ -54,6 +54,7 @@ from workers.evaluate.candidate_index import CandidateIndex
 from workers.evaluate.evaluation import ScorePolicy
 from workers.evaluate.pool import Carry, SliceMinute
 from workers.rules.assessment import timestamp_ms
+from workers.runtime.collector import cyclic_gc_paused
 
 TARGETS: dict[str, tuple[Any, ...]] = {
     "evaluate_per_s": (">=", 10_000.0),
@@ -229,7 +230,7 @@ def judge_all(
         part = minutes[max(0, high - slice_size) : high]
         # What the carry holds for this slice, as the pool reads its scratch (only this slice's ids and tasks);
         # the collector paused per slice, as the pool's slice job pauses it.
-        with evaluate_pool.cyclic_gc_paused():
+        with cyclic_gc_paused():
             verdict, carry = evaluate_pool.judge_minutes(part, carry, reads, frozenset(), now_ms, policy, index=index)
             if index is not None:
                 gone = [i for i in verdict.elsewhere if i in verdict.pruned]

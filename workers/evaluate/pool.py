@@ -26,13 +26,11 @@ process and writes nothing but its own scratch, which it deletes.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -58,6 +56,7 @@ from workers.evaluate.candidate_index import CandidateIndex
 from workers.evaluate.evaluation import Judged, ScorePolicy, SliceVerdict, TaskOutcome
 from workers.rules.assessment import stated_text, timestamp_ms
 from workers.rules.fact_text import value_key
+from workers.runtime.collector import cyclic_gc_paused
 from workers.runtime.context import WorkerContext
 from workers.runtime.queues import pool_job, pool_queue
 
@@ -220,25 +219,6 @@ def judge_minutes(
                 if h.memory_id in wanted and h.memory_id not in verdict.pruned
             ]
     return verdict, older
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a slice is judged (unless someone else already paused it).
-
-    A slice allocates tens of containers per memory, and the run's candidate index many long-lived ones;
-    reference counting frees them, and the collector's passes over them cost about a quarter of the judging core
-    (bench/lifecycle_evaluate.py at 100k, as the index pool measured for its batches). Cycles made meanwhile
-    are collected after it.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _judged(memory_id: str, record: Mapping[str, Any]) -> Judged:

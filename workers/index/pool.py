@@ -18,7 +18,6 @@ plain minute only.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import socket
@@ -64,6 +63,7 @@ from workers.rules.assessment import (
     timestamp_ms,
     words,
 )
+from workers.runtime.collector import cyclic_gc_paused
 from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
 from workers.runtime.messages import LoggedRecord
@@ -594,24 +594,6 @@ def _lags(fresh: Sequence[LoggedMinute], indexed_at: float) -> list[float]:
     return [indexed_at - r.entry_ms / 1000.0 for r in fresh if r.entry_ms is not None]
 
 
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a batch is worked (unless someone else already paused it).
-
-    A batch allocates tens of containers per minute and reference counting
-    frees them all; the collector's passes over them cost ~4% of the batch
-    (A/B over 20k minutes). Cycles made meanwhile are collected after it.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @dataclass
 class FactStep:
     """What the fact step did with a batch: knowledge changes applied, fact points written, what failed."""
@@ -729,7 +711,7 @@ def index_batch(
     clock = time.perf_counter
     marks = [clock()]
     started = time.time()
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         logged, undecodable = decode(records)
         logged = _unique(logged)
         if skip_projects:
