@@ -382,7 +382,7 @@ class HybridSearch:
                 added.append((lifted, neighbour, {"neighbour": lifted, "semantic_similarity": neighbour.semantic}))
         if not added:
             return best
-        return sorted([*best, *added], key=lambda s: -s[0])[:k]
+        return sorted([*best, *added], key=lambda s: (-s[0], s[1].minute_id))[:k]
 
     def _search_kinds(
         self,

@@ -363,14 +363,49 @@ def _summary_conditions(filters: SearchFilters, summaries: SummaryFilters) -> li
 
 Hit = tuple[Any, float, dict[str, Any] | None]  # (point id, score, payload or None)
 
+# A leg fetches one point more than it keeps, to see whether its cut falls inside a run of equal scores; then
+# up to this many times `limit` to take in the whole run (a run longer than that is cut by the engine's order).
+TIE_FETCH_FACTOR = 8
+
+
+def leg_fetch(limit: int) -> int:
+    """How many points a leg asks the engine for, to keep `limit`: one more, to see a tie at the cut."""
+    return limit + 1
+
+
+def cut_inside_tie(hits: Sequence[Hit], limit: int, fetched: int) -> bool:
+    """Whether a leg's hits (`fetched` asked for, best first) end inside a run of scores equal to the one at the
+    cut: the engine returned some of the tied points and left out others, in an order of its own (the order the
+    points were written in), so the leg must be asked again for more before it is cut."""
+    return (
+        len(hits) >= fetched > limit
+        and float(hits[-1][1]) == float(hits[limit - 1][1])
+        and fetched < limit * TIE_FETCH_FACTOR
+    )
+
+
+def _total_order(hit: Hit) -> tuple[float, str]:
+    return (-float(hit[1]), str(hit[0]))
+
+
+def cut_leg(hits: Iterable[Hit], limit: int | None) -> list[Hit]:
+    """A leg's best `limit` hits (all, for None) in a total order: score, then point id, so that the same points
+    and query give the same hits whatever order the engine returned equal scores in."""
+    ordered = sorted(hits, key=_total_order)
+    return ordered if limit is None else ordered[:limit]
+
 
 def merge_legs(
     project_id: str,
     lexical: Iterable[Hit],
     dense: Iterable[Hit],
     fused: Iterable[Hit] | None,
+    limit: int | None = None,
 ) -> list[Candidate]:
     """Candidates from the legs' hits: every point either leg found, in fused order.
+
+    Each leg is cut to its best `limit` (`cut_leg`: score, then point id) and ranked in that order, and the
+    candidates come in fused order, then point id: a total order, the same in any process.
 
     Payloads may come with any of the lists. Each candidate carries its
     per-leg scores and 1-based ranks (`extra["keyword_rank"]`,
@@ -379,7 +414,7 @@ def merge_legs(
     score. Hits whose payload names another project are dropped: the `must`
     filter already excludes them, this is the second lock on the same door.
     """
-    lexical, dense = list(lexical), list(dense)
+    lexical, dense = cut_leg(lexical, limit), cut_leg(dense, limit)
     if fused is None and not (lexical and dense):
         return _one_leg(project_id, "keyword" if lexical else "semantic", lexical or dense)
     payloads: dict[Any, dict[str, Any]] = {}
@@ -393,12 +428,14 @@ def merge_legs(
             entry[f"{leg}_rank"] = float(rank)
     fused_scores: dict[Any, float] = {}
     for pid, score, payload in fused or ():
+        if pid not in scores:  # a point of the engine's fusion beyond a leg's cut
+            continue
         fused_scores[pid] = float(score)
         if payload is not None:
             payloads[pid] = payload
     if fused is None:
         fused_scores = {pid: max(s.get("keyword", 0.0), s.get("semantic", 0.0)) for pid, s in scores.items()}
-    order = sorted(scores, key=lambda pid: -fused_scores.get(pid, float("-inf")))
+    order = sorted(scores, key=lambda pid: (-fused_scores.get(pid, float("-inf")), str(pid)))
     out: list[Candidate] = []
     for pid in order:
         payload = payloads.get(pid)
@@ -422,7 +459,7 @@ def _one_leg(project_id: str, leg: str, hits: list[Hit]) -> list[Candidate]:
     """`merge_legs` when one leg ran: the same candidates, without the bookkeeping of two (a third of a search)."""
     ranked = sorted(
         ((rank, pid, float(score), payload) for rank, (pid, score, payload) in enumerate(hits, start=1)),
-        key=lambda h: -max(h[2], 0.0),
+        key=lambda h: (-max(h[2], 0.0), h[0]),
     )
     out: list[Candidate] = []
     for rank, _, score, payload in ranked:

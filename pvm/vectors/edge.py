@@ -66,6 +66,7 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -107,6 +108,7 @@ from pvm.vectors import (
     KIND,
     LEXICAL,
     RRF_K,
+    TIE_FETCH_FACTOR,
     Condition,
     Empty,
     EmptyOr,
@@ -124,9 +126,11 @@ from pvm.vectors import (
     check_limit,
     check_point,
     conditions,
+    cut_inside_tie,
     fact_point_id,
     importance,
     is_tenant,
+    leg_fetch,
     merge_legs,
     ordered_records,
     point_id,
@@ -252,8 +256,11 @@ class EdgeEngine:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant
         (unless `fused` is False: then the legs alone, in one batch, each leg searched once).
 
-        Each leg fetches its best `limit` points; the candidates are every point
-        either leg found (up to 2·limit), in the order of Qdrant's fusion.
+        Each leg keeps its best `limit` points in a total order (score, then point
+        id: `merge_legs`), asking for more while its cut falls inside a run of equal
+        scores, so the candidates are the same whatever order the points were
+        written in; they are every point either leg kept (up to 2·limit), in fused
+        order, then point id.
 
         The legs and the fusion run as one planned batch, so each candidate
         carries its per-leg scores (`keyword`, `semantic`, ranks in `extra`)
@@ -271,11 +278,12 @@ class EdgeEngine:
         both = lexical_query is not None and dense_query is not None
         selector: Any = True if with_payload else _RANKING_SELECTOR
         fuse = both and fused
-        legs = [
-            qe.QueryRequest(limit=limit, query=leg_query, filter=must, with_payload=False if fuse else selector)
-            for leg_query in (lexical_query, dense_query)
-            if leg_query is not None
-        ]
+
+        def leg(query: Any, fetch: int) -> Any:
+            return qe.QueryRequest(limit=fetch, query=query, filter=must, with_payload=selector)
+
+        leg_queries = [q for q in (lexical_query, dense_query) if q is not None]
+        legs = [leg(q, leg_fetch(limit)) for q in leg_queries]
         if not legs:
             return []
         fused_request = None
@@ -301,11 +309,13 @@ class EdgeEngine:
                 results = shard.query_batch(qe.QueryBatchRequest(legs))
             else:
                 results = shard.query_batch(qe.QueryBatchRequest([*legs, fused_request]))
+            asked = [functools.partial(leg, q) for q in leg_queries]
+            results = [*_whole_ties(shard, asked, results[: len(legs)], limit), *results[len(legs) :]]
         read = _unpack if with_payload else _ranking_payload
         lexical_hits = _hits(results[0], read) if lexical_query is not None else []
         dense_hits = _hits(results[1 if both else 0], read) if dense_query is not None else []
         fused_hits = _hits(results[2], read) if fused_request is not None else None
-        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
+        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""
@@ -710,6 +720,21 @@ def _edge_filter(conds: list[Condition]) -> qe.Filter:
 def _dense_of(vectors: Any) -> list[float] | None:
     dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
     return [float(x) for x in dense] if dense is not None else None
+
+
+def _whole_ties(
+    shard: Any, legs: Sequence[Callable[[int], Any]], results: Sequence[list[qe.ScoredPoint]], limit: int
+) -> list[list[qe.ScoredPoint]]:
+    """Each leg's points (`legs`: its request for a count), asked again for more while they end inside a run of
+    scores tied at the cut (`cut_inside_tie`), so that `merge_legs` cuts them in its own total order."""
+    out = []
+    for leg, points in zip(legs, results, strict=True):
+        fetched = leg_fetch(limit)
+        while cut_inside_tie([(p.id, p.score, None) for p in points], limit, fetched):
+            fetched = min(2 * fetched, limit * TIE_FETCH_FACTOR)
+            points = shard.query(leg(fetched))
+        out.append(points)
+    return out
 
 
 def _hits(points: list[qe.ScoredPoint], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:

@@ -27,8 +27,9 @@ same API (brute force, payload indexes ignored, per-tenant IDF honoured).
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from contracts.memory import SearchFilters
@@ -51,6 +52,7 @@ from pvm.vectors import (
     KIND,
     LEXICAL,
     RRF_K,
+    TIE_FETCH_FACTOR,
     Condition,
     Empty,
     EmptyOr,
@@ -65,7 +67,9 @@ from pvm.vectors import (
     check_fusion,
     check_limit,
     conditions,
+    cut_inside_tie,
     fact_point_id,
+    leg_fetch,
     merge_legs,
     ordered_records,
     point_id,
@@ -170,8 +174,11 @@ class ServerEngine:
         """Lexical leg, plus the dense leg when `dense` is given and the engine holds dense vectors, fused by Qdrant
         (unless `fused` is False: then the legs alone, each leg searched once).
 
-        Each leg fetches its best `limit` points; the candidates are every point
-        either leg found (up to 2·limit), in the order of Qdrant's fusion.
+        Each leg keeps its best `limit` points in a total order (score, then point
+        id: `merge_legs`), asking for more while its cut falls inside a run of equal
+        scores, so the candidates are the same whatever order the points were
+        written in; they are every point either leg kept (up to 2·limit), in fused
+        order, then point id.
 
         The legs and the fusion go as one `query_batch_points` round trip, so
         each candidate carries its per-leg scores (`keyword`, `semantic`, ranks
@@ -191,18 +198,26 @@ class ServerEngine:
         both = lexical_vector is not None and dense_vector is not None
         fuse = both and fused
         selector: Any = True if with_payload else _RANKING_SELECTOR
-        leg_payload = False if fuse else selector
-        requests: list[models.QueryRequest] = []
+        leg_payload = selector  # every leg candidate readable, also those beyond the engine's fused list
+        legs: list[Callable[..., models.QueryRequest]] = []
         if lexical_vector is not None:
-            requests.append(
-                models.QueryRequest(
-                    query=lexical_vector, using=LEXICAL, filter=must, limit=limit, with_payload=leg_payload, params=idf
+            legs.append(
+                functools.partial(
+                    models.QueryRequest,
+                    query=lexical_vector,
+                    using=LEXICAL,
+                    filter=must,
+                    with_payload=leg_payload,
+                    params=idf,
                 )
             )
         if dense_vector is not None:
-            requests.append(
-                models.QueryRequest(query=dense_vector, using=DENSE, filter=must, limit=limit, with_payload=leg_payload)
+            legs.append(
+                functools.partial(
+                    models.QueryRequest, query=dense_vector, using=DENSE, filter=must, with_payload=leg_payload
+                )
             )
+        requests = [leg(limit=leg_fetch(limit)) for leg in legs]
         if not requests:
             return []
         if fuse:
@@ -225,10 +240,17 @@ class ServerEngine:
             )
         self._ensure()
         responses = self.client.query_batch_points(self.collection, requests)
-        lexical_hits = _hits(responses[0].points) if lexical_vector is not None else []
-        dense_hits = _hits(responses[1 if both else 0].points) if dense_vector is not None else []
-        fused_hits = _hits(responses[2].points) if fuse else None
-        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits)
+        points = [response.points for response in responses]
+        for i, leg in enumerate(legs):  # a leg whose cut falls inside a tie is asked again for the whole run
+            fetched = leg_fetch(limit)
+            while cut_inside_tie([(p.id, p.score, None) for p in points[i]], limit, fetched):
+                fetched = min(2 * fetched, limit * TIE_FETCH_FACTOR)
+                (again,) = self.client.query_batch_points(self.collection, [leg(limit=fetched)])
+                points[i] = again.points
+        lexical_hits = _hits(points[0]) if lexical_vector is not None else []
+        dense_hits = _hits(points[1 if both else 0]) if dense_vector is not None else []
+        fused_hits = _hits(points[2]) if fuse else None
+        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""
