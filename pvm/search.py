@@ -726,6 +726,9 @@ def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
     return replace(filters, until_ms=until)
 
 
+_OWN_ORDER = 1e-6  # a lifted minute's score: its thread's lift plus this much of its own (orders, never outranks)
+
+
 def _thread_lifted(
     scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
 ) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
@@ -734,7 +737,7 @@ def _thread_lifted(
     An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix) often
     has one minute that says the question's words and others that do not: the best `SEARCH_THREAD_HITS`
     candidates bring their thread's other candidates up to `SEARCH_THREAD_DECAY` of their own score (parts
-    "thread"), never down. Re-sorted best first.
+    "thread"), never down, in the order of their own scores. Re-sorted best first.
     """
     lift: dict[str, float] = {}
     for score, _, _, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
@@ -747,6 +750,9 @@ def _thread_lifted(
     for score, timestamp, minute_id, c, parts in scored:
         lifted = lift.get(c.payload.get("thread_id") or "", 0.0)
         if lifted > score:
+            # Its own score orders a lifted minute among its thread's others: lifted alike, they would tie, and the
+            # newest would lead whether or not it says anything of the question.
+            lifted += _OWN_ORDER * score
             parts["thread"] = lifted
             score = lifted
         out.append((score, timestamp, minute_id, c, parts))

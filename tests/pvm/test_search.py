@@ -953,6 +953,27 @@ def test_a_hit_lifts_the_minutes_of_its_thread(engine: EdgeEngine) -> None:
     assert hits[1].parts["thread"] == pytest.approx(hits[0].score * defaults.SEARCH_THREAD_DECAY)
 
 
+def test_a_threads_lifted_minutes_keep_the_order_of_their_own_scores_not_their_age(engine: EdgeEngine) -> None:
+    # A long thread (a session of a conversation): the hit lifts its thread's others, and among them the one that
+    # says more of the question comes first, though it is the oldest (lifted alike, the newest would have led).
+    def threaded(minute_id: str, text: str, age_ms: int) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text, age_ms=age_ms)
+        point.payload["thread_id"] = "session-1"
+        return point
+
+    engine.upsert(
+        [
+            threaded("hit", "the vendor contract blocked the deploy on friday", 5_000),
+            threaded("older", "the vendor contract was signed", 9_000),
+            threaded("newer", "a vendor called", 1_000),
+        ]
+    )
+    hits = HybridSearch(engine).search("alpha", "vendor contract blocked deploy", k=3, now_ms=NOW)
+    assert [h.minute_id for h in hits] == ["hit", "older", "newer"]
+    assert all("thread" in h.parts for h in hits[1:])
+    assert hits[1].score > hits[2].score
+
+
 def ranked_candidate(
     minute_id: str,
     keyword: tuple[float, int] | None,
