@@ -37,11 +37,11 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from typing import cast
+from typing import Any, cast
 
 import redis
 from rq import Queue, worker_registration
-from rq.exceptions import DequeueTimeout
+from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
@@ -49,7 +49,7 @@ from rq.results import Result
 from rq.serializers import Serializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import as_text, now, parse_composite_key
-from rq.worker import SimpleWorker, Worker
+from rq.worker import SimpleWorker, Worker, WorkerStatus
 from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
 
 from contracts import keys
@@ -285,7 +285,7 @@ class DurableQueue(Queue):
             found = super()._fetch_dequeued_job(
                 connection, queue_key, job_id, job_class, serializer, death_penalty_class
             )
-        except redis.exceptions.RedisError:
+        except (redis.exceptions.RedisError, StopRequested):  # a stop is no verdict on the job: it stays queued
             raise
         except Exception as exc:  # a hash RQ cannot read (planted or corrupt): it would stop the worker
             _fail_unreadable(connection, queue_name, job_id, f"{type(exc).__name__}: {exc}")
@@ -422,6 +422,31 @@ class PvmWorker(SimpleWorker):
     def register_death(self) -> None:
         self._pvm_registered.clear()
         super().register_death()  # type: ignore[no-untyped-call]  # as register_birth
+
+    _pvm_waiting = False  # blocked in Redis for the next job: nothing is half done
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        self._pvm_waiting = True
+        try:
+            if self._stop_requested:
+                raise StopRequested()
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        finally:
+            self._pvm_waiting = False
+
+    def _shutdown(self) -> None:
+        """SIGTERM: stop now while waiting for a job, else after what the worker is doing.
+
+        RQ raises `StopRequested` from the signal handler wherever the main thread is when the worker is not
+        running a job, and code there that catches `Exception` (RQ's own bookkeeping of a failed job among it)
+        swallows it: the worker then never stops. Raised only while the worker waits for a job; otherwise the
+        loop stops at its next turn (`_stop_requested`).
+        """
+        self._stop_requested = True
+        if self._pvm_waiting:
+            raise StopRequested()
+        if self.get_state() == WorkerStatus.BUSY:  # RQ's warm stop after the running job (it does not raise then)
+            super()._shutdown()  # type: ignore[no-untyped-call]
 
     def work(self, *args: object, **kwargs: object) -> bool:
         self._pvm_connection.set(keys.worker_alive(self.name), os.getpid(), ex=defaults.WORKER_ALIVE_TTL_S)
