@@ -22,6 +22,7 @@ any later kind) ever answers a search for minutes.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -382,6 +383,37 @@ def cut_inside_tie(hits: Sequence[Hit], limit: int, fetched: int) -> bool:
         and float(hits[-1][1]) == float(hits[limit - 1][1])
         and fetched < limit * TIE_FETCH_FACTOR
     )
+
+
+def whole_run(read: Sequence[Hit], wide: Iterable[Hit], limit: int) -> tuple[list[Hit], list[Any]]:
+    """A leg's best `limit` hits in the total order, from the hits first `read` (best first, with payloads, their
+    cut inside a tie: `cut_inside_tie`) and a `wide` fetch of the points scoring at least the tied score (ids and
+    scores only: converting payloads is most of what a wide fetch costs); and the ids among them whose payloads
+    are still to be read (tied points the first fetch left out).
+
+    Only the tied run is put in order: the points above it are kept whatever their order, and of the run the
+    lowest point ids fill the places left (a run can be hundreds of points in a project of repeated texts)."""
+    tied = float(read[limit - 1][1])
+    above: list[Hit] = []
+    run: list[Hit] = []
+    for hit in wide:
+        score = float(hit[1])
+        if score > tied:
+            above.append(hit)
+        elif score == tied:
+            run.append(hit)
+    kept = cut_leg(above, limit)
+    kept += heapq.nsmallest(limit - len(kept), run, key=lambda hit: str(hit[0]))
+    payloads = {pid: payload for pid, _, payload in read}
+    hits = [(pid, score, payloads.get(pid)) for pid, score, _ in kept]
+    return hits, [pid for pid, _, payload in hits if payload is None]
+
+
+def tie_floor(hits: Sequence[Hit], limit: int) -> float:
+    """The score threshold of a wide fetch for the run tied at a leg's cut: a hair below the tied score, as the
+    engines compare the threshold in their own float32 (`whole_run` keeps the run by exact equality)."""
+    tied = float(hits[limit - 1][1])
+    return tied - abs(tied) * 1e-6 - 1e-12
 
 
 def _total_order(hit: Hit) -> tuple[float, str]:

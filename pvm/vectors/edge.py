@@ -137,6 +137,8 @@ from pvm.vectors import (
     require_project,
     stored_point_id,
     stored_points,
+    tie_floor,
+    whole_run,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -279,8 +281,10 @@ class EdgeEngine:
         selector: Any = True if with_payload else _RANKING_SELECTOR
         fuse = both and fused
 
-        def leg(query: Any, fetch: int) -> Any:
-            return qe.QueryRequest(limit=fetch, query=query, filter=must, with_payload=selector)
+        def leg(query: Any, fetch: int, payload: Any = selector, at_least: float | None = None) -> Any:
+            return qe.QueryRequest(
+                limit=fetch, query=query, filter=must, with_payload=payload, score_threshold=at_least
+            )
 
         leg_queries = [q for q in (lexical_query, dense_query) if q is not None]
         legs = [leg(q, leg_fetch(limit)) for q in leg_queries]
@@ -310,11 +314,13 @@ class EdgeEngine:
             else:
                 results = shard.query_batch(qe.QueryBatchRequest([*legs, fused_request]))
             asked = [functools.partial(leg, q) for q in leg_queries]
-            results = [*_whole_ties(shard, asked, results[: len(legs)], limit), *results[len(legs) :]]
+            hits = _whole_ties(shard, asked, results[: len(legs)], limit, selector)
         read = _unpack if with_payload else _ranking_payload
-        lexical_hits = _hits(results[0], read) if lexical_query is not None else []
-        dense_hits = _hits(results[1 if both else 0], read) if dense_query is not None else []
-        fused_hits = _hits(results[2], read) if fused_request is not None else None
+        lexical_hits = _hits(hits[0], read) if lexical_query is not None else []
+        dense_hits = _hits(hits[1 if both else 0], read) if dense_query is not None else []
+        fused_hits = (
+            _hits(((p.id, p.score, p.payload) for p in results[2]), read) if fused_request is not None else None
+        )
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
@@ -723,26 +729,31 @@ def _dense_of(vectors: Any) -> list[float] | None:
 
 
 def _whole_ties(
-    shard: Any, legs: Sequence[Callable[[int], Any]], results: Sequence[list[qe.ScoredPoint]], limit: int
-) -> list[list[qe.ScoredPoint]]:
-    """Each leg's points (`legs`: its request for a count), asked again for more while they end inside a run of
-    scores tied at the cut (`cut_inside_tie`), so that `merge_legs` cuts them in its own total order."""
-    out = []
+    shard: Any,
+    legs: Sequence[Callable[[int, Any, float], Any]],
+    results: Sequence[list[qe.ScoredPoint]],
+    limit: int,
+    selector: Any,
+) -> list[list[Hit]]:
+    """Each leg's hits (`legs`: its request for a count and a payload selector); a leg whose cut falls inside a run
+    of tied scores (`cut_inside_tie`) is asked again for the whole run, ids and scores only, cut in the total
+    order (`whole_run`), and the payloads of the tied points it keeps that the first fetch left out are read by id,
+    so that `merge_legs` cuts the same points whatever order the engine returned ties in."""
+    out: list[list[Hit]] = []
     for leg, points in zip(legs, results, strict=True):
-        fetched = leg_fetch(limit)
-        while cut_inside_tie([(p.id, p.score, None) for p in points], limit, fetched):
-            fetched = min(2 * fetched, limit * TIE_FETCH_FACTOR)
-            points = shard.query(leg(fetched))
-        out.append(points)
+        hits: list[Hit] = [(p.id, p.score, p.payload) for p in points]
+        if cut_inside_tie(hits, limit, leg_fetch(limit)):
+            wide = shard.query(leg(limit * TIE_FETCH_FACTOR, False, tie_floor(hits, limit)))
+            hits, missing = whole_run(hits, [(p.id, p.score, None) for p in wide], limit)
+            if missing:
+                read = {r.id: r.payload for r in shard.retrieve(missing, with_payload=selector, with_vector=False)}
+                hits = [(pid, score, payload if payload is not None else read.get(pid)) for pid, score, payload in hits]
+        out.append(hits)
     return out
 
 
-def _hits(points: list[qe.ScoredPoint], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
-    out: list[Hit] = []
-    for p in points:
-        stored = p.payload
-        out.append((p.id, p.score, read(stored) if stored else None))
-    return out
+def _hits(points: Iterable[Hit], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
+    return [(pid, score, read(stored) if stored else None) for pid, score, stored in points]
 
 
 def _pack(point: MemoryPoint, packer: msgpack.Packer | None = None) -> dict[str, Any]:

@@ -77,6 +77,8 @@ from pvm.vectors import (
     stored_payload,
     stored_point_id,
     stored_points,
+    tie_floor,
+    whole_run,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -241,15 +243,32 @@ class ServerEngine:
         self._ensure()
         responses = self.client.query_batch_points(self.collection, requests)
         points = [response.points for response in responses]
-        for i, leg in enumerate(legs):  # a leg whose cut falls inside a tie is asked again for the whole run
-            fetched = leg_fetch(limit)
-            while cut_inside_tie([(p.id, p.score, None) for p in points[i]], limit, fetched):
-                fetched = min(2 * fetched, limit * TIE_FETCH_FACTOR)
-                (again,) = self.client.query_batch_points(self.collection, [leg(limit=fetched)])
-                points[i] = again.points
-        lexical_hits = _hits(points[0]) if lexical_vector is not None else []
-        dense_hits = _hits(points[1 if both else 0]) if dense_vector is not None else []
-        fused_hits = _hits(points[2]) if fuse else None
+        hits = [_hits(p) for p in points]
+        for i, leg in enumerate(legs):
+            if cut_inside_tie(hits[i], limit, leg_fetch(limit)):
+                # The cut falls inside a tie: the whole run, ids and scores only, then the kept ones' payloads.
+                (wide,) = self.client.query_batch_points(
+                    self.collection,
+                    [
+                        leg(
+                            limit=limit * TIE_FETCH_FACTOR,
+                            with_payload=False,
+                            score_threshold=tie_floor(hits[i], limit),
+                        )
+                    ],
+                )
+                hits[i], missing = whole_run(hits[i], _hits(wide.points), limit)
+                if missing:
+                    read = {
+                        r.id: r.payload
+                        for r in self.client.retrieve(
+                            self.collection, missing, with_payload=selector, with_vectors=False
+                        )
+                    }
+                    hits[i] = [(pid, score, payload or read.get(pid)) for pid, score, payload in hits[i]]
+        lexical_hits = hits[0] if lexical_vector is not None else []
+        dense_hits = hits[1 if both else 0] if dense_vector is not None else []
+        fused_hits = hits[2] if fuse else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:

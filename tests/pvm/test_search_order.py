@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from pvm.vectors import Hit, cut_inside_tie, cut_leg, leg_fetch
+from pvm.vectors import Hit, cut_inside_tie, cut_leg, leg_fetch, tie_floor, whole_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,3 +68,27 @@ def test_a_leg_is_cut_in_a_total_order_and_asked_again_when_its_cut_falls_inside
     assert not cut_inside_tie([("c", 0.9, None), ("b", 0.5, None), ("a", 0.4, None)], 2, fetched)
     assert not cut_inside_tie([("c", 0.9, None), ("b", 0.5, None)], 2, fetched)  # the engine had no more
     assert not cut_inside_tie([("x", 0.5, None)] * 16, 2, 16)  # asked up to TIE_FETCH_FACTOR x limit: stop
+
+
+def test_a_tied_cut_keeps_the_points_above_and_the_lowest_ids_of_the_run_and_names_the_payloads_to_read() -> None:
+    # First fetch (limit 3, one more asked): "z" above the tie, then the run at 0.5 in the engine's write order.
+    read: list[Hit] = [("z", 0.9, {"m": "z"}), ("q", 0.5, {"m": "q"}), ("p", 0.5, {"m": "p"}), ("o", 0.5, {"m": "o"})]
+    assert cut_inside_tie(read, 3, leg_fetch(3))
+    floor = tie_floor(read, 3)
+    assert 0.5 - 1e-5 < floor < 0.5
+    # The wide fetch (ids and scores, at least the floor) holds the whole run, and a point just below it.
+    wide: list[Hit] = [
+        ("z", 0.9, None),
+        ("q", 0.5, None),
+        ("p", 0.5, None),
+        ("o", 0.5, None),
+        ("b", 0.5, None),
+        ("a", 0.5, None),
+        ("c", 0.4999999, None),
+    ]
+    hits, missing = whole_run(read, wide, 3)
+    assert hits == [("z", 0.9, {"m": "z"}), ("a", 0.5, None), ("b", 0.5, None)]
+    assert missing == ["a", "b"]
+    # The same run written in another order keeps the same points.
+    assert whole_run(read[::-1], wide[::-1], 3)[0][0][0] == "z"
+    assert [h[0] for h in whole_run(read, wide[::-1], 3)[0]] == ["z", "a", "b"]

@@ -1063,3 +1063,22 @@ def test_many_points_of_a_tier_key_are_read_back_page_by_page(engine: Any) -> No
     assert {p.key for p in engine.get_points("alpha", [], tier_keys=["task:alpha:T-9"])} == {
         p.minute_id for p in points
     }
+
+
+@pytest.mark.parametrize("with_payload", [True, False])
+def test_a_cut_inside_a_tie_keeps_the_lowest_point_ids_of_the_run_with_their_payloads(
+    make_engine: EngineFactory, with_payload: bool
+) -> None:
+    # 40 points share one text (one score), more than the 5 a leg keeps: the cut falls inside their run. Written in
+    # either order, the leg keeps the run's lowest point ids, payloads read for those the first fetch left out.
+    tied = [memory_point("alpha", f"t{i:02d}", "gateway outage") for i in range(40)]
+    best = memory_point("alpha", "best", "gateway outage gateway outage rollback")
+    expected = ["best", *sorted((p.minute_id for p in tied), key=lambda m: point_id("alpha", m))[:4]]
+    for order in (tied, tied[::-1]):
+        engine = make_engine()
+        for point in order:
+            engine.upsert([point])
+        engine.upsert([best])
+        found = engine.query("alpha", "gateway outage rollback", None, SearchFilters(), 5, with_payload=with_payload)
+        assert [c.minute_id for c in found] == expected
+        assert all(c.payload["project_id"] == "alpha" and "timestamp_ms" in c.payload for c in found)
