@@ -402,11 +402,18 @@ def whole_run(read: Sequence[Hit], wide: Iterable[Hit], limit: int) -> tuple[lis
             above.append(hit)
         elif score == tied:
             run.append(hit)
+    if not run:  # the engine answered nothing at the tie (a threshold it compared otherwise): cut what was read
+        return cut_leg(read, limit), []
     kept = cut_leg(above, limit)
     kept += heapq.nsmallest(limit - len(kept), run, key=lambda hit: str(hit[0]))
     payloads = {pid: payload for pid, _, payload in read}
     hits = [(pid, score, payloads.get(pid)) for pid, score, _ in kept]
     return hits, [pid for pid, _, payload in hits if payload is None]
+
+
+def with_payloads(hits: Sequence[Hit], read: Mapping[Any, dict[str, Any] | None]) -> list[Hit]:
+    """`hits` with the payloads read by id (`whole_run`'s missing ones) filled in."""
+    return [(pid, score, payload if payload is not None else read.get(pid)) for pid, score, payload in hits]
 
 
 def tie_floor(hits: Sequence[Hit], limit: int) -> float:

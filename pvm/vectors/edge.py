@@ -139,6 +139,7 @@ from pvm.vectors import (
     stored_points,
     tie_floor,
     whole_run,
+    with_payloads,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -747,7 +748,7 @@ def _whole_ties(
             hits, missing = whole_run(hits, [(p.id, p.score, None) for p in wide], limit)
             if missing:
                 read = {r.id: r.payload for r in shard.retrieve(missing, with_payload=selector, with_vector=False)}
-                hits = [(pid, score, payload if payload is not None else read.get(pid)) for pid, score, payload in hits]
+                hits = with_payloads(hits, read)
         out.append(hits)
     return out
 

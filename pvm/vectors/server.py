@@ -79,6 +79,7 @@ from pvm.vectors import (
     stored_points,
     tie_floor,
     whole_run,
+    with_payloads,
 )
 from pvm.vectors.lexical import LexicalEncoder
 
@@ -265,7 +266,7 @@ class ServerEngine:
                             self.collection, missing, with_payload=selector, with_vectors=False
                         )
                     }
-                    hits[i] = [(pid, score, payload or read.get(pid)) for pid, score, payload in hits[i]]
+                    hits[i] = with_payloads(hits[i], read)
         lexical_hits = hits[0] if lexical_vector is not None else []
         dense_hits = hits[1 if both else 0] if dense_vector is not None else []
         fused_hits = hits[2] if fuse else None

@@ -92,3 +92,5 @@ def test_a_tied_cut_keeps_the_points_above_and_the_lowest_ids_of_the_run_and_nam
     # The same run written in another order keeps the same points.
     assert whole_run(read[::-1], wide[::-1], 3)[0][0][0] == "z"
     assert [h[0] for h in whole_run(read, wide[::-1], 3)[0]] == ["z", "a", "b"]
+    # A wide fetch with nothing at the tie (an engine comparing the threshold otherwise) keeps what was read.
+    assert whole_run(read, [("z", 0.9, None)], 3) == (cut_leg(read, 3), [])
