@@ -591,8 +591,9 @@ def test_near_duplicate_facts_on_different_pages_of_a_run_merge(
     store = _hold(redis_client, small, twins)
     redis_client.hset(keys.fact_reads(TierKey.for_project(P)), twins[0].id, 3)
     # Other facts of the project until the three twins sit on three pages of the run's HSCAN (its pages are the
-    # hash's buckets, placed by the server's random hash seed).
-    for n in range(300):
+    # hash's buckets, placed by the server's random hash seed; two twins whose hashes share their low bits stay in
+    # one bucket until the table outgrows those bits, so the fillers may run to a few thousand buckets).
+    for n in range(3000):
         if len({_page_of(redis_client, small, twin.id) for twin in twins[:3]}) == 3:
             break
         FactStore(redis_client).apply(asserted_minute(_stated(f"filler {n}", "owner", f"team {n}"), minute_id=f"x{n}"))
