@@ -36,7 +36,7 @@ import random
 
 from bench.sessions import LabeledSession, Query, _iso, _now_ms
 from contracts import Minute
-from contracts.ids import new_minute_id
+from contracts.ids import keyed_minute_id
 
 PEOPLE = ("Amara", "Bjorn", "Chiara", "Dmitri", "Esther", "Farid", "Greta", "Hiroshi", "Ines", "Jonas", "Keiko", "Lars")
 PROJECTS = ("Falcon", "Orchid", "Tundra", "Beacon", "Quasar", "Marlin", "Juniper", "Cobalt", "Saffron", "Zephyr")
@@ -148,7 +148,8 @@ def labeled_chains(project_id: str, seed: int = 7, chains: int = 80, chatter: in
         else:
             event, note, data, _ = stories[i][0][j]
             thread, refs = f"chain-{i}", ((ids[(i, j - 1)],) if j else ())
-        minute = Minute(project_id=project_id, event_type=event, id=new_minute_id(at), timestamp=_iso(at),
+        minute_id = keyed_minute_id(at, f"{project_id}/{len(minutes)}")
+        minute = Minute(project_id=project_id, event_type=event, id=minute_id, timestamp=_iso(at),
                         agent_id=rng.choice(PEOPLE).lower(), data=dict(data), memory_note=note, thread_id=thread,
                         context_references=refs)  # fmt: skip
         minutes.append(minute)

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contracts import Minute
-from contracts.ids import new_minute_id
+from contracts.ids import keyed_minute_id
 
 AGENTS = ("planner", "coder", "reviewer", "tester", "deployer", "researcher", "operator", "dba")
 WORKERS = AGENTS[1:]  # agents that take tasks (the planner assigns them)
@@ -359,6 +359,7 @@ class Weaver:
         self._label = label
         self._active: list[tuple[Situation, list[Step], list[str]]] = []  # situation, steps left, minute ids so far
         self.recent: list[str] = []
+        self._made = 0  # minutes made: each one's id is keyed by it (the same ids in every run)
         self.minute_ids: dict[Situation, list[tuple[str, bool]]] = {}  # situation -> (minute id, relevant)
         for _ in range(concurrent):
             self._open()
@@ -392,7 +393,7 @@ class Weaver:
         minute = Minute(
             project_id=project_id,
             event_type=step.event_type,
-            id=new_minute_id(at_ms),
+            id=keyed_minute_id(at_ms, f"{project_id}/{self._made}"),
             timestamp=_iso(at_ms),
             agent_id=step.agent_id,
             data=step.data,
@@ -400,6 +401,7 @@ class Weaver:
             memory_note=step.note,
             thread_id=step.data.get("task_id"),
         )
+        self._made += 1
         ids.append(minute.id)
         if situation is not None and self._label:
             self.minute_ids.setdefault(situation, []).append((minute.id, step.relevant))

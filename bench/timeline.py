@@ -41,7 +41,7 @@ from datetime import datetime
 
 from bench.sessions import AGENTS, LabeledSession, Query, _iso, _now_ms
 from contracts import Minute
-from contracts.ids import new_minute_id
+from contracts.ids import keyed_minute_id
 
 DAY_MS = 24 * 3600 * 1000
 SPAN_DAYS = 240  # eight months
@@ -193,7 +193,7 @@ def labeled_timeline(
         minute = Minute(
             project_id=project_id,
             event_type=event_type,
-            id=new_minute_id(at),
+            id=keyed_minute_id(at, f"{project_id}/{len(minutes)}"),
             timestamp=_iso(at),
             agent_id=agent,
             data=data,

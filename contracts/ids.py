@@ -48,6 +48,18 @@ def new_minute_id(now_ms: int | None = None) -> str:
     return _encode(ms, 10) + _encode(rnd, 16)
 
 
+def keyed_minute_id(at_ms: int, key: str) -> str:
+    """A ULID-shaped id for `at_ms` whose random part is derived from `key`: the same time and key give the same id.
+
+    For generated data that must come out the same in every run (benchmarks): unique only as far as the keys are,
+    and not increasing within a millisecond. Live minutes take `new_minute_id`.
+    """
+    if at_ms < 0:
+        raise ValueError(f"at_ms must be Unix milliseconds >= 0, got {at_ms}")
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=10).digest()
+    return _encode(at_ms, 10) + _encode(int.from_bytes(digest, "big") >> 1, 16)
+
+
 def id_timestamp_ms(minute_id: str) -> int | None:
     """The creation time of a ULID-shaped id in Unix ms, or None for other id shapes."""
     if len(minute_id) != 26:

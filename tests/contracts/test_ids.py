@@ -157,3 +157,15 @@ def test_request_ids_repeat_for_the_same_first_and_kind_and_differ_otherwise() -
     assert [other.next() for _ in range(4)][1:] != made[1:]  # another kind of request, other ids
     fresh = RequestIds(None, "fact-change")
     assert len({fresh.next() for _ in range(3)}) == 3  # no first: new ids
+
+
+def test_a_keyed_id_is_the_same_in_every_run_and_differs_by_key() -> None:
+    at = 1_790_000_000_000
+    made = [ids.keyed_minute_id(at, f"bench-sessions/{n}") for n in range(10_000)]
+    assert made == [ids.keyed_minute_id(at, f"bench-sessions/{n}") for n in range(10_000)]
+    assert len(set(made)) == len(made)
+    assert all(CROCKFORD.fullmatch(m) and ID_PATTERN.fullmatch(m) for m in made)
+    assert {id_timestamp_ms(m) for m in made} == {at}
+    assert ids.keyed_minute_id(at + 1, "k") > ids.keyed_minute_id(at, "k")
+    with pytest.raises(ValueError, match="at_ms"):
+        ids.keyed_minute_id(-1, "k")
