@@ -68,6 +68,7 @@ from pvm import defaults
 from pvm.embedders import OpenAIEmbedder
 from pvm.search import HybridSearch
 from pvm.vectors.edge import EdgeEngine
+from pvm.vectors.lexical import LexicalEncoder
 from workers.index import pool as index_pool
 
 DEPTHS = (5, 10)
@@ -284,6 +285,47 @@ def p99_at_scale(points: int, dimensions: int, queries: int = 200) -> dict[str, 
     return out
 
 
+def order_cost(points: int, queries: int = 200, passes: int = 3) -> dict[str, Any]:
+    """What the total order costs lexical search over `points` minutes of one project: an index written with the
+    lexical spread (equal texts score apart, `LexicalEncoder.spread`) and one written without it (a leg whose cut
+    falls inside a run of equal scores asks the engine again for the run), searched in turn query by query in this
+    one process, so both see the same load; `passes` timed passes after one untimed."""
+    rng = random.Random(1)
+    end_ms = 1_800_000_000_000
+    minutes = list(stream({"bench-order": 1.0}, points, seed=3, end_ms=end_ms))
+    texts = task_texts(rng, queries)
+    records = [[m.id, seq, encode_minute(m)] for seq, m in enumerate(minutes, start=1)]
+    kinds = {"spread": LexicalEncoder(), "plain": LexicalEncoder(spread=0.0)}
+    latencies: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with tempfile.TemporaryDirectory(prefix="pvm-bench-order-") as tmp:
+        engines = {kind: EdgeEngine(Path(tmp) / kind, lexical=encoder) for kind, encoder in kinds.items()}
+        try:
+            for kind, engine in engines.items():
+                say(f"retrieval bench: order cost: indexing {points:,} minutes ({kind})")
+                for start in range(0, len(records), INDEX_BATCH):
+                    logged, _ = index_pool.decode(records[start : start + INDEX_BATCH])
+                    engine.upsert(index_pool.build_points(logged, now=end_ms / 1000))
+                engine.optimize("bench-order")
+            weights = RankWeights(*defaults.SEARCH_WEIGHTS)
+            searches = {kind: HybridSearch(engine, None, weights) for kind, engine in engines.items()}
+            for timed in [False] + [True] * passes:
+                for text in texts:
+                    for kind, search in searches.items():
+                        started = time.perf_counter()
+                        search.search("bench-order", text, k=10, now_ms=end_ms)
+                        if timed:
+                            latencies[kind].append((time.perf_counter() - started) * 1000)
+        finally:
+            for engine in engines.values():
+                engine.close()
+    out: dict[str, Any] = {"points": points, "searches_each": queries * passes}
+    for kind, values in latencies.items():
+        values.sort()
+        out[f"lexical_{kind}_p50_ms"] = round(percentile(values, 50), 2)
+        out[f"lexical_{kind}_p99_ms"] = round(percentile(values, 99), 2)
+    return out
+
+
 class _FixedEmbedder:
     """An embedder whose every query vector is one cached vector (no model in the timed path)."""
 
@@ -440,6 +482,13 @@ def table(result: dict[str, Any]) -> str:
             f"latency at {lat['points']:,} minutes: lexical p99 {lat['lexical_p99_ms']} ms, "
             f"hybrid (cached query vector) p99 {lat['hybrid_cached_vector_p99_ms']} ms"
         )
+    if "order_cost" in result:
+        cost = result["order_cost"]
+        lines.append(
+            f"lexical at {cost['points']:,} minutes, searched in turn: with the spread p50 "
+            f"{cost['lexical_spread_p50_ms']} / p99 {cost['lexical_spread_p99_ms']} ms, without it p50 "
+            f"{cost['lexical_plain_p50_ms']} / p99 {cost['lexical_plain_p99_ms']} ms"
+        )
     for key in result:
         if key.startswith("sets_"):
             lines.append("")
@@ -518,6 +567,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--p99-points", type=int, default=100_000,
         help="minutes of the latency measurement (search_p99_ms_100k); 0 skips it",
     )  # fmt: skip
+    parser.add_argument(
+        "--order-cost", type=int, default=0, metavar="POINTS",
+        help="also measure lexical search over POINTS minutes written with and without the lexical spread, "
+        "searched in turn (order_cost; e.g. 100000); default 0 skips it",
+    )  # fmt: skip
     args = parse(parser, argv)
     if args.embedder == "minilm" and not embed_server.available():
         parser.error(
@@ -530,6 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with measuring("retrieval bench") as outcome:
         second = None if args.second_embedder in ("none", args.embedder) else args.second_embedder
         result = run(args.embedder, args.seed, args.scale, args.variants, args.p99_points, second, args.more_seeds)
+        if args.order_cost:
+            result["order_cost"] = order_cost(args.order_cost)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)

@@ -231,13 +231,14 @@ class EdgeEngine:
         packer = msgpack.Packer()  # one per call: a Packer is not thread-safe, and packb makes one per payload
         for point in points:
             check_point(point)
-            vectors: dict[str, Any] = {LEXICAL: document(point.text)}
+            stored_id = stored_point_id(point)
+            vectors: dict[str, Any] = {LEXICAL: document(point.text, stored_id)}
             if point.dense is not None:
                 vectors[DENSE] = check_dense(point.dense, self.dense_dimensions, f"minute {point.minute_id!r}")
             batch = by_project.get(point.project_id)
             if batch is None:
                 batch = by_project[point.project_id] = []
-            batch.append(qe.Point(stored_point_id(point), vectors, _pack(point, packer)))
+            batch.append(qe.Point(stored_id, vectors, _pack(point, packer)))
         for project_id, batch in by_project.items():
             with self._shard(project_id, create=True) as shard:
                 assert shard is not None
@@ -317,12 +318,17 @@ class EdgeEngine:
             asked = [functools.partial(leg, q) for q in leg_queries]
             hits = _whole_ties(shard, asked, results[: len(legs)], limit, selector)
         read = _unpack if with_payload else _ranking_payload
-        lexical_hits = _hits(hits[0], read) if lexical_query is not None else []
+        lexical_hits = self._lexical_hits(hits[0], read) if lexical_query is not None else []
         dense_hits = _hits(hits[1 if both else 0], read) if dense_query is not None else []
         fused_hits = (
             _hits(((p.id, p.score, p.payload) for p in results[2]), read) if fused_request is not None else None
         )
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
+
+    def _lexical_hits(self, points: Iterable[Hit], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
+        """The lexical leg's hits with their payloads read and the spread taken out of their scores."""
+        unspread = self._lexical.unspread
+        return [(pid, unspread(score, pid), read(stored) if stored else None) for pid, score, stored in points]
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

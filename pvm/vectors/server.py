@@ -148,14 +148,15 @@ class ServerEngine:
         structs: list[models.PointStruct] = []
         for point in points:
             payload = stored_payload(point)
-            sparse = self._lexical.document(point.text)
+            stored_id = stored_point_id(point)
+            sparse = self._lexical.document(point.text, stored_id)
             vector: dict[str, Any] = {
                 LEXICAL: models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
             }
             dense = check_dense(point.dense, self.dense_dimensions, f"minute {point.minute_id!r}")
             if dense is not None:
                 vector[DENSE] = dense
-            structs.append(models.PointStruct(id=str(stored_point_id(point)), vector=vector, payload=payload))
+            structs.append(models.PointStruct(id=str(stored_id), vector=vector, payload=payload))
         if not structs:
             return
         self._ensure()
@@ -267,7 +268,12 @@ class ServerEngine:
                         )
                     }
                     hits[i] = with_payloads(hits[i], read)
-        lexical_hits = hits[0] if lexical_vector is not None else []
+        unspread = self._lexical.unspread
+        lexical_hits = (
+            [(pid, unspread(score, pid), payload) for pid, score, payload in hits[0]]
+            if lexical_vector is not None
+            else []
+        )
         dense_hits = hits[1 if both else 0] if dense_vector is not None else []
         fused_hits = hits[2] if fuse else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)

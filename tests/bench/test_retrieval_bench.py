@@ -32,3 +32,15 @@ def test_seeds_that_are_not_numbers_are_refused_with_the_reason(capsys: pytest.C
     with pytest.raises(SystemExit):
         retrieval.main(["--embedder", "hash", "--more-seeds", "11,x"])
     assert "is not a comma-separated list of whole numbers" in capsys.readouterr().err
+
+
+def test_the_order_cost_searches_an_index_with_and_one_without_the_lexical_spread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--embedder", "hash", "--second-embedder", "none", "--scale", "0.05", "--p99-points", "0"]
+    assert retrieval.main([*argv, "--order-cost", "400"]) == 0
+    assert "with the spread p50" in capsys.readouterr().out
+    cost = retrieval.order_cost(400, queries=5, passes=2)
+    assert cost["points"] == 400 and cost["searches_each"] == 10
+    for kind in ("spread", "plain"):
+        assert 0 < cost[f"lexical_{kind}_p50_ms"] <= cost[f"lexical_{kind}_p99_ms"]

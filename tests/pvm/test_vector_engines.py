@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
+import pvm.vectors as vectors
+import pvm.vectors.edge as edge_module
+import pvm.vectors.server as server_module
 from contracts.memory import SearchFilters
 from pvm.protocols import RANKING_FIELDS, MemoryPoint, VectorEngine
 from pvm.vectors import (
@@ -41,6 +45,7 @@ from pvm.vectors import (
 )
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.edge import stored_dense_dimensions as edge_dense_dimensions
+from pvm.vectors.lexical import LexicalEncoder
 from pvm.vectors.server import ServerEngine
 from pvm.vectors.server import stored_dense_dimensions as server_dense_dimensions
 
@@ -722,6 +727,26 @@ def test_lexical_vectors_are_unchanged() -> None:
         assert {"indices": list(query.indices), "values": list(query.values)} == entry["query"]
 
 
+def test_the_lexical_spread_scales_a_document_by_its_point_id_and_unspread_takes_it_out() -> None:
+    encoder, plain = LexicalEncoder(), LexicalEncoder(spread=0.0)
+    low, high = uuid.UUID(int=0), uuid.UUID(int=(1 << 128) - 1)
+    text = "gateway outage after the rollback"
+    base = plain.document(text)
+    assert list(plain.document(text, low).values) == list(base.values)  # spread 0: the plain weights
+    for point, scale in ((low, 1.0 + encoder.spread), (high, 1.0)):
+        spread = encoder.document(text, point)
+        assert list(spread.indices) == list(base.indices)
+        assert list(spread.values) == pytest.approx([v * scale for v in base.values], rel=1e-6)
+    assert encoder.document(text, low).values[0] > encoder.document(text, uuid.uuid4()).values[0]
+    assert encoder.unspread(12.3456789 * (1.0 + encoder.spread), low) == 12.346
+    assert encoder.unspread(12.3456789, high) == 12.346
+    assert encoder.unspread(7.0, str(low)) == pytest.approx(7.0 / (1.0 + encoder.spread), rel=1e-5)
+    assert plain.unspread(12.3456789, low) == 12.3456789
+    for bad in (-0.001, 0.1):
+        with pytest.raises(ValueError, match="spread"):
+            LexicalEncoder(spread=bad)
+
+
 def test_edge_stores_exactly_the_recorded_payloads(tmp_path: Path) -> None:
     """Through `upsert` and qdrant-edge: the payload and the lexical vector each point is stored with."""
     import qdrant_edge as qe
@@ -753,10 +778,15 @@ def test_edge_stores_exactly_the_recorded_payloads(tmp_path: Path) -> None:
             for e in entries:
                 record = stored[e["point_id"]]
                 assert record.payload == e["stored"]
+                # The encoder's document vector, spread by the point id (equal texts score apart, lowest id first).
                 vector = record.vector["lexical"]
-                assert sorted(zip(vector.indices, vector.values, strict=True)) == sorted(
-                    zip(e["document"]["indices"], e["document"]["values"], strict=True)
+                scale = engine._lexical._scale(uuid.UUID(e["point_id"]))
+                assert scale > 1.0
+                expected = sorted(
+                    (i, pytest.approx(v * scale, rel=1e-6))
+                    for i, v in zip(e["document"]["indices"], e["document"]["values"], strict=True)
                 )
+                assert sorted(zip(vector.indices, vector.values, strict=True)) == expected
     finally:
         engine.close()
 
@@ -1065,20 +1095,66 @@ def test_many_points_of_a_tier_key_are_read_back_page_by_page(engine: Any) -> No
     }
 
 
+@pytest.fixture
+def wide_fetches(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many times a leg's cut fell inside a run of equal scores and the run was fetched and put in order."""
+    counter: Counter[str] = Counter()
+    whole_run = vectors.whole_run
+
+    def counted(*args: Any) -> Any:
+        counter["runs"] += 1
+        return whole_run(*args)
+
+    for module in (vectors, edge_module, server_module):
+        monkeypatch.setattr(module, "whole_run", counted)
+    return counter
+
+
+@pytest.mark.parametrize("leg", ["dense", "lexical written unspread"])
 @pytest.mark.parametrize("with_payload", [True, False])
 def test_a_cut_inside_a_tie_keeps_the_lowest_point_ids_of_the_run_with_their_payloads(
-    make_engine: EngineFactory, with_payload: bool
+    make_engine: EngineFactory,
+    with_payload: bool,
+    leg: str,
+    wide_fetches: Counter[str],
 ) -> None:
-    # 40 points share one text (one score), more than the 5 a leg keeps: the cut falls inside their run. Written in
-    # either order, the leg keeps the run's lowest point ids, payloads read for those the first fetch left out.
+    # 40 points share one text and one vector (one score), more than the 5 a leg keeps: the cut falls inside their
+    # run. Equal vectors tie in the dense leg; the lexical leg ties where the points were written without the
+    # spread (an index from before it). Written in either order, the leg keeps the run's lowest point ids, payloads
+    # read for those the first fetch left out.
+    plain = {} if leg == "dense" else {"lexical": LexicalEncoder(spread=0.0)}
+    query = [1.0] + [0.0] * 7
+    tied = [memory_point("alpha", f"t{i:02d}", "gateway outage", dense=[1.0, 0.5] + [0.0] * 6) for i in range(40)]
+    best = memory_point("alpha", "best", "gateway outage gateway outage rollback", dense=query)
+    expected = ["best", *sorted((p.minute_id for p in tied), key=lambda m: point_id("alpha", m))[:4]]
+    for order in (tied, tied[::-1]):
+        engine = make_engine(dense_dimensions=8, **plain)
+        for point in order:
+            engine.upsert([point])
+        engine.upsert([best])
+        text, dense = ("", query) if leg == "dense" else ("gateway outage rollback", None)
+        found = engine.query("alpha", text, dense, SearchFilters(), 5, with_payload=with_payload)
+        assert [c.minute_id for c in found] == expected
+        assert all(c.payload["project_id"] == "alpha" and "timestamp_ms" in c.payload for c in found)
+    assert wide_fetches["runs"] == 2  # each order's cut fell inside the run and was put in order
+
+
+@pytest.mark.parametrize("with_payload", [True, False])
+def test_equal_texts_score_apart_lowest_point_id_first(
+    make_engine: EngineFactory, with_payload: bool, wide_fetches: Counter[str]
+) -> None:
+    # The lexical spread: 40 minutes of one text score apart, lowest point id highest, so the leg's cut takes the
+    # same points as the total order with no second fetch, in either write order; the scores handed on are the
+    # unspread ones, equal again.
     tied = [memory_point("alpha", f"t{i:02d}", "gateway outage") for i in range(40)]
     best = memory_point("alpha", "best", "gateway outage gateway outage rollback")
     expected = ["best", *sorted((p.minute_id for p in tied), key=lambda m: point_id("alpha", m))[:4]]
     for order in (tied, tied[::-1]):
         engine = make_engine()
-        for point in order:
-            engine.upsert([point])
+        engine.upsert(order)
         engine.upsert([best])
+        raw = engine.query("alpha", "gateway outage", None, SearchFilters(), 41, with_payload=with_payload)
+        assert len({c.keyword for c in raw if c.minute_id != "best"}) == 1
         found = engine.query("alpha", "gateway outage rollback", None, SearchFilters(), 5, with_payload=with_payload)
         assert [c.minute_id for c in found] == expected
-        assert all(c.payload["project_id"] == "alpha" and "timestamp_ms" in c.payload for c in found)
+    assert wide_fetches["runs"] == 0  # no cut fell inside a run of equal scores
