@@ -732,23 +732,40 @@ _OWN_ORDER = 1e-6  # a lifted minute's score: its thread's lift plus this much o
 def _thread_lifted(
     scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
 ) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
-    """`scored` (best first) with the candidates of a top hit's thread lifted to that hit's score times a decay.
+    """`scored` (best first) with the candidates near a top hit in its thread lifted to that hit's score times a
+    decay.
 
-    An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix) often
-    has one minute that says the question's words and others that do not: the best `SEARCH_THREAD_HITS`
-    candidates bring their thread's other candidates up to `SEARCH_THREAD_DECAY` of their own score (parts
-    "thread"), never down, in the order of their own scores. Re-sorted best first.
+    An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix, a
+    question and its reply) often has one minute that says the question's words and others that do not: each of
+    the best `SEARCH_THREAD_HITS` candidates brings up the candidates of its thread that sit within
+    `SEARCH_THREAD_NEAR` places of it in time, among the thread's candidates, to `SEARCH_THREAD_DECAY` of the
+    thread's best hit's score (parts "thread"), never down, in the order of their own scores. A long thread that
+    is mostly about other things (a day's conversation) lifts what was said around the hit, not all of itself.
+    Re-sorted best first.
     """
     lift: dict[str, float] = {}
-    for score, _, _, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
+    hits: list[tuple[str, int, str]] = []  # (thread, timestamp, minute id) of each top hit with a thread
+    for score, timestamp, minute_id, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
         thread = c.payload.get("thread_id")
-        if isinstance(thread, str) and thread and thread not in lift:
-            lift[thread] = score * defaults.SEARCH_THREAD_DECAY
+        if isinstance(thread, str) and thread:
+            lift.setdefault(thread, score * defaults.SEARCH_THREAD_DECAY)
+            hits.append((thread, timestamp, minute_id))
     if not lift:
         return scored
+    in_time: dict[str, list[tuple[int, str]]] = {}
+    for _, timestamp, minute_id, c, _ in scored:
+        thread = c.payload.get("thread_id")
+        if isinstance(thread, str) and thread in lift:
+            in_time.setdefault(thread, []).append((timestamp, minute_id))
+    near: set[str] = set()
+    reach = defaults.SEARCH_THREAD_NEAR
+    for thread, timestamp, minute_id in hits:
+        mates = sorted(in_time[thread])
+        at = mates.index((timestamp, minute_id))
+        near.update(m for _, m in mates[max(0, at - reach) : at + reach + 1])
     out = []
     for score, timestamp, minute_id, c, parts in scored:
-        lifted = lift.get(c.payload.get("thread_id") or "", 0.0)
+        lifted = lift.get(c.payload.get("thread_id") or "", 0.0) if minute_id in near else 0.0
         if lifted > score:
             # Its own score orders a lifted minute among its thread's others: lifted alike, they would tie, and the
             # newest would lead whether or not it says anything of the question.

@@ -974,6 +974,41 @@ def test_a_threads_lifted_minutes_keep_the_order_of_their_own_scores_not_their_a
     assert hits[1].score > hits[2].score
 
 
+def test_a_long_threads_minutes_far_from_the_hit_are_not_lifted(engine: EdgeEngine) -> None:
+    # A day's conversation as one thread: a minute at a time, the hit in the middle. What was said within
+    # SEARCH_THREAD_NEAR places of the hit (in time, among the thread's candidates) is lifted; the rest of the
+    # session keeps its own score, below minutes of other threads that match the question better.
+    reach = defaults.SEARCH_THREAD_NEAR
+    session = [f"s{i:02d}" for i in range(12)]
+    hit_at = 6
+
+    def said(minute_id: str, text: str, age_ms: int, thread: str) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text, age_ms=age_ms)
+        point.payload["thread_id"] = thread
+        return point
+
+    points = [
+        said(
+            m,
+            "the vendor contract blocked the deploy" if i == hit_at else f"we talked about lunch {i} and the deploy",
+            (12 - i) * 60_000,
+            "day-1",
+        )
+        for i, m in enumerate(session)
+    ]
+    # Four minutes of other threads fill the top five with the hit: no other minute of the day is a top hit.
+    points += [said(f"o{i}", f"vendor contract review {i}", 3_600_000 + i, f"other-{i}") for i in range(4)]
+    engine.upsert(points)
+    hits = HybridSearch(engine).search("alpha", "vendor contract blocked deploy", k=len(points), now_ms=NOW)
+    assert hits[0].minute_id == session[hit_at]
+    lifted = {h.minute_id for h in hits if "thread" in h.parts}
+    assert lifted == {session[i] for i in range(hit_at - reach, hit_at + reach + 1) if i != hit_at}
+    order = [h.minute_id for h in hits]
+    assert order[1 : 1 + 2 * reach] and set(order[1 : 1 + 2 * reach]) == lifted
+    far = [order.index(m) for m in session if m not in lifted and m != session[hit_at]]
+    assert min(far) > max(order.index(f"o{i}") for i in range(4))  # the others' better matches come first
+
+
 def ranked_candidate(
     minute_id: str,
     keyword: tuple[float, int] | None,
