@@ -316,10 +316,11 @@ SEARCH_LEG_SLOTS = 0.4
 # the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).
 SEARCH_THREAD_HITS = 5
 SEARCH_THREAD_DECAY = 0.97
-# ... but only the candidates within SEARCH_THREAD_NEAR places of a top hit in time, among its thread's candidates
-# (session 20, issue 24): on LoCoMo's dev half a whole session lifted crowded the top 10 (4.4 of them from the top
-# hit's session); lifting what was said around the hit keeps the generated sets' figures and raises LoCoMo's
-# recall@5/@20 and multi-hop, with and without MiniLM. Chosen among 1, 2, 3, 4 and the whole thread on both.
+# ... but only the candidates within SEARCH_THREAD_NEAR places of a top hit in time, among its thread's candidates;
+# and a thread's match (SEARCH_THREAD_MATCH) reaches only those near its best minute of either leg (session 20,
+# issue 24): on LoCoMo's dev half a whole session lifted crowded the top 10 (4.4 of them from the top hit's
+# session); lifting what was said around the hit keeps the generated sets' figures and raises LoCoMo's recall@5,
+# @20 and multi-hop, with and without MiniLM. Chosen among 0 to 4 and the whole thread on both; docs/search.md.
 SEARCH_THREAD_NEAR = 2
 # A thread as one answer (area: retrieval, issue 12, session 16): with both legs, a minute's relevance is at least
 # SEARCH_THREAD_MATCH times its thread's, fused from the thread's best keyword and best semantic score among the

@@ -70,7 +70,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -537,7 +537,9 @@ class HybridSearch:
         w_sem = w.semantic if dense_leg else 0.0
         relevance, keyword, semantic, legs = self._relevance(candidates, limit, dense_leg)
         slots = self._slots(candidates, legs, k or defaults.SEARCH_K) if legs is not None else set()
-        threads = _thread_matches(candidates, keyword, semantic, legs.share) if legs is not None else {}
+        threads, matched = (
+            _thread_matches(candidates, keyword, semantic, legs.share) if legs is not None else ({}, set())
+        )
         timestamps = [_timestamp_ms(c) for c in candidates]
         known = [t for t in timestamps if t is not None]
         oldest, newest = (min(known), max(known)) if known else (0, 0)
@@ -560,7 +562,7 @@ class HybridSearch:
                 parts["support"] = legs.support
                 parts["flatness"] = legs.flatness
                 parts["dense_share"] = legs.share
-            match = threads.get(c.payload.get("thread_id") or "", 0.0)
+            match = threads.get(c.payload.get("thread_id") or "", 0.0) if c.minute_id in matched else 0.0
             if match > relevance[i]:
                 parts["thread_match"] = match
                 relevance[i] = match
@@ -758,11 +760,8 @@ def _thread_lifted(
         if isinstance(thread, str) and thread in lift:
             in_time.setdefault(thread, []).append((timestamp, minute_id))
     near: set[str] = set()
-    reach = defaults.SEARCH_THREAD_NEAR
-    for thread, timestamp, minute_id in hits:
-        mates = sorted(in_time[thread])
-        at = mates.index((timestamp, minute_id))
-        near.update(m for _, m in mates[max(0, at - reach) : at + reach + 1])
+    for thread, members in in_time.items():
+        near |= _near(members, [(t, m) for th, t, m in hits if th == thread])
     out = []
     for score, timestamp, minute_id, c, parts in scored:
         lifted = lift.get(c.payload.get("thread_id") or "", 0.0) if minute_id in near else 0.0
@@ -779,22 +778,48 @@ def _thread_lifted(
 
 def _thread_matches(
     candidates: Sequence[Candidate], keyword: Sequence[float], semantic: Sequence[float], share: float
-) -> dict[str, float]:
+) -> tuple[dict[str, float], set[str]]:
     """Each thread's relevance as one answer: its best keyword and its best semantic score among the candidates,
-    fused by the dense `share`, times `SEARCH_THREAD_MATCH`; a minute of the thread ranks at least that relevant.
+    fused by the dense `share`, times `SEARCH_THREAD_MATCH`; and the minutes (ids) that rank at least that
+    relevant: those within `SEARCH_THREAD_NEAR` places in time of the thread's best minute of either leg.
 
     An answer that spans a thread often has one minute with the question's words and another with its meaning
-    (a component named in one, what broke in the other): each leg finds one half, and neither minute alone
-    matches the whole question. Candidates without a thread are left as they are.
+    (a component named in one, what broke in the other, often one after the other): each leg finds one half, and
+    neither minute alone matches the whole question. A long thread (a day's conversation) lends its relevance to
+    what was said around its best minutes, not to all of itself. Candidates without a thread are left as they are.
     """
-    best: dict[str, tuple[float, float]] = {}
-    for c, kw, sem in zip(candidates, keyword, semantic, strict=True):
+    best: dict[str, tuple[int, int]] = {}  # thread -> the index of its best keyword and best semantic candidate
+    members: dict[str, list[tuple[int, str]]] = {}
+    for i, c in enumerate(candidates):
         thread = c.payload.get("thread_id")
         if isinstance(thread, str) and thread:
-            top_kw, top_sem = best.get(thread, (0.0, 0.0))
-            best[thread] = (max(top_kw, kw), max(top_sem, sem))
+            members.setdefault(thread, []).append((_timestamp_ms(c) or 0, c.minute_id))
+            top_kw, top_sem = best.get(thread, (i, i))
+            best[thread] = (
+                i if keyword[i] > keyword[top_kw] else top_kw,
+                i if semantic[i] > semantic[top_sem] else top_sem,
+            )
     factor = defaults.SEARCH_THREAD_MATCH
-    return {thread: factor * (share * sem + (1 - share) * kw) for thread, (kw, sem) in best.items()}
+    values: dict[str, float] = {}
+    matched: set[str] = set()
+    for thread, (top_kw, top_sem) in best.items():
+        values[thread] = factor * (share * semantic[top_sem] + (1 - share) * keyword[top_kw])
+        anchors = [(_timestamp_ms(candidates[i]) or 0, candidates[i].minute_id) for i in (top_kw, top_sem)]
+        matched |= _near(members[thread], anchors)
+    return values, matched
+
+
+def _near(members: Sequence[tuple[int, str]], anchors: Iterable[tuple[int, str]]) -> set[str]:
+    """The minute ids of a thread's candidates (`members`, as (timestamp ms, minute id)) within
+    `SEARCH_THREAD_NEAR` places in time of any of `anchors` (members themselves)."""
+    ordered = sorted(members)
+    place = {member: i for i, member in enumerate(ordered)}
+    reach = defaults.SEARCH_THREAD_NEAR
+    out: set[str] = set()
+    for anchor in anchors:
+        at = place[anchor]
+        out.update(minute_id for _, minute_id in ordered[max(0, at - reach) : at + reach + 1])
+    return out
 
 
 @dataclass(frozen=True)

@@ -1049,6 +1049,36 @@ def test_a_thread_whose_minutes_match_the_words_and_the_meaning_ranks_as_one_ans
     assert search.rank(alone, NOW, limit=50, k=12)[-1].minute_id == "w"
 
 
+def test_a_long_threads_match_reaches_only_the_minutes_around_its_best_of_each_leg(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As above, in a day's conversation: "w" (the words) and "m" (the meaning) a minute apart among twelve minutes
+    # of session s1 that match neither leg much. The thread's relevance reaches the minutes within
+    # SEARCH_THREAD_NEAR places in time of "w" or "m", not the session's far end.
+    monkeypatch.setattr(defaults, "SEARCH_LEG_SLOTS", 0.0)
+    monkeypatch.setattr(defaults, "SEARCH_THREAD_HITS", 0)
+    reach = defaults.SEARCH_THREAD_NEAR
+
+    def at(candidate: Candidate, minute: int) -> Candidate:
+        return replace(candidate, payload={**candidate.payload, "timestamp_ms": NOW - (20 - minute) * 60_000})
+
+    candidates = [
+        at(ranked_candidate("w", (10.0, 1), (0.10, 14), "s1"), 3),
+        at(ranked_candidate("m", (1.0, 14), (0.90, 1), "s1"), 4),
+    ]
+    others = [n for n in range(12) if n not in (3, 4)]
+    candidates += [
+        at(ranked_candidate(f"s{n:02d}", (0.5, 4 + i), (0.05, 4 + i), "s1"), n) for i, n in enumerate(others)
+    ]
+    candidates += [ranked_candidate(f"x{i}", (9.0 - 0.1 * i, 2 + i), (0.85 - 0.01 * i, 2 + i)) for i in range(2)]
+    search = HybridSearch(None, WordEmbedder(), RankWeights(*defaults.SEARCH_WEIGHTS_WITH_EMBEDDINGS))  # type: ignore[arg-type]
+    hits = search.rank(candidates, NOW, limit=50, k=len(candidates))
+    matched = {h.minute_id for h in hits if "thread_match" in h.parts}
+    near = {f"s{n:02d}" for n in range(3 - reach, 4 + reach + 1) if n not in (3, 4)}
+    assert matched == {"w", "m"} | near
+    assert all(h.minute_id.startswith("s") for h in hits[-len(others) + len(near) :])  # the far end: last, as it was
+
+
 def test_words_that_single_nothing_out_get_no_place_of_their_own() -> None:
     # Ten dense picks the words never found; the words' ten tied (a paraphrase matching only common words): the
     # dense leg keeps its configured share and its places, and the words' one place goes to the fused score.
