@@ -316,12 +316,20 @@ SEARCH_LEG_SLOTS = 0.4
 # the sessions and timeline sets (timeline multi-hop recall@10 0.28 -> 0.53 at scale 0.5, sessions not lower).
 SEARCH_THREAD_HITS = 5
 SEARCH_THREAD_DECAY = 0.97
-# ... but only the candidates within SEARCH_THREAD_NEAR places of a top hit in time, among its thread's candidates;
-# and a thread's match (SEARCH_THREAD_MATCH) reaches only those near its best minute of either leg (session 20,
-# issue 24): on LoCoMo's dev half a whole session lifted crowded the top 10 (4.4 of them from the top hit's
-# session); lifting what was said around the hit keeps the generated sets' figures and raises LoCoMo's recall@5,
-# @20 and multi-hop, with and without MiniLM. Chosen among 0 to 4 and the whole thread on both; docs/search.md.
+# ... but only the candidates within SEARCH_THREAD_NEAR places of a top hit in time, among all its thread's minutes
+# (read from the engine's timestamp index; session 21: counted among the thread's candidates, 2 places could be
+# twenty turns of a long conversation; LoCoMo lexical recall@10 0.681 -> 0.695, multi-hop 0.364 -> 0.409, the
+# generated sets unchanged); and a thread's match (SEARCH_THREAD_MATCH) reaches only those near its best minute
+# of either leg (session 20, issue 24): on LoCoMo's dev half a whole session lifted crowded the top 10 (4.4 of
+# them from the top hit's session); lifting what was said around the hit keeps the generated sets' figures and
+# raises LoCoMo's recall@5, @20 and multi-hop, with and without MiniLM. Chosen among 0 to 4 and the whole thread
+# on both; docs/search.md.
 SEARCH_THREAD_NEAR = 2
+# In a thread, the minute just before and just after each of the best SEARCH_ADJACENT_HITS hits comes in at
+# SEARCH_ADJACENT_DECAY of the hit's score, whatever it says (the reply to the turn with the question's words).
+# Chosen on LoCoMo dev and the generated sets together (session 21: 1-5 hits, decay 0.6-0.9; docs/search.md).
+SEARCH_ADJACENT_HITS = 2
+SEARCH_ADJACENT_DECAY = 0.7
 # A thread as one answer (area: retrieval, issue 12, session 16): with both legs, a minute's relevance is at least
 # SEARCH_THREAD_MATCH times its thread's, fused from the thread's best keyword and best semantic score among the
 # candidates (one minute says the question's words, another its meaning). And words whose top N are tied within

@@ -165,6 +165,12 @@ class VectorEngine(Protocol):
         """
         ...
 
+    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+        """`minute` (a candidate) and up to `count` minutes within `filters` each side of it, oldest first, in the
+        order (timestamp, minute id), with `RANKING_FIELDS` payloads: a thread's minutes around a hit, when
+        `filters` names the thread."""
+        ...
+
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes with their whole payloads, in the order asked."""
         ...

@@ -314,9 +314,12 @@ class HybridSearch:
         candidates = self.engine.query(
             project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
         )
-        best = self._ranked(candidates, now, limit, recent, k)[:k]
+        window = self._window(project_id, filters)
+        best = self._ranked(candidates, now, limit, recent, k, window)[:k]
         if dense is not None:
             best = self._with_neighbours(project_id, dense, filters, candidates, best, k)
+        if not recent:  # a question for the newest is answered by recency, not by the turns around a hit
+            best = _with_adjacent(best, k, window)
         if not best:
             return SearchResult([], degraded)
         winners = self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])
@@ -383,6 +386,20 @@ class HybridSearch:
         if not added:
             return best
         return sorted([*best, *added], key=lambda s: (-s[0], s[1].minute_id))[:k]
+
+    def _window(self, project_id: str, filters: SearchFilters) -> Window:
+        """A candidate's thread around it (`SEARCH_THREAD_NEAR` minutes each side, at least 1, within `filters`:
+        `VectorEngine.around`), each read once per search."""
+        read: dict[str, list[Candidate]] = {}
+        reach = max(defaults.SEARCH_THREAD_NEAR, 1)
+
+        def window(minute: Candidate) -> list[Candidate]:
+            if minute.minute_id not in read:
+                thread = replace(filters, thread_id=str(minute.payload.get("thread_id")))
+                read[minute.minute_id] = self.engine.around(project_id, thread, minute, reach)
+            return read[minute.minute_id]
+
+        return window
 
     def _search_kinds(
         self,
@@ -521,6 +538,7 @@ class HybridSearch:
         limit: int | None = None,
         recent: bool = False,
         k: int | None = None,
+        window: Window | None = None,
     ) -> list[tuple[float, Candidate, dict[str, float]]]:
         """Every candidate with its score and the parts of it, best first (`rank` without building hits).
 
@@ -581,7 +599,7 @@ class HybridSearch:
                 score = (1 - defaults.SEARCH_RECENT_SHARE) * score + defaults.SEARCH_RECENT_SHARE * newness
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
-        scored = _thread_lifted(scored)
+        scored = _thread_lifted(scored, window)
         return [(score, c, parts) for score, _, _, c, parts in scored]
 
     def _relevance(
@@ -728,11 +746,13 @@ def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
     return replace(filters, until_ms=until)
 
 
+# A candidate's thread around it, oldest first (`HybridSearch._window`).
+Window = Callable[[Candidate], list[Candidate]]
 _OWN_ORDER = 1e-6  # a lifted minute's score: its thread's lift plus this much of its own (orders, never outranks)
 
 
 def _thread_lifted(
-    scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]], window: Window | None = None
 ) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
     """`scored` (best first) with the candidates near a top hit in its thread lifted to that hit's score times a
     decay.
@@ -740,18 +760,21 @@ def _thread_lifted(
     An answer that spans minutes of one thread (a blocker and who owns the project, a cause and its fix, a
     question and its reply) often has one minute that says the question's words and others that do not: each of
     the best `SEARCH_THREAD_HITS` candidates brings up the candidates of its thread that sit within
-    `SEARCH_THREAD_NEAR` places of it in time, among the thread's candidates, to `SEARCH_THREAD_DECAY` of the
-    thread's best hit's score (parts "thread"), never down, in the order of their own scores. A long thread that
-    is mostly about other things (a day's conversation) lifts what was said around the hit, not all of itself.
+    `SEARCH_THREAD_NEAR` places of it in time, to `SEARCH_THREAD_DECAY` of the thread's best hit's score (parts
+    "thread"), never down, in the order of their own scores. Places are counted among all the thread's minutes
+    (`window`, read from the engine) or, without a window, among the thread's candidates. A long thread that is
+    mostly about other things (a day's conversation) lifts what was said right around the hit, not all of itself.
     Re-sorted best first.
     """
     lift: dict[str, float] = {}
     hits: list[tuple[str, int, str]] = []  # (thread, timestamp, minute id) of each top hit with a thread
+    top: dict[str, Candidate] = {}
     for score, timestamp, minute_id, c, _ in scored[: defaults.SEARCH_THREAD_HITS]:
         thread = c.payload.get("thread_id")
         if isinstance(thread, str) and thread:
             lift.setdefault(thread, score * defaults.SEARCH_THREAD_DECAY)
             hits.append((thread, timestamp, minute_id))
+            top[minute_id] = c
     if not lift:
         return scored
     in_time: dict[str, list[tuple[int, str]]] = {}
@@ -761,7 +784,15 @@ def _thread_lifted(
             in_time.setdefault(thread, []).append((timestamp, minute_id))
     near: set[str] = set()
     for thread, members in in_time.items():
-        near |= _near(members, [(t, m) for th, t, m in hits if th == thread])
+        anchors = [(t, m) for th, t, m in hits if th == thread]
+        if window is None:
+            near |= _near(members, anchors)
+        elif len(members) > 1:  # other candidates of the thread, to lift or not
+            reach = defaults.SEARCH_THREAD_NEAR
+            for _, minute_id in anchors:
+                around = window(top[minute_id])
+                at = _place(around, minute_id)
+                near.update(c.minute_id for c in around[max(0, at - reach) : at + reach + 1])
     out = []
     for score, timestamp, minute_id, c, parts in scored:
         lifted = lift.get(c.payload.get("thread_id") or "", 0.0) if minute_id in near else 0.0
@@ -774,6 +805,40 @@ def _thread_lifted(
         out.append((score, timestamp, minute_id, c, parts))
     out.sort(key=lambda s: (-s[0], -s[1], s[2]))
     return out
+
+
+def _with_adjacent(
+    best: list[tuple[float, Candidate, dict[str, float]]], k: int, window: Window
+) -> list[tuple[float, Candidate, dict[str, float]]]:
+    """`best` with the minute just before and just after each of its best `SEARCH_ADJACENT_HITS` hits in their
+    thread brought in at `SEARCH_ADJACENT_DECAY` of the hit's score (parts "adjacent"), the best `k` of all.
+
+    In conversation the answer is often the turn after the one with the question's words ("what did you do last
+    weekend?" - "we went camping"), sharing none of them: no leg finds it, and the thread lift reaches only
+    candidates. The decay keeps it below the hits of its own.
+    """
+    have = {c.minute_id for _, c, _ in best}
+    added: list[tuple[float, Candidate, dict[str, float]]] = []
+    for score, hit, _ in best[: defaults.SEARCH_ADJACENT_HITS]:
+        thread = hit.payload.get("thread_id")
+        if not isinstance(thread, str) or not thread:
+            continue
+        around = window(hit)
+        at = _place(around, hit.minute_id)
+        for adjacent in around[max(0, at - 1) : at] + around[at + 1 : at + 2]:
+            if adjacent.minute_id in have:
+                continue
+            lifted = score * defaults.SEARCH_ADJACENT_DECAY
+            have.add(adjacent.minute_id)
+            added.append((lifted, adjacent, {"adjacent": lifted}))
+    if not added:
+        return best
+    return sorted([*best, *added], key=lambda s: (-s[0], s[1].minute_id))[:k]
+
+
+def _place(around: Sequence[Candidate], minute_id: str) -> int:
+    """Where the minute sits in its window (the window always holds it)."""
+    return next(i for i, c in enumerate(around) if c.minute_id == minute_id)
 
 
 def _thread_matches(

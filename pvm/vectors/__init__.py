@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeGuard
@@ -544,3 +544,66 @@ def ordered_records(project_id: str, minute_ids: Sequence[str], records: Iterabl
             seen.add(minute_id)
             out.append(Candidate(minute_id=minute_id, payload=payload))
     return out
+
+
+# A thread's minutes in time order, around one of them (`thread_window`): the most one run of equal timestamps is read
+# whole. Beyond it (thousands of minutes of one thread written in the same millisecond) the run's lowest point ids
+# stand for it, the same ones in every process.
+WINDOW_RUN_CAP = 1_000
+
+
+def thread_window(
+    ordered: Callable[[bool, int, int], list[Candidate]],
+    run: Callable[[int], list[Candidate]],
+    minute: Candidate,
+    timestamp_ms: int,
+    count: int,
+) -> list[Candidate]:
+    """`minute` and up to `count` minutes each side of it, oldest first, in the order (timestamp, minute id).
+
+    `ordered(newest_first, start_ms, limit)` reads up to `limit` minutes at or before `start_ms` newest first (or
+    at or after it, oldest first); the engine orders equal timestamps however it likes, so where a read ends
+    inside a run of equal timestamps that the window needs, `run(ms)` reads the whole run (by point id, at most
+    `WINDOW_RUN_CAP`), and the read goes on past it while the window is short. The answer is the same whatever
+    order the minutes were written in.
+    """
+    key = (timestamp_ms, minute.minute_id)
+    found: dict[str, Candidate] = {minute.minute_id: minute}
+
+    def short(newest_first: bool, bound: int, closed: bool) -> bool:
+        """Fewer than `count` minutes on this side of `minute` among those read, counting only those strictly
+        inside `bound` (closed: at `bound` as well)."""
+        side = 0
+        for c in found.values():
+            ms = window_ms(c)
+            beyond = ms < bound if newest_first else ms > bound
+            if beyond or (ms == bound and not closed):
+                continue
+            if ((ms, c.minute_id) < key) if newest_first else ((ms, c.minute_id) > key):
+                side += 1
+        return side < count
+
+    for newest_first in (True, False):
+        start = timestamp_ms
+        while True:
+            page = ordered(newest_first, start, count + 1)
+            for c in page:
+                found.setdefault(c.minute_id, c)
+            if len(page) <= count:
+                break  # nothing more this side
+            edge = window_ms(page[-1])
+            if not short(newest_first, edge, closed=False):
+                break  # the window ends before the run at `edge`, which this read may have cut
+            for c in run(edge):
+                found.setdefault(c.minute_id, c)
+            if not short(newest_first, edge, closed=True):
+                break
+            start = edge - 1 if newest_first else edge + 1
+    in_order = sorted(found.values(), key=lambda c: (window_ms(c), c.minute_id))
+    at = next(i for i, c in enumerate(in_order) if c.minute_id == minute.minute_id)
+    return in_order[max(0, at - count) : at + count + 1]
+
+
+def window_ms(c: Candidate) -> int:
+    value = c.payload.get("timestamp_ms")
+    return int(value) if isinstance(value, int | float) else 0

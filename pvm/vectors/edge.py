@@ -109,6 +109,7 @@ from pvm.vectors import (
     LEXICAL,
     RRF_K,
     TIE_FETCH_FACTOR,
+    WINDOW_RUN_CAP,
     Condition,
     Empty,
     EmptyOr,
@@ -137,8 +138,10 @@ from pvm.vectors import (
     require_project,
     stored_point_id,
     stored_points,
+    thread_window,
     tie_floor,
     whole_run,
+    window_ms,
     with_payloads,
 )
 from pvm.vectors.lexical import LexicalEncoder
@@ -329,6 +332,31 @@ class EdgeEngine:
         """The lexical leg's hits with their payloads read and the spread taken out of their scores."""
         unspread = self._lexical.unspread
         return [(pid, unspread(score, pid), read(stored) if stored else None) for pid, score, stored in points]
+
+    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+        """`minute` and up to `count` minutes within `filters` each side of it in time, oldest first (`thread_window`),
+        with `RANKING_FIELDS` payloads; read in order of the timestamp index, so the cost does not grow with the
+        project."""
+        project_id = require_project(project_id)
+        conds = conditions(project_id, filters)
+        must = _edge_filter(conds)
+
+        def records(request: qe.ScrollRequest) -> list[Candidate]:
+            with self._shard(project_id, create=False) as shard:
+                found, _ = shard.scroll(request) if shard is not None else ([], None)
+            payloads = (_ranking_payload(r.payload) for r in found if r.payload)
+            return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
+
+        def ordered(newest_first: bool, start_ms: int, limit: int) -> list[Candidate]:
+            direction = qe.Direction.Desc if newest_first else qe.Direction.Asc
+            order = qe.OrderBy("timestamp_ms", direction=direction, start_from=start_ms)
+            return records(qe.ScrollRequest(limit=limit, filter=must, with_payload=_RANKING_SELECTOR, order_by=order))
+
+        def run(at_ms: int) -> list[Candidate]:
+            at = _edge_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)])
+            return records(qe.ScrollRequest(limit=WINDOW_RUN_CAP, filter=at, with_payload=_RANKING_SELECTOR))
+
+        return thread_window(ordered, run, minute, window_ms(minute), count)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

@@ -53,6 +53,7 @@ from pvm.vectors import (
     LEXICAL,
     RRF_K,
     TIE_FETCH_FACTOR,
+    WINDOW_RUN_CAP,
     Condition,
     Empty,
     EmptyOr,
@@ -77,8 +78,10 @@ from pvm.vectors import (
     stored_payload,
     stored_point_id,
     stored_points,
+    thread_window,
     tie_floor,
     whole_run,
+    window_ms,
     with_payloads,
 )
 from pvm.vectors.lexical import LexicalEncoder
@@ -277,6 +280,35 @@ class ServerEngine:
         dense_hits = hits[1 if both else 0] if dense_vector is not None else []
         fused_hits = hits[2] if fuse else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
+
+    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+        """`minute` and up to `count` minutes within `filters` each side of it in time, oldest first (`thread_window`),
+        with `RANKING_FIELDS` payloads; read in order of the timestamp index."""
+        project_id = require_project(project_id)
+        conds = conditions(project_id, filters)
+        must = _server_filter(conds)
+        self._ensure()
+
+        def records(flt: models.Filter, limit: int, order: models.OrderBy | None = None) -> list[Candidate]:
+            found, _ = self.client.scroll(
+                self.collection,
+                scroll_filter=flt,
+                limit=limit,
+                order_by=order,
+                with_payload=_RANKING_SELECTOR,
+                with_vectors=False,
+            )
+            payloads = (r.payload for r in found if r.payload)
+            return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
+
+        def ordered(newest_first: bool, start_ms: int, limit: int) -> list[Candidate]:
+            direction = models.Direction.DESC if newest_first else models.Direction.ASC
+            return records(must, limit, models.OrderBy(key="timestamp_ms", direction=direction, start_from=start_ms))
+
+        def run(at_ms: int) -> list[Candidate]:
+            return records(_server_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)]), WINDOW_RUN_CAP)
+
+        return thread_window(ordered, run, minute, window_ms(minute), count)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

@@ -1009,6 +1009,40 @@ def test_a_long_threads_minutes_far_from_the_hit_are_not_lifted(engine: EdgeEngi
     assert min(far) > max(order.index(f"o{i}") for i in range(4))  # the others' better matches come first
 
 
+def test_the_lift_counts_places_among_all_the_threads_minutes_and_the_hits_next_minutes_come_in(
+    engine: EdgeEngine,
+) -> None:
+    # A day's conversation, a minute at a time. Three of its minutes say the question's words: the hit (s06) and
+    # s03 and s09, three turns away. Among the thread's candidates they sit side by side, but in the thread they
+    # are three places apart: beyond SEARCH_THREAD_NEAR, so neither is lifted. The turns right before and after
+    # the hit (s05, s07) share no word with the question; they come in as its adjacent minutes, below it.
+    assert defaults.SEARCH_THREAD_NEAR < 3
+    session = [f"s{i:02d}" for i in range(12)]
+    hit_at, words_at = 6, {3, 6, 9}
+
+    def said(minute_id: str, text: str, age_ms: int, thread: str) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, text, age_ms=age_ms)
+        point.payload["thread_id"] = thread
+        return point
+
+    text = {hit_at: "the vendor contract blocked the deploy", 3: "a vendor called", 9: "the vendor again"}
+    points = [
+        said(m, text.get(i, f"we talked about lunch {i}"), (12 - i) * 60_000, "day-1") for i, m in enumerate(session)
+    ]
+    points += [said(f"o{i}", f"vendor contract review {i}", 3_600_000 + i, f"other-{i}") for i in range(4)]
+    engine.upsert(points)
+    hits = HybridSearch(engine).search("alpha", "vendor contract blocked deploy", k=len(points), now_ms=NOW)
+    by_id = {h.minute_id: h for h in hits}
+    assert hits[0].minute_id == session[hit_at]
+    assert not any("thread" in h.parts for h in hits)
+    adjacent = {h.minute_id for h in hits if "adjacent" in h.parts}
+    assert adjacent == {session[hit_at - 1], session[hit_at + 1]}
+    for m in adjacent:
+        assert by_id[m].score == pytest.approx(hits[0].score * defaults.SEARCH_ADJACENT_DECAY)
+    # Minutes two places away are no candidates (no word of the question) and not adjacent: they stay out.
+    assert set(by_id) == {session[i] for i in words_at} | adjacent | {f"o{i}" for i in range(4)}
+
+
 def ranked_candidate(
     minute_id: str,
     keyword: tuple[float, int] | None,
@@ -1170,14 +1204,22 @@ def test_a_top_hit_brings_in_its_thread_neighbours_that_the_dense_leg_finds_near
     assert by_id["a"].score == pytest.approx(hits[0].score * defaults.SEARCH_NEIGHBOUR_DECAY)
     assert by_id["a"].parts["neighbour"] == pytest.approx(by_id["a"].score)
     assert by_id["a"].parts["semantic_similarity"] == pytest.approx(0.8, abs=1e-3)
-    wide = {h.minute_id for h in search.search("alpha", "rollback", k=10, now_ms=NOW)}  # 50 candidates a leg
-    assert "a" in wide and not {"c", "d"} & wide
+    wide = {h.minute_id: h for h in search.search("alpha", "rollback", k=10, now_ms=NOW)}  # 50 candidates a leg
+    assert "neighbour" in wide["a"].parts and "d" not in wide
+    # c is no neighbour the dense leg vouches for; as the minute right after the top hit it comes in all the same,
+    # at the lower adjacent decay (below the dense leg's neighbour).
+    assert "neighbour" not in wide["c"].parts
+    assert wide["c"].score == pytest.approx(wide["b"].score * defaults.SEARCH_ADJACENT_DECAY)
+    assert wide["c"].score < wide["a"].score
     assert engine.thread_queries and set(engine.thread_queries) == {"t1"}
     assert len(engine.thread_queries) == 2  # one per search: the thread is read once however many hits it has
-    # Lexical only (no dense leg to say what is near the query): no neighbours, no thread query.
+    # Lexical only (no dense leg to say what is near the query): no dense neighbours, no thread query; the top
+    # hit's adjacent minutes both come in, at the adjacent decay.
     engine.thread_queries.clear()
     lexical = HybridSearch(engine, None, RankWeights(*defaults.SEARCH_WEIGHTS))  # type: ignore[arg-type]
-    assert "a" not in {h.minute_id for h in lexical.search("alpha", "rollback", k=3, now_ms=NOW)}
+    found = {h.minute_id: h for h in lexical.search("alpha", "rollback", k=3, now_ms=NOW)}
+    assert set(found) == {"a", "b", "c"} and all("neighbour" not in h.parts for h in found.values())
+    assert found["a"].parts["adjacent"] == pytest.approx(found["b"].score * defaults.SEARCH_ADJACENT_DECAY)
     assert engine.thread_queries == []
     inner.close()
 

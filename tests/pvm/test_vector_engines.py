@@ -306,6 +306,43 @@ def test_retrieve_by_minute_ids_in_the_order_asked(engine: Any) -> None:
     assert engine.retrieve("beta", ["m1"]) == []
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["written-in-order", "written-reversed"])
+def test_around_reads_a_threads_minutes_either_side_in_time_whatever_the_write_order(
+    engine: Any, reverse: bool
+) -> None:
+    # Thread th-1: m0, m1, then six minutes written in the same millisecond (r0..r5), then m2, m3. Another
+    # thread's minutes sit between them in time, and another project has a minute of a thread of the same name.
+    run = [f"r{i}" for i in range(6)]
+    points = [
+        memory_point("alpha", "m0", "step", timestamp_ms=T0),
+        memory_point("alpha", "m1", "step", timestamp_ms=T0 + 1000),
+        *(memory_point("alpha", r, "step", timestamp_ms=T0 + 2000) for r in run),
+        memory_point("alpha", "m2", "step", timestamp_ms=T0 + 3000),
+        memory_point("alpha", "m3", "step", timestamp_ms=T0 + 4000),
+        *(memory_point("alpha", f"o{i}", "step", timestamp_ms=T0 + 500 * i, thread_id="th-2") for i in range(10)),
+        memory_point("beta", "b0", "step", timestamp_ms=T0 + 2000),
+    ]
+    engine.upsert(points[::-1] if reverse else points)
+    thread = SearchFilters(thread_id="th-1")
+
+    def around(minute_id: str, count: int) -> list[str]:
+        (minute,) = engine.retrieve("alpha", [minute_id])
+        return ids(engine.around("alpha", thread, minute, count))
+
+    # Equal timestamps are ordered by minute id, and a read that stops inside the run reads the rest of it.
+    assert around("r2", 2) == ["r0", "r1", "r2", "r3", "r4"]
+    assert around("r0", 2) == ["m0", "m1", "r0", "r1", "r2"]
+    assert around("r5", 1) == ["r4", "r5", "m2"]
+    assert around("m1", 3) == ["m0", "m1", "r0", "r1", "r2"]
+    assert around("m3", 2) == ["r5", "m2", "m3"]
+    assert around("m0", 0) == ["m0"]
+    # Within the filters only: other threads and other projects never show.
+    (o5,) = engine.retrieve("alpha", ["o5"])
+    assert ids(engine.around("alpha", SearchFilters(thread_id="th-2"), o5, 1)) == ["o4", "o5", "o6"]
+    (r3,) = engine.retrieve("alpha", ["r3"])
+    assert {c.payload["project_id"] for c in engine.around("alpha", thread, r3, 9)} == {"alpha"}
+
+
 def test_delete_project_removes_only_that_project(engine: Any) -> None:
     engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
     engine.delete_project("alpha")
