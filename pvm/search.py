@@ -787,9 +787,12 @@ def _thread_lifted(
         anchors = [(t, m) for th, t, m in hits if th == thread]
         if window is None:
             near |= _near(members, anchors)
-        elif len(members) > 1:  # other candidates of the thread, to lift or not
+        else:
             reach = defaults.SEARCH_THREAD_NEAR
-            for _, minute_id in anchors:
+            for anchor in anchors:
+                minute_id = anchor[1]
+                if _near(members, [anchor]) == {minute_id}:
+                    continue  # no other candidate within reach even among the candidates: nothing to read
                 around = window(top[minute_id])
                 at = _place(around, minute_id)
                 near.update(c.minute_id for c in around[max(0, at - reach) : at + reach + 1])

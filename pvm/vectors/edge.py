@@ -347,6 +347,9 @@ class EdgeEngine:
             payloads = (_ranking_payload(r.payload) for r in found if r.payload)
             return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
 
+        def whole(limit: int) -> list[Candidate]:
+            return records(qe.ScrollRequest(limit=limit, filter=must, with_payload=_RANKING_SELECTOR))
+
         def ordered(newest_first: bool, start_ms: int, limit: int) -> list[Candidate]:
             direction = qe.Direction.Desc if newest_first else qe.Direction.Asc
             order = qe.OrderBy("timestamp_ms", direction=direction, start_from=start_ms)
@@ -356,7 +359,7 @@ class EdgeEngine:
             at = _edge_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)])
             return records(qe.ScrollRequest(limit=WINDOW_RUN_CAP, filter=at, with_payload=_RANKING_SELECTOR))
 
-        return thread_window(ordered, run, minute, window_ms(minute), count)
+        return thread_window(whole, ordered, run, minute, window_ms(minute), count)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

@@ -301,6 +301,9 @@ class ServerEngine:
             payloads = (r.payload for r in found if r.payload)
             return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
 
+        def whole(limit: int) -> list[Candidate]:
+            return records(must, limit)
+
         def ordered(newest_first: bool, start_ms: int, limit: int) -> list[Candidate]:
             direction = models.Direction.DESC if newest_first else models.Direction.ASC
             return records(must, limit, models.OrderBy(key="timestamp_ms", direction=direction, start_from=start_ms))
@@ -308,7 +311,7 @@ class ServerEngine:
         def run(at_ms: int) -> list[Candidate]:
             return records(_server_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)]), WINDOW_RUN_CAP)
 
-        return thread_window(ordered, run, minute, window_ms(minute), count)
+        return thread_window(whole, ordered, run, minute, window_ms(minute), count)
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

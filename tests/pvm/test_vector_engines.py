@@ -306,12 +306,16 @@ def test_retrieve_by_minute_ids_in_the_order_asked(engine: Any) -> None:
     assert engine.retrieve("beta", ["m1"]) == []
 
 
+@pytest.mark.parametrize("whole_thread", [64, 2], ids=["read-whole", "read-in-time-order"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["written-in-order", "written-reversed"])
 def test_around_reads_a_threads_minutes_either_side_in_time_whatever_the_write_order(
-    engine: Any, reverse: bool
+    engine: Any, reverse: bool, whole_thread: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Thread th-1: m0, m1, then six minutes written in the same millisecond (r0..r5), then m2, m3. Another
     # thread's minutes sit between them in time, and another project has a minute of a thread of the same name.
+    # A thread longer than WINDOW_WHOLE_THREAD is read in time order around the minute, and where a read stops
+    # inside the run of equal timestamps, the rest of the run is read.
+    monkeypatch.setattr(vectors, "WINDOW_WHOLE_THREAD", whole_thread)
     run = [f"r{i}" for i in range(6)]
     points = [
         memory_point("alpha", "m0", "step", timestamp_ms=T0),
