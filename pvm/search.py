@@ -29,11 +29,15 @@ With both legs, a thread ranks as one answer: each of its minutes is at least
 fused (`_thread_matches`: one minute says the question's words, another its
 meaning), and words that single nothing out get no place of their own
 (`SEARCH_WORD_SLOTS_FLAT`). The best `SEARCH_THREAD_HITS` candidates lift the
-other candidates of their thread to `SEARCH_THREAD_DECAY` of their score
-(multi-hop, `_thread_lifted`), and with a dense leg the best
-`SEARCH_NEIGHBOUR_HITS` hits bring in the minute before and after them in
-their thread when the dense leg finds it near the query (`_with_neighbours`:
-minutes that are no candidate at all).
+other candidates of their thread within `SEARCH_THREAD_NEAR` places of them to
+`SEARCH_THREAD_DECAY` of their score (multi-hop, `_thread_lifted`; places among
+all the thread's minutes, read around the hit: `VectorEngine.around`); with a
+dense leg the best `SEARCH_NEIGHBOUR_HITS` hits bring in the minute before and
+after them in their thread when the dense leg finds it near the query
+(`_with_neighbours`: minutes that are no candidate at all); and the best
+`SEARCH_ADJACENT_HITS` hits bring in the minute before and after them at
+`SEARCH_ADJACENT_DECAY` of their score whatever it says (`_with_adjacent`: a
+question's reply in conversation).
 
 Every default was chosen on bench/retrieval.py's sessions and timeline sets
 (and bench/fusion.py's weak and noise legs), with bench/multihop.py held out;
