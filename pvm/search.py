@@ -389,7 +389,7 @@ class HybridSearch:
                 added.append((lifted, neighbour, {"neighbour": lifted, "semantic_similarity": neighbour.semantic}))
         if not added:
             return best
-        return sorted([*best, *added], key=lambda s: (-s[0], s[1].minute_id))[:k]
+        return sorted([*best, *added], key=lambda s: -s[0])[:k]  # stable: `best` keeps its order among equals
 
     def _window(self, project_id: str, filters: SearchFilters) -> Window:
         """A candidate's thread around it (`SEARCH_THREAD_NEAR` minutes each side, at least 1, within `filters`:
@@ -840,7 +840,9 @@ def _with_adjacent(
             added.append((lifted, adjacent, {"adjacent": lifted}))
     if not added:
         return best
-    return sorted([*best, *added], key=lambda s: (-s[0], s[1].minute_id))[:k]
+    # Stable on the score alone: `best` keeps the ranking's own order among equal scores (newest first, then
+    # minute id), which a second tie-break here would override where lifted scores differ by less than a float.
+    return sorted([*best, *added], key=lambda s: -s[0])[:k]
 
 
 def _place(around: Sequence[Candidate], minute_id: str) -> int:
