@@ -22,6 +22,12 @@ memory.
 from __future__ import annotations
 
 import atexit
+
+# The socket module encodes a host name with the "idna" codec on every connect, importing it on first use. A
+# process forked while another thread held the import lock cannot import it: its emitter's first connect failed
+# with "unknown encoding: idna" and spooled everything (tests/pvm/test_emitter_exit.py, a CI flake). Loaded here,
+# the codec is in the registry before any fork.
+import encodings.idna  # noqa: F401
 import logging
 import multiprocessing.util
 import os
