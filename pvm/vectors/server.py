@@ -283,7 +283,8 @@ class ServerEngine:
 
     def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
         """`minute` and up to `count` minutes within `filters` each side of it in time, oldest first (`thread_window`),
-        with `RANKING_FIELDS` payloads; read in order of the timestamp index."""
+        with `RANKING_FIELDS` payloads: a short thread read whole through its keyword index, a long one in time
+        order from the timestamp index."""
         project_id = require_project(project_id)
         conds = conditions(project_id, filters)
         must = _server_filter(conds)
