@@ -171,6 +171,13 @@ class VectorEngine(Protocol):
         `filters` names the thread."""
         ...
 
+    def in_threads(
+        self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int
+    ) -> list[Candidate]:
+        """Up to `limit` minutes of these threads within `filters`, in no particular order, with `RANKING_FIELDS`
+        payloads: fewer than `limit` is every one of them (several short threads read in one call)."""
+        ...
+
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes with their whole payloads, in the order asked."""
         ...

@@ -82,7 +82,7 @@ from typing import Any, Literal
 from contracts.facts import FactStatus, FactType, Tier, check_time
 from contracts.ids import id_timestamp_ms
 from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit, SummaryHit
-from pvm import defaults
+from pvm import defaults, vectors
 from pvm.protocols import (
     FACT,
     MINUTE,
@@ -95,7 +95,7 @@ from pvm.protocols import (
     VectorEngine,
 )
 from pvm.providers import CircuitBreaker
-from pvm.vectors import GLOBAL_TENANT, importance, require_project
+from pvm.vectors import GLOBAL_TENANT, cut_window, importance, require_project
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +215,7 @@ class HybridSearch:
         self.half_life_ms = half_life_ms
         self.dense_breaker = DenseLegBreaker(dense_cooldown_s)
         self.minutes = minutes
+        self._long_threads = LongThreads()
 
     def search(
         self,
@@ -318,7 +319,8 @@ class HybridSearch:
         candidates = self.engine.query(
             project_id, query, dense, filters, limit, with_payload=False, fused=self.fusion == "engine"
         )
-        window = self._window(project_id, filters)
+        # The adjacent minutes of the best hits are read with the thread lift's windows, in one call.
+        window = self._window(project_id, filters, ahead=0 if recent else defaults.SEARCH_ADJACENT_HITS)
         best = self._ranked(candidates, now, limit, recent, k, window)[:k]
         if dense is not None:
             best = self._with_neighbours(project_id, dense, filters, candidates, best, k)
@@ -391,19 +393,9 @@ class HybridSearch:
             return best
         return sorted([*best, *added], key=lambda s: -s[0])[:k]  # stable: `best` keeps its order among equals
 
-    def _window(self, project_id: str, filters: SearchFilters) -> Window:
-        """A candidate's thread around it (`SEARCH_THREAD_NEAR` minutes each side, at least 1, within `filters`:
-        `VectorEngine.around`), each read once per search."""
-        read: dict[str, list[Candidate]] = {}
-        reach = max(defaults.SEARCH_THREAD_NEAR, 1)
-
-        def window(minute: Candidate) -> list[Candidate]:
-            if minute.minute_id not in read:
-                thread = replace(filters, thread_id=str(minute.payload.get("thread_id")))
-                read[minute.minute_id] = self.engine.around(project_id, thread, minute, reach)
-            return read[minute.minute_id]
-
-        return window
+    def _window(self, project_id: str, filters: SearchFilters, ahead: int = 0) -> ThreadWindows:
+        """The threads around this search's hits (`ThreadWindows`), `ahead` of the best asked for with the lift's."""
+        return ThreadWindows(self.engine, project_id, filters, self._long_threads, ahead)
 
     def _search_kinds(
         self,
@@ -542,7 +534,7 @@ class HybridSearch:
         limit: int | None = None,
         recent: bool = False,
         k: int | None = None,
-        window: Window | None = None,
+        window: ThreadWindows | None = None,
     ) -> list[tuple[float, Candidate, dict[str, float]]]:
         """Every candidate with its score and the parts of it, best first (`rank` without building hits).
 
@@ -751,12 +743,105 @@ def _until(filters: SearchFilters, as_of_ms: int | None) -> SearchFilters:
 
 
 # A candidate's thread around it, oldest first (`HybridSearch._window`).
-Window = Callable[[Candidate], list[Candidate]]
+# Threads remembered as longer than WINDOW_WHOLE_THREAD (per searcher): their windows are read in time order without
+# first trying them in one read with the other hits' threads. Forgotten all at once when full.
+LONG_THREADS_REMEMBERED = 4096
+
+
+class LongThreads:
+    """Which (project, thread) pairs were seen holding more than `WINDOW_WHOLE_THREAD` minutes: a hint that only
+    chooses how a window is read, never what it holds (a thread that shrank since reads the longer way)."""
+
+    def __init__(self, size: int = LONG_THREADS_REMEMBERED) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._size = size
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._seen
+
+    def add(self, key: tuple[str, str]) -> None:
+        if len(self._seen) >= self._size:
+            self._seen.clear()
+        self._seen.add(key)
+
+
+class ThreadWindows:
+    """A hit's thread around it for one search: `SEARCH_THREAD_NEAR` minutes each side (at least 1) within the
+    search's filters, in the order (timestamp, minute id), each thread read at most once.
+
+    `read(minutes)` reads the threads of several hits in one call (`VectorEngine.in_threads`, up to
+    `WINDOW_WHOLE_THREAD` + 1 minutes a thread): when that returns fewer, every thread came whole and each window
+    is cut from it, as `VectorEngine.around` cuts a short thread. A thread found longer is read around each hit
+    in time order (`around`) and remembered as long (`LongThreads`), so later searches do not try it whole
+    again. `ahead`: how many of the best hits the caller will ask for after the thread lift's anchors (the
+    adjacent minutes), read with them. The windows are the same whichever way they were read.
+    """
+
+    def __init__(
+        self, engine: VectorEngine, project_id: str, filters: SearchFilters, long: LongThreads, ahead: int = 0
+    ) -> None:
+        self.engine = engine
+        self.project_id = project_id
+        self.filters = filters
+        self.long = long
+        self.ahead = ahead
+        self._reach = max(defaults.SEARCH_THREAD_NEAR, 1)
+        self._whole: dict[str, dict[str, Candidate]] = {}  # thread -> its every minute within the filters
+        self._windows: dict[str, list[Candidate]] = {}  # minute id -> its window (long threads)
+
+    def __call__(self, minute: Candidate) -> list[Candidate]:
+        self.read([minute])
+        thread = _thread_of(minute)
+        if thread in self._whole:
+            members = self._whole[thread]
+            if minute.minute_id not in members:  # written since the read: it stands in its own place
+                members = {**members, minute.minute_id: minute}
+            return cut_window(members, minute.minute_id, self._reach)
+        if minute.minute_id not in self._windows:
+            within = replace(self.filters, thread_id=thread)
+            self._windows[minute.minute_id] = self.engine.around(self.project_id, within, minute, self._reach)
+        return self._windows[minute.minute_id]
+
+    def read(self, minutes: Iterable[Candidate]) -> None:
+        """Read the threads of these minutes that are not read yet and not known long, together."""
+        threads = sorted(
+            {
+                thread
+                for thread in map(_thread_of, minutes)
+                if thread and thread not in self._whole and (self.project_id, thread) not in self.long
+            }
+        )
+        if not threads:
+            return
+        each = vectors.WINDOW_WHOLE_THREAD + 1
+        found = self.engine.in_threads(self.project_id, self.filters, threads, each * len(threads))
+        by_thread: dict[str, dict[str, Candidate]] = {thread: {} for thread in threads}
+        for c in found:
+            by_thread.get(_thread_of(c), {})[c.minute_id] = c
+        if len(found) < each * len(threads):
+            self._whole.update(by_thread)
+            return
+        # Some thread is long; which, a read that stopped anywhere cannot tell: each is read alone.
+        for thread in threads:
+            alone = []
+            if len(by_thread[thread]) < each:
+                alone = self.engine.in_threads(self.project_id, self.filters, [thread], each)
+            if len(by_thread[thread]) < each and len(alone) < each:
+                self._whole[thread] = {c.minute_id: c for c in alone}
+            else:
+                self.long.add((self.project_id, thread))
+
+
+def _thread_of(c: Candidate) -> str:
+    thread = c.payload.get("thread_id")
+    return thread if isinstance(thread, str) else ""
+
+
 _OWN_ORDER = 1e-6  # a lifted minute's score: its thread's lift plus this much of its own (orders, never outranks)
 
 
 def _thread_lifted(
-    scored: list[tuple[float, int, str, Candidate, dict[str, float]]], window: Window | None = None
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]], window: ThreadWindows | None = None
 ) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
     """`scored` (best first) with the candidates near a top hit in its thread lifted to that hit's score times a
     decay.
@@ -787,6 +872,11 @@ def _thread_lifted(
         if isinstance(thread, str) and thread in lift:
             in_time.setdefault(thread, []).append((timestamp, minute_id))
     near: set[str] = set()
+    if window is not None:
+        # An anchor with no other candidate within reach even among the candidates lifts nothing: its thread is
+        # read only when the best hits ask for their adjacent minutes (`ahead`), all in one read.
+        wanted = [top[m] for thread, t, m in hits if _near(in_time[thread], [(t, m)]) != {m}]
+        window.read([*wanted, *(c for _, _, _, c, _ in scored[: window.ahead])])
     for thread, members in in_time.items():
         anchors = [(t, m) for th, t, m in hits if th == thread]
         if window is None:
@@ -815,7 +905,7 @@ def _thread_lifted(
 
 
 def _with_adjacent(
-    best: list[tuple[float, Candidate, dict[str, float]]], k: int, window: Window
+    best: list[tuple[float, Candidate, dict[str, float]]], k: int, window: ThreadWindows
 ) -> list[tuple[float, Candidate, dict[str, float]]]:
     """`best` with the minute just before and just after each of its best `SEARCH_ADJACENT_HITS` hits in their
     thread brought in at `SEARCH_ADJACENT_DECAY` of the hit's score (parts "adjacent"), the best `k` of all.

@@ -580,7 +580,7 @@ def thread_window(
     every = whole(WINDOW_WHOLE_THREAD + 1)
     if len(every) <= WINDOW_WHOLE_THREAD:
         found.update((c.minute_id, c) for c in every if c.minute_id != minute.minute_id)
-        return _cut(found, minute.minute_id, count)
+        return cut_window(found, minute.minute_id, count)
 
     def short(newest_first: bool, bound: int, closed: bool) -> bool:
         """Fewer than `count` minutes on this side of `minute` among those read, counting only those strictly
@@ -611,10 +611,10 @@ def thread_window(
             if not short(newest_first, edge, closed=True):
                 break
             start = edge - 1 if newest_first else edge + 1
-    return _cut(found, minute.minute_id, count)
+    return cut_window(found, minute.minute_id, count)
 
 
-def _cut(found: Mapping[str, Candidate], minute_id: str, count: int) -> list[Candidate]:
+def cut_window(found: Mapping[str, Candidate], minute_id: str, count: int) -> list[Candidate]:
     """The minute and up to `count` of `found` each side of it in the order (timestamp, minute id)."""
     in_order = sorted(found.values(), key=lambda c: (window_ms(c), c.minute_id))
     at = next(i for i, c in enumerate(in_order) if c.minute_id == minute_id)

@@ -342,10 +342,7 @@ class EdgeEngine:
         must = _edge_filter(conds)
 
         def records(request: qe.ScrollRequest) -> list[Candidate]:
-            with self._shard(project_id, create=False) as shard:
-                found, _ = shard.scroll(request) if shard is not None else ([], None)
-            payloads = (_ranking_payload(r.payload) for r in found if r.payload)
-            return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
+            return self._scrolled(project_id, request)
 
         def whole(limit: int) -> list[Candidate]:
             return records(qe.ScrollRequest(limit=limit, filter=must, with_payload=_RANKING_SELECTOR))
@@ -360,6 +357,26 @@ class EdgeEngine:
             return records(qe.ScrollRequest(limit=WINDOW_RUN_CAP, filter=at, with_payload=_RANKING_SELECTOR))
 
         return thread_window(whole, ordered, run, minute, window_ms(minute), count)
+
+    def in_threads(
+        self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int
+    ) -> list[Candidate]:
+        """Up to `limit` minutes of these threads within `filters`, in no particular order, with `RANKING_FIELDS`
+        payloads (one read of the thread keyword index): fewer than `limit` is every one of them."""
+        project_id = require_project(project_id)
+        check_limit(limit)
+        threads = tuple(sorted(set(thread_ids)))
+        if not threads:
+            return []
+        must = _edge_filter([*conditions(project_id, filters), MatchAny("thread_id", threads)])
+        return self._scrolled(project_id, qe.ScrollRequest(limit=limit, filter=must, with_payload=_RANKING_SELECTOR))
+
+    def _scrolled(self, project_id: str, request: qe.ScrollRequest) -> list[Candidate]:
+        """The minutes a scroll reads, with `RANKING_FIELDS` payloads (the project's own only)."""
+        with self._shard(project_id, create=False) as shard:
+            found, _ = shard.scroll(request) if shard is not None else ([], None)
+        payloads = (_ranking_payload(r.payload) for r in found if r.payload)
+        return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

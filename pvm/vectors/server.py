@@ -291,16 +291,7 @@ class ServerEngine:
         self._ensure()
 
         def records(flt: models.Filter, limit: int, order: models.OrderBy | None = None) -> list[Candidate]:
-            found, _ = self.client.scroll(
-                self.collection,
-                scroll_filter=flt,
-                limit=limit,
-                order_by=order,
-                with_payload=_RANKING_SELECTOR,
-                with_vectors=False,
-            )
-            payloads = (r.payload for r in found if r.payload)
-            return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
+            return self._scrolled(project_id, flt, limit, order)
 
         def whole(limit: int) -> list[Candidate]:
             return records(must, limit)
@@ -313,6 +304,36 @@ class ServerEngine:
             return records(_server_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)]), WINDOW_RUN_CAP)
 
         return thread_window(whole, ordered, run, minute, window_ms(minute), count)
+
+    def in_threads(
+        self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int
+    ) -> list[Candidate]:
+        """Up to `limit` minutes of these threads within `filters`, in no particular order, with `RANKING_FIELDS`
+        payloads (one scroll): fewer than `limit` is every one of them."""
+        project_id = require_project(project_id)
+        check_limit(limit)
+        threads = tuple(sorted(set(thread_ids)))
+        if not threads:
+            return []
+        self._ensure()
+        return self._scrolled(
+            project_id, _server_filter([*conditions(project_id, filters), MatchAny("thread_id", threads)]), limit
+        )
+
+    def _scrolled(
+        self, project_id: str, flt: models.Filter, limit: int, order: models.OrderBy | None = None
+    ) -> list[Candidate]:
+        """The minutes a scroll reads, with `RANKING_FIELDS` payloads (the project's own only)."""
+        found, _ = self.client.scroll(
+            self.collection,
+            scroll_filter=flt,
+            limit=limit,
+            order_by=order,
+            with_payload=_RANKING_SELECTOR,
+            with_vectors=False,
+        )
+        payloads = (r.payload for r in found if r.payload)
+        return [Candidate(str(p.get("minute_id", "")), p) for p in payloads if p.get("project_id") == project_id]
 
     def retrieve(self, project_id: str, minute_ids: Sequence[str]) -> list[Candidate]:
         """The stored points of these minutes (in the order asked, unknown ids skipped)."""

@@ -21,10 +21,19 @@ from contracts import Minute
 from contracts import fact_changes as fc
 from contracts.facts import GLOBAL_KEY, Fact, FactStatus, TierKey
 from contracts.memory import FactHit, Insight, RankWeights, Scores, SearchFilters, SearchHit
-from pvm import defaults
+from pvm import defaults, vectors
 from pvm.embedders import OpenAIEmbedder
 from pvm.protocols import Candidate, MemoryPoint
-from pvm.search import DENSE_COOLDOWN_S, HALF_LIFE_MS, DenseLegBreaker, HybridSearch, SearchResult, _dense_share
+from pvm.search import (
+    DENSE_COOLDOWN_S,
+    HALF_LIFE_MS,
+    DenseLegBreaker,
+    HybridSearch,
+    LongThreads,
+    SearchResult,
+    ThreadWindows,
+    _dense_share,
+)
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
 from tests.openai_server import Fault, OpenAIServer, Status, delay, embed_text, status
@@ -1307,3 +1316,77 @@ def test_only_fusion_engine_asks_the_engine_to_fuse_and_the_legs_alone_find_the_
         assert counting.fused == [False, False, False, False, True]
     finally:
         inner.close()
+
+
+class ReadCountingEngine:
+    """Wraps an engine, counting the thread reads a search makes."""
+
+    def __init__(self, inner: EdgeEngine) -> None:
+        self.inner = inner
+        self.in_threads_calls: list[list[str]] = []
+        self.around_calls = 0
+
+    def in_threads(self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int) -> Any:
+        self.in_threads_calls.append(sorted(thread_ids))
+        return self.inner.in_threads(project_id, filters, thread_ids, limit)
+
+    def around(self, *args: Any) -> Any:
+        self.around_calls += 1
+        return self.inner.around(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_thread_windows_read_the_hits_threads_together_and_cut_the_windows_around_cuts(
+    engine: EdgeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three short threads and one longer than WINDOW_WHOLE_THREAD (here 4), with a run of equal timestamps. Each
+    # window is the one `around` reads, whether the threads were read together, one at a time, or the long one
+    # was known long; short threads are read in one call, and a thread found long is not tried whole again.
+    monkeypatch.setattr(vectors, "WINDOW_WHOLE_THREAD", 4)
+
+    def said(minute_id: str, thread: str, ms: int) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, "step", age_ms=0)
+        point.payload.update(thread_id=thread, timestamp_ms=NOW - 100_000 + ms)
+        return point
+
+    points = [said(f"{t}{i}", f"th-{t}", 1000 * i) for t in "abc" for i in range(3)]
+    points += [said(f"l{i}", "th-long", 1000 * min(i, 4)) for i in range(9)]  # l4..l8 written in one millisecond
+    engine.upsert(points)
+    minutes = engine.retrieve("alpha", [p.minute_id for p in points])
+    reach = max(defaults.SEARCH_THREAD_NEAR, 1)
+    expected = {
+        m.minute_id: [
+            c.minute_id for c in engine.around("alpha", SearchFilters(thread_id=m.payload["thread_id"]), m, reach)
+        ]
+        for m in minutes
+    }
+    long = LongThreads()
+
+    def windows_of(read_first: Sequence[Any]) -> tuple[dict[str, list[str]], ReadCountingEngine]:
+        counting = ReadCountingEngine(engine)
+        window = ThreadWindows(counting, "alpha", SearchFilters(), long)  # type: ignore[arg-type]
+        window.read(read_first)
+        return {m.minute_id: [c.minute_id for c in window(m)] for m in minutes}, counting
+
+    shorts = [m for m in minutes if m.payload["thread_id"] != "th-long"]
+    together, counting = windows_of(shorts)
+    assert together == expected
+    assert counting.in_threads_calls[0] == ["th-a", "th-b", "th-c"]
+    assert len(counting.in_threads_calls) == 2  # the short threads in one read; the long one found long alone
+    assert ("alpha", "th-long") in long
+    assert counting.around_calls == 9  # each of the long thread's minutes read in time order
+    alone, _ = windows_of([])
+    assert alone == expected
+    everything, counting = windows_of(minutes)
+    assert everything == expected
+    assert counting.in_threads_calls == [["th-a", "th-b", "th-c"]]  # the known long thread is not tried whole
+    # A read that stops inside the long thread tells nothing of the others: each is read alone, and still cut right.
+    fresh = LongThreads()
+    counting = ReadCountingEngine(engine)
+    window = ThreadWindows(counting, "alpha", SearchFilters(), fresh)  # type: ignore[arg-type]
+    window.read([m for m in minutes if m.minute_id in ("a0", "l0")])
+    assert counting.in_threads_calls[:2] == [["th-a", "th-long"], ["th-a"]]  # th-long alone only if not seen long
+    assert ("alpha", "th-long") in fresh and ("alpha", "th-a") not in fresh
+    assert {m.minute_id: [c.minute_id for c in window(m)] for m in minutes} == expected

@@ -347,6 +347,29 @@ def test_around_reads_a_threads_minutes_either_side_in_time_whatever_the_write_o
     assert {c.payload["project_id"] for c in engine.around("alpha", thread, r3, 9)} == {"alpha"}
 
 
+def test_in_threads_reads_several_threads_within_the_filters_and_says_when_it_read_them_all(engine: Any) -> None:
+    engine.upsert(
+        [
+            *(memory_point("alpha", f"a{i}", "step", timestamp_ms=T0 + i, thread_id="th-a") for i in range(3)),
+            *(memory_point("alpha", f"b{i}", "step", timestamp_ms=T0 + i, thread_id="th-b") for i in range(4)),
+            memory_point("alpha", "c0", "step", timestamp_ms=T0, thread_id="th-c"),
+            memory_point("alpha", "late", "step", timestamp_ms=T0 + 60_000, thread_id="th-a"),
+            memory_point("beta", "x0", "step", timestamp_ms=T0, thread_id="th-a"),
+        ]
+    )
+    read = engine.in_threads("alpha", SearchFilters(), ["th-b", "th-a", "th-a"], 100)
+    assert sorted(ids(read)) == ["a0", "a1", "a2", "b0", "b1", "b2", "b3", "late"]
+    assert all(c.payload["project_id"] == "alpha" and "timestamp_ms" in c.payload for c in read)
+    # Within the filters: the time bound leaves out th-a's late minute. A read of `limit` may have stopped early.
+    early = engine.in_threads("alpha", SearchFilters(until_ms=T0 + 1000), ["th-a"], 100)
+    assert sorted(ids(early)) == ["a0", "a1", "a2"]
+    assert len(engine.in_threads("alpha", SearchFilters(), ["th-a", "th-b"], 5)) == 5
+    assert engine.in_threads("alpha", SearchFilters(), [], 5) == []
+    assert engine.in_threads("gamma", SearchFilters(), ["th-a"], 5) == []
+    with pytest.raises(ValueError, match="limit"):
+        engine.in_threads("alpha", SearchFilters(), ["th-a"], 0)
+
+
 def test_delete_project_removes_only_that_project(engine: Any) -> None:
     engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
     engine.delete_project("alpha")
