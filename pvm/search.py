@@ -872,25 +872,21 @@ def _thread_lifted(
         if isinstance(thread, str) and thread in lift:
             in_time.setdefault(thread, []).append((timestamp, minute_id))
     near: set[str] = set()
-    if window is not None:
-        # An anchor with no other candidate within reach even among the candidates lifts nothing: its thread is
-        # read only when the best hits ask for their adjacent minutes (`ahead`), all in one read.
-        wanted = [top[m] for thread, t, m in hits if _near(in_time[thread], [(t, m)]) != {m}]
-        window.read([*wanted, *(c for _, _, _, c, _ in scored[: window.ahead])])
-    for thread, members in in_time.items():
-        anchors = [(t, m) for th, t, m in hits if th == thread]
-        if window is None:
-            near |= _near(members, anchors)
-        else:
-            reach = defaults.SEARCH_THREAD_NEAR
-            for anchor in anchors:
-                minute_id = anchor[1]
-                if _near(members, [anchor]) == {minute_id}:
-                    continue  # no other candidate within reach even among the candidates: nothing to read
-                around = window(top[minute_id])
-                at = _place(around, minute_id)
-                near.update(c.minute_id for c in around[max(0, at - reach) : at + reach + 1])
+    if window is None:
+        for thread, members in in_time.items():
+            near |= _near(members, [(t, m) for th, t, m in hits if th == thread])
+    else:
+        # An anchor with no other candidate within reach even among the candidates lifts nothing, and its thread
+        # is read only when the best hits ask for their adjacent minutes (`ahead`): all in one read.
+        reach = defaults.SEARCH_THREAD_NEAR
+        anchors = [m for thread, t, m in hits if _near(in_time[thread], [(t, m)]) != {m}]
+        window.read([*(top[m] for m in anchors), *(c for _, _, _, c, _ in scored[: window.ahead])])
+        for minute_id in anchors:
+            around = window(top[minute_id])
+            at = _place(around, minute_id)
+            near.update(c.minute_id for c in around[max(0, at - reach) : at + reach + 1])
     out = []
+    changed = False
     for score, timestamp, minute_id, c, parts in scored:
         lifted = lift.get(c.payload.get("thread_id") or "", 0.0) if minute_id in near else 0.0
         if lifted > score:
@@ -899,8 +895,10 @@ def _thread_lifted(
             lifted += _OWN_ORDER * score
             parts["thread"] = lifted
             score = lifted
+            changed = True
         out.append((score, timestamp, minute_id, c, parts))
-    out.sort(key=lambda s: (-s[0], -s[1], s[2]))
+    if changed:
+        out.sort(key=lambda s: (-s[0], -s[1], s[2]))
     return out
 
 

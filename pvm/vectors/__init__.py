@@ -405,7 +405,7 @@ def whole_run(read: Sequence[Hit], wide: Iterable[Hit], limit: int) -> tuple[lis
     if not run:  # the engine answered nothing at the tie (a threshold it compared otherwise): cut what was read
         return cut_leg(read, limit), []
     kept = cut_leg(above, limit)
-    kept += heapq.nsmallest(limit - len(kept), run, key=lambda hit: str(hit[0]))
+    kept += heapq.nsmallest(limit - len(kept), run, key=lambda hit: id_order(hit[0]))
     payloads = {pid: payload for pid, _, payload in read}
     hits = [(pid, score, payloads.get(pid)) for pid, score, _ in kept]
     return hits, [pid for pid, _, payload in hits if payload is None]
@@ -423,8 +423,14 @@ def tie_floor(hits: Sequence[Hit], limit: int) -> float:
     return tied - abs(tied) * 1e-6 - 1e-12
 
 
-def _total_order(hit: Hit) -> tuple[float, str]:
-    return (-float(hit[1]), str(hit[0]))
+def id_order(pid: Any) -> int | str:
+    """A point id's place in the total order: its string, or for a UUID its integer, which orders as its string
+    does (fixed-width lowercase hex) at a tenth of the cost. One engine's ids are all of one type."""
+    return pid.int if isinstance(pid, uuid.UUID) else str(pid)
+
+
+def _total_order(hit: Hit) -> tuple[float, int | str]:
+    return (-float(hit[1]), id_order(hit[0]))
 
 
 def cut_leg(hits: Iterable[Hit], limit: int | None) -> list[Hit]:
@@ -474,7 +480,7 @@ def merge_legs(
             payloads[pid] = payload
     if fused is None:
         fused_scores = {pid: max(s.get("keyword", 0.0), s.get("semantic", 0.0)) for pid, s in scores.items()}
-    order = sorted(scores, key=lambda pid: (-fused_scores.get(pid, float("-inf")), str(pid)))
+    order = sorted(scores, key=lambda pid: (-fused_scores.get(pid, float("-inf")), id_order(pid)))
     out: list[Candidate] = []
     for pid in order:
         payload = payloads.get(pid)
@@ -495,23 +501,25 @@ def merge_legs(
 
 
 def _one_leg(project_id: str, leg: str, hits: list[Hit]) -> list[Candidate]:
-    """`merge_legs` when one leg ran: the same candidates, without the bookkeeping of two (a third of a search)."""
-    ranked = sorted(
-        ((rank, pid, float(score), payload) for rank, (pid, score, payload) in enumerate(hits, start=1)),
-        key=lambda h: (-max(h[2], 0.0), h[0]),
-    )
+    """`merge_legs` when one leg ran: the same candidates, without the bookkeeping of two (a third of a search).
+
+    `hits` come cut in the leg's total order (`cut_leg`), which is the fused order of one leg: a leg's score,
+    floored at 0, then its rank."""
+    keyword = leg == "keyword"
+    rank_key = f"{leg}_rank"
     out: list[Candidate] = []
-    for rank, _, score, payload in ranked:
+    for rank, (_, raw, payload) in enumerate(hits, start=1):
         if payload is None or payload.get("project_id") != project_id:
             continue
+        score = float(raw)
         out.append(
             Candidate(
-                minute_id=str(payload.get("minute_id", "")),
-                payload=payload,
-                keyword=score if leg == "keyword" else 0.0,
-                semantic=score if leg == "semantic" else 0.0,
-                fused=max(score, 0.0),
-                extra={f"{leg}_rank": float(rank)},
+                str(payload.get("minute_id", "")),
+                payload,
+                score if keyword else 0.0,
+                0.0 if keyword else score,
+                max(score, 0.0),
+                {rank_key: float(rank)},
             )
         )
     return out
