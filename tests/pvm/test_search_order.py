@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
-from pvm.vectors import Hit, cut_inside_tie, cut_leg, leg_fetch, tie_floor, whole_run
+from pvm.vectors import Hit, cut_inside_tie, cut_leg, id_order, leg_fetch, tie_floor, whole_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +69,15 @@ def test_a_leg_is_cut_in_a_total_order_and_asked_again_when_its_cut_falls_inside
     assert not cut_inside_tie([("c", 0.9, None), ("b", 0.5, None), ("a", 0.4, None)], 2, fetched)
     assert not cut_inside_tie([("c", 0.9, None), ("b", 0.5, None)], 2, fetched)  # the engine had no more
     assert not cut_inside_tie([("x", 0.5, None)] * 16, 2, 16)  # asked up to TIE_FETCH_FACTOR x limit: stop
+
+
+def test_uuid_point_ids_order_as_their_strings_do_among_equal_scores() -> None:
+    # The embedded engine returns UUIDs and a server their strings: the same points cut the same either way.
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"m{i}") for i in range(200)] + [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)]
+    assert sorted(ids, key=id_order) == sorted(ids, key=str)
+    as_uuids: list[Hit] = [(pid, 0.5, None) for pid in ids]
+    as_strings: list[Hit] = [(str(pid), 0.5, None) for pid in ids]
+    assert [str(h[0]) for h in cut_leg(as_uuids, 50)] == [h[0] for h in cut_leg(as_strings, 50)]
 
 
 def test_a_tied_cut_keeps_the_points_above_and_the_lowest_ids_of_the_run_and_names_the_payloads_to_read() -> None:
