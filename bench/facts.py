@@ -60,12 +60,19 @@ they never saw, so it is the honest one. Each split gets three phases:
               against the tests' scripted OpenAI-compatible server, batches of 500.
                 llm_calls_per_100_minutes
 
+The prose split (`--split prose`, in the default `all`): the hand-worded
+set in ``../shared/data/prose_facts`` through the same pool, scored on its
+own gold by `bench/prose_facts.py` (precision, recall, current view over its
+86 questions, stale "current" values; pool phase only). Where the set is
+absent the split is skipped with a note.
+
 Targets (issue 10): precision >= 0.90, recall >= 0.70, type accuracy >= 0.90,
 current view >= 0.95, cross-slot invalidations 0, dedupe >= 0.9, false merges
 <= 0.01, >= 2,000 minutes/s, searchable p99 <= 2,000 ms, <= 10 LLM calls per
 100 minutes. A missed target is reported as missed; nothing is tuned to pass.
 
     .venv/bin/python bench/facts.py --json > bench/results/facts.json
+    .venv/bin/python bench/facts.py --split prose --json > bench/results/facts-prose.json
     .venv/bin/python bench/facts.py --split heldout --minutes-scale 0.2
     .venv/bin/python bench/facts.py --quick --json    # a smoke run, seconds
 """
@@ -138,7 +145,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "fact_searchable_p99_ms": ("<=", 2000),
     "llm_calls_per_100_minutes": ("<=", 10),
 }
-SPLIT_CHOICES = ("default", "heldout", "both")
+SPLIT_CHOICES = ("default", "heldout", "prose", "both", "all")
 SEED = 11
 PROJECTS = 6  # the labeled set's projects at scale 1.0
 TIMING_REPEATS = 5  # the session again under renamed projects, for facts_per_s (scale 1.0)
@@ -977,19 +984,31 @@ def split_machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
 
 
 def run(splits: Sequence[str], seed: int, scale: float, progress: Progress) -> dict[str, Any]:
+    from bench import prose_facts
     from tests.openai_server import OpenAIServer  # the tests' server: scripted answers over real HTTP
 
-    server = OpenAIServer().start()
-    try:
-        results = {split: run_split(split, seed, scale, server, progress) for split in splits}
-    finally:
-        server.stop()
+    results: dict[str, Any] = {}
+    generated = [s for s in splits if s != "prose"]
+    if generated:
+        server = OpenAIServer().start()
+        try:
+            results = {split: run_split(split, seed, scale, server, progress) for split in generated}
+        finally:
+            server.stop()
+    notes: list[str] = []
+    if "prose" in splits:
+        prose = prose_facts.run_split(progress, repeats=max(1, round(prose_facts.TIMING_REPEATS * scale)))
+        if "skipped" in prose:
+            notes.append(f"prose split skipped: {prose['skipped']}")
+        else:
+            results["prose"] = prose
     return {
         "benchmark": "facts",
         "seed": seed,
         "splits": results,
-        "met": {s: {k: v["met"] for k, v in r["metrics"].items()} for s, r in results.items()},
-        "targets": target_texts(TARGETS),
+        "met": {s: {k: v["met"] for k, v in r["metrics"].items() if v["met"] is not None} for s, r in results.items()},
+        "targets": {**target_texts(TARGETS), **target_texts(prose_facts.TARGETS)},
+        "skipped": notes,
         "config": {
             "minutes_scale": scale,
             "projects": max(1, min(PROJECTS, round(PROJECTS * scale))),
@@ -1005,14 +1024,16 @@ def run(splits: Sequence[str], seed: int, scale: float, progress: Progress) -> d
 
 def table(result: dict[str, Any]) -> str:
     splits = list(result["splits"])
-    lines = [f"{'METRIC':<28}{'TARGET':<12}" + "".join(f"{s:>18}" for s in splits)]
-    for key in TARGETS:
-        row = f"{key:<28}{result['targets'][key]:<12}"
+    lines = [f"{'METRIC':<32}{'TARGET':<12}" + "".join(f"{s:>18}" for s in splits)]
+    metrics = {k: None for r in result["splits"].values() for k in r["metrics"]}
+    for key in metrics:
+        target = next((r["metrics"][key]["target"] for r in result["splits"].values() if key in r["metrics"]), None)
+        row = f"{key:<32}{target or '':<12}"
         for s in splits:
-            cell = result["splits"][s]["metrics"][key]
-            row += f"{_fmt(cell['value']):>10} {VERDICT_WORDS[cell['met']]:>7}"
+            cell = result["splits"][s]["metrics"].get(key)
+            row += f"{'':>18}" if cell is None else f"{_fmt(cell['value']):>10} {VERDICT_WORDS[cell['met']]:>7}"
         lines.append(row)
-    notes = result.get("notes") or []
+    notes = [*(result.get("skipped") or []), *(result.get("notes") or [])]
     lines += [
         "",
         *(f"note: {n}" for n in notes),
@@ -1038,7 +1059,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "phase measured (targets missed or not), 1 when a phase failed, 130 on Ctrl-C."
         ),
     )
-    parser.add_argument("--split", choices=SPLIT_CHOICES, default="both", help="which phrasing (default: both)")
+    parser.add_argument(
+        "--split",
+        choices=SPLIT_CHOICES,
+        default="all",
+        help="which set: the generated session's default or held-out phrasing, the hand-worded prose set "
+        "(../shared/data/prose_facts; skipped with a note where absent), both generated, or all (default)",
+    )
     parser.add_argument("--seed", type=int, default=SEED, help="the labeled session's seed (default %(default)s)")
     add_minutes_scale(
         parser,
@@ -1055,7 +1082,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parse(parser, argv)
     scale = min(args.minutes_scale, QUICK_SCALE) if args.quick else args.minutes_scale
-    splits = list(SPLITS) if args.split == "both" else [args.split]
+    splits = {"both": list(SPLITS), "all": [*SPLITS, "prose"]}.get(args.split, [args.split])
     progress = Progress()
     started = time.monotonic()
     load_before = os.getloadavg()

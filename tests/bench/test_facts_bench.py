@@ -45,7 +45,7 @@ def session_run() -> tuple[FactSession, PoolRun]:
 
 @pytest.mark.slow
 def test_a_quick_run_reports_every_metric_for_both_splits_with_the_machine(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--quick", "--json"]) == 0
+    assert main(["--quick", "--json", "--split", "both"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["benchmark"] == "facts" and result["config"]["minutes_scale"] == 0.1
     assert set(result["splits"]) == set(SPLITS) == {"default", "heldout"}
