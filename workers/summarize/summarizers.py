@@ -241,7 +241,10 @@ class ExtractiveSummarizer:
                 continue
             seen.add(key)
             distinct = set(found)
-            score = sum(weights[w] for w in distinct) / math.sqrt(1 + len(found)) * EVENT_WEIGHTS.get(event_type, 1.0)
+            # fsum: exact whatever order the set yields its words in (the hash seed's), so equal sentences tie alike
+            score = (
+                math.fsum(weights[w] for w in distinct) / math.sqrt(1 + len(found)) * EVENT_WEIGHTS.get(event_type, 1.0)
+            )
             first_of_decision = event_type == "decision" and (order == 0 or sentences[order - 1][0] != position)
             scored.append((0 if first_of_decision else 1, -score, order, _clip(sentence, self.sentence_words)))
         kept: list[tuple[int, str]] = []
