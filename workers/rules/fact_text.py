@@ -324,7 +324,10 @@ _SURFACES = _surfaces(ATTRIBUTES)
 
 # -- sentences ------------------------------------------------------------------------------
 
-_SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
+# A sentence ends at . ! ? ; and any closing quotes or brackets after it ('... ready?" she asked').
+_CLOSERS = "\"'\u201d\u2019)\\]\u00bb"
+_SENTENCES = re.compile(rf"(?:(?<=[.!?;])|(?<=[.!?;][{_CLOSERS}])|(?<=[.!?;][{_CLOSERS}][{_CLOSERS}]))\s+|\n+")
+_ASKS = re.compile(rf"\?[{_CLOSERS}\s]*$")
 _CONTRACTIONS = (
     (re.compile(r"\b(can)'t\b", re.I), "cannot"),
     (re.compile(r"\b(won)'t\b", re.I), "will not"),
@@ -392,7 +395,7 @@ def _expand(sentence: str) -> str:
 
 
 def _asks_or_hedges(sentence: str) -> bool:
-    return sentence.rstrip().endswith("?") or bool(_QUESTION_START.match(sentence) or _HEDGE.search(sentence))
+    return bool(_ASKS.search(sentence) or _QUESTION_START.match(sentence) or _HEDGE.search(sentence))
 
 
 # -- slot phrases ------------------------------------------------------------------------------
@@ -493,6 +496,14 @@ _NOBODY = re.compile(
 _FORBIDDEN = re.compile(r"^it\s+is\s+(?:forbidden|not\s+allowed|prohibited|not\s+permitted)\s+to\s+(?P<v>.+)$", re.I)
 
 
+# "Don't give up", "never stop trying", "always believe in yourself": encouragement between people, not a rule of
+# the tier (LoCoMo's dialogue stored "Don't give up" as a project-wide must_not).
+_ENCOURAGEMENT = re.compile(
+    r"^(?:give\s+up|stop\s+(?:believing|dreaming|trying|learning|smiling)|lose\s+(?:hope|heart|faith|sight)"
+    r"|believe\s+in|doubt\s+yourself|beat\s+yourself|be\s+(?:afraid|sorry|shy|a\s+stranger|so\s+hard)"
+    r"|forget\s+(?:to\s+(?:smile|breathe|have\s+fun|take\s+care)|about\s+(?:yourself|me|us)))\b",
+    re.I,
+)
 _PERMITTED = re.compile(r"^be\s+(?:allowed|permitted)\s+to\s+", re.I)  # "must not be allowed to X": must not X
 
 
@@ -507,7 +518,7 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
         match = pattern.match(s)
         if match:
             value = match.group("v")
-            if not _starts_with_verb(value) or not _phrase_ok(value, ctx.minute):
+            if not _starts_with_verb(value) or not _phrase_ok(value, ctx.minute) or _ENCOURAGEMENT.match(value):
                 return None
             attribute = "must_not" if pattern is _NEVER else "must"
             return Reading(FactType.CONSTRAINT, SCOPE_SUBJECT, attribute, value, "constraint_imperative")

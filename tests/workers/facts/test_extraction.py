@@ -98,6 +98,17 @@ def test_constraints_are_read(note: str, expected: tuple[str, str, str, str]) ->
         "the reviewer must finish the review today",
         "should we never deploy on Fridays?",
         "maybe we must not deploy on Fridays",
+        # encouragement between people (issue 25: LoCoMo's "Don't give up" became a project-wide must_not)
+        "Don't give up!",
+        "never stop trying, you will get there",
+        "never lose hope",
+        "don't be afraid to ask",
+        "always believe in yourself",
+        # a question however it is punctuated after its mark (issue 25: a closing quote slipped past the check)
+        '"We must not deploy on Fridays?" she asked.',
+        '"We must not deploy on Fridays?"',
+        "We must not deploy on Fridays?)",
+        "We must not deploy on Fridays? ”",
     ],
 )
 def test_chatter_that_sounds_like_a_rule_is_no_constraint(note: str) -> None:
