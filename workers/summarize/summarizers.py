@@ -200,6 +200,21 @@ def key_topics(weights: dict[str, float], k: int = defaults.SUMMARY_TOPICS) -> t
     return tuple(w[:MAX_TOPIC_CHARS] for w, _ in ranked[: min(k, MAX_TOPICS)])
 
 
+_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+
+
+def as_sentence(text: str) -> str:
+    """`text` ending as a sentence: a note written without a stop ("reviewer failed the login fix") gets one, so
+    notes set side by side in a summary do not run together."""
+    text = text.strip()
+    return text if not text or _ENDED.search(text) else text + "."
+
+
+def _said_once_key(sentence: str) -> str:
+    """What makes two sentences the same one: their words, whatever the case, spacing and final stop."""
+    return " ".join(sentence.lower().split()).rstrip(" .!?;:\u2026")
+
+
 def _clip(sentence: str, most_words: int) -> str:
     parts = sentence.split()
     return sentence if len(parts) <= most_words else " ".join(parts[:most_words]) + " …"
@@ -236,7 +251,7 @@ class ExtractiveSummarizer:
         scored = []
         seen: set[str] = set()
         for order, (position, event_type, sentence, found) in enumerate(sentences):
-            key = sentence.lower()
+            key = _said_once_key(sentence)
             if key in seen:  # agents repeat one another: a sentence once
                 continue
             seen.add(key)
@@ -246,7 +261,9 @@ class ExtractiveSummarizer:
                 math.fsum(weights[w] for w in distinct) / math.sqrt(1 + len(found)) * EVENT_WEIGHTS.get(event_type, 1.0)
             )
             first_of_decision = event_type == "decision" and (order == 0 or sentences[order - 1][0] != position)
-            scored.append((0 if first_of_decision else 1, -score, order, _clip(sentence, self.sentence_words)))
+            scored.append(
+                (0 if first_of_decision else 1, -score, order, as_sentence(_clip(sentence, self.sentence_words)))
+            )
         kept: list[tuple[int, str]] = []
         used = 0
         for rank, _, order, text in sorted(scored):

@@ -1,0 +1,61 @@
+"""The extractive summary reads as sentences: each ends with a stop, and none is said twice."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from contracts import Minute
+from contracts.summaries import ThreadRef
+from workers.summarize.summarizers import ExtractiveSummarizer, Logged, as_sentence
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def logged(notes: list[tuple[str, str]]) -> list[Logged]:
+    return [
+        Logged(
+            i + 1,
+            Minute.from_dict(
+                {
+                    "id": f"01KJP6FR00AAAAAAAAAAAAAA{i:02d}",
+                    "timestamp": (START + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
+                    "event_type": kind,
+                    "project_id": "p1",
+                    "agent_id": "a",
+                    "data": {},
+                    "context_references": [],
+                    "memory_note": note,
+                    "thread_id": "t1",
+                    "scope": "project",
+                }
+            ),
+        )
+        for i, (note, kind) in enumerate(notes)
+    ]
+
+
+def test_notes_written_without_a_stop_do_not_run_together_and_a_sentence_is_said_once() -> None:
+    # As `make demo`'s fix-login-bug thread read: notes without a stop ran into one another, and one sentence
+    # said twice (another case, another stop) came back twice.
+    minutes = logged(
+        [
+            ("reviewer failed fix-login-bug: flaky end-to-end login test timed out", "task_failed"),
+            ("cookie SameSite=Lax fixes the redirect loop", "decision"),
+            ("Cookie SameSite=Lax fixes the redirect loop.", "conflict_resolved"),
+            ("deployer serialized the writers", "task_completed"),
+        ]
+    )
+    summary = ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), minutes).summary
+    assert summary == (
+        "reviewer failed fix-login-bug: flaky end-to-end login test timed out. "
+        "cookie SameSite=Lax fixes the redirect loop. "
+        "deployer serialized the writers."
+    )
+
+
+def test_a_sentence_keeps_its_own_ending() -> None:
+    assert as_sentence("the build is green") == "the build is green."
+    assert as_sentence("is it green?") == "is it green?"
+    assert as_sentence('she said "ship it."') == 'she said "ship it."'
+    assert as_sentence("we cut the release …") == "we cut the release …"
+    assert as_sentence("") == ""
