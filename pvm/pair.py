@@ -29,7 +29,7 @@ PVM_PAIR_REVISER=llm), which fall back to these for a round their model fails.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -145,10 +145,23 @@ class SearchRetriever:
         asked = k + defaults.PAIR_SEARCH_EXTRA
         while True:
             hits = self.searcher.search(project_id, query, SearchFilters(), asked, kinds=self.kinds)
-            found = [m for m in (memory_of(h) for h in hits if not _is_pair(h)) if m.text]
+            found = said_once(m for m in (memory_of(h) for h in hits if not _is_pair(h)) if m.text)
             if len(found) >= k or len(hits) < asked or asked >= defaults.PAIR_SEARCH_MAX:
                 return found[:k]
             asked = min(asked * 4, defaults.PAIR_SEARCH_MAX)
+
+
+def said_once(memories: Iterable[Memory]) -> list[Memory]:
+    """The memories in their order, each text once (the first, best-ranked, of those that say it, whatever the case,
+    spacing or final stop): agents repeat one another, and a gap's memories listed one sentence five times."""
+    seen: set[str] = set()
+    out: list[Memory] = []
+    for memory in memories:
+        key = " ".join(memory.text.lower().split()).rstrip(" .!?")
+        if key not in seen:
+            seen.add(key)
+            out.append(memory)
+    return out
 
 
 def _is_pair(hit: SearchHit | FactHit | SummaryHit) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from contracts import Minute
+from contracts.memory import SearchHit
 from contracts.pair import Gap, PairEvaluation, PairRevision, pair_change
 from pvm import engines
 from pvm.checklist import ChecklistJudge, Verdict
@@ -313,3 +314,37 @@ def test_the_largest_request_still_fits_its_minutes_or_is_refused_up_front() -> 
     written: list[Minute] = []
     result = Pair(record=written.append, retriever=Memories([])).run("apollo", TASK, criteria, "y " * (room // 2))
     assert result.rounds[0].gaps and all(len(encode_minute(m)) > 0 for m in written)
+
+
+class RepeatingSearcher:
+    """A searcher over hits agents wrote: the same sentence said five times (other case, other stop), then others."""
+
+    def __init__(self) -> None:
+        said = [
+            "Roll back with the blue-green switch.",
+            "roll back with the blue-green switch",
+            "Roll back  with the blue-green switch!",
+            "ROLL BACK WITH THE BLUE-GREEN SWITCH.",
+            "Roll back with the blue-green switch.",
+        ]
+        notes = [*said, "The p99 budget is 300 ms.", "Dana owns the rollout."]
+        self.hits = [
+            SearchHit(f"m{i}", 1.0 - i / 10, {"event_type": "decision", "memory_note": note}, "decision")
+            for i, note in enumerate(notes)
+        ]
+        self.asked: list[int] = []
+
+    def search(self, project_id: str, query: str, filters: Any, k: int, **kwargs: Any) -> list[SearchHit]:
+        self.asked.append(k)
+        return self.hits[:k]
+
+
+def test_a_gaps_memories_say_each_text_once() -> None:
+    searcher = RepeatingSearcher()
+    memories = SearchRetriever(searcher).retrieve("apollo", "rollback plan", 3)  # type: ignore[arg-type]
+    assert [m.id for m in memories] == ["m0", "m5", "m6"]  # the best-ranked of the five that say it
+    assert [m.text for m in memories] == [
+        "Roll back with the blue-green switch.",
+        "The p99 budget is 300 ms.",
+        "Dana owns the rollout.",
+    ]
