@@ -181,6 +181,12 @@ def normalize_text(text: str) -> str:
     return " ".join(folded.split())
 
 
+def sentence_key(text: str) -> str:
+    """What makes two sentences the same one: `normalize_text` without the final stop (a summary or a gap's
+    memories say each once)."""
+    return normalize_text(text).rstrip(" .!?;:\u2026")
+
+
 def normalize_value(value: str | int | float | bool) -> str:
     """A value in the one text form identity uses.
 

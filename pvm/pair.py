@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from contracts.facts import is_valid_task_id
+from contracts.facts import is_valid_task_id, sentence_key
 from contracts.memory import FactHit, SearchFilters, SearchHit, SummaryHit
 from contracts.minute import Minute
 from contracts.pair import (
@@ -157,7 +157,7 @@ def said_once(memories: Iterable[Memory]) -> list[Memory]:
     seen: set[str] = set()
     out: list[Memory] = []
     for memory in memories:
-        key = " ".join(memory.text.lower().split()).rstrip(" .!?")
+        key = sentence_key(memory.text)
         if key not in seen:
             seen.add(key)
             out.append(memory)

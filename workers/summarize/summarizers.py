@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts import Minute
+from contracts.facts import sentence_key
 from contracts.memory import minute_line
 from contracts.summaries import (
     MAX_DECISION_CHARS,
@@ -210,11 +211,6 @@ def as_sentence(text: str) -> str:
     return text if not text or _ENDED.search(text) else text + "."
 
 
-def _said_once_key(sentence: str) -> str:
-    """What makes two sentences the same one: their words, whatever the case, spacing and final stop."""
-    return " ".join(sentence.lower().split()).rstrip(" .!?;:\u2026")
-
-
 def _clip(sentence: str, most_words: int) -> str:
     parts = sentence.split()
     return sentence if len(parts) <= most_words else " ".join(parts[:most_words]) + " …"
@@ -251,7 +247,7 @@ class ExtractiveSummarizer:
         scored = []
         seen: set[str] = set()
         for order, (position, event_type, sentence, found) in enumerate(sentences):
-            key = _said_once_key(sentence)
+            key = sentence_key(sentence)
             if key in seen:  # agents repeat one another: a sentence once
                 continue
             seen.add(key)
