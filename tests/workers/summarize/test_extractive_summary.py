@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from contracts import Minute
 from contracts.summaries import ThreadRef
-from workers.summarize.summarizers import ExtractiveSummarizer, Logged, as_sentence
+from workers.summarize.summarizers import ExtractiveSummarizer, Logged, as_sentence, balanced
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -59,3 +59,21 @@ def test_a_sentence_keeps_its_own_ending() -> None:
     assert as_sentence('she said "ship it."') == 'she said "ship it."'
     assert as_sentence("we cut the release …") == "we cut the release …"
     assert as_sentence("") == ""
+
+
+def test_a_quoted_turn_split_into_sentences_keeps_its_quotes_closed() -> None:
+    # LoCoMo's turns read 'Caroline said, "Hey Mel! Good to see you!"': split into sentences, the first kept an
+    # open quote that was never closed, and a later one a stray closing quote.
+    minutes = logged(
+        [
+            ('Caroline said, "Hey Mel! Good to see you!"', "message"),
+            ('Melanie said, "The parade was great. This was ours." and shared a photo of a float', "message"),
+        ]
+    )
+    summary = ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), minutes).summary
+    assert summary == (
+        'Caroline said, "Hey Mel!" Good to see you! Melanie said, "The parade was great." '
+        '"This was ours." and shared a photo of a float.'
+    )
+    assert balanced('she said "ok" twice') == 'she said "ok" twice'
+    assert balanced("\u201cHey there!") == "\u201cHey there!\u201d"
