@@ -554,7 +554,13 @@ def _constraint(s: str, ctx: _Context) -> Reading | None:
         first.lower() == "have" or not _is_participle(rest.split(" ", 1)[0] if rest else "")
     ):
         return None  # "must have failed", "must be careful": a guess, not a rule
+    if next((w for w in value.lower().split() if w not in _INTENSIFIERS), "") in _FEELINGS:
+        return None  # "you must love seeing how you've grown", "you must really miss them": a guess at a feeling
     return Reading(FactType.CONSTRAINT, subject, attribute, value, rule)
+
+
+_FEELINGS = frozenset({"love", "enjoy", "feel", "miss", "hate", "adore"})
+_INTENSIFIERS = frozenset({"really", "so", "just", "truly", "definitely", "totally", "absolutely", "surely"})
 
 
 _ABILITY = re.compile(rf"^(?:(?:{'|'.join(sorted(ABILITY_VERBS))})\b|(?:log|sign)\s+(?:in|on|into)\b)", re.I)

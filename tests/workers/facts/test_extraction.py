@@ -104,6 +104,8 @@ def test_constraints_are_read(note: str, expected: tuple[str, str, str, str]) ->
         "never lose hope",
         "don't be afraid to ask",
         "always believe in yourself",
+        "You must love seeing how you've grown as an artist",  # a guess at a feeling (LoCoMo)
+        "you must really enjoy having them around",
         # a question however it is punctuated after its mark (issue 25: a closing quote slipped past the check)
         '"We must not deploy on Fridays?" she asked.',
         '"We must not deploy on Fridays?"',
