@@ -312,29 +312,50 @@ class ProseRun:
     seconds: float = 0.0
 
 
+class PoolFeed:
+    """Minutes through `facts_batch` (the rule path) as the log hands them, the change minutes the pool writes fed
+    back as the next batch; what it took and counted."""
+
+    def __init__(self, ws: Any) -> None:
+        from bench.facts import _Log
+
+        self.ws = ws
+        self.ctx = FactsContext.build(ws.connection, ws.settings, extractor=RuleExtractor())
+        self.log = _Log()
+        self.tail: dict[str, bytes] = {}
+        self.counts: Counter[str] = Counter()
+        self.minutes = 0
+        self.seconds = 0.0
+
+    def feed(self, minutes: Sequence[Minute]) -> None:
+        from bench.facts import _new_entries
+
+        for start in range(0, len(minutes), defaults.FANOUT_BATCH_SIZE):
+            part = minutes[start : start + defaults.FANOUT_BATCH_SIZE]
+            batch = self.log.records(part)
+            while batch:
+                began = time.perf_counter()
+                out = facts_batch(self.ctx, self.ws.connection, batch)
+                self.seconds += time.perf_counter() - began
+                self.counts.update(out["counts"])
+                echo = _new_entries(self.ws.connection, self.ws.settings.shards, self.tail)
+                batch = self.log.records([decode_minute(raw) for raw in echo], echo) if echo else []
+            self.minutes += len(part)
+
+
 def run_pool(data: ProseSet, progress: Progress, repeats: int = 1) -> ProseRun:
-    """The minutes through `facts_batch` in batches, their change minutes fed back; `repeats` timed rounds after
-    the labeled one (the same minutes under renamed projects)."""
-    from bench.facts import _Log, _new_entries, renamed
+    """The minutes through the facts pool (`PoolFeed`); `repeats` timed rounds after the labeled one (the same
+    minutes under renamed projects)."""
+    from bench.facts import renamed
 
     run = ProseRun([], {})
     with workspace("facts-prose") as ws:
-        ctx = FactsContext.build(ws.connection, ws.settings, extractor=RuleExtractor())
-        log = _Log()
-        tail: dict[str, bytes] = {}
+        pool = PoolFeed(ws)
         rounds = [data.minutes, *(renamed(data.minutes, f"r{i}") for i in range(1, repeats + 1))]
         for n, minutes in enumerate(rounds):
             progress.tick(f"prose round {n + 1}/{len(rounds)}: {len(minutes)} minutes", force=True)
-            for start in range(0, len(minutes), defaults.FANOUT_BATCH_SIZE):
-                batch = log.records(minutes[start : start + defaults.FANOUT_BATCH_SIZE])
-                while batch:
-                    began = time.perf_counter()
-                    out = facts_batch(ctx, ws.connection, batch)
-                    run.seconds += time.perf_counter() - began
-                    run.counts.update(out["counts"])
-                    echo = _new_entries(ws.connection, ws.settings.shards, tail)
-                    batch = log.records([decode_minute(raw) for raw in echo], echo) if echo else []
-                run.minutes += len(minutes[start : start + defaults.FANOUT_BATCH_SIZE])
+            pool.feed(minutes)
+        run.counts, run.minutes, run.seconds = pool.counts, pool.minutes, pool.seconds
         store = FactStore(ws.connection)
         keys = tier_keys(data.minutes)
         run.facts = [f for key in keys for f in store.in_tier(key)]
