@@ -29,7 +29,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -195,9 +195,32 @@ def keyword_weights(documents: Sequence[Sequence[str]]) -> dict[str, float]:
     return {w: count * (1.0 + math.log((1 + n) / (1 + df[w]))) for w, count in tf.items()}
 
 
-def key_topics(weights: dict[str, float], k: int = defaults.SUMMARY_TOPICS) -> tuple[str, ...]:
-    """The `k` heaviest words, ties broken alphabetically (deterministic)."""
-    ranked = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+TOPIC_MOST = 0.6  # a word in more than this share of a chunk's minutes is how they talk, not what about
+# Words that carry the talk, not its subject: never a key topic (they stay in sentence scoring).
+CHATTER_WORDS = frozenset(
+    {
+        "said", "says", "told", "asked", "really", "great", "wow", "yeah", "yes", "okay", "thanks", "thank",
+        "awesome", "cool", "nice", "good", "glad", "sure", "lot", "lots", "pretty", "totally", "definitely",
+        "amazing", "love", "hey", "hi", "hello",
+    }
+)  # fmt: skip
+
+
+def common_words(documents: Sequence[Sequence[str]], participants: Sequence[str] = ()) -> frozenset[str]:
+    """Words no topic is made of: those in most of the chunk's minutes (more than `TOPIC_MOST` of a chunk of four or
+    more: "said", the speakers), the participants' names, and `CHATTER_WORDS`."""
+    df: Counter[str] = Counter(w for doc in documents for w in set(doc))
+    most = TOPIC_MOST * len(documents)
+    everywhere = {w for w, n in df.items() if n > most} if len(documents) >= 4 else set()
+    names = {part for p in participants for part in words(p.replace("-", " ").replace("_", " ").replace(".", " "))}
+    return frozenset(everywhere | names | CHATTER_WORDS)
+
+
+def key_topics(
+    weights: dict[str, float], k: int = defaults.SUMMARY_TOPICS, common: Collection[str] = frozenset()
+) -> tuple[str, ...]:
+    """The `k` heaviest words that are not `common` (`common_words`), ties broken alphabetically (deterministic)."""
+    ranked = sorted(((w, v) for w, v in weights.items() if w not in common), key=lambda kv: (-kv[1], kv[0]))
     return tuple(w[:MAX_TOPIC_CHARS] for w, _ in ranked[: min(k, MAX_TOPICS)])
 
 
@@ -298,7 +321,7 @@ class ExtractiveSummarizer:
             summary = f"{len(minutes)} minutes: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         return ChunkText(
             summary=summary,
-            key_topics=key_topics(weights, self.topics),
+            key_topics=key_topics(weights, self.topics, common_words(documents, participants(minutes))),
             outcome=outcome_of(minutes),
             summarizer=EXTRACTIVE,
             participants=participants(minutes),

@@ -21,7 +21,7 @@ def logged(notes: list[tuple[str, str]]) -> list[Logged]:
                     "timestamp": (START + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
                     "event_type": kind,
                     "project_id": "p1",
-                    "agent_id": "a",
+                    "agent_id": note.split(" ", 1)[0] if " said, " in note else "a",
                     "data": {},
                     "context_references": [],
                     "memory_note": note,
@@ -77,3 +77,18 @@ def test_a_quoted_turn_split_into_sentences_keeps_its_quotes_closed() -> None:
     )
     assert balanced('she said "ok" twice') == 'she said "ok" twice'
     assert balanced("\u201cHey there!") == "\u201cHey there!\u201d"
+
+
+def test_key_topics_name_what_was_talked_about_not_who_talked_or_how() -> None:
+    # LoCoMo's sessions had 'said', the speakers' names and 'really' for key topics.
+    minutes = logged(
+        [
+            ('caroline said, "I really loved the pottery class, the glaze came out great!"', "message"),
+            ('melanie said, "Wow, pottery! I went camping by the lake with the kids."', "message"),
+            ('caroline said, "The lake sounds great. I am thinking about adoption agencies."', "message"),
+            ('melanie said, "Adoption is a big step, really. The kids loved camping."', "message"),
+        ]
+    )
+    chunk = ExtractiveSummarizer().summarize("p1", ThreadRef.parse("t1"), minutes)
+    assert chunk.key_topics and not {"said", "caroline", "melanie", "really", "great", "wow"} & set(chunk.key_topics)
+    assert {"pottery", "camping", "adoption", "lake", "kids"} & set(chunk.key_topics)
