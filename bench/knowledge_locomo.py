@@ -38,6 +38,10 @@ file is absent the benchmark says so and exits 0 with nothing measured.
                  summary_repeated_sentences
                                      pieces said again in the same summary
                                      (`contracts.facts.sentence_key`)
+                 key_topics_in_reference
+                                     mean share of a summary's key topics that the
+                                     reference summary says (a speaker's name is no
+                                     topic and counts as a miss): do they name topics
 
 Targets (issue 25): observation_turn_recall >= 0.5 with knowledge_turn_precision
 >= 0.65, summary_vs_lead >= 1.2, summary_fragment_joins 0,
@@ -221,6 +225,7 @@ def summaries(
     ours: list[float] = []
     leads: list[float] = []
     joins = repeats = sessions = 0
+    topical: list[float] = []
     examples: list[dict[str, Any]] = []
     for conv, sample in zip(conversations, raw, strict=True):
         progress.tick(f"summaries: {conv.sample_id}", force=True)
@@ -232,7 +237,12 @@ def summaries(
             reference = references.get(f"session_{session}_summary")
             if not isinstance(reference, str) or not reference.strip():
                 continue
-            summary = summarizer.summarize(conv.project, ThreadRef.parse(f"session-{session}"), logged).summary
+            chunk = summarizer.summarize(conv.project, ThreadRef.parse(f"session-{session}"), logged)
+            summary = chunk.summary
+            said = set(_TOKEN.findall(reference.lower()))
+            names = {t.minute.agent_id.lower() for t in conv.turns}
+            topics = chunk.key_topics
+            topical.append(sum(t in said and t not in names for t in topics) / len(topics) if topics else 0.0)
             baseline = lead([item.minute.memory_note or "" for item in logged], len(summary.split()))
             ours.append(rouge_l_f(summary, reference))
             leads.append(rouge_l_f(baseline, reference))
@@ -249,6 +259,7 @@ def summaries(
         "summary_vs_lead": round(score / base, 4) if base else 0.0,
         "summary_fragment_joins": joins,
         "summary_repeated_sentences": repeats,
+        "key_topics_in_reference": round(mean(topical), 4) if topical else 0.0,
         "counts": {"sessions": sessions, "fragment_examples": examples},
     }
 

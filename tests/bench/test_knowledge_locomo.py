@@ -71,6 +71,7 @@ def test_the_benchmark_reports_every_metric_from_its_counts(tmp_path: Path, caps
     assert 0 < metrics["summary_rouge_l_f"] <= 1 and 0 < metrics["lead_rouge_l_f"] <= 1
     assert metrics["summary_vs_lead"] == pytest.approx(metrics["summary_rouge_l_f"] / metrics["lead_rouge_l_f"], 1e-3)
     assert metrics["summary_fragment_joins"] == 0 and metrics["summary_repeated_sentences"] == 0
+    assert 0 <= metrics["key_topics_in_reference"] <= 1
     assert result["metrics"]["summary_fragment_joins"]["met"] is True
 
 
