@@ -77,12 +77,12 @@ from bench.harness import (
     verdicts,
     workspace,
 )
-from bench.locomo import _EVIDENCE, DEFAULT_DATA, Conversation, load
+from bench.locomo import DEFAULT_DATA, Conversation, EvidenceCounts, evidence_ids, load
 from bench.prose_facts import HELD, PoolFeed, tier_keys
-from contracts.facts import sentence_key
+from contracts.facts import ends_as_sentence, sentence_key
 from contracts.summaries import ThreadRef
 from pvm.stores.facts import FactStore
-from workers.summarize.summarizers import ExtractiveSummarizer, Logged
+from workers.summarize.summarizers import SENTENCE_BREAK, ExtractiveSummarizer, Logged
 
 TARGETS: dict[str, tuple[str, float]] = {
     "observation_turn_recall": (">=", 0.5),
@@ -92,9 +92,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "summary_repeated_sentences": ("<=", 0),
 }
 _TOKEN = re.compile(r"[a-z0-9]+")
-_PIECE = re.compile(r"(?<=[.!?;])\s+")  # where the extractive summarizer splits sentences
 _TURN_START = re.compile(r"^\S[^\"\u201c]{0,60}? said, [\"\u201c]")  # a turn's note: 'Caroline said, "...'
-_ENDED = re.compile(r"(?:[.!?]|\u2026)[\"'\u201d\u2019)\]]*$")
 EXAMPLES = 5
 
 
@@ -127,7 +125,7 @@ def lead(texts: Sequence[str], words: int) -> str:
 
 
 def pieces(summary: str) -> list[str]:
-    return [p.strip() for p in _PIECE.split(summary) if p.strip()]
+    return [p.strip() for p in SENTENCE_BREAK.split(summary) if p.strip()]
 
 
 def fragments(summary: str) -> list[str]:
@@ -141,7 +139,7 @@ def fragments(summary: str) -> list[str]:
         if quoting and _TURN_START.match(piece):
             out.append(previous)
             quoting = False
-        if not _ENDED.search(piece):
+        if not ends_as_sentence(piece):
             out.append(piece)
         quoting ^= (piece.count('"') + piece.count("\u201c") + piece.count("\u201d")) % 2 == 1
         previous = piece
@@ -155,17 +153,17 @@ def repeated(summary: str) -> int:
     return len(keys) - len(set(keys))
 
 
-def cited_turns(raw: dict[str, Any]) -> set[str]:
-    """The dia ids an `observation` of the conversation names (normalised as `bench/locomo.py` reads evidence)."""
-    out: set[str] = set()
-    for per_speaker in (raw.get("observation") or {}).values():
-        for said in (per_speaker or {}).values():
-            for item in said or ():
-                for part in re.split(r"[;,\s]+", str(item[1] if len(item) > 1 else "")):
-                    m = _EVIDENCE.fullmatch(part)
-                    if m:
-                        out.add(f"D{int(m.group(1))}:{int(m.group(2))}")
-    return out
+def cited_turns(raw: dict[str, Any], known: set[str]) -> set[str]:
+    """The turns (dia ids among `known`) an `observation` of the conversation names, its evidence ids read as
+    `bench/locomo.py` reads a question's."""
+    named = [
+        item[1]
+        for per_speaker in (raw.get("observation") or {}).values()
+        for said in (per_speaker or {}).values()
+        for item in said or ()
+        if len(item) > 1
+    ]
+    return set(evidence_ids(named, known, EvidenceCounts())[0])
 
 
 def knowledge(
@@ -185,7 +183,7 @@ def knowledge(
             dia_of = conv.dia_of
             held = [f for key in tier_keys(minutes) for f in store.in_tier(key) if f.status in HELD]
             known = {dia_of[m] for f in held for m in f.source_minute_ids if m in dia_of}
-            cited = cited_turns(sample) & set(dia_of.values())
+            cited = cited_turns(sample, set(dia_of.values()))
             per[conv.sample_id] = {
                 "turns": len(conv.turns),
                 "cited": len(cited),

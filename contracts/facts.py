@@ -181,6 +181,21 @@ def normalize_text(text: str) -> str:
     return " ".join(folded.split())
 
 
+_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+
+
+def ends_as_sentence(text: str) -> bool:
+    """Whether `text` ends as a sentence: ., !, ? or …, closing quotes or brackets after it allowed."""
+    return bool(_ENDED.search(text.strip()))
+
+
+def as_sentence(text: str) -> str:
+    """`text` ending as a sentence: a note written without a stop ("reviewer failed the login fix") gets one, so
+    texts set side by side (a summary, a gap's memories) do not run together."""
+    text = text.strip()
+    return text if not text or ends_as_sentence(text) else text + "."
+
+
 def sentence_key(text: str) -> str:
     """What makes two sentences the same one: `normalize_text` without the final stop (a summary or a gap's
     memories say each once)."""

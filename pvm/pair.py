@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from contracts.facts import is_valid_task_id, sentence_key
+from contracts.facts import as_sentence, is_valid_task_id, sentence_key
 from contracts.memory import FactHit, SearchFilters, SearchHit, SummaryHit
 from contracts.minute import Minute
 from contracts.pair import (
@@ -119,16 +119,12 @@ def memory_of(hit: SearchHit | FactHit | SummaryHit) -> Memory:
     if isinstance(hit, FactHit):
         return Memory(hit.fact_id, "fact", str(hit.fact.get("text") or ""), hit.score)
     if isinstance(hit, SummaryHit):
-        return Memory(hit.summary_id, "summary", _sentence(hit.text.strip()) if hit.text.strip() else "", hit.score)
+        return Memory(hit.summary_id, "summary", as_sentence(hit.text) if hit.text.strip() else "", hit.score)
     minute = hit.minute
     data = minute.get("data") or {}
     texts = [minute.get("memory_note")] + [data.get(key) for key in MEMORY_TEXT_KEYS]
     parts = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
-    return Memory(hit.minute_id, "minute", " ".join(_sentence(p) for p in dict.fromkeys(parts)), hit.score)
-
-
-def _sentence(text: str) -> str:
-    return text if text.endswith((".", "!", "?")) else text + "."
+    return Memory(hit.minute_id, "minute", " ".join(as_sentence(p) for p in dict.fromkeys(parts)), hit.score)
 
 
 class SearchRetriever:

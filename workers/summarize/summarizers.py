@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts import Minute
-from contracts.facts import sentence_key
+from contracts.facts import as_sentence, sentence_key
 from contracts.memory import minute_line
 from contracts.summaries import (
     MAX_DECISION_CHARS,
@@ -70,7 +70,7 @@ EVENT_WEIGHTS = {
     "conflict_detected": 1.3,
 }
 _WORD = re.compile(r"[a-z][a-z0-9_\-]+")
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+")
 _STOP_TEXT = """a about above after again against all also am an and any are as at be because been before being
 below between both but by can could did do does doing done down during each few for from further had has have
 having he her here hers him his how i if in into is it its itself just let me more most my no nor not now of off on
@@ -139,7 +139,7 @@ def decision_lines(minutes: Sequence[Logged], most_words: int = defaults.SUMMARY
             continue
         said = m.memory_note or m.data.get("decision")
         if isinstance(said, str) and said.strip():
-            first = next((s.strip() for s in _SENTENCE.split(said.strip()) if s.strip()), said.strip())
+            first = next((s.strip() for s in SENTENCE_BREAK.split(said.strip()) if s.strip()), said.strip())
             out.append(_clip(first, most_words)[:MAX_DECISION_CHARS])
     return tuple(out[-MAX_DECISIONS:])
 
@@ -224,16 +224,6 @@ def key_topics(
     return tuple(w[:MAX_TOPIC_CHARS] for w, _ in ranked[: min(k, MAX_TOPICS)])
 
 
-_ENDED = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
-
-
-def as_sentence(text: str) -> str:
-    """`text` ending as a sentence: a note written without a stop ("reviewer failed the login fix") gets one, so
-    notes set side by side in a summary do not run together."""
-    text = text.strip()
-    return text if not text or _ENDED.search(text) else text + "."
-
-
 def balanced(sentence: str) -> str:
     """`sentence` with its quotes closed: split out of a quoted turn ('Caroline said, "Hey Mel! Good to see you!"'),
     a first sentence keeps an open quote and a later one a stray closing one. The open quote is closed; a stray
@@ -277,7 +267,7 @@ class ExtractiveSummarizer:
         for position, logged in enumerate(minutes):
             doc: list[str] = []
             for text in minute_texts(logged.minute):
-                for sentence in _SENTENCE.split(text):
+                for sentence in SENTENCE_BREAK.split(text):
                     sentence = sentence.strip()
                     if sentence:
                         found = words(sentence)

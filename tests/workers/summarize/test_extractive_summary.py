@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from contracts import Minute
+from contracts.facts import as_sentence
 from contracts.summaries import ThreadRef
-from workers.summarize.summarizers import ExtractiveSummarizer, Logged, as_sentence, balanced
+from workers.summarize.summarizers import ExtractiveSummarizer, Logged, balanced
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 
