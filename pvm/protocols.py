@@ -165,10 +165,13 @@ class VectorEngine(Protocol):
         """
         ...
 
-    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+    def around(
+        self, project_id: str, filters: SearchFilters, minute: Candidate, count: int, *, long: bool = False
+    ) -> list[Candidate]:
         """`minute` (a candidate) and up to `count` minutes within `filters` each side of it, oldest first, in the
         order (timestamp, minute id), with `RANKING_FIELDS` payloads: a thread's minutes around a hit, when
-        `filters` names the thread."""
+        `filters` names the thread. `long`: the caller knows the thread holds more than `WINDOW_WHOLE_THREAD`
+        minutes, so the engine reads in time order at once instead of trying the thread whole first."""
         ...
 
     def in_threads(

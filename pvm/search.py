@@ -799,7 +799,9 @@ class ThreadWindows:
             return cut_window(members, minute.minute_id, self._reach)
         if minute.minute_id not in self._windows:
             within = replace(self.filters, thread_id=thread)
-            self._windows[minute.minute_id] = self.engine.around(self.project_id, within, minute, self._reach)
+            self._windows[minute.minute_id] = self.engine.around(
+                self.project_id, within, minute, self._reach, long=True
+            )
         return self._windows[minute.minute_id]
 
     def read(self, minutes: Iterable[Candidate]) -> None:

@@ -566,7 +566,7 @@ WINDOW_WHOLE_THREAD = 64
 
 
 def thread_window(
-    whole: Callable[[int], list[Candidate]],
+    whole: Callable[[int], list[Candidate]] | None,
     ordered: Callable[[bool, int, int], list[Candidate]],
     run: Callable[[int], list[Candidate]],
     minute: Candidate,
@@ -576,7 +576,8 @@ def thread_window(
     """`minute` and up to `count` minutes each side of it, oldest first, in the order (timestamp, minute id).
 
     `whole(limit)` reads up to `limit` minutes in no particular order: when it returns fewer than
-    `WINDOW_WHOLE_THREAD` + 1, that is all there is, and the window is cut from them. Otherwise
+    `WINDOW_WHOLE_THREAD` + 1, that is all there is, and the window is cut from them (None: the caller knows the
+    thread is longer, and the read is skipped). Otherwise
     `ordered(newest_first, start_ms, limit)` reads up to `limit` minutes at or before `start_ms` newest first (or
     at or after it, oldest first); the engine orders equal timestamps however it likes, so where a read ends
     inside a run of equal timestamps that the window needs, `run(ms)` reads the whole run (by point id, at most
@@ -585,8 +586,8 @@ def thread_window(
     """
     key = (timestamp_ms, minute.minute_id)
     found: dict[str, Candidate] = {minute.minute_id: minute}
-    every = whole(WINDOW_WHOLE_THREAD + 1)
-    if len(every) <= WINDOW_WHOLE_THREAD:
+    every = whole(WINDOW_WHOLE_THREAD + 1) if whole is not None else None
+    if every is not None and len(every) <= WINDOW_WHOLE_THREAD:
         found.update((c.minute_id, c) for c in every if c.minute_id != minute.minute_id)
         return cut_window(found, minute.minute_id, count)
 

@@ -333,7 +333,9 @@ class EdgeEngine:
         unspread = self._lexical.unspread
         return [(pid, unspread(score, pid), read(stored) if stored else None) for pid, score, stored in points]
 
-    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+    def around(
+        self, project_id: str, filters: SearchFilters, minute: Candidate, count: int, *, long: bool = False
+    ) -> list[Candidate]:
         """`minute` and up to `count` minutes within `filters` each side of it in time, oldest first (`thread_window`),
         with `RANKING_FIELDS` payloads: a short thread read whole through its keyword index, a long one in time
         order from the timestamp index."""
@@ -356,7 +358,7 @@ class EdgeEngine:
             at = _edge_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)])
             return records(qe.ScrollRequest(limit=WINDOW_RUN_CAP, filter=at, with_payload=_RANKING_SELECTOR))
 
-        return thread_window(whole, ordered, run, minute, window_ms(minute), count)
+        return thread_window(None if long else whole, ordered, run, minute, window_ms(minute), count)
 
     def in_threads(
         self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int

@@ -281,7 +281,9 @@ class ServerEngine:
         fused_hits = hits[2] if fuse else None
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
-    def around(self, project_id: str, filters: SearchFilters, minute: Candidate, count: int) -> list[Candidate]:
+    def around(
+        self, project_id: str, filters: SearchFilters, minute: Candidate, count: int, *, long: bool = False
+    ) -> list[Candidate]:
         """`minute` and up to `count` minutes within `filters` each side of it in time, oldest first (`thread_window`),
         with `RANKING_FIELDS` payloads: a short thread read whole through its keyword index, a long one in time
         order from the timestamp index."""
@@ -303,7 +305,7 @@ class ServerEngine:
         def run(at_ms: int) -> list[Candidate]:
             return records(_server_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)]), WINDOW_RUN_CAP)
 
-        return thread_window(whole, ordered, run, minute, window_ms(minute), count)
+        return thread_window(None if long else whole, ordered, run, minute, window_ms(minute), count)
 
     def in_threads(
         self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int

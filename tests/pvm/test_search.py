@@ -1325,14 +1325,16 @@ class ReadCountingEngine:
         self.inner = inner
         self.in_threads_calls: list[list[str]] = []
         self.around_calls = 0
+        self.around_long: list[bool] = []  # whether each around read was told the thread is long
 
     def in_threads(self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int) -> Any:
         self.in_threads_calls.append(sorted(thread_ids))
         return self.inner.in_threads(project_id, filters, thread_ids, limit)
 
-    def around(self, *args: Any) -> Any:
+    def around(self, *args: Any, long: bool = False) -> Any:
         self.around_calls += 1
-        return self.inner.around(*args)
+        self.around_long.append(long)
+        return self.inner.around(*args, long=long)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -1376,7 +1378,8 @@ def test_thread_windows_read_the_hits_threads_together_and_cut_the_windows_aroun
     assert counting.in_threads_calls[0] == ["th-a", "th-b", "th-c"]
     assert len(counting.in_threads_calls) == 2  # the short threads in one read; the long one found long alone
     assert ("alpha", "th-long") in long
-    assert counting.around_calls == 9  # each of the long thread's minutes read in time order
+    assert counting.around_calls == 9  # each of the long thread's minutes read in time order ...
+    assert all(counting.around_long)  # ... at once, not tried whole again
     alone, _ = windows_of([])
     assert alone == expected
     everything, counting = windows_of(minutes)

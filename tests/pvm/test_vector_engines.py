@@ -306,10 +306,14 @@ def test_retrieve_by_minute_ids_in_the_order_asked(engine: Any) -> None:
     assert engine.retrieve("beta", ["m1"]) == []
 
 
-@pytest.mark.parametrize("whole_thread", [64, 2], ids=["read-whole", "read-in-time-order"])
+@pytest.mark.parametrize(
+    ("whole_thread", "long"),
+    [(64, False), (2, False), (64, True)],
+    ids=["read-whole", "read-in-time-order", "known-long-read-in-time-order"],
+)
 @pytest.mark.parametrize("reverse", [False, True], ids=["written-in-order", "written-reversed"])
 def test_around_reads_a_threads_minutes_either_side_in_time_whatever_the_write_order(
-    engine: Any, reverse: bool, whole_thread: int, monkeypatch: pytest.MonkeyPatch
+    engine: Any, reverse: bool, whole_thread: int, long: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Thread th-1: m0, m1, then six minutes written in the same millisecond (r0..r5), then m2, m3. Another
     # thread's minutes sit between them in time, and another project has a minute of a thread of the same name.
@@ -331,7 +335,7 @@ def test_around_reads_a_threads_minutes_either_side_in_time_whatever_the_write_o
 
     def around(minute_id: str, count: int) -> list[str]:
         (minute,) = engine.retrieve("alpha", [minute_id])
-        return ids(engine.around("alpha", thread, minute, count))
+        return ids(engine.around("alpha", thread, minute, count, long=long))
 
     # Equal timestamps are ordered by minute id, and a read that stops inside the run reads the rest of it.
     assert around("r2", 2) == ["r0", "r1", "r2", "r3", "r4"]
