@@ -1068,11 +1068,7 @@ def _recency(timestamp_ms: int | None, now_ms: int, half_life_ms: int) -> float:
 
 def _importance(payload: dict[str, Any]) -> float:
     """The stored scores without their recency (`pvm.vectors.importance`), 0..1; 0 when there are none."""
-    scores = payload.get("scores")
-    stored = scores.get("importance") if isinstance(scores, dict) else None
-    if type(stored) is float:  # as the embedded engine stores it, flat: read on every candidate of every search
-        return min(1.0, max(0.0, stored))
-    value = importance(scores)
+    value = importance(payload.get("scores"))
     return 0.0 if value is None else min(1.0, max(0.0, value))
 
 

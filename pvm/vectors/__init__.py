@@ -91,6 +91,8 @@ def importance(scores: object) -> float | None:
     if not isinstance(scores, dict):
         return None
     value = scores.get("importance")
+    if type(value) is float:  # as the embedded engine stores it: read for every candidate of every search
+        return value
     if _number(value):
         return float(value)
     parts = [scores.get(p) for p in defaults.SEARCH_IMPORTANCE_PARTS]
