@@ -49,10 +49,10 @@ from workers.rules.fact_text import (
     normalize_subject,
     parse_slot,
     read,
-    sentences,
     value_key,
     vocabulary,
 )
+from workers.rules.open_slots import lines, read_open
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 
 __all__ = [
@@ -94,6 +94,11 @@ RULE_CONFIDENCE: dict[str, float] = {
     "entity": 0.65,  # "X is a Y": the likeliest to be chatter
     "alias": 0.7,  # "X is also known as Y", "X aka Y"
     "failure": 0.6,  # a task_failed minute's data.error, for its kind of task
+    # Open slots (workers.rules.open_slots): the slot is read from the sentence, not the vocabulary.
+    "open_owner": 0.75,  # "S is owned by N", "N owns S", "S handed over to N"
+    "open_label": 0.65,  # "Label: value", a list's item under its heading
+    "open_change": 0.7,  # "S bumped to V", "we pinned S to V"
+    "open_copula": 0.65,  # "the A of S is V", "S is V" where V names something
 }
 # Rules the extractor does not run (the sentence then states nothing). "X cannot Y" read 0 of 26 facts right on the
 # dev wording (bench/fact_sessions.py DEV_TEMPLATES: "I can't get X to start", "reviewer cannot join today"): it
@@ -260,33 +265,37 @@ class RuleExtractor:
             text = stated_text(raw)
             if text is None:
                 continue
-            for sentence in sentences(text):
+            for line in lines(text):
+                sentence = line.text
                 reading = read(sentence, minute, at, self._vocabulary)
-                if reading is None or reading.rule in self._dropped:
-                    continue
-                type_, confidence = reading.type, RULE_CONFIDENCE[reading.rule]
-                if type_ is FactType.FACT and (reading.decision_label or minute.event_type in _DECISION_EVENTS):
-                    type_, confidence = FactType.DECISION, confidence + DECISION_EVENT_BONUS
-                if minute.event_type == "knowledge":
-                    confidence += KNOWLEDGE_BONUS
-                supersedes = reading.supersedes or (
-                    type_ is FactType.DECISION and minute.event_type == "conflict_resolved"
-                )
-                candidate = self._candidate(
-                    minute,
-                    at,
-                    type_=type_,
-                    subject=reading.subject,
-                    attribute=reading.attribute,
-                    value=reading.value,
-                    text=_sentence_text(sentence),
-                    confidence=confidence,
-                    valid_from=day_start(reading.valid_from) if reading.valid_from else None,
-                    supersedes=supersedes,
-                    rule=reading.rule,
-                )
-                if candidate is not None:
-                    out.append(candidate)
+                readings = [reading] if reading is not None else read_open(line, minute, at, self._vocabulary)
+                for reading in readings:
+                    if reading.rule in self._dropped:
+                        continue
+                    type_, confidence = reading.type, RULE_CONFIDENCE[reading.rule]
+                    if type_ is FactType.FACT and (reading.decision_label or minute.event_type in _DECISION_EVENTS):
+                        type_, confidence = FactType.DECISION, confidence + DECISION_EVENT_BONUS
+                    if minute.event_type == "knowledge":
+                        confidence += KNOWLEDGE_BONUS
+                    supersedes = reading.supersedes or (
+                        type_ is FactType.DECISION and minute.event_type == "conflict_resolved"
+                    )
+                    candidate = self._candidate(
+                        minute,
+                        at,
+                        type_=type_,
+                        subject=reading.subject,
+                        attribute=reading.attribute,
+                        value=reading.value,
+                        text=_sentence_text(sentence),
+                        confidence=confidence,
+                        valid_from=day_start(reading.valid_from) if reading.valid_from else None,
+                        supersedes=supersedes,
+                        rule=reading.rule,
+                        single=reading.single_valued,
+                    )
+                    if candidate is not None:
+                        out.append(candidate)
         return out
 
     def _from_data(self, minute: Minute, at: datetime, item: Mapping[str, Any]) -> Candidate | None:

@@ -376,6 +376,7 @@ class Reading(NamedTuple):
     supersedes: bool = False  # the sentence says the value replaces an earlier one
     valid_from: date | None = None  # the day a "starting tomorrow" names; None: from the minute
     decision_label: bool = False  # "decision: ...", "agreed: ..."
+    single_valued: bool | None = None  # None: the contract's default for the type and attribute
 
 
 @dataclass(frozen=True, slots=True)
@@ -976,8 +977,19 @@ def _entity(s: str, ctx: _Context) -> Reading | None:
 TEXT_RULES = (_constraint, _decision, _procedure, _preference, _goal, _attribute, _entity)
 
 
-def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> Reading | None:
-    """What `sentence` (one sentence of `minute`, said at `at`) states, or None when it states nothing a rule reads."""
+class Prepared(NamedTuple):
+    """A sentence made ready for the rules: its statement, and what its lead words said about it."""
+
+    text: str
+    supersedes: bool = False  # "going forward, ...", "from now on, ..."
+    valid_from: date | None = None  # "starting tomorrow, ...": the day it holds from
+    decision_label: bool = False  # "decision: ...", "we agreed that ..."
+    goal_label: bool = False  # "goal: ...": the rest is the goal of the whole tier
+
+
+def prepare(sentence: str, minute: Minute, at: datetime) -> Prepared | None:
+    """`sentence` cleaned for the rules (contractions expanded, the speaker, labels, lead words, attributions and
+    dates taken off), or None when there is nothing to read or it asks or hedges."""
     if len(sentence) > MAX_SENTENCE_CHARS:
         return None
     s = _words(_expand(sentence)).rstrip(" .!")
@@ -1011,17 +1023,27 @@ def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, s
         if dated:
             valid_from, s = day_of(dated.group("d"), at), _without_attribution(dated.group("rest"))
     s = _PARENTHETICAL.sub("", s)  # after the dates: "(in force since Monday)" says when
-    ctx = _Context(minute, at, _SURFACES if vocabulary is None else vocabulary, goal_label)
+    return Prepared(s, supersedes, valid_from, decision_label, goal_label)
+
+
+def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> Reading | None:
+    """What `sentence` (one sentence of `minute`, said at `at`) states, or None when it states nothing a rule reads."""
+    prepared = prepare(sentence, minute, at)
+    if prepared is None:
+        return None
+    ctx = _Context(minute, at, _SURFACES if vocabulary is None else vocabulary, prepared.goal_label)
     for rule in TEXT_RULES:
-        reading = rule(s, ctx)
+        reading = rule(prepared.text, ctx)
         if reading is not None:
             break
     else:
         return None
-    if goal_label and reading.type is not FactType.GOAL:
+    if prepared.goal_label and reading.type is not FactType.GOAL:
         return None
     return reading._replace(
-        supersedes=supersedes or reading.supersedes, valid_from=valid_from, decision_label=decision_label
+        supersedes=prepared.supersedes or reading.supersedes,
+        valid_from=prepared.valid_from,
+        decision_label=prepared.decision_label,
     )
 
 

@@ -16,6 +16,10 @@ on replay or on another machine, gives the same dates. The table
 | next Friday                              | the first Friday after the minute's day        |
 | last Friday                              | the last Friday before the minute's day        |
 | this Friday, on Friday, Friday           | the minute's day if a Friday, else the next one |
+| the 1st of next month (this, last)       | that day of the following (this, previous) month |
+| 15 June, June 15, 15 June 2026, June 15th| that day of the year given, else of the minute's year (¹) |
+
+(¹) or of the next year, when that day is more than half a year before the minute.
 
 N is a number (1-999) or a word (a, an, one ... ten). A bare weekday is only
 read where a phrase introduces it ("from Monday", "starting on Monday"): in a
@@ -45,11 +49,23 @@ NUMBER_WORDS = {
     "ten": 10,
 }
 
+MONTHS = (
+    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
+    "december",
+)  # fmt: skip
 _WEEKDAY = "(?:" + "|".join(WEEKDAYS) + ")"
 _NUMBER = r"(?:\d{1,3}|" + "|".join(NUMBER_WORDS) + ")"
+_MONTH = "(?:" + "|".join(f"{m[:3]}(?:{m[3:]})?" if len(m) > 3 else m for m in MONTHS) + r")\.?"
+_DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+# A day of a month: "15 June", "June 15th", "15 June 2026", "June 15, 2026", "the 1st of next month".
+ABSOLUTE = (
+    rf"(?:(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?|{_MONTH}\s+{_DAY}(?:,?\s+\d{{4}})?"
+    rf"|the\s+{_DAY}\s+of\s+(?:this|next|last)\s+month)"
+)
 # A phrase that names a day by itself (no bare weekday).
 RELATIVE = (
     r"(?:the\s+day\s+(?:after\s+tomorrow|before\s+yesterday)|today|tonight|yesterday|tomorrow"
+    rf"|{ABSOLUTE}"
     rf"|(?:this|next|last)\s+(?:week|month|{_WEEKDAY})"
     rf"|in\s+{_NUMBER}\s+(?:days?|weeks?)|{_NUMBER}\s+(?:days?|weeks?)\s+ago)"
 )
@@ -92,7 +108,39 @@ def day_of(phrase: str, at: datetime) -> date | None:
             return _weekday(today, WEEKDAYS.index(words[1]), words[0])
     if len(words) == 1 and words[0] in WEEKDAYS:
         return _weekday(today, WEEKDAYS.index(words[0]), "this")
-    return None
+    return _day_of_month(text, today)
+
+
+_OF_MONTH = re.compile(r"^the\s+(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+of\s+(?P<which>this|next|last)\s+month$")
+_DAY_MONTH = re.compile(
+    r"^(?:the\s+)?(?P<d>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<m>[a-z]+)\.?(?:,?\s+(?P<y>\d{4}))?$"
+    r"|^(?P<m2>[a-z]+)\.?\s+(?P<d2>\d{1,2})(?:st|nd|rd|th)?(?:,?\s+(?P<y2>\d{4}))?$"
+)
+_HALF_YEAR = timedelta(days=183)
+
+
+def _day_of_month(text: str, today: date) -> date | None:
+    """ "the 1st of next month", "15 June", "June 15, 2026": the day, or None (a day a month lacks is none)."""
+    match = _OF_MONTH.match(text)
+    try:
+        if match:
+            month = today.month - 1 + {"this": 0, "next": 1, "last": -1}[match.group("which")]
+            return date(today.year + month // 12, month % 12 + 1, int(match.group("d")))
+        match = _DAY_MONTH.match(text)
+        if match is None:
+            return None
+        name = (match.group("m") or match.group("m2")).lower()
+        month_no = next((i + 1 for i, m in enumerate(MONTHS) if m.startswith(name) and len(name) >= 3), None)
+        if month_no is None:
+            return None
+        day_no = int(match.group("d") or match.group("d2"))
+        year = match.group("y") or match.group("y2")
+        if year:
+            return date(int(year), month_no, day_no)
+        day = date(today.year, month_no, day_no)
+        return date(today.year + 1, month_no, day_no) if day < today - _HALF_YEAR else day
+    except ValueError:  # "31 June"
+        return None
 
 
 def day_start(day: date) -> str:

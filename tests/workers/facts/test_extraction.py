@@ -591,7 +591,8 @@ def test_chatter_it_was_not_written_against_states_nothing() -> None:
 
 def test_more_attributes_can_be_taught() -> None:
     note = "the web app's flag provider is Unleash"
-    assert extract(note) == []
+    (untaught,) = extract(note)  # an open slot, named as said (workers.rules.open_slots)
+    assert (untaught.slot, untaught.value, untaught.rule) == (("web app", "flag provider"), "Unleash", "open_copula")
     taught = RuleExtractor(attributes={"flag_provider": ("flag provider", "feature flag provider")})
     (c,) = taught.extract([minute("message", memory_note=note)])
     assert (c.slot, c.value) == (("web app", "flag_provider"), "Unleash")

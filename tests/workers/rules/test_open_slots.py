@@ -1,0 +1,154 @@
+"""Open slots: statements about things no `ATTRIBUTES` phrase names, read with the slot the sentence gives.
+
+Wordings here are written for these tests (not taken from any benchmark set): labelled lines and list items
+under a heading, definite copulas, ownership, change verbs, lists, dates; and the chatter that must read as
+nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.workers.minutes import minute
+from workers.facts.extraction import RULE_CONFIDENCE, Candidate, RuleExtractor
+from workers.rules.open_slots import Line, heading_subject, lines, names_something
+
+
+def extract(note: str, event_type: str = "message") -> list[Candidate]:
+    return RuleExtractor().extract([minute(event_type, memory_note=note)])
+
+
+def read(note: str) -> set[tuple[str, str, str]]:
+    return {(c.subject, c.attribute, c.value) for c in extract(note)}
+
+
+def test_a_list_item_under_a_heading_is_about_the_heading() -> None:
+    note = (
+        "Payments platform, the settled record:\n"
+        "- Acquirer: Northwind Bank (contract signed in May)\n"
+        "- Settlement window: 2 March to 9 March 2027\n"
+        "- Card vault: Basis Theory"
+    )
+    assert read(note) == {
+        ("payments platform", "acquirer", "Northwind Bank"),
+        ("payments platform", "settlement window", "2 March to 9 March 2027"),
+        ("payments platform", "card vault", "Basis Theory"),
+    }
+    assert {c.rule for c in extract(note)} == {"open_label"}
+    assert all(c.confidence == RULE_CONFIDENCE["open_label"] for c in extract(note))
+
+
+def test_lines_carry_their_lists_heading_and_only_theirs() -> None:
+    note = "Kiosk fleet, baseline:\n* Vendor: Elo\n* OS: Android 13\nThe rollout starts soon."
+    assert list(lines(note)) == [
+        Line("Kiosk fleet, baseline:", None),
+        Line("Vendor: Elo", "kiosk fleet"),
+        Line("OS: Android 13", "kiosk fleet"),
+        Line("The rollout starts soon.", None),
+    ]
+    assert heading_subject("Rollout plan for the kiosks, as agreed with ops:") == "rollout plan for the kiosks"
+    assert heading_subject("we talked:") is None
+
+
+def test_a_labelled_line_outside_a_list() -> None:
+    assert read("Incident pager: Opsgenie.") == {("incident pager", "value", "Opsgenie")}
+    assert read("Retention period for audit logs: 400 days.") == {("audit logs", "retention", "400 days")}
+
+
+def test_a_plural_label_gives_one_fact_per_value_in_a_slot_that_holds_many() -> None:
+    found = extract("Regions we serve from: Frankfurt, Dublin and Ohio.")
+    assert found == []  # "we serve": a clause in the label
+    found = extract("Supported browsers for the admin app: Firefox, Safari and Chrome.")
+    assert {(c.subject, c.attribute, c.value) for c in found} == {
+        ("admin app", "supported browsers", "Firefox"),
+        ("admin app", "supported browsers", "Safari"),
+        ("admin app", "supported browsers", "Chrome"),
+    }
+    assert not any(c.single_valued for c in found)
+
+
+def test_named_values_in_one_line_are_one_fact_each() -> None:
+    note = "Mobile baseline:\n- Android: minSdk 26, compileSdk 35."
+    assert read(note) == {("android", "minsdk", "26"), ("android", "compilesdk", "35")}
+
+
+def test_a_definite_copula_with_a_named_value() -> None:
+    assert read("The new payment gateway is Adyen.") == {("payment gateway", "value", "Adyen")}
+    assert read("The release manager for 7.1 is Tomás Ruiz.") == {("7.1", "release manager", "Tomás Ruiz")}
+    # The inverse, with a list of named values.
+    found = read("Scope: Billing and Refunds are the modules for this review.")
+    assert found == {("review", "modules", "Billing"), ("review", "modules", "Refunds")}
+
+
+def test_ownership_said_several_ways_is_one_owner_that_changes() -> None:
+    (owned,) = extract("The ledger exporter is owned by Ana Costa.")
+    assert (owned.type, owned.slot, owned.value, owned.single_valued) == (
+        "entity",
+        ("ledger exporter", "owner"),
+        "Ana Costa",
+        True,
+    )
+    assert read("Kenji owns billing, Ana owns refunds.") == {("billing", "owner", "Kenji"), ("refunds", "owner", "Ana")}
+    (handed,) = extract("Handing the ledger exporter over to Bo Lind from today, I'm off to the search team.")
+    assert (handed.slot, handed.value, handed.supersedes_hint) == (("ledger exporter", "owner"), "Bo Lind", True)
+    assert extract("Giving ownership to the agent with the better record.") == []  # no name: nothing
+
+
+def test_change_verbs_from_the_lexicon_supersede() -> None:
+    for note, slot, value in [
+        ("Deployment target moved to iOS 17 for 8.0.", ("deployment target", "value"), "iOS 17"),
+        ("we pinned protobuf to 4.25.3 on every runner", ("protobuf", "value"), "4.25.3"),
+        ("checkout_v3 goes to 40% today", ("checkout_v3", "value"), "40%"),
+        ("Report worker replica count bumped to 6", ("report worker", "replicas"), "6"),
+    ]:
+        (c,) = extract(note)
+        assert (c.slot, c.value, c.supersedes_hint, c.rule) == (slot, value, True, "open_change"), note
+    assert extract("a second failure in a week goes to Ana") == []  # who handles it, not a value
+    assert extract("reviewer reviewed a small change to the CI cache") == []  # "change" the noun
+
+
+def test_a_lead_in_before_the_statement_is_read_past() -> None:
+    (c,) = extract("Scratch that: the message bus is NATS, not Kafka.")
+    assert (c.slot, c.value, c.supersedes_hint) == (("message bus", "value"), "NATS", True)
+    (c,) = extract("Agreed with support: from the 1st of next month the reply SLA relaxes to 4 hours.")
+    assert (c.slot, c.value, c.valid_from) == (("reply", "sla"), "4 hours", "2026-12-01T00:00:00.000000Z")
+
+
+def test_dates_in_values_are_grounded_to_the_minute() -> None:
+    (c,) = extract("Target date for the export rewrite: 15 January.")
+    assert (c.slot, c.value) == (("export rewrite", "deadline"), "2027-01-15")  # the next 15 January
+    (c,) = extract("this task is due next Monday, please")
+    assert (c.slot, c.value) == (("task", "deadline"), "2026-11-30")
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        "the database is Postgres",  # whose?
+        "Update: the build is green again",
+        "Priya: sounds good to me",
+        "Tester on fix-login: session cookie expires after 5 minutes.",
+        "checked the config: search api replica count reads three",
+        "storing secrets in the repository is off-limits",
+        "A must-have for the next release: dark mode",
+        "ledgerd: a ledger daemon",
+        "my favourite band is Coldplay",
+        "The party was amazing!",
+        "Caroline is so proud of Melanie",
+        "we are swapping the vendor next week",
+        "Runbook for the token store: check for a memory leak first.",
+        "The overnight import broke: RAM usage grew until it was killed.",
+        "everything else moves to Dagster",
+        "is the message bus NATS now?",
+        "the message bus might be NATS",
+        "pt-BR stays post-launch",
+    ],
+)
+def test_chatter_opinions_clauses_and_questions_read_as_nothing(note: str) -> None:
+    assert extract(note) == []
+
+
+def test_a_value_names_something() -> None:
+    assert names_something("Basis Theory") and names_something("4.25.3") and names_something("qa/devices.yaml")
+    assert not names_something("amazing") and not names_something("off-limits") and not names_something("quite Big")
+    assert not names_something("exactly as Priya set it")

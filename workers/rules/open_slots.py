@@ -1,0 +1,561 @@
+"""Open slots: what prose states about a thing that no phrase of `ATTRIBUTES` names.
+
+The closed rules (`workers.rules.fact_text.read`) read a slot only when its
+attribute is in the vocabulary. People write about anything: "Compliance
+platform: Vanta.", "CC6.1 is owned by Sam Whitfield.", "Deployment target
+moved to iOS 16.", "Supported locales: en-US, de-DE and ja-JP." These rules
+read such statements with the slot taken from the sentence itself, in the
+shapes where English says plainly that a thing has a value:
+
+- a labelled line, ``Label: value`` (under a list's heading the heading is
+  the subject: ``SOC 2 programme:`` then ``• Auditor: Prescott & Lang LLP``);
+- a definite copula, ``the A of S is V`` / ``S is V`` where V names something
+  (a capitalized word, a number, an identifier), and its inverse ``V is the
+  A of S``;
+- ownership: ``S is owned by N``, ``N owns S``, ``S handed over to N``;
+- a change verb from a lexicon (`CHANGE_VERBS`: bumped, moved, pinned,
+  tightened, ...): ``S A bumped to V``, ``we pinned S to V``, ``S goes to V``;
+  these supersede the slot's value.
+
+A value that is a list (``A, B and C``) gives one reading per value, in a
+slot that holds many. A slot is (subject, attribute): ``the A of/for S`` and
+``S's A`` split where the words say; a bare noun phrase is the subject, and
+its attribute is `VALUE` ("the warehouse is Snowflake": warehouse, value).
+
+Precision first, as in the closed rules: a value must be short and must name
+something (`names_something`), never an opinion or a feeling; a subject is
+never a pronoun or someone's ("my", "your"); a labelled line whose label is
+a marker ("Update:", "Note:") or whose value is a clause says nothing here.
+Pure functions of the text, the minute and its time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import NamedTuple
+
+from contracts import Minute
+from contracts.facts import FactType
+from workers.rules.fact_text import (
+    DETERMINERS,
+    EVALUATIVE_WORDS,
+    PRONOUNS,
+    STATE_WORDS,
+    TRANSIENT_WORDS,
+    Reading,
+    normalize_attribute,
+    normalize_subject,
+    parse_slot,
+    prepare,
+    sentences,
+)
+from workers.rules.relative_dates import day_of
+
+VALUE = "value"  # the attribute of a slot named by a bare noun phrase
+OWNER = "owner"
+MAX_LABEL_WORDS = 8
+MAX_OPEN_VALUE_WORDS = 6
+MAX_OPEN_SUBJECT_WORDS = 6
+MAX_LIST_VALUES = 8
+
+# Verbs that say a slot's value changed, past or present ("bumped", "moves"), each with "to" before the new value.
+CHANGE_VERBS = frozenset(
+    {
+        "bumped", "bump", "bumps", "raised", "raise", "raises", "lowered", "lower", "lowers", "increased",
+        "increase", "increases", "decreased", "decrease", "decreases", "reduced", "reduce", "reduces", "moved",
+        "move", "moves", "changed", "change", "changes", "switched", "switch", "switches", "set", "sets",
+        "pinned", "pin", "pins", "upgraded", "upgrade", "upgrades", "downgraded", "downgrade", "downgrades",
+        "tightened", "tighten", "tightens", "tightening", "relaxed", "relax", "relaxes", "loosened", "loosen",
+        "extended", "extend", "extends", "shortened", "shorten", "shortens", "updated", "update", "updates",
+        "migrated", "migrate", "migrates", "reverted", "revert", "reverts", "rolled back", "dropped", "drop",
+        "drops", "cut", "cuts", "goes", "went", "go", "is going", "are going", "re-rated", "rerated",
+        "expanded", "narrowed", "capped", "limited", "bumping", "moving", "raising", "lowering", "pinning",
+        "switching", "changing", "upgrading",
+    }
+)  # fmt: skip
+_MOTION_VERBS = frozenset({"goes", "went", "go", "is going", "are going", "moves", "moved", "move", "moving"})
+# Labels that mark what kind of line follows, not what it is about ("Update: ...", "FYI: ...").
+MARKER_LABELS = frozenset(
+    {
+        "update", "updates", "status", "note", "notes", "fyi", "heads up", "heads-up", "question", "questions",
+        "reminder", "edit", "ps", "p.s", "correction", "proposal", "plan", "todo", "to do", "next", "next up",
+        "next steps", "blocker", "blockers", "result", "results", "summary", "context", "why", "reason", "problem",
+        "issue", "ok", "done", "eta", "agenda", "action", "actions", "action items", "thoughts", "idea", "tldr",
+        "tl;dr", "re", "subject", "update from", "progress", "outcome", "finding", "findings", "observation",
+        "hint", "tip", "warning", "caution", "important", "example", "e.g", "i.e", "aside", "recap", "background",
+        "answer", "reply", "follow-up", "follow up", "resolved", "fixed", "closed", "cause", "rationale", "also",
+        "and", "but", "so", "then", "now", "today", "yesterday", "tomorrow", "later", "meanwhile", "lesson",
+        "lessons", "takeaway", "risk", "risks", "scope", "method", "approach", "step", "steps", "rule",
+    }
+)  # fmt: skip
+_FINITE = frozenset(
+    {
+        "is", "are", "was", "were", "will", "would", "should", "must", "might", "could", "can", "has", "have",
+        "had", "do", "does", "did", "am", "be", "been", "being", "shall", "may", "need", "needs", "goes", "go",
+        "went", "run", "runs", "get", "gets", "got", "take", "takes", "make", "makes", "say", "says", "said",
+        "think", "thinks", "know", "knows", "want", "wants", "like", "likes", "love", "loves", "feel", "feels",
+        "reads", "shows", "lists", "holds", "contains", "uses", "requires", "includes", "points", "means", "looks",
+        "seems", "works", "stays", "remains", "becomes", "gives", "keeps", "lets", "puts", "beats", "waits",
+        "broke", "grew", "fell", "rose", "began", "came", "found", "left", "lost", "hit", "sent", "built", "kept",
+        "fixes", "stops", "breaks", "expires", "fails", "spikes", "causes", "returns", "blocks", "wins",
+    }
+)  # fmt: skip
+_PREPOSITIONS = frozenset(
+    {"on", "in", "at", "for", "to", "by", "with", "from", "of", "about", "into", "onto", "over", "under", "as"}
+)
+_OWN_WORDS = frozenset({"my", "your", "his", "her", "their", "mine", "yours", "i", "me", "you", "he", "she", "we"})
+_LIST_MARK = re.compile(r"^\s*(?:[-*\u2022\u2713\u2714\u25aa\u25e6\u00b7>]|\d{1,2}[.)])\s+")
+_LABELLED = re.compile(r"^(?P<label>[A-Za-z0-9][^:=]{0,80}?)\s*:\s+(?P<value>\S.*)$")
+_PAREN = re.compile(r"\s*\([^()]*\)")
+_VALUE_END = re.compile(
+    r"\s*(?:;|\s[-\u2013\u2014]\s|,\s+(?:so|but|and\s+(?:it|this|that|we|the)|which|because|since|as|not|then|"
+    r"until|unless|while|with|after|before|from|per|ok|okay|right)\b|\s+(?:because|since|until|unless|so\s+that|"
+    r"which|while|after|before|except|from\s+now|from\s+today|from\s+tomorrow|starting|effective|for\s+now|"
+    r"as\s+of|on\s+(?:main|both|all|every|the\s+\w+\s+branch)|across)\b).*$",
+    re.I,
+)
+_TRAILING_TIME = re.compile(
+    r"(?:,?\s+(?:today|tonight|now|again|too|as\s+well|for\s+now|going\s+forward|from\s+now\s+on|this\s+\w+|"
+    r"next\s+\w+|yesterday|tomorrow|please|pls|thanks|thank\s+you))+$",
+    re.I,
+)
+_FOR_WHAT = re.compile(r"\s+for\s+.+$", re.I)  # "moved to iOS 17 for 8.0": the value is iOS 17
+_LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s*&\s*(?=[A-Z])")
+_OF = re.compile(r"\s+(?:of|for|in|on)\s+", re.I)
+_LABEL_OF = re.compile(r"\s+(?:of|for|in)\s+", re.I)  # "Tester on fix-login-bug:" is who speaks about what
+# A name: capitalized words, an agent id ("release-captain") or a handle; case-sensitive inside patterns that are not.
+_NAME = r"(?P<n>(?-i:(?:[A-Z][\w.'\-]*|[a-z][a-z0-9]*-[a-z0-9\-]+|@[\w\-]+)(?:\s+[A-Z][\w.'\-]*){0,3}))"
+_OWNED_BY = re.compile(rf"^(?P<s>.+?)\s+(?:is|are|will\s+be|is\s+now|are\s+now)\s+owned\s+by\s+{_NAME}\b(?P<rest>.*)$")
+_OWNS = re.compile(rf"^{_NAME}\s+(?:owns|now\s+owns|will\s+own|takes\s+over|took\s+over)\s+(?P<s>.+)$")
+_HANDED = re.compile(
+    rf"^(?:(?:i\s+am|i'm|we\s+are|we're)\s+)?(?:handing|handed|hand|passing|passed|giving|gave|transferring|"
+    rf"transferred|reassigning|reassigned)\s+(?P<s>.+?)\s+(?:over\s+)?to\s+{_NAME}\b(?P<rest>.*)$",
+    re.I,
+)
+_IS_HANDED = re.compile(
+    rf"^(?P<s>.+?)\s+(?:is|are|has\s+been|have\s+been|was|were|gets|get)\s+(?:handed|passed|transferred|"
+    rf"reassigned|moved)\s+(?:over\s+)?to\s+{_NAME}\b(?P<rest>.*)$",
+    re.I,
+)
+_COPULA = re.compile(r"^(?P<np>.+?)\s+(?P<verb>is|are|is\s+now|are\s+now|will\s+be)\s+(?P<v>.+)$", re.I)
+_CHANGE_LEAD = re.compile(
+    r"^(?:(?:we|i)\s+(?:have\s+|just\s+|also\s+)?)?(?P<verb>[a-z\-]+)\s+(?P<np>.+?)\s+to\s+(?P<v>.+)$", re.I
+)
+_CHANGE_TAIL = re.compile(
+    r"^(?P<np>.+?)\s+(?:(?:is|are|was|were|has\s+been|have\s+been|got|gets|now)\s+)?"
+    r"(?P<verb>rolled\s+back|is\s+going|are\s+going|[a-z\-]+)\s+(?:back\s+)?to\s+(?P<v>.+)$",
+    re.I,
+)
+_CORRECTION = re.compile(r"\b(?:scratch\s+that|correction|corrected|actually|update)\b", re.I)
+_FROM = re.compile(r"\s+from\s+.+$", re.I)
+_LEADING_MODIFIERS = re.compile(r"^(?:new|current|old|latest|final|official|chosen|agreed)\s+", re.I)
+
+
+class _Said(NamedTuple):
+    """The minute a sentence is from and the vocabulary its slots are named with."""
+
+    minute: Minute
+    vocabulary: Mapping[str, str] | None
+    at: datetime
+
+    @property
+    def agent_id(self) -> str:
+        return (self.minute.agent_id or "").lower()
+
+
+class Line(NamedTuple):
+    """A sentence of a note and the subject of the list it is an item of (None outside a list)."""
+
+    text: str
+    heading: str | None
+
+
+def lines(text: str) -> Iterator[Line]:
+    """The sentences of a note, each with its list's heading subject when it is an item of a list.
+
+    A list is a run of lines that start with a bullet or a number; its
+    heading is the line before the run (its last sentence, up to the first
+    comma, colon or parenthesis).
+    """
+    heading: str | None = None
+    previous = ""
+    for raw in text.split("\n"):
+        if not raw.strip():
+            continue
+        if _LIST_MARK.match(raw):
+            if heading is None:
+                heading = heading_subject(previous) or ""
+            for sentence in sentences(raw):
+                yield Line(sentence, heading or None)
+        else:
+            heading = None
+            previous = raw
+            for sentence in sentences(raw):
+                yield Line(sentence, None)
+
+
+def heading_subject(line: str) -> str | None:
+    """What a list's heading line names: its last sentence up to the first comma, colon or parenthesis."""
+    parts = list(sentences(line))
+    if not parts:
+        return None
+    head = re.split(r"[,:(]|\s+as\s+|\s+agreed\b|\s+so\s+", parts[-1], maxsplit=1)[0].strip(" .")
+    subject = normalize_subject(head)
+    words = subject.split()
+    if not words or len(words) > MAX_OPEN_SUBJECT_WORDS or words[0] in PRONOUNS:
+        return None
+    return subject
+
+
+def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> list[Reading]:
+    """What one sentence states about an open slot, one reading per value; [] when it states nothing readable.
+
+    `vocabulary` (`fact_text.vocabulary`, `ATTRIBUTES` when None): a slot phrase the closed rules would name is
+    named as they name it ("Image service replica count updated to 3": image service, replicas)."""
+    prepared = prepare(line.text, minute, at)
+    if prepared is None or prepared.goal_label:
+        return []
+    supersedes, valid_from = prepared.supersedes, prepared.valid_from
+    lead = _LABELLED.match(prepared.text)
+    if lead and not _label_ok(_PAREN.sub("", lead.group("label")).strip(), line.heading, _Said(minute, vocabulary, at)):
+        # "Scratch that: the warehouse is Snowflake", "Agreed with finance: from the 1st the SLA relaxes to 07:00":
+        # a lead-in, then the statement.
+        rest = prepare(lead.group("value"), minute, at)
+        if rest is None or rest.goal_label:
+            return []
+        found = _shapes(rest.text, line.heading, _Said(minute, vocabulary, at))
+        supersedes = supersedes or rest.supersedes or _CORRECTION.search(lead.group("label")) is not None
+        valid_from = rest.valid_from or valid_from
+    else:
+        found = _shapes(prepared.text, line.heading, _Said(minute, vocabulary, at))
+    return [
+        _dated(r, at)._replace(
+            supersedes=r.supersedes or supersedes, valid_from=valid_from, decision_label=prepared.decision_label
+        )
+        for r in found
+    ]
+
+
+_DATE_ATTRIBUTES = frozenset({"date", "target date", "due date", "end date", "due", "deadline", "cutoff date"})
+
+
+def _dated(reading: Reading, at: datetime) -> Reading:
+    """A value that names a day as its ISO date ("15 June" -> 2026-06-15); a date attribute's slot is the deadline."""
+    day = day_of(reading.value, at)
+    if day is None:
+        return reading
+    attribute = "deadline" if reading.attribute in _DATE_ATTRIBUTES else reading.attribute
+    return reading._replace(value=day.isoformat(), attribute=attribute)
+
+
+def _shapes(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    for rule in (_ownership, _labelled, _change, _copula):
+        found = rule(s, heading, minute)
+        if found:
+            return found
+    return []
+
+
+# -- the shapes ----------------------------------------------------------------------------------------
+
+
+def _ownership(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    # "Raj owns customers, Ines owns finance": each clause alone.
+    clauses = [c.strip() for c in re.split(r",\s*(?:and\s+)?|\s+and\s+|;\s*", s)]
+    owning = [(m, _subject(m.group("s"), minute)) for m in map(_OWNS.match, clauses) if m]
+    if len(clauses) > 1 and len(owning) > 1:
+        return [
+            Reading(FactType.ENTITY, subject, OWNER, m.group("n").strip(), "open_owner", single_valued=True)
+            for m, subject in owning
+            if subject
+        ]
+    for pattern, supersedes in ((_OWNED_BY, False), (_OWNS, False), (_HANDED, True), (_IS_HANDED, True)):
+        match = pattern.match(s)
+        if match is None:
+            continue
+        subject = _subject(_PAREN.sub("", match.group("s")), minute)
+        owner = match.group("n").strip()
+        rest = re.split(r"[,;]", match.groupdict().get("rest") or "", maxsplit=1)[0]
+        if subject is None or not owner or owner.lower() in PRONOUNS or _is_clause(rest):
+            continue
+        return [Reading(FactType.ENTITY, subject, OWNER, owner, "open_owner", supersedes, single_valued=True)]
+    return []
+
+
+def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    match = _LABELLED.match(s)
+    if match is None:
+        return []
+    label = _PAREN.sub("", match.group("label")).strip()
+    if not _label_ok(label, heading, minute):
+        return []
+    slot = _slot(label, heading, minute)
+    if slot is None:
+        return []
+    words = label.lower().split()
+    pairs = _pairs(match.group("value"))
+    if len(pairs) > 1:  # "Android: minSdk 24, targetSdk 34": the label is the subject, each name an attribute
+        subject = _subject(label, minute) if heading else slot[0]
+        if subject:
+            return [Reading(FactType.FACT, subject, name.lower(), value, "open_label") for name, value in pairs]
+    values = _values(match.group("value"), plural=_plural(words[-1]) or _plural(_of_head(label)))
+    if not values or not all(names_something(v) for v in values):
+        return []  # "Runbook for the store: check for a leak first": an instruction, not a value
+    subject, attribute = slot
+    many = len(values) > 1
+    return [Reading(FactType.FACT, subject, attribute, v, "open_label", single_valued=not many) for v in values]
+
+
+def _label_ok(label: str, heading: str | None, minute: _Said) -> bool:
+    """Whether a line's label names what its value is: a short noun phrase, not a marker, a speaker or a clause."""
+    words = label.lower().split()
+    if not words or len(words) > MAX_LABEL_WORDS or label.lower() in MARKER_LABELS or words[0] in _LEAD_MARKERS:
+        return False
+    if label.lower() == minute.agent_id or words[0] in _QUANTIFIERS or words[0] in ("a", "an"):
+        return False
+    if any(w in _FINITE or (w in PRONOUNS and w not in _DEMONSTRATIVES) or w in TRANSIENT_WORDS for w in words):
+        return False
+    if _participle(words[0]) and len(words) > 1 and words[1] in DETERMINERS:
+        return False  # "checked the config: ...": what someone did
+    if any(_participle(w) for w in words[1:]) or (len(words) > 2 and words[0].endswith("ing")):
+        return False  # "CI images updated: ...", "Making the fix standard: ...": a clause, not a name
+    head = _LABEL_OF.split(label.lower(), maxsplit=1)[0].split()
+    if any(w in _PREPOSITIONS for w in head):
+        return False  # "handoff to Ines for ...", "agreed with finance"
+    # "Priya: ...": who speaks, not what is said
+    return not (
+        len(words) == 1 and label[:1].isupper() and heading is None and label.lower() not in _COMMON_LABEL_WORDS
+    )
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """``name value, name value``: [(name, value), ...] when every part of a list is an identifier and a value."""
+    parts = [p.strip(" .") for p in re.split(r"\s*[,;]\s*", _PAREN.sub("", text)) if p.strip(" .")]
+    out = []
+    for part in parts:
+        match = re.fullmatch(r"(?P<name>[A-Za-z][\w\-]*[a-z][A-Z][\w\-]*|[a-z]+_[a-z_]+)\s+(?P<value>\S+)", part)
+        if match is None:
+            return []
+        out.append((match.group("name"), match.group("value")))
+    return out
+
+
+def _change(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    for pattern in (_CHANGE_LEAD, _CHANGE_TAIL):
+        match = pattern.match(s)
+        if match is None:
+            continue
+        verb = " ".join(match.group("verb").lower().split())
+        if verb not in CHANGE_VERBS:
+            continue
+        if pattern is _CHANGE_TAIL and not _inflected(verb):
+            continue  # "reviewed a small change to X": a noun, not the verb
+        phrase = _FROM.sub("", match.group("np"))
+        if phrase.lower().split()[0] in PRONOUNS:
+            continue
+        slot = _slot(phrase, heading, minute)
+        values = _values(_FOR_WHAT.sub("", match.group("v")), plural=False)
+        if slot is None or len(values) != 1 or not names_something(values[0]):
+            continue
+        if verb in _MOTION_VERBS and not any(ch.isdigit() for ch in values[0]):
+            continue  # "a second breach goes to Lena": who handles it, not a value; "goes to 25%" is one
+        return [Reading(FactType.FACT, *slot, values[0], "open_change", supersedes=True)]
+    return []
+
+
+def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    match = _COPULA.match(s)
+    if match is None:
+        return []
+    phrase, value = match.group("np"), match.group("v")
+    first = value.split()[0].lower()
+    if first in ("not", "no", "never", "also", "still", "just", "only", "probably", "maybe", "likely"):
+        return []
+    supersedes = match.group("verb").lower().endswith("now")
+    inverted = re.match(r"^(?:the|our)\s+(?P<a>.+?)\s+(?:of|for)\s+(?P<s>.+)$", value, re.I)
+    if inverted and _names_all(phrase):
+        # "Security and Availability are the trust service criteria for this audit"
+        subject = _subject(inverted.group("s"), minute)
+        attribute = _attribute(inverted.group("a"), minute)
+        values = _values(phrase, plural=True)
+        if subject and attribute and values:
+            many = len(values) > 1
+            return [
+                Reading(FactType.FACT, subject, attribute, v, "open_copula", single_valued=not many) for v in values
+            ]
+        return []
+    if first == "due":  # "S is due next Monday": the closed rules' deadline, however the sentence ends
+        day = day_of(_values(value[4:], plural=False)[0], minute.at) if _values(value[4:], plural=False) else None
+        subject = _subject(phrase, minute)
+        return [Reading(FactType.FACT, subject, "deadline", day.isoformat(), "deadline")] if day and subject else []
+    if first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first):
+        return []
+    slot = _slot(phrase, heading, minute)
+    values = _values(value, plural=False)
+    if slot is None or len(values) != 1 or not names_something(values[0]):
+        return []
+    return [Reading(FactType.FACT, *slot, values[0], "open_copula", supersedes=supersedes)]
+
+
+# -- the parts -----------------------------------------------------------------------------------------
+
+_DEMONSTRATIVES = frozenset({"this", "these", "those"})
+_LEAD_MARKERS = frozenset({"update", "note", "fyi", "question", "reminder", "re", "ps", "edit", "correction"})
+_QUANTIFIERS = frozenset(
+    {
+        "everything", "anything", "nothing", "something", "everyone", "anyone", "all", "each", "every", "any",
+        "some", "both", "none", "most", "other", "others", "rest", "no", "more", "less", "fewer",
+    }
+)  # fmt: skip
+_VALUE_FIRST_REJECTS = frozenset(
+    {"exactly", "as", "like", "about", "around", "roughly", "almost", "basically", "pretty", "quite", "very", "so"}
+    | {"too"}
+)
+# Words in -ing that name a thing, not an activity ("crash reporting", "billing").
+_ING_NOUNS = frozenset(
+    {"billing", "logging", "hosting", "pricing", "routing", "caching", "monitoring", "reporting", "tracking", "crash"}
+    | {"onboarding", "offboarding", "deprovisioning", "provisioning", "staging", "marketing", "testing", "building"}
+)
+_COMMON_LABEL_WORDS = frozenset({"auditor", "owner", "report", "region", "vendor", "tool", "platform", "deadline"})
+
+
+def names_something(value: str) -> bool:
+    """Whether a value names a thing: a capitalized word past its first, a number, an identifier or a quote."""
+    words = value.split()
+    if not words or len(words) > MAX_OPEN_VALUE_WORDS:
+        return False
+    lowered = [w.lower().strip(",.") for w in words]
+    first = lowered[0]
+    if first in EVALUATIVE_WORDS or first in PRONOUNS or first in _OWN_WORDS or first in _VALUE_FIRST_REJECTS:
+        return False
+    if first in _PREPOSITIONS or _participle(first):
+        return False
+    if any(w in _FINITE or w in TRANSIENT_WORDS or w in ("still", "yet", "pending", "tbd") for w in lowered):
+        return False
+    for word in words:
+        if any(ch.isdigit() for ch in word) or re.search(r"\w[_./]\w|^[\"'`\u201c]", word):
+            return True
+        if word[:1].isupper() and word.lower() not in PRONOUNS and word != "I":
+            return True
+    return False
+
+
+def _names_all(phrase: str) -> bool:
+    values = _values(phrase, plural=True)
+    return bool(values) and all(v[:1].isupper() or any(ch.isdigit() for ch in v) for v in values)
+
+
+def _values(text: str, *, plural: bool) -> list[str]:
+    """The value (or, for a plural slot, the values of a list) a statement gives; [] when it is a clause."""
+    value = _PAREN.sub("", text).strip()
+    value = _VALUE_END.sub("", value).strip(" ,.;:")
+    value = _TRAILING_TIME.sub("", value).strip(" ,.;:")
+    if not value or _is_clause(value):
+        return []
+    words = value.lower().split()
+    first = words[0]
+    if first in _PREPOSITIONS or _participle(first) or first in _VALUE_FIRST_REJECTS or first in STATE_WORDS:
+        return []
+    if first in ("a", "an") or any(_participle(w) for w in words[1:-1]):
+        return []  # "a ledger daemon": what it is, not a value; "the API returned 429s": a clause
+    if any(w.lower() in ("still", "yet", "pending", "tbd") for w in value.split()):
+        return []
+    parts = [p.strip(" .") for p in _LIST_SPLIT.split(value)] if plural else [value]
+    parts = [p for p in parts if p]
+    if not parts or len(parts) > MAX_LIST_VALUES:
+        return []
+    if len(parts) > 1 and any(len(p.split()) > 4 for p in parts):
+        parts = [value]  # "a, b and c" of long parts is a sentence, not a list
+    if any(len(p.split()) > MAX_OPEN_VALUE_WORDS for p in parts):
+        return []
+    return parts
+
+
+def _is_clause(text: str) -> bool:
+    lowered = [w.strip(",.;:") for w in text.lower().split()]
+    if not lowered:
+        return False
+    if lowered[0] in PRONOUNS and lowered[0] not in ("this", "that"):
+        return True
+    return any(w in _FINITE for w in lowered)
+
+
+def _slot(phrase: str, heading: str | None, minute: _Said) -> tuple[str, str] | None:
+    """(subject, attribute) of an open slot phrase: ``A of/for/in S``, ``S's A``, or under a heading (heading, phrase),
+    else (phrase, `VALUE`)."""
+    phrase = _PAREN.sub("", phrase).strip(" ,:")
+    if ":" in phrase:
+        return None
+    closed = parse_slot(phrase, minute.vocabulary)
+    if closed is not None and _subject(closed[0], minute):
+        return closed
+    lowered = phrase.lower()
+    if "'s " in lowered:
+        owner, _, rest = lowered.partition("'s ")
+        subject, attribute = _subject(owner, minute), _attribute(rest, minute)
+        return (subject, attribute) if subject and attribute else None
+    match = _OF.search(phrase)
+    if match:
+        attribute, subject = _attribute(phrase[: match.start()], minute), _subject(phrase[match.end() :], minute)
+        if attribute and subject:
+            return subject, attribute
+        # "Code freeze for every train": what is named is the code freeze
+        subject = _subject(phrase[: match.start()], minute)
+        return (subject, VALUE) if subject and not heading else None
+    if heading:
+        attribute = _attribute(phrase, minute)
+        return (heading, attribute) if attribute else None
+    if normalize_attribute(phrase, minute.vocabulary):
+        return None  # "the database is Postgres": whose?
+    subject = _subject(phrase, minute)
+    return (subject, VALUE) if subject else None
+
+
+def _subject(phrase: str, minute: _Said) -> str | None:
+    said = phrase.strip().split()
+    if not said or said[0].lower() in _OWN_WORDS:
+        return None
+    if said[0].lower() in PRONOUNS and not (said[0].lower() in _DEMONSTRATIVES and len(said) > 1):
+        return None  # before normalizing: "we" is the scope there; "this audit" is the audit
+    words = normalize_subject(phrase).split()
+    if not words or words[0] in _OWN_WORDS or words[0] in PRONOUNS or words[0] in _QUANTIFIERS:
+        return None
+    if words[0].endswith("ing") and len(words) > 1 and words[0] not in _ING_NOUNS:
+        return None  # "running migrations during business hours": an activity, not a thing
+    subject = normalize_subject(_LEADING_MODIFIERS.sub("", normalize_subject(phrase)))
+    parts = subject.split()
+    if not parts or len(parts) > MAX_OPEN_SUBJECT_WORDS or any(w in _FINITE for w in parts) or ":" in subject:
+        return None
+    if subject == minute.agent_id or any(w in PRONOUNS - {"this"} for w in parts):
+        return None
+    if any(_participle(w) for w in parts[1:]):
+        return None  # "reviewer reviewed a small": a clause, not a name
+    return subject
+
+
+def _attribute(phrase: str, minute: _Said) -> str | None:
+    words = _LEADING_MODIFIERS.sub("", normalize_subject(phrase)).split()
+    if not words or len(words) > MAX_LABEL_WORDS or words[0] in PRONOUNS or any(w in _FINITE for w in words):
+        return None
+    text = " ".join(words)
+    return normalize_attribute(text, minute.vocabulary) or text
+
+
+def _of_head(label: str) -> str:
+    match = _OF.search(label)
+    return (label[: match.start()] if match else label).lower().split()[-1]
+
+
+def _plural(word: str) -> bool:
+    return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "sis"))
+
+
+def _inflected(verb: str) -> bool:
+    """A change verb in a form that only a verb takes ("bumped", "moves", "set"), not the noun ("a change")."""
+    return verb.endswith(("ed", "s", "ing")) or verb in ("set", "cut", "went", "rolled back", "pinned")
+
+
+def _participle(word: str) -> bool:
+    return len(word) > 4 and word.endswith("ed")
