@@ -99,6 +99,10 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_label": 0.65,  # "Label: value", a list's item under its heading
     "open_change": 0.7,  # "S bumped to V", "we pinned S to V"
     "open_copula": 0.65,  # "the A of S is V", "S is V" where V names something
+    "open_item": 0.6,  # a bare item of a list its heading introduces ("Devices:", "- Pixel 8")
+    "open_due": 0.7,  # "S is done by 30 June"
+    "open_cadence": 0.7,  # "S runs quarterly"
+    "open_location": 0.7,  # "S now lives in V"
 }
 # Rules the extractor does not run (the sentence then states nothing). "X cannot Y" read 0 of 26 facts right on the
 # dev wording (bench/fact_sessions.py DEV_TEMPLATES: "I can't get X to start", "reviewer cannot join today"): it

@@ -55,6 +55,7 @@ from workers.rules.relative_dates import day_of
 
 VALUE = "value"  # the attribute of a slot named by a bare noun phrase
 OWNER = "owner"
+MAX_ITEM_WORDS = 4  # a bare list item longer than this is a sentence
 MAX_LABEL_WORDS = 8
 MAX_OPEN_VALUE_WORDS = 6
 MAX_OPEN_SUBJECT_WORDS = 6
@@ -99,7 +100,7 @@ _FINITE = frozenset(
         "reads", "shows", "lists", "holds", "contains", "uses", "requires", "includes", "points", "means", "looks",
         "seems", "works", "stays", "remains", "becomes", "gives", "keeps", "lets", "puts", "beats", "waits",
         "broke", "grew", "fell", "rose", "began", "came", "found", "left", "lost", "hit", "sent", "built", "kept",
-        "fixes", "stops", "breaks", "expires", "fails", "spikes", "causes", "returns", "blocks", "wins",
+        "fixes", "stops", "breaks", "expires", "fails", "spikes", "causes", "returns", "blocks", "wins", "owns",
     }
 )  # fmt: skip
 _PREPOSITIONS = frozenset(
@@ -110,7 +111,7 @@ _LIST_MARK = re.compile(r"^\s*(?:[-*\u2022\u2713\u2714\u25aa\u25e6\u00b7>]|\d{1,
 _LABELLED = re.compile(r"^(?P<label>[A-Za-z0-9][^:=]{0,80}?)\s*:\s+(?P<value>\S.*)$")
 _PAREN = re.compile(r"\s*\([^()]*\)")
 _VALUE_END = re.compile(
-    r"\s*(?:;|\s[-\u2013\u2014]\s|,\s+(?:so|but|and\s+(?:it|this|that|we|the)|which|because|since|as|not|then|"
+    r"\s*(?:;|\s[-\u2013\u2014]\s|\s+instead\s+of\b|\s+rather\s+than\b|,\s+(?:so|but|and\s+(?:it|this|that|we|the)|which|because|since|as|not|then|"
     r"until|unless|while|with|after|before|from|per|ok|okay|right)\b|\s+(?:because|since|until|unless|so\s+that|"
     r"which|while|after|before|except|from\s+now|from\s+today|from\s+tomorrow|starting|effective|for\s+now|"
     r"as\s+of|on\s+(?:main|both|all|every|the\s+\w+\s+branch)|across)\b).*$",
@@ -121,7 +122,8 @@ _TRAILING_TIME = re.compile(
     r"next\s+\w+|yesterday|tomorrow|please|pls|thanks|thank\s+you))+$",
     re.I,
 )
-_FOR_WHAT = re.compile(r"\s+for\s+.+$", re.I)  # "moved to iOS 17 for 8.0": the value is iOS 17
+# "moved to iOS 17 for 8.0", "1.64 on the build image": the value is what comes before.
+_FOR_WHAT = re.compile(r"\s+for\s+.+$|\s+(?:on|in|at|across)\s+(?:the|every|all|both|each|our|main)\b.*$", re.I)
 _LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s*&\s*(?=[A-Z])")
 _OF = re.compile(r"\s+(?:of|for|in|on)\s+", re.I)
 _LABEL_OF = re.compile(r"\s+(?:of|for|in)\s+", re.I)  # "Tester on fix-login-bug:" is who speaks about what
@@ -148,6 +150,29 @@ _CHANGE_TAIL = re.compile(
     r"(?P<verb>rolled\s+back|is\s+going|are\s+going|[a-z\-]+)\s+(?:back\s+)?to\s+(?P<v>.+)$",
     re.I,
 )
+_ARROW = re.compile(
+    r"^(?:(?:bumped|moved|changed|set|switched|upgraded|downgraded|raised|lowered)\s+)?(?P<np>.+?)\s*"
+    r"(?:\u2192|->|=>)\s*(?P<v>.+)$",
+    re.I,
+)
+_OLD_VALUE = re.compile(r"\s+(?:from\s+)?v?\d[\w.%]*$", re.I)
+_BY_DAY = re.compile(
+    r"^(?P<s>.+?)\s+(?:is|are|will|must|should|has|have|needs?|closes?|ends?|ships?|lands?|launch(?:es)?|"
+    r"expires?|runs?|goes|opens?|starts?|completes?)\b.*?\s+(?P<by>by|before|on|no\s+later\s+than)\s+(?P<d>[^,;]+)$",
+    re.I,
+)
+_CADENCES = (
+    r"daily|weekly|monthly|quarterly|yearly|annually|nightly|hourly|biweekly|fortnightly|twice\s+a\s+\w+"
+    r"|every\s+(?:other\s+|\w+\s+)?(?:day|week|month|quarter|year|hour|night|sprint|weekday|morning|evening)s?"
+)
+_CADENCE = re.compile(
+    rf"^(?P<s>[^,;:]+?)\s+(?:(?:is|are)\s+)?(?P<verb>[a-z\-]+)\s+(?P<v>{_CADENCES})(?:\s*[,;].*)?$", re.I
+)
+_LIVES = re.compile(
+    r"^(?P<s>.+?)\s+(?:now\s+)?(?:lives?|is\s+kept|are\s+kept|is\s+stored|are\s+stored|is\s+hosted|are\s+hosted)"
+    r"\s+(?:now\s+)?(?:in|at|on|under)\s+(?P<v>.+)$",
+    re.I,
+)
 _CORRECTION = re.compile(r"\b(?:scratch\s+that|correction|corrected|actually|update)\b", re.I)
 _FROM = re.compile(r"\s+from\s+.+$", re.I)
 _LEADING_MODIFIERS = re.compile(r"^(?:new|current|old|latest|final|official|chosen|agreed)\s+", re.I)
@@ -170,6 +195,7 @@ class Line(NamedTuple):
 
     text: str
     heading: str | None
+    introduced: bool = False  # the heading ends with a colon: its items are what it names ("Devices:", "- Pixel 8")
 
 
 def lines(text: str) -> Iterator[Line]:
@@ -187,8 +213,9 @@ def lines(text: str) -> Iterator[Line]:
         if _LIST_MARK.match(raw):
             if heading is None:
                 heading = heading_subject(previous) or ""
-            for sentence in sentences(raw):
-                yield Line(sentence, heading or None)
+            introduced = bool(heading) and previous.rstrip().endswith(":")
+            for sentence in sentences(_LIST_MARK.sub("", raw, count=1)):
+                yield Line(sentence, heading or None, introduced)
         else:
             heading = None
             previous = raw
@@ -218,6 +245,7 @@ def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str,
     if prepared is None or prepared.goal_label:
         return []
     supersedes, valid_from = prepared.supersedes, prepared.valid_from
+    prepared = prepared._replace(text=prepared.text.rstrip(" ;,:"))  # "…by 30 June 2026; that is the end date"
     lead = _LABELLED.match(prepared.text)
     if lead and not _label_ok(_PAREN.sub("", lead.group("label")).strip(), line.heading, _Said(minute, vocabulary, at)):
         # "Scratch that: the warehouse is Snowflake", "Agreed with finance: from the 1st the SLA relaxes to 07:00":
@@ -230,6 +258,8 @@ def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str,
         valid_from = rest.valid_from or valid_from
     else:
         found = _shapes(prepared.text, line.heading, _Said(minute, vocabulary, at))
+        if not found and line.introduced and line.heading:
+            found = _item(prepared.text, line.heading, _Said(minute, vocabulary, at))
     return [
         _dated(r, at)._replace(
             supersedes=r.supersedes or supersedes, valid_from=valid_from, decision_label=prepared.decision_label
@@ -238,7 +268,7 @@ def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str,
     ]
 
 
-_DATE_ATTRIBUTES = frozenset({"date", "target date", "due date", "end date", "due", "deadline", "cutoff date"})
+_DATE_ATTRIBUTES = frozenset({VALUE, "date", "target date", "due date", "end date", "due", "deadline", "cutoff date"})
 
 
 def _dated(reading: Reading, at: datetime) -> Reading:
@@ -251,11 +281,26 @@ def _dated(reading: Reading, at: datetime) -> Reading:
 
 
 def _shapes(s: str, heading: str | None, minute: _Said) -> list[Reading]:
-    for rule in (_ownership, _labelled, _change, _copula):
+    for rule in (_ownership, _labelled, _arrow, _change, _dated_by, _cadence, _located, _copula):
         found = rule(s, heading, minute)
         if found:
             return found
     return []
+
+
+def _item(s: str, heading: str, minute: _Said) -> list[Reading]:
+    """A bare item of a list its heading introduces ("Device matrix:" then "• Pixel 8 (Android 14)"): a value of the
+    heading's slot, one of many."""
+    values = _values(s, plural=False)
+    if len(values) != 1 or len(values[0].split()) > MAX_ITEM_WORDS or not names_something(values[0]):
+        return []
+    rest = [w for w in values[0].split()[1:] if w.islower()]
+    if any(w in DETERMINERS or w.endswith(("s", "ed")) for w in rest):
+        return []  # "4.2 opens the cycle", "212 dbt assets loaded": a sentence, not a name
+    slot = _slot(heading, None, minute)
+    if slot is None:
+        return []
+    return [Reading(FactType.FACT, *slot, values[0], "open_item", single_valued=False)]
 
 
 # -- the shapes ----------------------------------------------------------------------------------------
@@ -289,8 +334,8 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     if match is None:
         return []
     label = _PAREN.sub("", match.group("label")).strip()
-    if not _label_ok(label, heading, minute):
-        return []
+    if not _label_ok(label, heading, minute) or _ARROW.match(match.group("value")):
+        return []  # "Label: old → new" is a change (`_arrow`)
     slot = _slot(label, heading, minute)
     if slot is None:
         return []
@@ -355,7 +400,7 @@ def _change(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         phrase = _FROM.sub("", match.group("np"))
         if phrase.lower().split()[0] in PRONOUNS:
             continue
-        slot = _slot(phrase, heading, minute)
+        slot = _slot(phrase, None, minute)  # a change in a list is about what it names, not the heading
         values = _values(_FOR_WHAT.sub("", match.group("v")), plural=False)
         if slot is None or len(values) != 1 or not names_something(values[0]):
             continue
@@ -392,11 +437,68 @@ def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         return [Reading(FactType.FACT, subject, "deadline", day.isoformat(), "deadline")] if day and subject else []
     if first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first):
         return []
-    slot = _slot(phrase, heading, minute)
+    slot = _slot(phrase, None, minute)
     values = _values(value, plural=False)
     if slot is None or len(values) != 1 or not names_something(values[0]):
         return []
     return [Reading(FactType.FACT, *slot, values[0], "open_copula", supersedes=supersedes)]
+
+
+def _arrow(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "bumped dbt-core 1.7 → 1.8", "checkout_v3 → 50%", "Deployment target: iOS 15 -> iOS 16": a change."""
+    match = _ARROW.match(s)
+    if match is None:
+        return []
+    phrase = match.group("np")
+    # "Deployment target: iOS 15 -> iOS 16": the label names it; "dbt-core 1.7 → 1.8": the old value after the name
+    phrase = phrase.split(":", 1)[0] if ":" in phrase else _OLD_VALUE.sub("", phrase)
+    slot = _slot(phrase, None, minute)
+    values = _values(_FOR_WHAT.sub("", match.group("v")), plural=False)
+    if slot is None or len(values) != 1 or not names_something(values[0]):
+        return []
+    return [Reading(FactType.FACT, *slot, values[0], "open_change", supersedes=True)]
+
+
+def _dated_by(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Redshift is decommissioned by 30 June 2026", "the review cycle closes on 30 June": the day it is due."""
+    match = _BY_DAY.match(s)
+    if match is None:
+        return []
+    values = _values(match.group("d"), plural=False)
+    day = day_of(values[0], minute.at) if len(values) == 1 else None
+    subject = _subject(match.group("s"), minute)
+    if day is None or subject is None:
+        return []
+    due = re.search(r"\bdue\b", s, re.I) is not None  # "is due by": the closed rules' deadline, a fact
+    reading = Reading(
+        FactType.FACT if due else FactType.GOAL, subject, "deadline", day.isoformat(), "open_due", single_valued=True
+    )
+    if match.group("by").lower() == "on":  # "closes on 30 June": the day it is due, said as a fact
+        return [reading._replace(type=FactType.FACT)]
+    return [reading]
+
+
+def _cadence(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "User access reviews run quarterly", "Production access is reviewed monthly": how often."""
+    match = _CADENCE.match(s)
+    if match is None or not _verb_form(match.group("verb").lower()):
+        return []
+    subject = _subject(match.group("s"), minute)
+    if subject is None:
+        return []
+    return [Reading(FactType.FACT, subject, "cadence", match.group("v").lower(), "open_cadence")]
+
+
+def _located(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Policies now live in the grc-policies git repo": where a thing is kept."""
+    match = _LIVES.match(s)
+    if match is None:
+        return []
+    subject = _subject(match.group("s"), minute)
+    values = _values(match.group("v"), plural=False)
+    if subject is None or len(values) != 1 or values[0].split()[0].lower() in EVALUATIVE_WORDS:
+        return []
+    return [Reading(FactType.FACT, subject, "location", values[0], "open_location", supersedes=True)]
 
 
 # -- the parts -----------------------------------------------------------------------------------------
@@ -550,6 +652,11 @@ def _of_head(label: str) -> str:
 
 def _plural(word: str) -> bool:
     return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is", "sis"))
+
+
+def _verb_form(word: str) -> bool:
+    """A word that can only be a verb here: "runs", "reviewed", "rotate(s)"."""
+    return word.endswith(("s", "ed")) or word in ("run", "happen", "ship", "meet", "rotate", "release", "deploy")
 
 
 def _inflected(verb: str) -> bool:

@@ -42,8 +42,8 @@ def test_lines_carry_their_lists_heading_and_only_theirs() -> None:
     note = "Kiosk fleet, baseline:\n* Vendor: Elo\n* OS: Android 13\nThe rollout starts soon."
     assert list(lines(note)) == [
         Line("Kiosk fleet, baseline:", None),
-        Line("Vendor: Elo", "kiosk fleet"),
-        Line("OS: Android 13", "kiosk fleet"),
+        Line("Vendor: Elo", "kiosk fleet", introduced=True),
+        Line("OS: Android 13", "kiosk fleet", introduced=True),
         Line("The rollout starts soon.", None),
     ]
     assert heading_subject("Rollout plan for the kiosks, as agreed with ops:") == "rollout plan for the kiosks"
@@ -152,3 +152,57 @@ def test_a_value_names_something() -> None:
     assert names_something("Basis Theory") and names_something("4.25.3") and names_something("qa/devices.yaml")
     assert not names_something("amazing") and not names_something("off-limits") and not names_something("quite Big")
     assert not names_something("exactly as Priya set it")
+
+
+def test_a_bare_item_of_a_list_its_heading_introduces_is_one_of_many() -> None:
+    note = "Test phones for the beta, agreed with QA:\n• Pixel 9 (Android 15)\n• Galaxy A55\n• 212 builds uploaded"
+    found = extract(note)
+    assert {(c.subject, c.attribute, c.value) for c in found} == {
+        ("beta", "test phones", "Pixel 9"),
+        ("beta", "test phones", "Galaxy A55"),
+    }
+    assert all(not c.single_valued and c.rule == "open_item" for c in found)
+    # Without a colon the heading introduces nothing: the items are statements of their own.
+    assert extract("Test phones for the beta.\n• Pixel 9\n• Galaxy A55") == []
+    # Numbered items are items, not "1." sentences.
+    assert read("Phones:\n1. Pixel 9\n2. Galaxy A55") == {
+        ("phones", "value", "Pixel 9"),
+        ("phones", "value", "Galaxy A55"),
+    }
+
+
+def test_arrows_state_a_change() -> None:
+    for note, slot, value in [
+        ("bumped grpcio 1.62 → 1.64 on the build image", ("grpcio", "value"), "1.64"),
+        ("checkout_v3 -> 75%", ("checkout_v3", "value"), "75%"),
+        ("Build image: ubuntu-22.04 → ubuntu-24.04", ("build image", "value"), "ubuntu-24.04"),
+    ]:
+        (c,) = extract(note)
+        assert (c.slot, c.value, c.supersedes_hint) == (slot, value, True), note
+
+
+def test_a_day_something_is_due_by_is_its_deadline() -> None:
+    (goal,) = extract("The billing export is retired by 31 March 2027.")
+    assert (goal.type, goal.slot, goal.value, goal.single_valued) == (
+        "goal",
+        ("billing export", "deadline"),
+        "2027-03-31",
+        True,
+    )
+    (fact,) = extract("The pricing review closes on 5 December.")
+    assert (fact.type, fact.slot, fact.value) == ("fact", ("pricing review", "deadline"), "2026-12-05")
+    assert extract("I am going to a concert on Saturday") == []
+    assert extract("The billing export is retired by the platform team") == []  # no day
+
+
+def test_how_often_and_where_a_thing_lives() -> None:
+    assert read("Key rotations for all production services run monthly.") == {
+        ("key rotations for all production services", "cadence", "monthly")
+    }
+    assert read("Production database access is reviewed every quarter, by two people.") == {
+        ("production database access", "cadence", "every quarter")
+    }
+    (c,) = extract("Runbooks now live in the ops-handbook repo instead of the wiki.")
+    assert (c.slot, c.value, c.supersedes_hint) == (("runbooks", "location"), "ops-handbook repo", True)
+    assert extract("I go running every morning") == []
+    assert extract("my brother lives in Ohio") == []
