@@ -63,6 +63,7 @@ from typing import Any
 from bench.sessions import AGENTS, CHATTER, ENTITIES
 from contracts import Minute
 from workers.facts.extraction import Candidate, single_valued, value_key
+from workers.rules.statements import STATEMENT
 
 SPLITS = ("default", "heldout")  # the benchmark's
 DEV = "dev"  # rule changes are made against it (see DEV_TEMPLATES)
@@ -1451,6 +1452,10 @@ def score(candidates: Sequence[Candidate], gold: Sequence[GoldFact]) -> dict[str
     and recall per gold type; precision_at gives precision and recall when only
     candidates of at least that confidence count (the promote threshold's curve).
     """
+    said = sum(1 for c in candidates if c.attribute == STATEMENT)
+    # What a speaker said of themselves (`workers.rules.statements`) is kept as said, not as a typed fact: it is
+    # counted apart ("said") and not scored against the planted facts.
+    candidates = [c for c in candidates if c.attribute != STATEMENT]
     stated_in: dict[str, list[tuple[GoldFact, str]]] = {}
     for fact in gold:
         for minute_id, valid_from in zip(fact.minute_ids, fact.statement_valid_from, strict=True):
@@ -1485,6 +1490,7 @@ def score(candidates: Sequence[Candidate], gold: Sequence[GoldFact]) -> dict[str
     statements = sum(len(f.minute_ids) for f in gold)
     out: dict[str, Any] = {
         "candidates": len(candidates),
+        "said": said,
         "facts": len(gold),
         "statements": statements,
         "precision": _ratio(true, len(candidates)),

@@ -70,6 +70,7 @@ from pvm import defaults
 from pvm.stores.facts import FactStore
 from workers.facts.extraction import RuleExtractor
 from workers.facts.pool import FactsContext, facts_batch
+from workers.rules.statements import STATEMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "prose_facts" / "prose_facts.json"
@@ -385,7 +386,10 @@ def tier_keys_of(keys: Sequence[TierKey], project_id: str) -> list[TierKey]:
 
 def score(data: ProseSet, run: ProseRun) -> tuple[dict[str, Any], dict[str, Any]]:
     """The metrics of the module docstring, and the counts and examples behind them."""
-    held = [f for f in run.facts if f.status in HELD]
+    # What a speaker said of themselves (`workers.rules.statements`) is knowledge kept as said, not a typed fact:
+    # counted apart (said_held), not matched against the gold facts.
+    said = [f for f in run.facts if f.status in HELD and f.attribute == STATEMENT]
+    held = [f for f in run.facts if f.status in HELD and f.attribute != STATEMENT]
     gold_by_id = {g.id: g for g in data.facts}
     held_by_id = {f.id: f for f in held}
     matched = match(held, data.facts)
@@ -418,6 +422,7 @@ def score(data: ProseSet, run: ProseRun) -> tuple[dict[str, Any], dict[str, Any]
         "stored_facts": len(run.facts),
         "stored_by_status": dict(sorted(Counter(f.status.value for f in run.facts).items())),
         "held_facts": len(held),
+        "said_held": len(said),
         "matched": len(matched),
         "questions_right": right,
         "questions_stale": stale,

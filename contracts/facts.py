@@ -123,6 +123,8 @@ MULTI_VALUED_ATTRIBUTES = frozenset(
         "notes",
         "owner",
         "owners",
+        "statement",  # what someone said of themselves (workers.rules.statements): each sentence its own value
+        "statements",
         "tag",
         "tags",
     }

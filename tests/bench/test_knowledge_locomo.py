@@ -18,8 +18,9 @@ SESSION_1 = [
     ("Alice", "The billing service's database is Postgres."),  # one statement the rules read
 ]
 SESSION_2 = [
-    ("Bob", "I finished the marathon training plan. The race is in October."),
+    ("Bob", "I finished the marathon training plan. The race is in October."),  # what he says of himself
     ("Alice", "Pepper knocked my glasses off the table."),
+    ("Alice", "I went to the dentist last week, nothing new there."),  # said of herself, cited by no observation
 ]
 
 
@@ -63,10 +64,11 @@ def test_the_benchmark_reports_every_metric_from_its_counts(tmp_path: Path, caps
     metrics = {k: cell["value"] for k, cell in result["metrics"].items()}
     assert set(TARGETS) <= set(metrics) and result["machine"]["cores"]
     counts = result["knowledge"]
-    assert counts["turns"] == 5 and counts["cited"] == 3
-    assert counts["knowledge"] == 1 and counts["knowledge_cited"] == 1  # the Postgres turn, which is cited
-    assert metrics["observation_turn_recall"] == round(1 / 3, 4) and metrics["knowledge_turn_precision"] == 1.0
-    assert metrics["cited_share"] == 0.6
+    assert counts["turns"] == 6 and counts["cited"] == 3
+    # The Postgres turn (a typed fact), the kitten and the marathon (kept as said), the dentist (said, not cited).
+    assert counts["knowledge"] == 4 and counts["knowledge_cited"] == 3
+    assert metrics["observation_turn_recall"] == 1.0 and metrics["knowledge_turn_precision"] == 0.75
+    assert metrics["cited_share"] == 0.5
     assert result["summaries"]["sessions"] == 2
     assert 0 < metrics["summary_rouge_l_f"] <= 1 and 0 < metrics["lead_rouge_l_f"] <= 1
     assert metrics["summary_vs_lead"] == pytest.approx(metrics["summary_rouge_l_f"] / metrics["lead_rouge_l_f"], 1e-3)

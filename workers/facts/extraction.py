@@ -54,6 +54,7 @@ from workers.rules.fact_text import (
 )
 from workers.rules.open_slots import lines, read_open
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
+from workers.rules.statements import STATEMENT, reported, statements
 
 __all__ = [
     "ATTRIBUTES",
@@ -103,6 +104,8 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_due": 0.7,  # "S is done by 30 June"
     "open_cadence": 0.7,  # "S runs quarterly"
     "open_location": 0.7,  # "S now lives in V"
+    # A minute no rule reads a fact from: what its speaker says of themselves that lasts (workers.rules.statements).
+    "statement": 0.6,
 }
 # Rules the extractor does not run (the sentence then states nothing). "X cannot Y" read 0 of 26 facts right on the
 # dev wording (bench/fact_sessions.py DEV_TEMPLATES: "I can't get X to start", "reviewer cannot join today"): it
@@ -223,13 +226,22 @@ def structured_facts(minute: Minute) -> list[dict[str, Any]]:
 class RuleExtractor:
     """The deterministic extractor: the same minutes give the same candidates, on any machine, at any time."""
 
-    def __init__(self, attributes: Mapping[str, Sequence[str]] | None = None, *, run_dropped: bool = False) -> None:
+    def __init__(
+        self,
+        attributes: Mapping[str, Sequence[str]] | None = None,
+        *,
+        run_dropped: bool = False,
+        statements: bool = True,
+    ) -> None:
         """`attributes` adds to (or overrides) `ATTRIBUTES`: canonical name -> the phrases that name it.
 
-        `run_dropped` reads with the `DROPPED_RULES` too (for calibration: what they would say).
+        `run_dropped` reads with the `DROPPED_RULES` too (for calibration: what they would say). `statements`:
+        a minute no rule reads a fact from keeps what its speaker says of themselves that lasts
+        (`workers.rules.statements`).
         """
         self._vocabulary = vocabulary({**ATTRIBUTES, **attributes}) if attributes else None
         self._dropped = frozenset() if run_dropped else DROPPED_RULES
+        self._statements = statements
 
     def extract(self, minutes: Sequence[Minute], known: Known | None = None) -> list[Candidate]:
         """The candidates `minutes` state, in minute order; `known` is not used by the rules."""
@@ -249,6 +261,8 @@ class RuleExtractor:
             failure = self._failure(minute, at)
             if failure is not None:
                 found.append(failure)
+            if not found and self._statements:
+                found = self._said(minute, at)
         unique: dict[tuple[str, str, str, str], Candidate] = {}
         for c in found:
             unique.setdefault((c.type, c.subject, c.attribute, value_key(c.value)), c)
@@ -300,6 +314,36 @@ class RuleExtractor:
                     )
                     if candidate is not None:
                         out.append(candidate)
+        return out
+
+    def _said(self, minute: Minute, at: datetime) -> list[Candidate]:
+        """What the minute's speaker says of themselves that lasts (`workers.rules.statements`): each sentence a
+        value of the speaker's `STATEMENT` slot, one of many."""
+        text = stated_text(minute.memory_note)
+        if text is None:
+            return []
+        who, said = reported(text)
+        speaker = normalize_subject(who or minute.agent_id or "")
+        if not speaker:
+            return []
+        out = []
+        for sentence in statements(said):
+            candidate = self._candidate(
+                minute,
+                at,
+                type_=FactType.FACT,
+                subject=speaker,
+                attribute=STATEMENT,
+                value=sentence,
+                text=f"{who or minute.agent_id} said: {_sentence_text(sentence)}",
+                confidence=RULE_CONFIDENCE["statement"],
+                valid_from=None,
+                supersedes=False,
+                rule="statement",
+                single=False,
+            )
+            if candidate is not None:
+                out.append(candidate)
         return out
 
     def _from_data(self, minute: Minute, at: datetime, item: Mapping[str, Any]) -> Candidate | None:

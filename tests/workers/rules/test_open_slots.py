@@ -15,7 +15,8 @@ from workers.rules.open_slots import Line, heading_subject, lines, names_somethi
 
 
 def extract(note: str, event_type: str = "message") -> list[Candidate]:
-    return RuleExtractor().extract([minute(event_type, memory_note=note)])
+    """The slots read from a note (what its speaker says of themselves is tested in test_statements.py)."""
+    return RuleExtractor(statements=False).extract([minute(event_type, memory_note=note)])
 
 
 def read(note: str) -> set[tuple[str, str, str]]:
