@@ -40,11 +40,13 @@ and retracted ones are counted apart):
         questions whose answer PVM holds in force at ``as_of`` (default the set's
         ``current_as_of``): the facts of the project's tier keys and the global
         tier in `FactStore.current` whose slot is like the question's slot
+        (`SLOT_LIKE`), those of the likest slot among them (all its values),
         must match exactly the gold's values (none where the gold is null)
     prose_stale_current_rate
-        questions where a fact held in force for the question's slot holds a
-        value of that slot that no longer held at ``as_of`` (an older value shown
-        as current; PVM has nothing yet that puts the newer minute beside it)
+        questions where a fact held in force in any slot like the question's
+        holds a value of that slot that no longer held at ``as_of`` (an older
+        value shown as current; PVM has nothing yet that puts the newer minute
+        beside it)
     prose_distractor_facts   stored facts whose every source is a distractor minute
     prose_cross_slot_invalidations
         `must_not_invalidate` gold facts of the cross-slot traps whose matched
@@ -458,19 +460,23 @@ def _answer(question: Question, in_force: Sequence[Fact], gold: Sequence[GoldPro
     when = _instant(question.as_of)
     slot_text = _slot_text(question.slot[3], question.slot[4])
     tier, project = question.slot[0], question.slot[1]
-    about = [
-        f
+    likeness = {
+        f.id: slot_likeness(_slot_text(f.subject, f.attribute), slot_text)
         for f in in_force
         if (f.tier_key.tier == Tier.GLOBAL) == (tier == "global")
         and (tier == "global" or f.tier_key.project_id == project)
-        and slot_likeness(_slot_text(f.subject, f.attribute), slot_text) >= SLOT_LIKE
-    ]
+    }
+    near = [f for f in in_force if likeness.get(f.id, 0.0) >= SLOT_LIKE]
+    # The answer is read from the slot most like the question's (all its values): "trains / cadence" is near
+    # "user access reviews / cadence" but no answer to it. A stale value counts in any near slot.
+    best = max((likeness[f.id] for f in near), default=0.0)
+    about = [f for f in near if likeness[f.id] == best]
     of_slot = [g for g in gold if g.slot == question.slot]
     wanted = [g for g in of_slot if g.id in question.gold_fact_ids]
     gone = [g for g in of_slot if not g.held_at(when) and _instant(g.valid_from) <= when]
     old = any(
         any(value_matches(f.value, g) for g in gone) and not any(value_matches(f.value, w) for w in wanted)
-        for f in about
+        for f in near
     )
     if not wanted:
         return not about, old

@@ -182,6 +182,23 @@ def test_scores_are_the_ratios_of_what_the_store_holds(tmp_path: Path) -> None:
     assert counts["missed_examples"][0]["fact"] == "b-2"
 
 
+def test_a_question_is_answered_from_the_likest_slot_and_a_stale_value_counts_in_any_near_one(tmp_path: Path) -> None:
+    data = load(write_set(tmp_path / "set.json"))
+    new = stored("CockroachDB", valid_from=T2, source=IDS[T2])
+    near = stored("Redis", subject="billing", attribute="database cache")  # like the slot, less than the answer
+    run = ProseRun(facts=[new, near], in_force={"q1": [new, near], "q2": []})
+    metrics, _ = score(data, run)
+    assert metrics["prose_current_view_accuracy"] == 0.5  # q1 right: the likest slot holds exactly the answer
+    # An old value of the slot in force under other words is stale even where the likest slot is right.
+    old = stored("Postgres", subject="billing", attribute="database cache")
+    metrics, _ = score(data, ProseRun(facts=[new, old], in_force={"q1": [new, old], "q2": []}))
+    assert metrics["prose_current_view_accuracy"] == 0.5 and metrics["prose_stale_current_rate"] == 0.5
+    # "Said" statements are knowledge, not typed facts: counted apart, never a false positive.
+    said = stored("I moved the invoices to the new cluster last week", subject="ada", attribute="statement")
+    metrics, counts = score(data, ProseRun(facts=[new, said], in_force={"q1": [new], "q2": []}))
+    assert metrics["prose_precision"] == 1.0 and counts["said_held"] == 1 and counts["held_facts"] == 1
+
+
 @pytest.mark.integration
 def test_the_split_runs_the_set_through_the_facts_pool_and_reads_pvms_own_views(tmp_path: Path) -> None:
     result = run_split(Progress(), write_set(tmp_path / "set.json"), repeats=1)

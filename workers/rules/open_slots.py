@@ -174,6 +174,9 @@ _LIVES = re.compile(
     re.I,
 )
 _CORRECTION = re.compile(r"\b(?:scratch\s+that|correction|corrected|actually|update)\b", re.I)
+_BOUND = re.compile(
+    r"^(?:at\s+least|at\s+most|no\s+more\s+than|no\s+less\s+than|up\s+to|under|over|below|above)\s+\S", re.I
+)
 _FROM = re.compile(r"\s+from\s+.+$", re.I)
 _LEADING_MODIFIERS = re.compile(r"^(?:new|current|old|latest|final|official|chosen|agreed)\s+", re.I)
 
@@ -435,7 +438,8 @@ def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         day = day_of(_values(value[4:], plural=False)[0], minute.at) if _values(value[4:], plural=False) else None
         subject = _subject(phrase, minute)
         return [Reading(FactType.FACT, subject, "deadline", day.isoformat(), "deadline")] if day and subject else []
-    if first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first):
+    bounded = _BOUND.match(value) is not None and any(ch.isdigit() for ch in value)  # "at least 12 characters"
+    if not bounded and (first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first)):
         return []
     slot = _slot(phrase, None, minute)
     values = _values(value, plural=False)
@@ -466,7 +470,7 @@ def _dated_by(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         return []
     values = _values(match.group("d"), plural=False)
     day = day_of(values[0], minute.at) if len(values) == 1 else None
-    subject = _subject(match.group("s"), minute)
+    subject = _head_subject(match.group("s"), minute)
     if day is None or subject is None:
         return []
     due = re.search(r"\bdue\b", s, re.I) is not None  # "is due by": the closed rules' deadline, a fact
@@ -478,12 +482,27 @@ def _dated_by(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     return [reading]
 
 
+def _head_subject(phrase: str, minute: _Said) -> str | None:
+    """The subject a phrase names, or the head before its qualifier ("user access reviews for all in-scope
+    systems": the user access reviews) when the whole is too long to be one."""
+    subject = _subject(phrase, minute)
+    words = normalize_subject(_PAREN.sub("", phrase)).split()
+    if (
+        subject is None
+        and len(words) > MAX_OPEN_SUBJECT_WORDS
+        and not any(w in _FINITE or w in PRONOUNS for w in words)
+    ):
+        head = _OF.split(_PAREN.sub("", phrase), maxsplit=1)[0]
+        subject = _subject(head, minute) if head != phrase else None
+    return subject
+
+
 def _cadence(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     """ "User access reviews run quarterly", "Production access is reviewed monthly": how often."""
     match = _CADENCE.match(s)
     if match is None or not _verb_form(match.group("verb").lower()):
         return []
-    subject = _subject(match.group("s"), minute)
+    subject = _head_subject(match.group("s"), minute)
     if subject is None:
         return []
     return [Reading(FactType.FACT, subject, "cadence", match.group("v").lower(), "open_cadence")]
@@ -494,7 +513,7 @@ def _located(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     match = _LIVES.match(s)
     if match is None:
         return []
-    subject = _subject(match.group("s"), minute)
+    subject = _head_subject(match.group("s"), minute)
     values = _values(match.group("v"), plural=False)
     if subject is None or len(values) != 1 or values[0].split()[0].lower() in EVALUATIVE_WORDS:
         return []
@@ -558,7 +577,10 @@ def _values(text: str, *, plural: bool) -> list[str]:
         return []
     words = value.lower().split()
     first = words[0]
-    if first in _PREPOSITIONS or _participle(first) or first in _VALUE_FIRST_REJECTS or first in STATE_WORDS:
+    bounded = _BOUND.match(value) is not None and any(ch.isdigit() for ch in value)
+    if not bounded and (
+        first in _PREPOSITIONS or _participle(first) or first in _VALUE_FIRST_REJECTS or first in STATE_WORDS
+    ):
         return []
     if first in ("a", "an") or any(_participle(w) for w in words[1:-1]):
         return []  # "a ledger daemon": what it is, not a value; "the API returned 429s": a clause
@@ -616,6 +638,7 @@ def _slot(phrase: str, heading: str | None, minute: _Said) -> tuple[str, str] | 
 
 
 def _subject(phrase: str, minute: _Said) -> str | None:
+    phrase = _PAREN.sub("", phrase)  # "Production database access (RDS and the warehouse)"
     said = phrase.strip().split()
     if not said or said[0].lower() in _OWN_WORDS:
         return None
