@@ -71,7 +71,7 @@ CHANGE_VERBS = frozenset(
         "tightened", "tighten", "tightens", "tightening", "relaxed", "relax", "relaxes", "loosened", "loosen",
         "extended", "extend", "extends", "shortened", "shorten", "shortens", "updated", "update", "updates",
         "migrated", "migrate", "migrates", "reverted", "revert", "reverts", "rolled back", "dropped", "drop",
-        "drops", "cut", "cuts", "goes", "went", "go", "is going", "are going", "re-rated", "rerated",
+        "drops", "cut", "cuts", "goes", "went", "go", "is going", "are going", "re-rated", "rerated", "back",
         "expanded", "narrowed", "capped", "limited", "bumping", "moving", "raising", "lowering", "pinning",
         "switching", "changing", "upgrading",
     }
@@ -113,7 +113,7 @@ _PAREN = re.compile(r"\s*\([^()]*\)")
 _VALUE_END = re.compile(
     r"\s*(?:;|\s[-\u2013\u2014]\s|\s+instead\s+of\b|\s+rather\s+than\b|,\s+(?:so|but|and\s+(?:it|this|that|we|the)|which|because|since|as|not|then|"
     r"until|unless|while|with|after|before|from|per|ok|okay|right)\b|\s+(?:because|since|until|unless|so\s+that|"
-    r"which|while|after|before|except|from\s+now|from\s+today|from\s+tomorrow|starting|effective|for\s+now|"
+    r"which|while|after|before|except|now\s+that|once|from\s+now|from\s+today|from\s+tomorrow|starting|effective|for\s+now|"
     r"as\s+of|on\s+(?:main|both|all|every|the\s+\w+\s+branch)|across)\b).*$",
     re.I,
 )
@@ -141,7 +141,7 @@ _IS_HANDED = re.compile(
     rf"reassigned|moved)\s+(?:over\s+)?to\s+{_NAME}\b(?P<rest>.*)$",
     re.I,
 )
-_COPULA = re.compile(r"^(?P<np>.+?)\s+(?P<verb>is|are|is\s+now|are\s+now|will\s+be)\s+(?P<v>.+)$", re.I)
+_COPULA = re.compile(r"^(?P<np>.+?)\s+(?P<verb>is\s+now|are\s+now|will\s+be|is|are)\s+(?P<v>.+)$", re.I)
 _CHANGE_LEAD = re.compile(
     r"^(?:(?:we|i)\s+(?:have\s+|just\s+|also\s+)?)?(?P<verb>[a-z\-]+)\s+(?P<np>.+?)\s+to\s+(?P<v>.+)$", re.I
 )
@@ -158,7 +158,7 @@ _ARROW = re.compile(
 _OLD_VALUE = re.compile(r"\s+(?:from\s+)?v?\d[\w.%]*$", re.I)
 _BY_DAY = re.compile(
     r"^(?P<s>.+?)\s+(?:is|are|will|must|should|has|have|needs?|closes?|ends?|ships?|lands?|launch(?:es)?|"
-    r"expires?|runs?|goes|opens?|starts?|completes?)\b.*?\s+(?P<by>by|before|on|no\s+later\s+than)\s+(?P<d>[^,;]+)$",
+    r"expires?|runs?|goes|opens?|starts?|completes?)\b.*?\s+(?P<by>by|before|on|no\s+later\s+than)\s+(?P<d>[^,;:]+)$",
     re.I,
 )
 _CADENCES = (
@@ -174,6 +174,30 @@ _LIVES = re.compile(
     re.I,
 )
 _CORRECTION = re.compile(r"\b(?:scratch\s+that|correction|corrected|actually|update)\b", re.I)
+# A name written as an identifier ("TRANSFORM_WH", "minSdk", "dark_mode_v2"): a thing or a setting of its own, not a
+# phrase of words; under a list's heading it is the subject, after a name it is the attribute.
+_IDENTIFIER = re.compile(r"\b(?:[A-Za-z]+_[\w]+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z]{2,}_?[A-Z0-9_]*\d*)\b")
+_CLAUSES = re.compile(r",\s+(?:so|and|but|then)\s+|;\s+", re.I)
+_METRIC = re.compile(r"\b(?:p\d\d|latency|rate|usage|cpu|memory|errors?|crash-free|anr|uptime|throughput|time)\b", re.I)
+_SETTING_VERBS = frozenset(
+    {"set", "bumped", "raised", "lowered", "re-rated", "rerated", "changed", "switched", "tightened", "relaxed"}
+    | {"increased", "decreased", "reduced", "pinned", "upgraded", "downgraded", "back", "updated", "capped", "limited"}
+)
+_KEPT = re.compile(r"^(?P<s>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:kept|retained|stored|held)\s+for\s+(?P<v>.+)$", re.I)
+_PASSIVE = re.compile(
+    r"^(?P<s>.+?)\s+(?:is|are|will\s+be)\s+(?P<now>now\s+)?(?P<p>[a-z]+ed|built|run|held|kept|made|done)\s+"
+    r"(?P<prep>by|with|from|through|via|in|at)\s+(?P<v>.+)$",
+    re.I,
+)
+# Participles that say how a thing is doing, or how someone feels, not how it is done.
+_PASSING_PARTICIPLES = frozenset(
+    {
+        "blocked", "delayed", "stuck", "broken", "affected", "caused", "fixed", "reverted", "rejected", "failed",
+        "killed", "paused", "stopped", "interrupted", "impacted", "surprised", "excited", "interested", "inspired",
+        "amazed", "tired", "worried", "pleased", "thrilled", "disappointed", "confused", "scheduled", "planned",
+        "expected", "supposed", "required", "needed", "asked", "told", "reviewed", "tested", "checked", "done",
+    }
+)  # fmt: skip
 _BOUND = re.compile(
     r"^(?:at\s+least|at\s+most|no\s+more\s+than|no\s+less\s+than|up\s+to|under|over|below|above)\s+\S", re.I
 )
@@ -257,12 +281,17 @@ def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str,
         if rest is None or rest.goal_label:
             return []
         found = _shapes(rest.text, line.heading, _Said(minute, vocabulary, at))
+        if not found:  # "The review cycle closes on 30 June: every team signs off by then"
+            found = _one_shape(lead.group("label"), None, _Said(minute, vocabulary, at))
         supersedes = supersedes or rest.supersedes or _CORRECTION.search(lead.group("label")) is not None
         valid_from = rest.valid_from or valid_from
     else:
-        found = _shapes(prepared.text, line.heading, _Said(minute, vocabulary, at))
+        said = _Said(minute, vocabulary, at)
+        found = _shapes(prepared.text, line.heading, said)
+        if not found and lead:
+            found = _under_label(lead.group("label"), lead.group("value"), said)
         if not found and line.introduced and line.heading:
-            found = _item(prepared.text, line.heading, _Said(minute, vocabulary, at))
+            found = _item(prepared.text, line.heading, said)
     return [
         _dated(r, at)._replace(
             supersedes=r.supersedes or supersedes, valid_from=valid_from, decision_label=prepared.decision_label
@@ -284,11 +313,47 @@ def _dated(reading: Reading, at: datetime) -> Reading:
 
 
 def _shapes(s: str, heading: str | None, minute: _Said) -> list[Reading]:
-    for rule in (_ownership, _labelled, _arrow, _change, _dated_by, _cadence, _located, _copula):
+    found = _one_shape(s, heading, minute)
+    if found:
+        return found
+    # "I'm moving to the growth squad, so the customers domain is handed over to Ines": each clause alone.
+    for clause in _CLAUSES.split(s)[1:]:
+        found = _one_shape(clause, heading, minute)
+        if found:
+            return found
+    return []
+
+
+def _one_shape(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    for rule in (_ownership, _labelled, _arrow, _change, _dated_by, _cadence, _located, _kept_for, _passive, _copula):
         found = rule(s, heading, minute)
         if found:
             return found
     return []
+
+
+def _under_label(label: str, value: str, minute: _Said) -> list[Reading]:
+    """A label whose value is itself a statement: "wear os companion app: minSdk goes to 30" (the label is the
+    subject of what the statement names), "Data owners: Raj owns customers, Ines owns finance"; else what the words
+    before the colon state ("The review cycle closes on 30 June: all reviews signed off by then")."""
+    found = _one_shape(value, None, minute)
+    subject = _subject(label, minute)
+    if found and subject:
+        return [_relabelled(r, subject, minute) for r in found]
+    if found:
+        return found
+    return _one_shape(label, None, minute)
+
+
+def _relabelled(reading: Reading, subject: str, minute: _Said) -> Reading:
+    """A reading of a label's value about the label's subject: "Checkout page: request timeout is 30 seconds" is
+    the checkout page's request_timeout, "wear os app: minSdk goes to 30" its minsdk."""
+    named = normalize_attribute(f"{reading.subject} {reading.attribute}", minute.vocabulary)
+    if named:
+        return reading._replace(subject=subject, attribute=named)
+    if reading.attribute == VALUE:
+        return reading._replace(subject=subject, attribute=reading.subject)
+    return reading
 
 
 def _item(s: str, heading: str, minute: _Said) -> list[Reading]:
@@ -344,7 +409,8 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         return []
     words = label.lower().split()
     pairs = _pairs(match.group("value"))
-    if len(pairs) > 1:  # "Android: minSdk 24, targetSdk 34": the label is the subject, each name an attribute
+    if len(pairs) > 1 or (pairs and _IDENTIFIER.fullmatch(pairs[0][0])):
+        # "Android: minSdk 24, targetSdk 34": the label is the subject, each name an attribute
         subject = _subject(label, minute) if heading else slot[0]
         if subject:
             return [Reading(FactType.FACT, subject, name.lower(), value, "open_label") for name, value in pairs]
@@ -403,9 +469,14 @@ def _change(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         phrase = _FROM.sub("", match.group("np"))
         if phrase.lower().split()[0] in PRONOUNS:
             continue
+        if verb == "back" and _METRIC.search(phrase):
+            continue  # "cold start p50 back to 1.12 s": a measurement, not a setting
         slot = _slot(phrase, None, minute)  # a change in a list is about what it names, not the heading
-        values = _values(_FOR_WHAT.sub("", match.group("v")), plural=False)
-        if slot is None or len(values) != 1 or not names_something(values[0]):
+        values = _values(_FOR_WHAT.sub("", match.group("v").split(", ")[0]), plural=False)
+        if slot is None or len(values) != 1:
+            continue
+        short = verb in _SETTING_VERBS and len(values[0].split()) <= 3 and values[0].split()[0].lower() not in PRONOUNS
+        if not (names_something(values[0]) or short):
             continue
         if verb in _MOTION_VERBS and not any(ch.isdigit() for ch in values[0]):
             continue  # "a second breach goes to Lena": who handles it, not a value; "goes to 25%" is one
@@ -442,10 +513,38 @@ def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     if not bounded and (first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first)):
         return []
     slot = _slot(phrase, None, minute)
-    values = _values(value, plural=False)
+    values = _values(value.split(", ")[0], plural=False)  # "Tuesday 12:00 UTC, so QA gets a day": the value
     if slot is None or len(values) != 1 or not names_something(values[0]):
         return []
     return [Reading(FactType.FACT, *slot, values[0], "open_copula", supersedes=supersedes)]
+
+
+def _kept_for(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Raw event data is kept for 400 days": how long a thing is kept."""
+    match = _KEPT.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    values = _values(match.group("v").split(", ")[0], plural=False)
+    if subject is None or len(values) != 1 or not any(ch.isdigit() for ch in values[0]):
+        return []
+    return [Reading(FactType.FACT, subject, "retention", values[0], "open_copula")]
+
+
+def _passive(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Remote feature flags are served from Firebase Remote Config", "the pen test is booked with Halberd Security":
+    how a thing is done, and by what or whom."""
+    match = _PASSIVE.match(s)
+    if match is None or match.group("p").lower() in _PASSING_PARTICIPLES:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    values = _values(match.group("v").split(", ")[0], plural=False)
+    if subject is None or len(values) != 1 or not names_something(values[0]):
+        return []
+    attribute = f"{match.group('p').lower()} {match.group('prep').lower()}"
+    return [
+        Reading(FactType.FACT, subject, attribute, values[0], "open_copula", supersedes=match.group("now") is not None)
+    ]
 
 
 def _arrow(s: str, heading: str | None, minute: _Said) -> list[Reading]:
@@ -551,7 +650,7 @@ def names_something(value: str) -> bool:
     first = lowered[0]
     if first in EVALUATIVE_WORDS or first in PRONOUNS or first in _OWN_WORDS or first in _VALUE_FIRST_REJECTS:
         return False
-    if first in _PREPOSITIONS or _participle(first):
+    if (first in _PREPOSITIONS and not _BOUND.match(value)) or _participle(first):
         return False
     if any(w in _FINITE or w in TRANSIENT_WORDS or w in ("still", "yet", "pending", "tbd") for w in lowered):
         return False
@@ -628,11 +727,16 @@ def _slot(phrase: str, heading: str | None, minute: _Said) -> tuple[str, str] | 
         # "Code freeze for every train": what is named is the code freeze
         subject = _subject(phrase[: match.start()], minute)
         return (subject, VALUE) if subject and not heading else None
-    if heading:
+    if heading and not _IDENTIFIER.search(phrase):
         attribute = _attribute(phrase, minute)
         return (heading, attribute) if attribute else None
     if normalize_attribute(phrase, minute.vocabulary):
         return None  # "the database is Postgres": whose?
+    words = phrase.split()
+    if len(words) > 1 and _IDENTIFIER.fullmatch(words[-1]) and not _IDENTIFIER.search(" ".join(words[:-1])):
+        # "Android minSdk": the Android app's minSdk, one slot with "Android: minSdk 24"
+        subject = _subject(" ".join(words[:-1]), minute)
+        return (subject, words[-1].lower()) if subject else None
     subject = _subject(phrase, minute)
     return (subject, VALUE) if subject else None
 
@@ -647,8 +751,8 @@ def _subject(phrase: str, minute: _Said) -> str | None:
     words = normalize_subject(phrase).split()
     if not words or words[0] in _OWN_WORDS or words[0] in PRONOUNS or words[0] in _QUANTIFIERS:
         return None
-    if words[0].endswith("ing") and len(words) > 1 and words[0] not in _ING_NOUNS:
-        return None  # "running migrations during business hours": an activity, not a thing
+    if words[0].endswith("ing") and words[0] not in _ING_NOUNS:
+        return None  # "running migrations during business hours", "rolling back": an activity, not a thing
     subject = normalize_subject(_LEADING_MODIFIERS.sub("", normalize_subject(phrase)))
     parts = subject.split()
     if not parts or len(parts) > MAX_OPEN_SUBJECT_WORDS or any(w in _FINITE for w in parts) or ":" in subject:
@@ -684,7 +788,7 @@ def _verb_form(word: str) -> bool:
 
 def _inflected(verb: str) -> bool:
     """A change verb in a form that only a verb takes ("bumped", "moves", "set"), not the noun ("a change")."""
-    return verb.endswith(("ed", "s", "ing")) or verb in ("set", "cut", "went", "rolled back", "pinned")
+    return verb.endswith(("ed", "s", "ing")) or verb in ("set", "cut", "went", "rolled back", "pinned", "back")
 
 
 def _participle(word: str) -> bool:

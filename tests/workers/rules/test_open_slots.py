@@ -207,3 +207,50 @@ def test_how_often_and_where_a_thing_lives() -> None:
     assert (c.slot, c.value, c.supersedes_hint) == (("runbooks", "location"), "ops-handbook repo", True)
     assert extract("I go running every morning") == []
     assert extract("my brother lives in Ohio") == []
+
+
+def test_a_labels_value_that_is_a_statement_is_about_the_label() -> None:
+    assert read("kiosk app: minSdk goes to 31 (Android 12)") == {("kiosk app", "minsdk", "31")}
+    assert read("Ledger service: request timeout is 45 seconds") == {("ledger service", "request_timeout", "45 seconds")}
+    assert read("Domain owners for now: Kenji owns billing, Ana owns refunds.") == {
+        ("billing", "owner", "Kenji"),
+        ("refunds", "owner", "Ana"),
+    }
+    # A label that is itself the statement: what it says, not what follows.
+    assert read("The pricing review closes on 5 December: every team signs off by then.") == {
+        ("pricing review", "deadline", "2026-12-05")
+    }
+
+
+def test_one_clause_of_a_sentence_can_state_it() -> None:
+    note = "I'm moving to the search team, so the ledger exporter is handed over to Bo Lind from May 1."
+    (c,) = extract(note)
+    assert (c.slot, c.value, c.supersedes_hint) == (("ledger exporter", "owner"), "Bo Lind", True)
+
+
+def test_how_a_thing_is_done_and_how_long_it_is_kept() -> None:
+    assert read("Feature flags are served from Unleash Edge.") == {("feature flags", "served from", "Unleash Edge")}
+    assert read("The load test is booked with Hammerhead Labs; results by Friday.") == {
+        ("load test", "booked with", "Hammerhead Labs")
+    }
+    assert read("Audit logs are kept for 400 days today.") == {("audit logs", "retention", "400 days")}
+    assert extract("The deploy is blocked by the flaky test.") == []  # how it is doing, not how it is done
+    assert read("Workforce passwords are at least 14 characters.") == {
+        ("workforce passwords", "value", "at least 14 characters")
+    }
+
+
+def test_identifiers_name_one_slot_however_the_sentence_reaches_them() -> None:
+    first = extract("Warehouses, first sizing:\n- LOAD_WH (ingest jobs): Small\n- Mobile: minSdk 26")
+    assert {(c.subject, c.attribute, c.value) for c in first} == {
+        ("load_wh", "value", "Small"),
+        ("mobile", "minsdk", "26"),
+    }
+    (bumped,) = extract("LOAD_WH bumped to Large, ingest was queueing.")
+    (again,) = extract("Mobile minSdk is now 28 on main.")
+    assert (bumped.slot, bumped.value, bumped.supersedes_hint) == (("load_wh", "value"), "Large", True)
+    assert (again.slot, again.value, again.supersedes_hint) == (("mobile", "minsdk"), "28", True)
+    assert extract("Rolling back to the previous release.") == []
+    assert extract("cold start p50 back to 1.2 s on the Pixel 9") == []  # a measurement, not a setting
+    (back,) = extract("LOAD_WH back to Small now that the backfill is over.")
+    assert (back.slot, back.value) == (("load_wh", "value"), "Small")
