@@ -48,6 +48,7 @@ from workers.rules.fact_text import (
     normalize_attribute,
     normalize_subject,
     parse_slot,
+    prepare,
     read,
     value_key,
     vocabulary,
@@ -285,8 +286,15 @@ class RuleExtractor:
                 continue
             for line in lines(text):
                 sentence = line.text
-                reading = read(sentence, minute, at, self._vocabulary)
-                readings = [reading] if reading is not None else read_open(line, minute, at, self._vocabulary)
+                prepared = prepare(sentence, minute, at)
+                if prepared is None:
+                    continue
+                reading = read(sentence, minute, at, self._vocabulary, prepared=prepared)
+                readings = (
+                    [reading]
+                    if reading is not None
+                    else read_open(line, minute, at, self._vocabulary, prepared=prepared)
+                )
                 for reading in readings:
                     if reading.rule in self._dropped:
                         continue

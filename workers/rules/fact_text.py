@@ -390,6 +390,8 @@ class _Context:
 
 
 def _expand(sentence: str) -> str:
+    if "'" not in sentence:  # every contraction has one
+        return sentence
     for pattern, replacement in _CONTRACTIONS:
         sentence = pattern.sub(replacement, sentence)
     return sentence
@@ -1026,9 +1028,18 @@ def prepare(sentence: str, minute: Minute, at: datetime) -> Prepared | None:
     return Prepared(s, supersedes, valid_from, decision_label, goal_label)
 
 
-def read(sentence: str, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> Reading | None:
-    """What `sentence` (one sentence of `minute`, said at `at`) states, or None when it states nothing a rule reads."""
-    prepared = prepare(sentence, minute, at)
+def read(
+    sentence: str,
+    minute: Minute,
+    at: datetime,
+    vocabulary: Mapping[str, str] | None = None,
+    *,
+    prepared: Prepared | None = None,
+) -> Reading | None:
+    """What `sentence` (one sentence of `minute`, said at `at`) states, or None when it states nothing a rule reads.
+
+    `prepared`: `prepare(sentence, minute, at)` when the caller already has it."""
+    prepared = prepared or prepare(sentence, minute, at)
     if prepared is None:
         return None
     ctx = _Context(minute, at, _SURFACES if vocabulary is None else vocabulary, prepared.goal_label)

@@ -32,7 +32,7 @@ Pure functions of the text, the minute and its time.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
@@ -44,6 +44,7 @@ from workers.rules.fact_text import (
     PRONOUNS,
     STATE_WORDS,
     TRANSIENT_WORDS,
+    Prepared,
     Reading,
     normalize_attribute,
     normalize_subject,
@@ -177,11 +178,18 @@ _CORRECTION = re.compile(r"\b(?:scratch\s+that|correction|corrected|actually|upd
 # A name written as an identifier ("TRANSFORM_WH", "minSdk", "dark_mode_v2"): a thing or a setting of its own, not a
 # phrase of words; under a list's heading it is the subject, after a name it is the attribute.
 _IDENTIFIER = re.compile(r"\b(?:[A-Za-z]+_[\w]+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Z]{2,}_?[A-Z0-9_]*\d*)\b")
+_RELATIVE = re.compile(r"\s+(?:that|which|who|we|i|you|they)\s+", re.I)  # "Columns in X that we treat as PII"
+_LIST_ITEM_END = re.compile(r"\s+(?:for|on|in|with|at)\s+.+$", re.I)
 _CLAUSES = re.compile(r",\s+(?:so|and|but|then)\s+|;\s+", re.I)
 _METRIC = re.compile(r"\b(?:p\d\d|latency|rate|usage|cpu|memory|errors?|crash-free|anr|uptime|throughput|time)\b", re.I)
 _SETTING_VERBS = frozenset(
     {"set", "bumped", "raised", "lowered", "re-rated", "rerated", "changed", "switched", "tightened", "relaxed"}
     | {"increased", "decreased", "reduced", "pinned", "upgraded", "downgraded", "back", "updated", "capped", "limited"}
+)
+_RATED = re.compile(
+    r"^(?P<s>.+?)\s+(?:is|are|was|were|has\s+been|got)\s+(?P<re>re-?)?rated\s+(?:as\s+|to\s+|at\s+)?(?P<v>.+?)"
+    r"(?:\s+(?:because|since|as|after|due\s+to|given)\b.*)?$",
+    re.I,
 )
 _KEPT = re.compile(r"^(?P<s>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:kept|retained|stored|held)\s+for\s+(?P<v>.+)$", re.I)
 _PASSIVE = re.compile(
@@ -263,12 +271,19 @@ def heading_subject(line: str) -> str | None:
     return subject
 
 
-def read_open(line: Line, minute: Minute, at: datetime, vocabulary: Mapping[str, str] | None = None) -> list[Reading]:
+def read_open(
+    line: Line,
+    minute: Minute,
+    at: datetime,
+    vocabulary: Mapping[str, str] | None = None,
+    *,
+    prepared: Prepared | None = None,
+) -> list[Reading]:
     """What one sentence states about an open slot, one reading per value; [] when it states nothing readable.
 
     `vocabulary` (`fact_text.vocabulary`, `ATTRIBUTES` when None): a slot phrase the closed rules would name is
     named as they name it ("Image service replica count updated to 3": image service, replicas)."""
-    prepared = prepare(line.text, minute, at)
+    prepared = prepared or prepare(line.text, minute, at)
     if prepared is None or prepared.goal_label:
         return []
     supersedes, valid_from = prepared.supersedes, prepared.valid_from
@@ -325,7 +340,10 @@ def _shapes(s: str, heading: str | None, minute: _Said) -> list[Reading]:
 
 
 def _one_shape(s: str, heading: str | None, minute: _Said) -> list[Reading]:
-    for rule in (_ownership, _labelled, _arrow, _change, _dated_by, _cadence, _located, _kept_for, _passive, _copula):
+    low = f" {s.lower()} "
+    for rule, needs in _SHAPES:
+        if needs is not None and not needs.search(low):
+            continue  # the words the shape turns on are not there: its pattern cannot match
         found = rule(s, heading, minute)
         if found:
             return found
@@ -401,7 +419,7 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     match = _LABELLED.match(s)
     if match is None:
         return []
-    label = _PAREN.sub("", match.group("label")).strip()
+    label = _RELATIVE.split(_PAREN.sub("", match.group("label")).strip(), maxsplit=1)[0]  # "BI tools we support"
     if not _label_ok(label, heading, minute) or _ARROW.match(match.group("value")):
         return []  # "Label: old → new" is a change (`_arrow`)
     slot = _slot(label, heading, minute)
@@ -414,8 +432,12 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         subject = _subject(label, minute) if heading else slot[0]
         if subject:
             return [Reading(FactType.FACT, subject, name.lower(), value, "open_label") for name, value in pairs]
-    values = _values(match.group("value"), plural=_plural(words[-1]) or _plural(_of_head(label)))
-    if not values or not all(names_something(v) for v in values):
+    plural = _plural(words[-1]) or _plural(_of_head(label))
+    values = _values(match.group("value"), plural=plural)
+    if plural and len(values) > 1:
+        values = [_LIST_ITEM_END.sub("", v) for v in values]  # "Looker for governed dashboards": Looker
+    named = [names_something(v) for v in values]
+    if not values or not (all(named) or (len(values) > 2 and sum(named) * 2 > len(values))):
         return []  # "Runbook for the store: check for a leak first": an instruction, not a value
     subject, attribute = slot
     many = len(values) > 1
@@ -517,6 +539,20 @@ def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     if slot is None or len(values) != 1 or not names_something(values[0]):
         return []
     return [Reading(FactType.FACT, *slot, values[0], "open_copula", supersedes=supersedes)]
+
+
+def _rated(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Zendesk is rated high risk", "the vendor was re-rated to medium": the rating a thing holds."""
+    match = _RATED.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    values = _values(match.group("v").split(", ")[0], plural=False)
+    if subject is None or len(values) != 1 or len(values[0].split()) > 3:
+        return []
+    return [
+        Reading(FactType.FACT, subject, "rating", values[0], "open_copula", supersedes=match.group("re") is not None)
+    ]
 
 
 def _kept_for(s: str, heading: str | None, minute: _Said) -> list[Reading]:
@@ -657,7 +693,7 @@ def names_something(value: str) -> bool:
     for word in words:
         if any(ch.isdigit() for ch in word) or re.search(r"\w[_./]\w|^[\"'`\u201c]", word):
             return True
-        if word[:1].isupper() and word.lower() not in PRONOUNS and word != "I":
+        if any(ch.isupper() for ch in word) and word.lower() not in PRONOUNS and word != "I":  # "iOS 17", "en-US"
             return True
     return False
 
@@ -793,3 +829,19 @@ def _inflected(verb: str) -> bool:
 
 def _participle(word: str) -> bool:
     return len(word) > 4 and word.endswith("ed")
+
+
+# Each shape, in order, with the words it turns on (None: any sentence): a cheap test before its patterns.
+_SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Pattern[str] | None], ...] = (
+    (_ownership, re.compile(r"\bown|\bhand|\bpass|\bgiv|\bgave\b|\btransfer|\breassign|\btak|\btook\b")),
+    (_labelled, re.compile(r":")),
+    (_arrow, re.compile(r"\u2192|->|=>")),
+    (_change, re.compile(r"\sto\s")),
+    (_dated_by, re.compile(r"\s(?:by|before|on|than)\s")),
+    (_cadence, re.compile(r"ly\s|every\s|twice\s")),
+    (_located, re.compile(r"\slives?\s|\s(?:kept|stored|hosted)\s")),
+    (_kept_for, re.compile(r"\s(?:kept|retained|stored|held)\s+for\s")),
+    (_rated, re.compile(r"rated\s")),
+    (_passive, re.compile(r"\s(?:by|with|from|through|via|in|at)\s")),
+    (_copula, re.compile(r"\s(?:is|are|will\s+be)\s")),
+)
