@@ -23,6 +23,7 @@ leave to the LLM extractor. docs/extraction.md has the tables.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ __all__ = [
     "normalize_subject",
     "parse_slot",
     "reads_known",
+    "resolve_open_slots",
     "structured_facts",
     "value_key",
 ]
@@ -472,6 +474,43 @@ class RuleExtractor:
             supersedes_hint=supersedes,
             rule=rule,
         )
+
+
+def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Candidate]:
+    """Candidates of open slots that say they change a value, each moved into the slot it changes.
+
+    An open slot is named as a sentence names it, so one thing said two ways is two slots: "Raj owns
+    customers" (customers, owner) and "the customers domain is handed over to Ines" (customers domain,
+    owner). A candidate read by an open rule (`rule` ``open_*``) that hints it replaces a value, whose own slot
+    holds nothing, takes the one slot that has its attribute, holds a single value, and whose subject's words
+    hold all of its subject's words or are all held by them: among the facts `held` (the current view of its
+    tier keys, slot -> facts) and the candidates before it (`candidates` are in minute order). Where several
+    or none fit, it stays where it was said: never on topic overlap alone, the attribute must be the same and
+    the change said.
+    """
+    slots: dict[tuple[str, str], set[str]] = {}  # slot -> projects where it holds one value
+    for (subject, attribute), facts in held.items():
+        for f in facts:
+            if f.single_valued and f.tier_key.project_id:
+                slots.setdefault((subject, attribute), set()).add(f.tier_key.project_id)
+    out: list[Candidate] = []
+    for c in candidates:
+        if c.supersedes_hint and c.rule.startswith("open_") and c.project_id not in slots.get(c.slot, ()):
+            words = set(c.subject.split())
+            fits = [
+                slot
+                for slot, projects in slots.items()
+                if slot[1] == c.attribute
+                and slot[0] != c.subject
+                and c.project_id in projects
+                and (words <= set(slot[0].split()) or set(slot[0].split()) <= words)
+            ]
+            if len(fits) == 1:
+                c = dataclasses.replace(c, subject=fits[0][0])
+        if c.single_valued:
+            slots.setdefault(c.slot, set()).add(c.project_id)
+        out.append(c)
+    return out
 
 
 def _text(value: object) -> bool:

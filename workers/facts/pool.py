@@ -84,7 +84,7 @@ from pvm.config import Settings
 from pvm.connection import hash_reply
 from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
-from workers.facts.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known
+from workers.facts.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known, resolve_open_slots
 from workers.facts.extraction_llm import llm_extractor_from_settings
 from workers.rules.fact_timeline import fit, on_promotion, place
 from workers.runtime.clock import ChangeClock
@@ -532,6 +532,10 @@ def _extract_and_decide(
         known = known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None
         candidates = ctx.extractor.extract(minutes, known)
         counts["extracted"] += len(candidates)
+        if any(c.supersedes_hint and c.rule.startswith("open_") for c in candidates):
+            # An open slot's change finds the slot it changes (`resolve_open_slots`): read only when there is one.
+            held = known if known is not None else known_facts(ctx.store, minutes)
+            candidates = resolve_open_slots(candidates, held)
         for candidate in candidates:
             key = next(
                 (k for k in ((candidate.project_id, m) for m in candidate.source_minute_ids) if k in by_id), None

@@ -289,7 +289,7 @@ def read_open(
     supersedes, valid_from = prepared.supersedes, prepared.valid_from
     prepared = prepared._replace(text=prepared.text.rstrip(" ;,:"))  # "…by 30 June 2026; that is the end date"
     lead = _LABELLED.match(prepared.text)
-    if lead and not _label_ok(_PAREN.sub("", lead.group("label")).strip(), line.heading, _Said(minute, vocabulary, at)):
+    if lead and not _label_ok(_label_of(lead.group("label")), line.heading, _Said(minute, vocabulary, at)):
         # "Scratch that: the warehouse is Snowflake", "Agreed with finance: from the 1st the SLA relaxes to 07:00":
         # a lead-in, then the statement.
         rest = prepare(lead.group("value"), minute, at)
@@ -419,7 +419,7 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     match = _LABELLED.match(s)
     if match is None:
         return []
-    label = _RELATIVE.split(_PAREN.sub("", match.group("label")).strip(), maxsplit=1)[0]  # "BI tools we support"
+    label = _label_of(match.group("label"))
     if not _label_ok(label, heading, minute) or _ARROW.match(match.group("value")):
         return []  # "Label: old → new" is a change (`_arrow`)
     slot = _slot(label, heading, minute)
@@ -442,6 +442,11 @@ def _labelled(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     subject, attribute = slot
     many = len(values) > 1
     return [Reading(FactType.FACT, subject, attribute, v, "open_label", single_valued=not many) for v in values]
+
+
+def _label_of(said: str) -> str:
+    """A line's label without its aside or its relative clause: "BI tools we support (2026)" -> "BI tools"."""
+    return _RELATIVE.split(_PAREN.sub("", said).strip(), maxsplit=1)[0]
 
 
 def _label_ok(label: str, heading: str | None, minute: _Said) -> bool:
@@ -547,12 +552,10 @@ def _rated(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     if match is None:
         return []
     subject = _head_subject(match.group("s"), minute)
-    values = _values(match.group("v").split(", ")[0], plural=False)
-    if subject is None or len(values) != 1 or len(values[0].split()) > 3:
+    value = _VALUE_END.sub("", match.group("v").split(", ")[0]).strip(" ,.;:")  # "high risk": a state word is a rating
+    if subject is None or not value or len(value.split()) > 3 or _is_clause(value):
         return []
-    return [
-        Reading(FactType.FACT, subject, "rating", values[0], "open_copula", supersedes=match.group("re") is not None)
-    ]
+    return [Reading(FactType.FACT, subject, "rating", value, "open_copula", supersedes=match.group("re") is not None)]
 
 
 def _kept_for(s: str, heading: str | None, minute: _Said) -> list[Reading]:

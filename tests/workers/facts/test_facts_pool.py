@@ -333,6 +333,31 @@ def test_the_same_job_twice_writes_no_new_minutes(
     assert [m.id for m in rewritten] == [m.id for m in first]
 
 
+def noted(n: int, note: str, minutes: float) -> Minute:
+    return Minute(
+        event_type="message", id=f"m{n:05d}", project_id="p1", agent_id="a1", timestamp=at(minutes), memory_note=note
+    )
+
+
+def test_an_open_slots_said_change_finds_the_slot_it_changes_in_the_batch_and_in_the_store(
+    ctx: FactsContext, redis_client: redis.Redis
+) -> None:
+    first = [noted(1, "Kenji owns billing, Ana owns refunds.", 0)]
+    facts_batch(ctx, redis_client, records(first))
+    later = [
+        noted(2, "I'm off to the search team, so the billing domain is handed over to Bo Lind.", 5),
+        noted(3, "The refunds ledger is owned by Dee Park.", 6),  # no change said: a slot of its own
+    ]
+    facts_batch(ctx, redis_client, records(later, first_seq=2))
+    current = {(f.slot.subject, f.value) for f in FactStore(redis_client).current([P1]) if f.slot.attribute == "owner"}
+    assert current == {("billing", "Bo Lind"), ("refunds", "Ana"), ("refunds ledger", "Dee Park")}
+    # In one batch, against the candidates before it.
+    FactStore(redis_client).reset_project("p1")
+    facts_batch(ctx, redis_client, records([*first, *later]))
+    current = {(f.slot.subject, f.value) for f in FactStore(redis_client).current([P1]) if f.slot.attribute == "owner"}
+    assert current == {("billing", "Bo Lind"), ("refunds", "Ana"), ("refunds ledger", "Dee Park")}
+
+
 def test_different_slots_never_invalidate_each_other(ctx: FactsContext, redis_client: redis.Redis) -> None:
     batch = [
         said(1, "30 minutes", 0, subject="auth service", attribute="session ttl"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.workers.minutes import minute
-from workers.facts.extraction import RULE_CONFIDENCE, Candidate, RuleExtractor
+from workers.facts.extraction import RULE_CONFIDENCE, Candidate, RuleExtractor, resolve_open_slots
 from workers.rules.open_slots import Line, heading_subject, lines, names_something
 
 
@@ -211,7 +211,9 @@ def test_how_often_and_where_a_thing_lives() -> None:
 
 def test_a_labels_value_that_is_a_statement_is_about_the_label() -> None:
     assert read("kiosk app: minSdk goes to 31 (Android 12)") == {("kiosk app", "minsdk", "31")}
-    assert read("Ledger service: request timeout is 45 seconds") == {("ledger service", "request_timeout", "45 seconds")}
+    assert read("Ledger service: request timeout is 45 seconds") == {
+        ("ledger service", "request_timeout", "45 seconds")
+    }
     assert read("Domain owners for now: Kenji owns billing, Ana owns refunds.") == {
         ("billing", "owner", "Kenji"),
         ("refunds", "owner", "Ana"),
@@ -254,3 +256,36 @@ def test_identifiers_name_one_slot_however_the_sentence_reaches_them() -> None:
     assert extract("cold start p50 back to 1.2 s on the Pixel 9") == []  # a measurement, not a setting
     (back,) = extract("LOAD_WH back to Small now that the backfill is over.")
     assert (back.slot, back.value) == (("load_wh", "value"), "Small")
+
+
+def test_a_said_change_takes_the_one_slot_it_changes_and_nothing_on_overlap_alone() -> None:
+    (old,) = extract("Raw event data is kept for 400 days.")
+    (new,) = extract("Effective tomorrow, raw event retention drops to 90 days.")
+    (near,) = extract("Raw event exports are kept for 30 days.")
+    assert (old.slot, new.slot, new.supersedes_hint) == (
+        ("raw event data", "retention"),
+        ("raw event", "retention"),
+        True,
+    )
+    assert [c.slot for c in resolve_open_slots([old, new], {})] == [old.slot, old.slot]
+    # Two slots it could change: it stays where it was said.
+    assert [c.slot for c in resolve_open_slots([old, near, new], {})][-1] == new.slot
+    # A statement that says no change never moves, nor one of another attribute.
+    (kept,) = extract("Raw event archives are kept for 2 years.")
+    assert resolve_open_slots([old, kept], {})[-1].slot == kept.slot
+
+
+def test_a_plural_labels_list_after_a_relative_clause_and_a_rating() -> None:
+    assert read("Payment methods we accept: Visa for cards, SEPA for transfers and iDEAL for NL.") == {
+        ("payment methods", "value", "Visa"),
+        ("payment methods", "value", "SEPA"),
+        ("payment methods", "value", "iDEAL"),
+    }
+    assert read("Columns in dim_account that we treat as PII: email, phone_number, birth_date.") == {
+        ("dim_account", "columns", "email"),
+        ("dim_account", "columns", "phone_number"),
+        ("dim_account", "columns", "birth_date"),
+    }
+    assert read("Stripe is rated low risk because the DPA is signed.") == {("stripe", "rating", "low risk")}
+    (c,) = extract("Stripe re-rated to medium risk after the incident.")
+    assert (c.slot, c.value, c.supersedes_hint) == (("stripe", "value"), "medium risk", True)
