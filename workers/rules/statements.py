@@ -70,6 +70,11 @@ _EVENT = re.compile(
 _NOT_EVENTS = frozenset({"interested", "excited", "amazed", "thrilled", "pleased", "tired", "surprised", "inspired"})
 
 
+def to_the_listener(sentence: str) -> bool:
+    """Whether a sentence is said to the listener or about the talk (thanks, encouragement, "sounds great")."""
+    return _TO_THE_LISTENER.search(sentence) is not None
+
+
 def reported(note: str) -> tuple[str | None, str]:
     """(who speaks, what they say) of a note written as reported speech; (None, the note) for any other note."""
     match = _REPORTED.match(note.strip())

@@ -48,6 +48,7 @@ from contracts.summaries import (
 from pvm import defaults
 from pvm.llm import LLMConfigError, LLMError, llm_from_settings
 from pvm.reader import estimate_tokens
+from workers.rules.statements import is_statement, reported, to_the_listener
 
 if TYPE_CHECKING:
     from pvm.config import Settings
@@ -244,6 +245,20 @@ def balanced(sentence: str) -> str:
     return sentence[:at]  # it closes a quote and nothing follows: drop it
 
 
+STATEMENT_WEIGHT = 2.0  # what a speaker says of themselves that lasts (`workers.rules.statements`)
+
+
+def _said_weight(sentence: str) -> float:
+    """How much a sentence of reported speech ("Dana said, "…"") is worth to a summary beside its words: what the
+    speaker says of themselves that lasts counts double; a question, or talk to the listener (thanks,
+    encouragement, "sounds great") is no part of what happened (0)."""
+    if sentence.rstrip("\"'\u201d)").endswith("?"):
+        return 0.0
+    if is_statement(sentence):
+        return STATEMENT_WEIGHT
+    return 0.0 if to_the_listener(sentence) else 1.0
+
+
 def _clip(sentence: str, most_words: int) -> str:
     parts = sentence.split()
     return sentence if len(parts) <= most_words else " ".join(parts[:most_words]) + " …"
@@ -264,14 +279,21 @@ class ExtractiveSummarizer:
     def summarize(self, project_id: str, thread: ThreadRef, minutes: Sequence[Logged]) -> ChunkText:
         sentences: list[tuple[int, str, str, list[str]]] = []  # (minute position, event type, sentence, its words)
         documents: list[list[str]] = []
+        worth: dict[int, float] = {}  # sentence order -> its weight beside its words' (`_said_weight`)
+        speakers: dict[int, str] = {}  # sentence order -> who said it, for reported speech
         for position, logged in enumerate(minutes):
             doc: list[str] = []
             for text in minute_texts(logged.minute):
-                for sentence in SENTENCE_BREAK.split(text):
-                    sentence = sentence.strip()
+                who, said = reported(text)
+                for sentence in SENTENCE_BREAK.split(said):
+                    sentence = sentence.strip().strip('"\u201c\u201d').strip()
                     if sentence:
                         found = words(sentence)
                         doc += found
+                        if who is not None:  # reported speech: "Dana: I moved to Lisbon." (`reported`)
+                            worth[len(sentences)] = _said_weight(sentence)
+                            speakers[len(sentences)] = who
+                            sentence = f"{who}: {sentence}"
                         sentences.append((position, logged.minute.event_type, sentence, found))
             documents.append(doc)
         weights = keyword_weights(documents)
@@ -281,13 +303,16 @@ class ExtractiveSummarizer:
         seen: set[str] = set()
         for order, (position, event_type, sentence, found) in enumerate(sentences):
             key = sentence_key(sentence)
-            if key in seen:  # agents repeat one another: a sentence once
+            if key in seen or worth.get(order) == 0.0:  # agents repeat one another: a sentence once
                 continue
             seen.add(key)
             distinct = set(found)
             # fsum: exact whatever order the set yields its words in (the hash seed's), so equal sentences tie alike
             score = (
-                math.fsum(weights[w] for w in distinct) / math.sqrt(1 + len(found)) * EVENT_WEIGHTS.get(event_type, 1.0)
+                math.fsum(weights[w] for w in distinct)
+                / math.sqrt(1 + len(found))
+                * EVENT_WEIGHTS.get(event_type, 1.0)
+                * worth.get(order, 1.0)
             )
             first_of_decision = event_type == "decision" and (order == 0 or sentences[order - 1][0] != position)
             scored.append(
@@ -305,7 +330,15 @@ class ExtractiveSummarizer:
             if rank == 0 or used + cost <= room:
                 kept.append((order, text))
                 used += cost
-        summary = " ".join(text for _, text in sorted(kept))[:MAX_SUMMARY_CHARS]
+        pieces: list[str] = []
+        previous = (-1, "")
+        for order, text in sorted(kept):
+            position, speaker = sentences[order][0], speakers.get(order, "")
+            if speaker and previous == (position, speaker):  # the same turn goes on: its speaker named once
+                text = text[len(speaker) + 2 :]
+            pieces.append(text)
+            previous = (position, speaker)
+        summary = " ".join(pieces)[:MAX_SUMMARY_CHARS]
         if not summary:
             kinds = Counter(m.minute.event_type for m in minutes)
             summary = f"{len(minutes)} minutes: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))

@@ -62,20 +62,25 @@ def test_a_sentence_keeps_its_own_ending() -> None:
     assert as_sentence("") == ""
 
 
-def test_a_quoted_turn_split_into_sentences_keeps_its_quotes_closed() -> None:
+def test_reported_speech_is_summarized_as_who_said_what_without_its_questions_or_talk_to_the_listener() -> None:
     # LoCoMo's turns read 'Caroline said, "Hey Mel! Good to see you!"': split into sentences, the first kept an
-    # open quote that was never closed, and a later one a stray closing quote.
+    # open quote that was never closed, and a later one a stray closing quote. Now each sentence is its speaker's,
+    # named once a turn, and what happened outweighs the pleasantries.
     minutes = logged(
         [
             ('Caroline said, "Hey Mel! Good to see you!"', "message"),
             ('Melanie said, "The parade was great. This was ours." and shared a photo of a float', "message"),
+            ('Caroline said, "Did you go with the kids? I adopted a rescue greyhound last month."', "message"),
         ]
     )
     summary = ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), minutes).summary
     assert summary == (
-        'Caroline said, "Hey Mel!" Good to see you! Melanie said, "The parade was great." '
-        '"This was ours." and shared a photo of a float.'
+        "Caroline: Hey Mel! Melanie: The parade was great. This was ours. "
+        "Caroline: I adopted a rescue greyhound last month."
     )
+    # A statement outranks a pleasantry when only one fits.
+    short = ExtractiveSummarizer(ratio=0.01, min_tokens=16).summarize("p1", ThreadRef.parse("t1"), minutes).summary
+    assert short == "Caroline: I adopted a rescue greyhound last month."
     assert balanced('she said "ok" twice') == 'she said "ok" twice'
     assert balanced("\u201cHey there!") == "\u201cHey there!\u201d"
 
