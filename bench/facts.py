@@ -983,7 +983,9 @@ def split_machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
     return box
 
 
-def run(splits: Sequence[str], seed: int, scale: float, progress: Progress) -> dict[str, Any]:
+def run(
+    splits: Sequence[str], seed: int, scale: float, progress: Progress, prose_extractor: Any = None
+) -> dict[str, Any]:
     from bench import prose_facts
     from tests.openai_server import OpenAIServer  # the tests' server: scripted answers over real HTTP
 
@@ -997,7 +999,8 @@ def run(splits: Sequence[str], seed: int, scale: float, progress: Progress) -> d
             server.stop()
     notes: list[str] = []
     if "prose" in splits:
-        prose = prose_facts.run_split(progress, repeats=max(1, round(prose_facts.TIMING_REPEATS * scale)))
+        repeats = max(1, round(prose_facts.TIMING_REPEATS * scale))
+        prose = prose_facts.run_split(progress, repeats=repeats, extractor=prose_extractor)
         if "skipped" in prose:
             notes.append(f"prose split skipped: {prose['skipped']}")
         else:
@@ -1076,6 +1079,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--note", action="append", default=[], metavar="TEXT", help="a note to keep in the result (repeatable)"
     )
     parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="the prose split through the LLM extractor your PVM_LLM_* name (the rules its fallback), not the rules; "
+        "an error when PVM_LLM_MODEL is unset",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"a bounded smoke run: --minutes-scale {QUICK_SCALE} (one project, one timing repeat; not the full set)",
@@ -1087,7 +1096,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     load_before = os.getloadavg()
     with measuring("facts bench", "interrupted; processes and Valkey stopped") as outcome:
-        result = run(splits, args.seed, scale, progress)
+        from bench.prose_facts import llm_extractor
+
+        prose_extractor = llm_extractor(os.environ) if args.llm else None
+        result = run(splits, args.seed, scale, progress, prose_extractor)
     if outcome.exit_code is not None:
         return outcome.exit_code
     box = split_machine(load_before)

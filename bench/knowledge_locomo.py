@@ -78,11 +78,19 @@ from bench.harness import (
     workspace,
 )
 from bench.locomo import DEFAULT_DATA, Conversation, EvidenceCounts, evidence_ids, load
-from bench.prose_facts import HELD, PoolFeed, tier_keys
+from bench.prose_facts import HELD, PoolFeed, llm_extractor, tier_keys
 from contracts.facts import ends_as_sentence, sentence_key
 from contracts.summaries import ThreadRef
+from pvm.config import Settings
 from pvm.stores.facts import FactStore
-from workers.summarize.summarizers import SENTENCE_BREAK, ExtractiveSummarizer, Logged
+from workers.facts.extraction import Extractor
+from workers.summarize.summarizers import (
+    SENTENCE_BREAK,
+    ExtractiveSummarizer,
+    Logged,
+    Summarizer,
+    summarizer_from_settings,
+)
 
 TARGETS: dict[str, tuple[str, float]] = {
     "observation_turn_recall": (">=", 0.5),
@@ -167,14 +175,18 @@ def cited_turns(raw: dict[str, Any], known: set[str]) -> set[str]:
 
 
 def knowledge(
-    conversations: Sequence[Conversation], raw: Sequence[dict[str, Any]], progress: Progress
+    conversations: Sequence[Conversation],
+    raw: Sequence[dict[str, Any]],
+    progress: Progress,
+    extractor: Extractor | None = None,
 ) -> dict[str, Any]:
-    """The knowledge phase: cited and knowledge turns per conversation, and the ratios."""
+    """The knowledge phase: cited and knowledge turns per conversation, and the ratios (the rules extract, unless
+    `extractor` is given)."""
     cited_all = knowledge_all = both = turns = 0
     per: dict[str, Any] = {}
     examples: list[dict[str, str]] = []
     with workspace("knowledge-locomo") as ws:
-        pool = PoolFeed(ws)
+        pool = PoolFeed(ws, extractor)
         store = FactStore(ws.connection)
         for conv, sample in zip(conversations, raw, strict=True):
             progress.tick(f"knowledge: {conv.sample_id}: {len(conv.turns):,} turns", force=True)
@@ -216,10 +228,14 @@ def knowledge(
 
 
 def summaries(
-    conversations: Sequence[Conversation], raw: Sequence[dict[str, Any]], progress: Progress
+    conversations: Sequence[Conversation],
+    raw: Sequence[dict[str, Any]],
+    progress: Progress,
+    summarizer: Summarizer | None = None,
 ) -> dict[str, Any]:
-    """The summary phase: each session summarized as one chunk, scored against its reference and a lead."""
-    summarizer = ExtractiveSummarizer()
+    """The summary phase: each session summarized as one chunk (the extractive summarizer unless `summarizer` is
+    given), scored against its reference and a lead."""
+    summarizer = summarizer or ExtractiveSummarizer()
     ours: list[float] = []
     leads: list[float] = []
     joins = repeats = sessions = 0
@@ -262,22 +278,30 @@ def summaries(
     }
 
 
-def run(path: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
+def run(
+    path: Path,
+    limit: int | None,
+    progress: Progress,
+    extractor: Extractor | None = None,
+    summarizer: Summarizer | None = None,
+) -> dict[str, Any]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))[:limit]
     except (OSError, ValueError) as exc:
         raise BenchError(f"cannot read {path}: {exc}") from exc
     conversations, _, _ = load(path, limit, int(time.time() * 1000), "as-dated")
     progress.start("knowledge", f"{len(conversations)} conversations through the facts pool")
-    known = knowledge(conversations, raw, progress)
+    known = knowledge(conversations, raw, progress, extractor)
     progress.start("summaries", "each session as one chunk through the extractive summarizer")
-    summed = summaries(conversations, raw, progress)
+    summed = summaries(conversations, raw, progress, summarizer)
     values = {k: v for k, v in {**known, **summed}.items() if k != "counts"}
     met = verdicts(values, TARGETS)
     texts = target_texts(TARGETS)
     return {
         "benchmark": "knowledge_locomo",
         "data": str(path),
+        "extractor": "rules" if extractor is None else type(extractor).__name__,
+        "summarizer": "extractive" if summarizer is None else type(summarizer).__name__,
         "conversations": len(conversations),
         "metrics": {k: {"value": v, "target": texts.get(k), "met": met.get(k)} for k, v in values.items()},
         "knowledge": known["counts"],
@@ -305,6 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo's JSON (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N conversations")
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="extract through the LLM your PVM_LLM_* name (the rules its fallback) and summarize as PVM_SUMMARIZER "
+        "says (llm: the model, the extractive summarizer its fallback); an error when PVM_LLM_MODEL is unset",
+    )
     args = parse(parser, argv)
     if not args.data.is_file():
         print(
@@ -316,7 +346,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress()
     started = time.monotonic()
     with measuring("knowledge_locomo", "interrupted; Valkey stopped") as outcome:
-        result = run(args.data, args.limit, progress)
+        extractor, summarizer = (None, None)
+        if args.llm:
+            environ = {k: v for k, v in os.environ.items() if k.startswith("PVM_")}
+            extractor, summarizer = llm_extractor(environ), summarizer_from_settings(Settings.from_env(environ))
+        result = run(args.data, args.limit, progress, extractor, summarizer)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return report(result, started, args.json, table)

@@ -65,12 +65,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Progress, target_texts, verdicts, workspace
+from bench.harness import BenchError, Progress, target_texts, verdicts, workspace
 from contracts import Fact, Minute, decode_minute
 from contracts.facts import GLOBAL_KEY, FactStatus, Tier, TierKey, is_valid_task_id
 from pvm import defaults
 from pvm.stores.facts import FactStore
-from workers.facts.extraction import RuleExtractor
+from workers.facts.extraction import Extractor, RuleExtractor
 from workers.facts.pool import FactsContext, facts_batch
 from workers.rules.statements import STATEMENT
 
@@ -319,11 +319,11 @@ class PoolFeed:
     """Minutes through `facts_batch` (the rule path) as the log hands them, the change minutes the pool writes fed
     back as the next batch; what it took and counted."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: Any, extractor: Extractor | None = None) -> None:
         from bench.facts import _Log
 
         self.ws = ws
-        self.ctx = FactsContext.build(ws.connection, ws.settings, extractor=RuleExtractor())
+        self.ctx = FactsContext.build(ws.connection, ws.settings, extractor=extractor or RuleExtractor())
         self.log = _Log()
         self.tail: dict[str, bytes] = {}
         self.counts: Counter[str] = Counter()
@@ -346,14 +346,14 @@ class PoolFeed:
             self.minutes += len(part)
 
 
-def run_pool(data: ProseSet, progress: Progress, repeats: int = 1) -> ProseRun:
-    """The minutes through the facts pool (`PoolFeed`); `repeats` timed rounds after the labeled one (the same
-    minutes under renamed projects)."""
+def run_pool(data: ProseSet, progress: Progress, repeats: int = 1, extractor: Extractor | None = None) -> ProseRun:
+    """The minutes through the facts pool (`PoolFeed`, the rules unless `extractor` is given); `repeats` timed
+    rounds after the labeled one (the same minutes under renamed projects)."""
     from bench.facts import renamed
 
     run = ProseRun([], {})
     with workspace("facts-prose") as ws:
-        pool = PoolFeed(ws)
+        pool = PoolFeed(ws, extractor)
         rounds = [data.minutes, *(renamed(data.minutes, f"r{i}") for i in range(1, repeats + 1))]
         for n, minutes in enumerate(rounds):
             progress.tick(f"prose round {n + 1}/{len(rounds)}: {len(minutes)} minutes", force=True)
@@ -520,17 +520,35 @@ def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def run_split(progress: Progress, path: Path = DEFAULT_DATA, repeats: int = 3) -> dict[str, Any]:
+def run_split(
+    progress: Progress, path: Path = DEFAULT_DATA, repeats: int = 3, extractor: Extractor | None = None
+) -> dict[str, Any]:
     """The prose split for bench/facts.py: metrics (with `TARGETS`), counts, and the pool's rate over the set and
-    `repeats` renamed copies of it; ``{"skipped": why}`` where the set is absent."""
+    `repeats` renamed copies of it; ``{"skipped": why}`` where the set is absent. `extractor`: what the pool
+    extracts with (`llm_extractor`), the rules when None."""
     if not path.is_file():
         return {"skipped": f"{path} is absent (the prose facts set lives in ../shared/data beside the checkout)"}
     data = load(path)
     progress.start("prose: pool", f"{len(data.minutes)} hand-worded minutes, then {repeats} timing repeat(s)")
-    run = run_pool(data, progress, repeats)
+    run = run_pool(data, progress, repeats, extractor)
     values, counts = score(data, run)
     values["facts_per_s"] = round(run.minutes / run.seconds) if run.seconds else 0
     met = verdicts(values, TARGETS)
     texts = target_texts(TARGETS)
     table = {k: {"value": v, "target": texts.get(k), "met": met.get(k)} for k, v in values.items()}
-    return {"metrics": table, "counts": counts, "data": str(path)}
+    extracted_by = "rules" if extractor is None or isinstance(extractor, RuleExtractor) else type(extractor).__name__
+    return {"metrics": table, "counts": counts, "data": str(path), "extractor": extracted_by}
+
+
+def llm_extractor(environ: Mapping[str, str]) -> Extractor:
+    """The LLM extractor the caller's PVM_LLM_* ask for (the rules its fallback, as in the pool), for `--llm`;
+    a clear error when PVM_LLM_MODEL is unset."""
+    from pvm.config import Settings
+    from workers.facts.extraction_llm import llm_extractor_from_settings
+
+    extractor = llm_extractor_from_settings(
+        Settings.from_env({k: v for k, v in environ.items() if k.startswith("PVM_")})
+    )
+    if extractor is None:
+        raise BenchError("--llm needs an LLM: set PVM_LLM_MODEL (and PVM_LLM_BASE_URL, PVM_LLM_API_KEY; docs/llm.md)")
+    return extractor

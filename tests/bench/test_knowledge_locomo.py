@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench.knowledge_locomo import TARGETS, fragments, lead, main, repeated, rouge_l_f
+from tests.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401  (the `openai_server` fixture)
 
 SESSION_1 = [
     ("Alice", "Hi Bob! I adopted a grey kitten yesterday, her name is Pepper."),
@@ -93,3 +94,21 @@ def test_absent_data_is_said_and_nothing_measured(tmp_path: Path, capsys: pytest
     assert main(["--data", str(tmp_path / "absent.json"), "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "is absent" in captured.err
+
+
+@pytest.mark.integration
+def test_with_llm_it_extracts_and_summarizes_through_the_model_the_environment_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, openai_server: OpenAIServer
+) -> None:
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([conversation()]), encoding="utf-8")
+    monkeypatch.setenv("PVM_LLM_MODEL", "test-chat")
+    monkeypatch.setenv("PVM_LLM_BASE_URL", openai_server.base_url)
+    monkeypatch.setenv("PVM_SUMMARIZER", "llm")
+    assert main(["--data", str(data), "--json", "--llm"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["extractor"], result["summarizer"]) == ("LLMExtractor", "LLMSummarizer")
+    assert len(openai_server.chat_requests()) >= 3  # a chunk of turns to extract, and each session's summary
+    monkeypatch.delenv("PVM_LLM_MODEL")
+    assert main(["--data", str(data), "--json", "--llm"]) == 1  # said on stderr: set PVM_LLM_MODEL
+    assert "set PVM_LLM_MODEL" in capsys.readouterr().err

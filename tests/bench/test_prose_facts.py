@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Progress
+from bench.facts_llm import FIXED_ANSWER
+from bench.harness import BenchError, Progress
 from bench.prose_facts import (
+    TARGETS,
     GoldProseFact,
     ProseRun,
+    llm_extractor,
     load,
     match,
     run_split,
@@ -21,6 +24,9 @@ from bench.prose_facts import (
 )
 from contracts import Fact
 from contracts.facts import FactStatus, FactType, TierKey
+from pvm.llm import LLMClient
+from tests.openai_server import OpenAIServer, openai_server_fixture  # noqa: F401  (the `openai_server` fixture)
+from workers.facts.extraction_llm import LLMExtractor
 
 T0 = "2026-03-02T09:00:00.000000Z"
 T1 = "2026-03-03T09:00:00.000000Z"
@@ -211,3 +217,24 @@ def test_the_split_runs_the_set_through_the_facts_pool_and_reads_pvms_own_views(
     assert metrics["facts_per_s"] > 0 and result["metrics"]["prose_recall"]["met"] is True
     skipped = run_split(Progress(), tmp_path / "absent.json")
     assert set(skipped) == {"skipped"} and skipped["skipped"].startswith(f"{tmp_path / 'absent.json'} is absent")
+
+
+@pytest.mark.integration
+def test_the_split_runs_through_an_llm_when_one_is_named(tmp_path: Path, openai_server: OpenAIServer) -> None:
+    openai_server.queue_chat_reply(*[FIXED_ANSWER] * 3)
+    llm = LLMClient(openai_server.base_url, "sk-test", "test-chat", backoff_base=0.01, backoff_max=0.05)
+    result = run_split(Progress(), write_set(tmp_path / "set.json"), repeats=1, extractor=LLMExtractor(llm))
+    assert result["extractor"] == "LLMExtractor" and len(openai_server.chat_requests()) >= 1
+    assert set(TARGETS) <= set(result["metrics"]) and result["counts"]["minutes"] == 3
+    # The scripted answer states the billing service's database is Postgres, as the set's first minute does.
+    assert result["metrics"]["prose_recall"]["value"] >= 0.5
+    assert run_split(Progress(), write_set(tmp_path / "set.json"), repeats=1)["extractor"] == "rules"
+
+
+def test_llm_extractor_reads_the_callers_pvm_llm_settings_and_says_what_is_missing(
+    openai_server: OpenAIServer,
+) -> None:
+    with pytest.raises(BenchError, match="set PVM_LLM_MODEL"):
+        llm_extractor({"HOME": "/tmp"})
+    named = llm_extractor({"PVM_LLM_MODEL": "test-chat", "PVM_LLM_BASE_URL": openai_server.base_url, "OTHER": "x"})
+    assert isinstance(named, LLMExtractor)
