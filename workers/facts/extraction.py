@@ -125,6 +125,9 @@ STRUCTURED_KEYS = ("fact", "facts", *(t.value for t in FactType if t is not Fact
 MAX_CAUSE_WORDS = 16  # a failure's data.error longer than this is a log line, not a pattern
 
 _DECISION_EVENTS = frozenset({"decision", "conflict_resolved"})
+# A sentence whose subject is "it" or "they": about what the sentence before was read about (that, this and
+# these point at events as often as at things, and are left alone).
+_PRONOUN_SUBJECT = re.compile(r"^(?:it|they)(?=\s+(?:is|are|was|were|has|have|had|will|now|runs|uses|lives)\b)", re.I)
 _DATE_INTRO = re.compile(r"^(?:starting|from|as\s+of|since|effective|beginning)\s+", re.I)
 _FACT_TYPES = frozenset(t.value for t in FactType)
 
@@ -286,10 +289,16 @@ class RuleExtractor:
             text = stated_text(raw)
             if text is None:
                 continue
+            before: str | None = None  # the subject the sentence before was read about
             for line in lines(text):
                 sentence = line.text
+                pronoun = _PRONOUN_SUBJECT.match(sentence)
+                if pronoun and before and before != "scope":  # "It is owned by Dana": the thing just named
+                    sentence = before + sentence[pronoun.end() :]
+                    line = line._replace(text=sentence)
                 prepared = prepare(sentence, minute, at)
                 if prepared is None:
+                    before = None
                     continue
                 reading = read(sentence, minute, at, self._vocabulary, prepared=prepared)
                 readings = (
@@ -297,6 +306,7 @@ class RuleExtractor:
                     if reading is not None
                     else read_open(line, minute, at, self._vocabulary, prepared=prepared)
                 )
+                before = readings[0].subject if readings else None
                 for reading in readings:
                     if reading.rule in self._dropped:
                         continue

@@ -289,3 +289,14 @@ def test_a_plural_labels_list_after_a_relative_clause_and_a_rating() -> None:
     assert read("Stripe is rated low risk because the DPA is signed.") == {("stripe", "rating", "low risk")}
     (c,) = extract("Stripe re-rated to medium risk after the incident.")
     assert (c.slot, c.value, c.supersedes_hint) == (("stripe", "value"), "medium risk", True)
+
+
+def test_it_and_they_are_what_the_sentence_before_was_about() -> None:
+    note = "The export service is owned by Ana Costa. It now lives in the platform-tools repo."
+    assert read(note) == {
+        ("export service", "owner", "Ana Costa"),
+        ("export service", "location", "platform-tools repo"),
+    }
+    # With nothing read before, "it" stays a pronoun: nothing.
+    assert extract("It is owned by Dana Cole.") == []
+    assert extract("We met the vendor on Monday. It is owned by Dana Cole.") == []
