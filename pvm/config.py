@@ -633,6 +633,13 @@ class Settings:
         "confidence at which the facts pool promotes an extracted fact to current knowledge (below: pending); "
         f"{defaults.FACT_PROMOTE_AT} chosen on the calibration wording of the labeled set (docs/extraction.md)",
     )
+    fact_statements: str = setting(
+        "PVM_FACT_STATEMENTS",
+        Choice("keep", "off"),
+        defaults.FACT_STATEMENTS,
+        "keep: a minute the rules read no fact from keeps what its speaker says of themselves that lasts, as "
+        "said (docs/extraction.md, statements); off: such minutes state nothing",
+    )
     fact_tier_split: tuple[float, float, float] = setting(
         "PVM_FACT_TIER_SPLIT",
         TierSplit(),

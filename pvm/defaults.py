@@ -200,6 +200,7 @@ LLM_EXTRACT_MAX_CONFIDENCE = 0.85
 # newer value left pending keeps an old one current. Held-out (reported, not used): 0.36 / 0.38 / 0.41 current view,
 # 0.80 / 0.82 / 0.83 right. Below 0.6 nothing changes (no rule reads lower). docs/extraction.md has the table.
 FACT_PROMOTE_AT = 0.6  # PVM_FACT_PROMOTE_AT
+FACT_STATEMENTS = "keep"  # PVM_FACT_STATEMENTS: keep what a speaker says of themselves, as said (or "off")
 FACTS_SLOT_LEASE_MS = 10_000  # a facts worker's lease on a slot while it decides and writes its changes
 FACTS_LEASE_WAIT_S = 30.0  # a batch waits this long for slots another worker holds, then fails (and is retried)
 FACTS_LEASE_POLL_S = 0.005  # first wait before asking again for a busy slot, doubled up to 0.2 s

@@ -50,6 +50,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_LLM_MAX_TOKENS": ["0", "lots"],
     "PVM_LLM_TEMPERATURE": ["-0.1", "2.5", "nan", "hot"],
     "PVM_FACT_PROMOTE_AT": ["-0.1", "1.5", "nan", "high"],
+    "PVM_FACT_STATEMENTS": ["on", "yes", "none"],
     "PVM_FACT_TIER_SPLIT": ["40,40", "0,0,0", "-1,1,1", "a,b,c", "inf,1,1", "40,40,10,10"],
     "PVM_EVALUATE_EVERY": ["-1", "daily"],
     "PVM_EVALUATE_SLICE": ["0", "many"],
@@ -138,6 +139,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
         lambda order: st.integers(1, 3).map(lambda n: tuple(order[:n]))
     ),
     "summarizer": st.sampled_from(["extractive", "llm"]),
+    "fact_statements": st.sampled_from(["keep", "off"]),
     "pair_target": st.integers(1, 100),
     "pair_rounds": st.integers(1, 20),
     "pair_k": st.integers(1, 16),

@@ -411,10 +411,13 @@ class LLMExtractor:
             self.metrics.extraction(EXTRACTOR, recorded)
 
 
-def llm_extractor_from_settings(settings: Settings, metrics: MetricsRecorder | None = None) -> Extractor | None:
-    """The LLM extractor PVM_LLM_* ask for (rules as its fallback); None when PVM_LLM_MODEL is unset."""
+def llm_extractor_from_settings(
+    settings: Settings, metrics: MetricsRecorder | None = None, fallback: Extractor | None = None
+) -> Extractor | None:
+    """The LLM extractor PVM_LLM_* ask for (`fallback`, the rules by default, as its fallback); None when
+    PVM_LLM_MODEL is unset."""
     llm = llm_from_settings(settings, metrics)
-    return None if llm is None else LLMExtractor(llm, metrics=metrics)
+    return None if llm is None else LLMExtractor(llm, metrics=metrics, fallback=fallback)
 
 
 # -- the prompt ----------------------------------------------------------------------------------------------------

@@ -399,7 +399,8 @@ def extractor_from_settings(settings: Settings, metrics: MetricsRecorder | None 
     The LLM extractor (workers/facts/extraction_llm.py) falls back to the rules itself, chunk by chunk, when the
     model is unavailable or its answer is rejected.
     """
-    return llm_extractor_from_settings(settings, metrics) or RuleExtractor()
+    rules = RuleExtractor(statements=settings.fact_statements == "keep")
+    return llm_extractor_from_settings(settings, metrics, fallback=rules) or rules
 
 
 # -- RQ entry point ---------------------------------------------------------------------------------------------

@@ -5,10 +5,14 @@ The sentences are written for these tests (not taken from any benchmark set).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from pvm.config import Settings
 from tests.workers.minutes import minute
 from workers.facts.extraction import RULE_CONFIDENCE, RuleExtractor
+from workers.facts.pool import extractor_from_settings
 from workers.rules.statements import STATEMENT, is_statement, reported, statements
 
 
@@ -82,3 +86,11 @@ def test_a_minute_with_a_typed_fact_keeps_no_statement_and_statements_can_be_tur
     assert typed.slot == ("billing service", "database")
     said = "I adopted a rescue greyhound last month."
     assert RuleExtractor(statements=False).extract([minute("message", memory_note=said)]) == []
+
+
+def test_the_pools_extractor_keeps_statements_unless_pvm_fact_statements_is_off(tmp_path: Path) -> None:
+    said = minute("message", memory_note="I adopted a rescue greyhound last month.")
+    keep = extractor_from_settings(Settings.from_env({"PVM_HOME": str(tmp_path)}))
+    off = extractor_from_settings(Settings.from_env({"PVM_HOME": str(tmp_path), "PVM_FACT_STATEMENTS": "off"}))
+    assert [c.attribute for c in keep.extract([said])] == [STATEMENT]
+    assert off.extract([said]) == []
