@@ -107,6 +107,7 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_due": 0.7,  # "S is done by 30 June"
     "open_cadence": 0.7,  # "S runs quarterly"
     "open_location": 0.7,  # "S now lives in V"
+    "open_swap": 0.7,  # "swapping X for Y", "Y replaces X": the slot that holds X
     # A minute no rule reads a fact from: what its speaker says of themselves that lasts (workers.rules.statements).
     "statement": 0.6,
 }
@@ -175,6 +176,9 @@ class Candidate:
     rule: str = ""  # which rule read it (a RULE_CONFIDENCE key), or "llm"
     # The known fact (same tier key and slot) the statement replaces, when an extractor was shown it and named it.
     supersedes_fact_id: str | None = None
+    # The old value a statement names as replaced, its slot unnamed ("swapping X for Y"): `resolve_open_slots` finds
+    # the slot that holds X, or drops the candidate.
+    replaces_value: str | None = None
 
     @property
     def slot(self) -> tuple[str, str]:
@@ -331,6 +335,7 @@ class RuleExtractor:
                         supersedes=supersedes,
                         rule=reading.rule,
                         single=reading.single_valued,
+                        replaces=reading.replaces,
                     )
                     if candidate is not None:
                         out.append(candidate)
@@ -452,6 +457,7 @@ class RuleExtractor:
         rule: str,
         single: bool | None = None,
         tier: str | None = None,
+        replaces: str | None = None,
     ) -> Candidate | None:
         """The candidate, or None where the Fact contract would refuse it (learn()'s subject, an oversized value)."""
         task_id = stated_text(minute.data.get("task_id"))
@@ -483,6 +489,7 @@ class RuleExtractor:
             single_valued=single_valued(type_, attribute) if single is None else single,
             supersedes_hint=supersedes,
             rule=rule,
+            replaces_value=replaces,
         )
 
 
@@ -494,18 +501,27 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
     owner). A candidate read by an open rule (`rule` ``open_*``) that hints it replaces a value, whose own slot
     holds nothing, takes the one slot that has its attribute, holds a single value, and whose subject's words
     hold all of its subject's words or are all held by them: among the facts `held` (the current view of its
-    tier keys, slot -> facts) and the candidates before it (`candidates` are in minute order). Where several
-    or none fit, it stays where it was said: never on topic overlap alone, the attribute must be the same and
-    the change said.
+    tier keys, slot -> facts) and the candidates before it (`candidates` are in minute order). A candidate that
+    names only the value it replaces (`replaces_value`: "swapping X for Y") takes the one single-valued slot
+    holding X, or is dropped. Where several or none fit, it stays where it was said: never on topic overlap
+    alone, the attribute must be the same (or the old value named) and the change said.
     """
     slots: dict[tuple[str, str], set[str]] = {}  # slot -> projects where it holds one value
+    holding: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (project, value key) -> slots holding that value
     for (subject, attribute), facts in held.items():
         for f in facts:
             if f.single_valued and f.tier_key.project_id:
                 slots.setdefault((subject, attribute), set()).add(f.tier_key.project_id)
+                holding.setdefault((f.tier_key.project_id, value_key(f.value)), set()).add((subject, attribute))
     out: list[Candidate] = []
     for c in candidates:
-        if c.supersedes_hint and c.rule.startswith("open_") and c.project_id not in slots.get(c.slot, ()):
+        if c.replaces_value is not None:
+            places = holding.get((c.project_id, value_key(c.replaces_value)), set())
+            if len(places) != 1:
+                continue  # the replaced value is held nowhere (or in several slots): nothing to change
+            subject, attribute = next(iter(places))
+            c = dataclasses.replace(c, subject=subject, attribute=attribute, replaces_value=None)
+        elif c.supersedes_hint and c.rule.startswith("open_") and c.project_id not in slots.get(c.slot, ()):
             words = set(c.subject.split())
             fits = [
                 slot
@@ -519,6 +535,7 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
                 c = dataclasses.replace(c, subject=fits[0][0])
         if c.single_valued:
             slots.setdefault(c.slot, set()).add(c.project_id)
+            holding.setdefault((c.project_id, value_key(c.value)), set()).add(c.slot)
         out.append(c)
     return out
 

@@ -377,6 +377,7 @@ class Reading(NamedTuple):
     valid_from: date | None = None  # the day a "starting tomorrow" names; None: from the minute
     decision_label: bool = False  # "decision: ...", "agreed: ..."
     single_valued: bool | None = None  # None: the contract's default for the type and attribute
+    replaces: str | None = None  # the old value the sentence names as replaced ("swapping X for Y"): X
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,17 @@ _CHANGE_TAIL = re.compile(
     r"(?P<verb>rolled\s+back|is\s+going|are\s+going|[a-z\-]+)\s+(?:back\s+)?to\s+(?P<v>.+)$",
     re.I,
 )
+_SWAPPING = re.compile(
+    r"^(?:(?:we|i)\s+(?:are|am|have|will|were)?\s*)?(?:swapping|swapped|swap|replacing|replaced|replace)\s+"
+    r"(?P<old>.+?)\s+(?:for|with|by)\s+(?P<v>.+)$",
+    re.I,
+)
+_MOVED_OFF = re.compile(
+    r"^(?:(?:we|i)\s+(?:are|am|have|were)?\s*)?(?:moved|moving|migrated|migrating|switched|switching)\s+"
+    r"(?:off|away\s+from)\s+(?P<old>.+?)\s+(?:to|onto)\s+(?P<v>.+)$",
+    re.I,
+)
+_REPLACES_OPEN = re.compile(r"^(?P<v>.+?)\s+(?:replaces|replaced|will\s+replace|is\s+replacing)\s+(?P<old>.+)$", re.I)
 _ARROW = re.compile(
     r"^(?:(?:bumped|moved|changed|set|switched|upgraded|downgraded|raised|lowered)\s+)?(?P<np>.+?)\s*"
     r"(?:\u2192|->|=>)\s*(?P<v>.+)$",
@@ -187,7 +198,7 @@ _SETTING_VERBS = frozenset(
     | {"increased", "decreased", "reduced", "pinned", "upgraded", "downgraded", "back", "updated", "capped", "limited"}
 )
 _RATED = re.compile(
-    r"^(?P<s>.+?)\s+(?:is|are|was|were|has\s+been|got)\s+(?P<re>re-?)?rated\s+(?:as\s+|to\s+|at\s+)?(?P<v>.+?)"
+    r"^(?P<s>.+?)\s+(?:(?:is|are|was|were|has\s+been|got)\s+)?(?P<re>re-?)?rated\s+(?:as\s+|to\s+|at\s+)?(?P<v>.+?)"
     r"(?:\s+(?:because|since|as|after|due\s+to|given)\b.*)?$",
     re.I,
 )
@@ -586,6 +597,28 @@ def _passive(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     ]
 
 
+def _swap(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "We're swapping Firebase Remote Config for ConfigCat", "Dagster replaces Airflow": a new value named with the
+    old one only. The slot is the old value's (`workers.facts.extraction.resolve_open_slots` finds it, or drops
+    the statement); until then the reading stands in the old value's own name."""
+    match = _SWAPPING.match(s) or _MOVED_OFF.match(s) or _REPLACES_OPEN.match(s)
+    if match is None:
+        return []
+    said = match.group("v").split(", ")[0]
+    named = re.match(r"^(?P<v>.+?)\s+as\s+(?P<slot>.+)$", said, re.I)  # "... for DynamoDB as the gateway's DB"
+    slot = _slot(named.group("slot"), None, minute) if named else None
+    old = _values(match.group("old").split(", ")[0], plural=False)
+    new = _values(named.group("v") if named and slot else said, plural=False)
+    if len(old) != 1 or len(new) != 1 or not names_something(old[0]) or not names_something(new[0]):
+        return []
+    if slot is not None:  # the sentence names the slot itself
+        return [Reading(FactType.FACT, *slot, new[0], "open_swap", supersedes=True)]
+    subject = normalize_subject(old[0])
+    if not subject:
+        return []
+    return [Reading(FactType.FACT, subject, VALUE, new[0], "open_swap", supersedes=True, replaces=old[0])]
+
+
 def _arrow(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     """ "bumped dbt-core 1.7 → 1.8", "checkout_v3 → 50%", "Deployment target: iOS 15 -> iOS 16": a change."""
     match = _ARROW.match(s)
@@ -838,13 +871,14 @@ def _participle(word: str) -> bool:
 _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Pattern[str] | None], ...] = (
     (_ownership, re.compile(r"\bown|\bhand|\bpass|\bgiv|\bgave\b|\btransfer|\breassign|\btak|\btook\b")),
     (_labelled, re.compile(r":")),
+    (_swap, re.compile(r"\bswap|\breplac|\b(?:moved|moving|migrated|migrating|switched|switching)\s+(?:off|away)\b")),
     (_arrow, re.compile(r"\u2192|->|=>")),
+    (_rated, re.compile(r"rated\s")),  # before the change verbs: "re-rated to medium risk" is the rating's change
     (_change, re.compile(r"\sto\s")),
     (_dated_by, re.compile(r"\s(?:by|before|on|than)\s")),
     (_cadence, re.compile(r"ly\s|every\s|twice\s")),
     (_located, re.compile(r"\slives?\s|\s(?:kept|stored|hosted)\s")),
     (_kept_for, re.compile(r"\s(?:kept|retained|stored|held)\s+for\s")),
-    (_rated, re.compile(r"rated\s")),
     (_passive, re.compile(r"\s(?:by|with|from|through|via|in|at)\s")),
     (_copula, re.compile(r"\s(?:is|are|will\s+be)\s")),
 )

@@ -342,20 +342,28 @@ def noted(n: int, note: str, minutes: float) -> Minute:
 def test_an_open_slots_said_change_finds_the_slot_it_changes_in_the_batch_and_in_the_store(
     ctx: FactsContext, redis_client: redis.Redis
 ) -> None:
-    first = [noted(1, "Kenji owns billing, Ana owns refunds.", 0)]
+    first = [noted(1, "Kenji owns billing, Ana owns refunds.", 0), noted(2, "Feature flags: LaunchDarkly.", 1)]
     facts_batch(ctx, redis_client, records(first))
     later = [
-        noted(2, "I'm off to the search team, so the billing domain is handed over to Bo Lind.", 5),
-        noted(3, "The refunds ledger is owned by Dee Park.", 6),  # no change said: a slot of its own
+        noted(3, "I'm off to the search team, so the billing domain is handed over to Bo Lind.", 5),
+        noted(4, "The refunds ledger is owned by Dee Park.", 6),  # no change said: a slot of its own
+        noted(5, "We're swapping LaunchDarkly for Unleash.", 7),  # named by the old value only
+        noted(6, "We're swapping Jenkins for Buildkite.", 8),  # an old value held nowhere: nothing
     ]
-    facts_batch(ctx, redis_client, records(later, first_seq=2))
-    current = {(f.slot.subject, f.value) for f in FactStore(redis_client).current([P1]) if f.slot.attribute == "owner"}
-    assert current == {("billing", "Bo Lind"), ("refunds", "Ana"), ("refunds ledger", "Dee Park")}
+    expected = {
+        ("billing", "owner", "Bo Lind"),
+        ("refunds", "owner", "Ana"),
+        ("refunds ledger", "owner", "Dee Park"),
+        ("feature flags", "value", "Unleash"),
+    }
+    facts_batch(ctx, redis_client, records(later, first_seq=3))
+    current = {(f.slot.subject, f.slot.attribute, f.value) for f in FactStore(redis_client).current([P1])}
+    assert current == expected
     # In one batch, against the candidates before it.
     FactStore(redis_client).reset_project("p1")
     facts_batch(ctx, redis_client, records([*first, *later]))
-    current = {(f.slot.subject, f.value) for f in FactStore(redis_client).current([P1]) if f.slot.attribute == "owner"}
-    assert current == {("billing", "Bo Lind"), ("refunds", "Ana"), ("refunds ledger", "Dee Park")}
+    current = {(f.slot.subject, f.slot.attribute, f.value) for f in FactStore(redis_client).current([P1])}
+    assert current == expected
 
 
 def test_different_slots_never_invalidate_each_other(ctx: FactsContext, redis_client: redis.Redis) -> None:

@@ -287,8 +287,8 @@ def test_a_plural_labels_list_after_a_relative_clause_and_a_rating() -> None:
         ("dim_account", "columns", "birth_date"),
     }
     assert read("Stripe is rated low risk because the DPA is signed.") == {("stripe", "rating", "low risk")}
-    (c,) = extract("Stripe re-rated to medium risk after the incident.")
-    assert (c.slot, c.value, c.supersedes_hint) == (("stripe", "value"), "medium risk", True)
+    (c,) = extract("Stripe re-rated to medium risk after the incident.")  # the rating's change: one slot
+    assert (c.slot, c.value, c.supersedes_hint) == (("stripe", "rating"), "medium risk", True)
 
 
 def test_it_and_they_are_what_the_sentence_before_was_about() -> None:
@@ -300,3 +300,27 @@ def test_it_and_they_are_what_the_sentence_before_was_about() -> None:
     # With nothing read before, "it" stays a pronoun: nothing.
     assert extract("It is owned by Dana Cole.") == []
     assert extract("We met the vendor on Monday. It is owned by Dana Cole.") == []
+
+
+def test_a_swap_named_by_its_old_value_takes_the_slot_that_holds_it_or_nothing() -> None:
+    (flags,) = extract("Feature flags: LaunchDarkly.")
+    (swap,) = extract("We're swapping LaunchDarkly for Unleash next sprint.")
+    assert (swap.rule, swap.replaces_value, swap.value, swap.supersedes_hint) == (
+        "open_swap",
+        "LaunchDarkly",
+        "Unleash",
+        True,
+    )
+    assert [(c.slot, c.value) for c in resolve_open_slots([flags, swap], {})] == [
+        (flags.slot, "LaunchDarkly"),
+        (flags.slot, "Unleash"),
+    ]
+    # Its old value held nowhere: the swap says nothing PVM can place, and is dropped.
+    assert resolve_open_slots([swap], {}) == []
+    # "Y replaces X" and "moved off X to Y" are swaps too; a sentence that names the slot needs no resolving.
+    (replaces,) = extract("Dagster replaces Airflow 1.10, self-hosted on EKS.")
+    assert (replaces.replaces_value, replaces.value) == ("Airflow 1.10", "Dagster")
+    (moved,) = extract("Migrating off Jenkins to Buildkite this sprint.")
+    assert (moved.replaces_value, moved.value) == ("Jenkins", "Buildkite")
+    (named,) = extract("Swapping SQLite for DynamoDB as the ledger service's DB.")
+    assert (named.slot, named.value, named.replaces_value) == (("ledger service", "database"), "DynamoDB", None)
