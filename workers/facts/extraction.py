@@ -54,7 +54,7 @@ from workers.rules.fact_text import (
     value_key,
     vocabulary,
 )
-from workers.rules.open_slots import lines, read_open
+from workers.rules.open_slots import lines, read_open, with_antecedent
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 from workers.rules.statements import STATEMENT, reported, statements
 
@@ -126,9 +126,6 @@ STRUCTURED_KEYS = ("fact", "facts", *(t.value for t in FactType if t is not Fact
 MAX_CAUSE_WORDS = 16  # a failure's data.error longer than this is a log line, not a pattern
 
 _DECISION_EVENTS = frozenset({"decision", "conflict_resolved"})
-# A sentence whose subject is "it" or "they": about what the sentence before was read about (that, this and
-# these point at events as often as at things, and are left alone).
-_PRONOUN_SUBJECT = re.compile(r"^(?:it|they)(?=\s+(?:is|are|was|were|has|have|had|will|now|runs|uses|lives)\b)", re.I)
 _DATE_INTRO = re.compile(r"^(?:starting|from|as\s+of|since|effective|beginning)\s+", re.I)
 _FACT_TYPES = frozenset(t.value for t in FactType)
 
@@ -296,9 +293,8 @@ class RuleExtractor:
             before: str | None = None  # the subject the sentence before was read about
             for line in lines(text):
                 sentence = line.text
-                pronoun = _PRONOUN_SUBJECT.match(sentence)
-                if pronoun and before and before != "scope":  # "It is owned by Dana": the thing just named
-                    sentence = before + sentence[pronoun.end() :]
+                if before:
+                    sentence = with_antecedent(sentence, before)  # "It is owned by Dana": the thing just named
                     line = line._replace(text=sentence)
                 prepared = prepare(sentence, minute, at)
                 if prepared is None:

@@ -42,6 +42,7 @@ from workers.rules.fact_text import (
     DETERMINERS,
     EVALUATIVE_WORDS,
     PRONOUNS,
+    SCOPE_SUBJECT,
     STATE_WORDS,
     TRANSIENT_WORDS,
     Prepared,
@@ -267,6 +268,19 @@ def lines(text: str) -> Iterator[Line]:
             previous = raw
             for sentence in sentences(raw):
                 yield Line(sentence, None)
+
+
+# A sentence whose subject is "it" or "they" (that, this and these point at events as often as at things).
+_PRONOUN_SUBJECT = re.compile(r"^(?:it|they)(?=\s+(?:is|are|was|were|has|have|had|will|now|runs|uses|lives)\b)", re.I)
+
+
+def with_antecedent(sentence: str, before: str) -> str:
+    """`sentence` with a subject "it" or "they" replaced by `before`, the subject the sentence before was read
+    about ("It now lives in the tools repo" after "The export service is owned by Ana"); else as it is."""
+    pronoun = _PRONOUN_SUBJECT.match(sentence)
+    if pronoun is None or not before or before == SCOPE_SUBJECT:
+        return sentence
+    return before + sentence[pronoun.end() :]
 
 
 def heading_subject(line: str) -> str | None:

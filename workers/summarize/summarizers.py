@@ -286,7 +286,9 @@ class ExtractiveSummarizer:
             for text in minute_texts(logged.minute):
                 who, said = reported(text)
                 for sentence in SENTENCE_BREAK.split(said):
-                    sentence = sentence.strip().strip('"\u201c\u201d').strip()
+                    sentence = sentence.strip()
+                    if who is not None:  # the quotes around what was said go with "said, "
+                        sentence = sentence.strip('"\u201c\u201d').strip()
                     if sentence:
                         found = words(sentence)
                         doc += found

@@ -78,6 +78,11 @@ def test_reported_speech_is_summarized_as_who_said_what_without_its_questions_or
         "Caroline: Hey Mel! Melanie: The parade was great. This was ours. "
         "Caroline: I adopted a rescue greyhound last month."
     )
+    # A note that is not reported speech keeps its quotes as written.
+    quoted = logged([('"Ship the billing release tonight."', "message")])
+    assert ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), quoted).summary == (
+        '"Ship the billing release tonight."'
+    )
     # A statement outranks a pleasantry when only one fits.
     short = ExtractiveSummarizer(ratio=0.01, min_tokens=16).summarize("p1", ThreadRef.parse("t1"), minutes).summary
     assert short == "Caroline: I adopted a rescue greyhound last month."
