@@ -595,7 +595,7 @@ class HybridSearch:
                 score = (1 - defaults.SEARCH_RECENT_SHARE) * score + defaults.SEARCH_RECENT_SHARE * newness
             scored.append((score, timestamp or 0, c.minute_id, c, parts))
         scored.sort(key=lambda s: (-s[0], -s[1], s[2]))
-        scored = _thread_lifted(scored, window)
+        scored = _thread_lifted(scored, window, k)
         return [(score, c, parts) for score, _, _, c, parts in scored]
 
     def _relevance(
@@ -843,7 +843,9 @@ _OWN_ORDER = 1e-6  # a lifted minute's score: its thread's lift plus this much o
 
 
 def _thread_lifted(
-    scored: list[tuple[float, int, str, Candidate, dict[str, float]]], window: ThreadWindows | None = None
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
+    window: ThreadWindows | None = None,
+    k: int | None = None,
 ) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
     """`scored` (best first) with the candidates near a top hit in its thread lifted to that hit's score times a
     decay.
@@ -856,6 +858,10 @@ def _thread_lifted(
     (`window`, read from the engine) or, without a window, among the thread's candidates. A long thread that is
     mostly about other things (a day's conversation) lifts what was said right around the hit, not all of itself.
     Re-sorted best first.
+
+    With `k`, only the best `k` are asked for, and a hit's window is read only when it could change them
+    (`_could_change`): the best `k` are the same as with every window read; what ranks below them may be lifted
+    less.
     """
     lift: dict[str, float] = {}
     hits: list[tuple[str, int, str]] = []  # (thread, timestamp, minute id) of each top hit with a thread
@@ -881,8 +887,17 @@ def _thread_lifted(
         # An anchor with no other candidate within reach even among the candidates lifts nothing, and its thread
         # is read only when the best hits ask for their adjacent minutes (`ahead`): all in one read.
         reach = defaults.SEARCH_THREAD_NEAR
-        anchors = [m for thread, t, m in hits if _near(in_time[thread], [(t, m)]) != {m}]
-        window.read([*(top[m] for m in anchors), *(c for _, _, _, c, _ in scored[: window.ahead])])
+        floor = scored[k - 1][0] if k is not None and len(scored) >= k else None
+        places = {minute_id: i for i, (_, _, minute_id, _, _) in enumerate(scored)}
+        anchors = [
+            m
+            for thread, t, m in hits
+            if _could_change(scored, places, _near(in_time[thread], [(t, m)]), m, lift[thread], floor, k)
+        ]
+        # The adjacent minutes come in at SEARCH_ADJACENT_DECAY of a hit's score, which no lift raises above the
+        # best score: below the k-th they never show, and their windows are not read ahead.
+        ahead = window.ahead if floor is None or defaults.SEARCH_ADJACENT_DECAY * scored[0][0] > floor else 0
+        window.read([*(top[m] for m in anchors), *(c for _, _, _, c, _ in scored[:ahead])])
         for minute_id in anchors:
             around = window(top[minute_id])
             at = _place(around, minute_id)
@@ -904,6 +919,32 @@ def _thread_lifted(
     return out
 
 
+def _could_change(
+    scored: list[tuple[float, int, str, Candidate, dict[str, float]]],
+    places: dict[str, int],
+    near: set[str],
+    anchor: str,
+    lift: float,
+    floor: float | None,
+    k: int | None,
+) -> bool:
+    """Whether reading the window of `anchor` could change the best `k` of `scored`: `near` (the candidates within
+    reach of it among the candidates, a superset of those within reach among all its thread's minutes) holds
+    another minute than itself, and one of them would be lifted (`lift` above its score) and is among the best `k`
+    or would rank among them lifted (at least the k-th score, `floor`; `places`: where each minute ranks). A lift
+    raises scores, never lowers them, so a minute lifted below the k-th stays below whatever else is lifted."""
+    if near == {anchor}:
+        return False
+    if floor is None or k is None:
+        return True
+    for minute_id in near:
+        place = places[minute_id]
+        score = scored[place][0]
+        if lift > score and (place < k or lift + _OWN_ORDER * score >= floor):
+            return True
+    return False
+
+
 def _with_adjacent(
     best: list[tuple[float, Candidate, dict[str, float]]], k: int, window: ThreadWindows
 ) -> list[tuple[float, Candidate, dict[str, float]]]:
@@ -916,10 +957,16 @@ def _with_adjacent(
     """
     have = {c.minute_id for _, c, _ in best}
     added: list[tuple[float, Candidate, dict[str, float]]] = []
-    for score, hit, _ in best[: defaults.SEARCH_ADJACENT_HITS]:
-        thread = hit.payload.get("thread_id")
-        if not isinstance(thread, str) or not thread:
-            continue
+    # Brought in at or below the k-th score, a minute would rank below the best k (the sort is stable): that hit's
+    # window is not read.
+    floor = best[k - 1][0] if len(best) >= k else None
+    bringing = [
+        (score, hit)
+        for score, hit, _ in best[: defaults.SEARCH_ADJACENT_HITS]
+        if _thread_of(hit) and (floor is None or score * defaults.SEARCH_ADJACENT_DECAY > floor)
+    ]
+    window.read(hit for _, hit in bringing)
+    for score, hit in bringing:
         around = window(hit)
         at = _place(around, hit.minute_id)
         for adjacent in around[max(0, at - 1) : at] + around[at + 1 : at + 2]:
