@@ -33,6 +33,8 @@ from pvm.search import (
     SearchResult,
     ThreadWindows,
     _dense_share,
+    _thread_lifted,
+    _with_adjacent,
 )
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.server import ServerEngine
@@ -1393,3 +1395,67 @@ def test_thread_windows_read_the_hits_threads_together_and_cut_the_windows_aroun
     assert counting.in_threads_calls[:2] == [["th-a", "th-long"], ["th-a"]]  # th-long alone only if not seen long
     assert ("alpha", "th-long") in fresh and ("alpha", "th-a") not in fresh
     assert {m.minute_id: [c.minute_id for c in window(m)] for m in minutes} == expected
+
+
+def test_thread_windows_are_read_only_where_they_could_change_the_best_k(engine: EdgeEngine) -> None:
+    # Thread th-a holds a0..a5 one second apart; only a0, a3 and a5 are candidates (a3 is next to a0 among the
+    # candidates, three places from it among all the thread's minutes). Thread th-b: b0 alone among the candidates.
+    # A window is read only when what it decides could reach the best k; the best k are those of a search that
+    # reads every window.
+    def said(minute_id: str, thread: str, ms: int) -> MemoryPoint:
+        point = memory_point("alpha", minute_id, "step", age_ms=0)
+        point.payload.update(thread_id=thread, timestamp_ms=NOW - 100_000 + ms)
+        return point
+
+    points = [said(f"a{i}", "th-a", 1000 * i) for i in range(6)] + [said(f"b{i}", "th-b", 1000 * i) for i in range(3)]
+    others = [f"o{i}" for i in range(3)]  # no thread
+    engine.upsert([*points, *(memory_point("alpha", m, "other") for m in others)])
+    by_id = {c.minute_id: c for c in engine.retrieve("alpha", ["a0", "a3", "a5", "b0", *others])}
+
+    def scored_as(scores: dict[str, float]) -> list[tuple[float, int, str, Candidate, dict[str, float]]]:
+        ranked = [(s, int(by_id[m].payload["timestamp_ms"]), m, by_id[m], {"keyword": s}) for m, s in scores.items()]
+        return sorted(ranked, key=lambda s: (-s[0], -s[1], s[2]))
+
+    def lifted(scores: dict[str, float], k: int | None) -> tuple[list[tuple[str, float]], list[list[str]]]:
+        counting = ReadCountingEngine(engine)
+        window = ThreadWindows(counting, "alpha", SearchFilters(), LongThreads())  # type: ignore[arg-type]
+        out = _thread_lifted(scored_as(scores), window, k)
+        return [(m, score) for score, _, m, _, _ in out], counting.in_threads_calls
+
+    # Below the best SEARCH_THREAD_HITS (5), a3 and a5 would be lifted to 0.97 at most, below b0 (0.99): with
+    # k = 2 no window is read, and the best 2 agree.
+    scores = {"a0": 1.0, "b0": 0.99, "o0": 0.95, "o1": 0.94, "o2": 0.93, "a3": 0.5, "a5": 0.4}
+    skipped, reads = lifted(scores, 2)
+    every, every_reads = lifted(scores, None)
+    assert reads == [] and every_reads == [["th-a"]]
+    assert skipped[:2] == every[:2] == [("a0", 1.0), ("b0", 0.99)]
+    assert skipped == every  # read, a3 is three places from a0 among all the thread's minutes: it is not lifted
+    # With k = 3, a3 lifted (0.97) would outrank the 3rd (o0, 0.95): th-a is read, and a3 stays where it was.
+    read_k3, reads = lifted(scores, 3)
+    assert reads == [["th-a"]]
+    assert read_k3[:3] == every[:3]
+    # A hit lifts itself to its thread's lift (a3, a second hit of th-a, to 0.97 of a0's 0.95), but only as an
+    # anchor whose window is read: read where a3 is among the best k (k >= 3), not where it could not reach them.
+    scores = {"b0": 1.0, "a0": 0.95, "a3": 0.9, "o0": 0.8, "o1": 0.7}
+    want, _ = lifted(scores, None)
+    assert dict(want)["a3"] == pytest.approx(0.95 * defaults.SEARCH_THREAD_DECAY, abs=1e-5)
+    for k in (1, 2, 3, 4, 5):
+        got, reads = lifted(scores, k)
+        assert got[:k] == want[:k], k
+        assert reads == ([["th-a"]] if k >= 3 else []), k
+
+    # The adjacent minutes: brought in at SEARCH_ADJACENT_DECAY of a hit's score, at or below the k-th they never
+    # show, and the hit's window is not read.
+    best = [(s, by_id[m], {"keyword": s}) for m, s in (("a3", 1.0), ("b0", 0.95), ("o0", 0.9), ("o1", 0.85))]
+    counting = ReadCountingEngine(engine)
+    window = ThreadWindows(counting, "alpha", SearchFilters(), LongThreads())  # type: ignore[arg-type]
+    assert _with_adjacent(best, 4, window) == best
+    assert counting.in_threads_calls == []
+    floor_low = [*best[:3], (0.68, by_id["o1"], {"keyword": 0.68})]  # 0.7 of a3's 1.0 above the 4th: a2 comes in
+    with_all = _with_adjacent(floor_low, 4 + 10, window)[:4]
+    counting.in_threads_calls.clear()
+    fresh = ThreadWindows(counting, "alpha", SearchFilters(), LongThreads())  # type: ignore[arg-type]
+    got = _with_adjacent(floor_low, 4, fresh)
+    assert got == with_all
+    assert [c.minute_id for _, c, parts in got if "adjacent" in parts] == ["a2"]  # a4 ties it, below the best 4
+    assert counting.in_threads_calls == [["th-a"]]  # b0's (0.665) would not reach the 4th (0.68): not read
