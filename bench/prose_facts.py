@@ -44,9 +44,9 @@ and retracted ones are counted apart):
         must match exactly the gold's values (none where the gold is null)
     prose_stale_current_rate
         questions where a fact held in force in any slot like the question's
-        holds a value of that slot that no longer held at ``as_of`` (an older
-        value shown as current; PVM has nothing yet that puts the newer minute
-        beside it)
+        holds a value of that slot that no longer held at ``as_of``, and no
+        statement in force questions it (an older value shown as current with
+        no newer minute beside it: `workers.rules.questioning`)
     prose_distractor_facts   stored facts whose every source is a distractor minute
     prose_cross_slot_invalidations
         `must_not_invalidate` gold facts of the cross-slot traps whose matched
@@ -67,7 +67,7 @@ from typing import Any
 
 from bench.harness import BenchError, Progress, target_texts, verdicts, workspace
 from contracts import Fact, Minute, decode_minute
-from contracts.facts import GLOBAL_KEY, FactStatus, Tier, TierKey, is_valid_task_id
+from contracts.facts import GLOBAL_KEY, FactStatus, RelationKind, Tier, TierKey, is_valid_task_id
 from pvm import defaults
 from pvm.stores.facts import FactStore
 from workers.facts.extraction import Extractor, RuleExtractor
@@ -428,6 +428,7 @@ def score(data: ProseSet, run: ProseRun) -> tuple[dict[str, Any], dict[str, Any]
         "matched": len(matched),
         "questions_right": right,
         "questions_stale": stale,
+        "questioning_statements": sum(1 for f in said for r in f.relationships if r.kind is RelationKind.QUESTIONS),
         "pool_changes": dict(sorted(run.counts.items())),
         "missed_examples": [
             {
@@ -474,9 +475,12 @@ def _answer(question: Question, in_force: Sequence[Fact], gold: Sequence[GoldPro
     of_slot = [g for g in gold if g.slot == question.slot]
     wanted = [g for g in of_slot if g.id in question.gold_fact_ids]
     gone = [g for g in of_slot if not g.held_at(when) and _instant(g.valid_from) <= when]
+    # A fact a statement in force questions is shown with the newer minute beside it, not as settled.
+    questioned = {r.fact_id for f in in_force for r in f.relationships if r.kind is RelationKind.QUESTIONS}
     old = any(
         any(value_matches(f.value, g) for g in gone) and not any(value_matches(f.value, w) for w in wanted)
         for f in near
+        if f.id not in questioned
     )
     if not wanted:
         return not about, old

@@ -155,6 +155,9 @@ class RelationKind(StrEnum):
     DEPENDS_ON = "depends_on"
     CONTRADICTS = "contradicts"
     SUPERSEDES = "supersedes"
+    # A newer statement about the target's slot whose value PVM could not read as a change: the target is shown
+    # with it, not as settled (it retires nothing).
+    QUESTIONS = "questions"
 
 
 def default_single_valued(type: FactType | str, attribute: str) -> bool:

@@ -6,6 +6,7 @@ serves them as JSON through `to_dict()`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -265,7 +266,8 @@ class ContextPackage:
     freshness: dict[str, Any]  # per stage: how far behind the newest minute it is
     full_log_available: bool
     # What we know: current, promoted facts (Fact.to_dict()) of the task, project and granted global tiers, in
-    # that order, each tier's most important to the task first (constraints and goals, then by relevance).
+    # that order, each tier's most important to the task first (constraints and goals, then by relevance). A fact
+    # a newer statement questions carries it under QUESTIONED_BY (`questioned`), beside it, not on its own.
     facts: tuple[dict[str, Any], ...] = ()
     # Procedure facts (Fact.to_dict()) whose condition (subject) matches the task: do the action (value); highest
     # priority (importance) first.
@@ -405,10 +407,39 @@ def tier_heading(tier_key: str) -> str:
     return "### Every project"
 
 
-def fact_line(fact: dict[str, Any]) -> str:
-    """One fact (`Fact.to_dict()`) as one prompt line: its type, its sentence, and since when it holds."""
+# The key of a context's fact record (`ContextPackage.facts`) holding the newest statement that questions it: a
+# newer minute said its slot changed in words PVM could not read as a value (`RelationKind.QUESTIONS`).
+QUESTIONED_BY = "questioned_by"
+
+
+def questioned(fact: Mapping[str, Any], statement: Mapping[str, Any]) -> dict[str, Any]:
+    """A context's fact record (`Fact.to_dict()`) with the statement (`Fact.to_dict()`) that questions it beside
+    it: its id, words (its value), since when, and the minutes it came from."""
+    return {
+        **fact,
+        QUESTIONED_BY: {
+            "fact_id": statement.get("id"),
+            "text": statement.get("value"),
+            "valid_from": statement.get("valid_from"),
+            "source_minute_ids": list(statement.get("source_minute_ids") or ()),
+        },
+    }
+
+
+def as_fact_record(fact: Mapping[str, Any]) -> dict[str, Any]:
+    """A context's fact record as `Fact.to_dict()` wrote it (what `questioned` added taken off)."""
+    return {k: v for k, v in fact.items() if k != QUESTIONED_BY}
+
+
+def fact_line(fact: Mapping[str, Any]) -> str:
+    """One fact (`Fact.to_dict()`) as one prompt line: its type, its sentence, and since when it holds; a
+    questioned one (`questioned`) with the newer statement after it."""
     since = str(fact.get("valid_from") or "")[:10]
-    return f"- {fact.get('type', 'fact')}: {fact.get('text', '')}" + (f" (since {since})" if since else "")
+    line = f"- {fact.get('type', 'fact')}: {fact.get('text', '')}" + (f" (since {since})" if since else "")
+    newer = fact.get(QUESTIONED_BY)
+    if isinstance(newer, Mapping):
+        line += f" - questioned by a newer minute ({str(newer.get('valid_from') or '')[:10]}): {newer.get('text', '')}"
+    return line
 
 
 def rule_line(rule: dict[str, Any]) -> str:

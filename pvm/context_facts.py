@@ -32,15 +32,15 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import msgpack
 
 from contracts import keys
-from contracts.facts import Fact, FactStatus, FactType, Tier, TierKey
-from contracts.memory import fact_line, rule_line
+from contracts.facts import Fact, FactStatus, FactType, RelationKind, Tier, TierKey
+from contracts.memory import fact_line, questioned, rule_line
 from pvm import defaults
 from pvm.stores.fact_projection import instant
 from pvm.stores.facts import StoredFact
@@ -157,10 +157,12 @@ class KnownFact:
     valid_from: float
     valid_until: float | None
     promoted_at: float | None
+    questions: str | None = None  # the fact this statement questions (`RelationKind.QUESTIONS`), if any
 
     @classmethod
     def of(cls, stored: StoredFact, record: dict[str, Any], line: str, cost: int) -> KnownFact:
         fact = stored.fact
+        questions = next((r.fact_id for r in fact.relationships if r.kind is RelationKind.QUESTIONS), None)
         return cls(
             fact=fact,
             record=record,
@@ -173,6 +175,7 @@ class KnownFact:
             valid_from=_seconds(fact.valid_from),
             valid_until=None if fact.valid_until is None else _seconds(fact.valid_until),
             promoted_at=None if stored.promoted_at is None else _seconds(stored.promoted_at),
+            questions=questions,
         )
 
     def holds_at(self, when: float) -> bool:
@@ -217,6 +220,32 @@ class FactMemo:
                 self._known.clear()
             self._known[raw] = known
         return known
+
+
+def questioned_beside(facts: Sequence[KnownFact], cost: Callable[[str], int]) -> list[KnownFact]:
+    """`facts` with each statement that questions another of them (`workers.rules.questioning`: a newer minute
+    said the slot changed, in words no rule read a value from) shown beside that fact, not on its own line: the
+    fact's record carries the newest such statement (`contracts.memory.questioned`) and its line ends with it and
+    its day, so the older value never reads as settled.
+    A statement whose fact is not among `facts` (superseded since, or not current) stays a line of its own."""
+    ids = {k.fact.id for k in facts}
+    newest: dict[str, KnownFact] = {}
+    for k in facts:
+        if k.questions in ids and (k.questions not in newest or k.valid_from > newest[k.questions].valid_from):
+            newest[k.questions] = k
+    if not newest:
+        return list(facts)
+    out = []
+    for k in facts:
+        if k.questions in ids:
+            continue  # shown beside the fact it questions
+        statement = newest.get(k.fact.id)
+        if statement is not None:
+            record = questioned(k.record, statement.record)
+            line = fact_line(record)
+            k = replace(k, record=record, line=line, cost=cost(line), words=k.words | statement.words)
+        out.append(k)
+    return out
 
 
 # -- choosing ------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 from contracts.errors import InvalidFact
 from contracts.fact_changes import learned_minute, learned_slot, tier_promoted_minute
 from contracts.facts import FIELD_RULES, GLOBAL_KEY, Fact, FactStatus, FactType, Tier, TierKey
+from contracts.memory import as_fact_record
 from contracts.minute import Minute, check_project_id
 
 TIER_NAMES = ", ".join(t.value for t in Tier)
@@ -99,7 +100,7 @@ def promote_minute(fact: Fact | Mapping[str, Any], *, agent_id: str | None = Non
 
     Only current knowledge is promoted: a pending, superseded or retracted fact is refused, naming its status.
     """
-    held = fact if isinstance(fact, Fact) else Fact.from_dict(dict(fact))
+    held = fact if isinstance(fact, Fact) else Fact.from_dict(as_fact_record(fact))
     if held.status is not FactStatus.PROMOTED:
         raise InvalidFact(
             "status",

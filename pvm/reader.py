@@ -467,9 +467,10 @@ class ContextReader:
         recent = list(view.recent) if view is not None else self._recent(project_id, self.recent_n, bodies)
         freshness = _freshness(_decoded(_hash(log_head)), _decoded(_hash(index_head)), read_at)
         memory = AgentMemoryStore.parse(agent_id, _hash(memory_hash), capabilities)
-        current = [
-            k for k in (self._facts.known(raw) for reply in fact_replies for raw in reply) if k.holds_at(read_at)
-        ]
+        current = context_facts.questioned_beside(
+            [k for k in (self._facts.known(raw) for reply in fact_replies for raw in reply) if k.holds_at(read_at)],
+            self._facts.cost,
+        )
         grouped = context_facts.by_tier(current, tier_keys)
         task_words = context_facts.words(task or "", *tags)
         procedures = [k for facts in grouped.values() for k in facts if k.fact.type is FactType.PROCEDURE]

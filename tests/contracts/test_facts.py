@@ -98,7 +98,7 @@ def test_fact_types_and_default_importance() -> None:
 def test_statuses_tiers_and_relation_kinds() -> None:
     assert [s.value for s in FactStatus] == ["pending", "promoted", "superseded", "retracted"]
     assert [t.value for t in Tier] == ["task", "project", "global"]
-    assert [k.value for k in RelationKind] == ["related_to", "depends_on", "contradicts", "supersedes"]
+    assert [k.value for k in RelationKind] == ["related_to", "depends_on", "contradicts", "supersedes", "questions"]
     assert make().status == FactStatus.PENDING
 
 

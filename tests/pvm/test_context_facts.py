@@ -18,6 +18,7 @@ from contracts.facts import GLOBAL_KEY, Fact, FactStatus, FactType, TierKey
 from contracts.memory import ContextPackage, fact_line
 from pvm.config import Settings
 from pvm.context_facts import relevance, rule_matches, words
+from pvm.knowledge import promote_minute
 from pvm.reader import ContextReader, line_cost
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
@@ -474,3 +475,40 @@ def test_words_read_the_same_from_the_stem_memo_as_stemmed_afresh(monkeypatch: p
         text = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 9)))
         said = context_facts._WORD.findall(text.casefold())
         assert context_facts.words(text) == {context_facts._stem(w) for w in said if w not in context_facts._STOPWORDS}
+
+
+def test_a_fact_a_newer_minute_questions_is_shown_with_it_not_as_settled(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    def noted(n: int, note: str, minutes: float) -> Minute:
+        return Minute(
+            event_type="message",
+            id=f"m{n:05d}",
+            project_id="p1",
+            agent_id="a1",
+            timestamp=at(minutes),
+            memory_note=note,
+        )
+
+    pool(redis_client, settings, [noted(1, "The release train runs every two weeks.", 0)])
+    pool(
+        redis_client,
+        settings,
+        [noted(2, "OK, we're going weekly. Starting next Monday every train is one week long.", 60)],
+    )
+    pkg = reader.build_context("p1", "planner", task="how often does the release train run?")
+    # One line: the held value with the newer minute's words beside it; the statement is not a line of its own.
+    assert [f["value"] for f in pkg.facts] == ["every two weeks"]
+    lines = [line for line in pkg.render().splitlines() if "every two weeks" in line or "one week long" in line]
+    assert len(lines) == 1
+    assert lines[0].endswith(
+        f"- questioned by a newer minute ({at(60)[:10]}): Starting next Monday every train is one week long."
+    )
+    assert pkg.facts[0]["questioned_by"]["source_minute_ids"] == ["m00002"]
+    # The record is still the fact's for the calls that take a context's fact (a tier promotion).
+    assert promote_minute(pkg.facts[0]).data["fact"]["value"] == "every two weeks"
+    # Read as a change, the new value replaces the old; the statement then stands on its own.
+    pool(redis_client, settings, [noted(3, "The release train now runs weekly.", 120)])
+    pkg = reader.build_context("p1", "planner", task="how often does the release train run?")
+    assert sorted(f["value"] for f in pkg.facts) == ["Starting next Monday every train is one week long.", "weekly"]
+    assert "questioned" not in pkg.render()

@@ -51,10 +51,12 @@ from workers.rules.fact_text import (
     parse_slot,
     prepare,
     read,
+    sentences,
     value_key,
     vocabulary,
 )
 from workers.rules.open_slots import lines, read_open, with_antecedent
+from workers.rules.questioning import Held, may_question, questions
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 from workers.rules.statements import STATEMENT, reported, statements
 
@@ -110,6 +112,9 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_swap": 0.7,  # "swapping X for Y", "Y replaces X": the slot that holds X
     # A minute no rule reads a fact from: what its speaker says of themselves that lasts (workers.rules.statements).
     "statement": 0.6,
+    # A sentence that says a held fact's slot changed, in words no rule reads (workers.rules.questioning): kept as a
+    # statement beside the fact it questions, shown with it (at the promotion threshold: it retires nothing).
+    "questions": 0.6,
 }
 # Rules the extractor does not run (the sentence then states nothing). "X cannot Y" read 0 of 26 facts right on the
 # dev wording (bench/fact_sessions.py DEV_TEMPLATES: "I can't get X to start", "reviewer cannot join today"): it
@@ -176,6 +181,9 @@ class Candidate:
     # The old value a statement names as replaced, its slot unnamed ("swapping X for Y"): `resolve_open_slots` finds
     # the slot that holds X, or drops the candidate.
     replaces_value: str | None = None
+    # The held fact (same tier key) this statement says changed without a value the rules read
+    # (`questioning_candidates`): the fact relates to it as `RelationKind.QUESTIONS`.
+    questions_fact_id: str | None = None
 
     @property
     def slot(self) -> tuple[str, str]:
@@ -534,6 +542,82 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
             holding.setdefault((c.project_id, value_key(c.value)), set()).add(c.slot)
         out.append(c)
     return out
+
+
+def questioning_candidates(minutes: Sequence[Minute], candidates: Sequence[Candidate], held: Known) -> list[Candidate]:
+    """Statements that question held facts: a sentence of a minute that says a held fact's slot changed in words
+    no rule read (`workers.rules.questioning.questions`), kept as a value of the fact's subject's `STATEMENT`
+    slot in the fact's tier key, relating to it (`questions_fact_id`).
+
+    `held` is the current view after `candidates` were decided (slot -> facts). A sentence a candidate was read
+    from questions nothing (the rules read it), and neither does one whose likeliest slot is one its minute
+    stated, or whose fact is not older than the minute or has it among its sources. The facts weighed are
+    those of the minute's tier keys (its project, and its task). Minutes with structured facts state them as
+    data: they question nothing. Each fact is questioned once per minute.
+    """
+    read: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (project, minute id) -> slots read from it
+    texts: dict[tuple[str, str], set[str]] = {}  # (project, minute id) -> the sentences read
+    for c in candidates:
+        for minute_id in c.source_minute_ids:
+            read.setdefault((c.project_id, minute_id), set()).add(c.slot)
+            texts.setdefault((c.project_id, minute_id), set()).add(_folded(c.text))
+    facts = [f for facts in held.values() for f in facts if f.attribute != STATEMENT]
+    out: list[Candidate] = []
+    for minute in minutes:
+        note = stated_text(minute.memory_note)
+        if note is None or not may_question(note) or structured_facts(minute):
+            continue
+        at = parse_timestamp(minute.timestamp)
+        task_id = stated_text(minute.data.get("task_id"))
+        mine = {
+            f.id: f
+            for f in facts
+            if f.tier_key.project_id == minute.project_id
+            and (f.tier_key.task_id is None or f.tier_key.task_id == task_id)
+        }
+        if not mine:
+            continue
+        key = (minute.project_id, minute.id)
+        rows = [Held(f.id, f.subject, f.attribute, f.value) for f in mine.values()]
+        seen: set[str] = set()
+        for sentence in sentences(note):
+            text = _sentence_text(sentence.rstrip(" ;,:"))
+            if _folded(text) in texts.get(key, ()) or len(text) > MAX_FACT_VALUE:
+                continue
+            fit = questions(sentence, rows)
+            if fit is None or fit.fact_id in seen:
+                continue
+            target = mine[fit.fact_id]
+            if (
+                (target.slot.subject, target.slot.attribute) in read.get(key, ())
+                or minute.id in target.source_minute_ids
+                or parse_timestamp(target.valid_from) >= at
+            ):
+                continue
+            seen.add(target.id)
+            out.append(
+                Candidate(
+                    type=FactType.FACT.value,
+                    subject=target.subject,
+                    attribute=STATEMENT,
+                    value=text,
+                    text=text[:MAX_FACT_TEXT],
+                    confidence=RULE_CONFIDENCE["questions"],
+                    valid_from=_utc_iso(at),
+                    tier=target.tier_key.tier.value,
+                    project_id=minute.project_id,
+                    task_id=target.tier_key.task_id,
+                    source_minute_ids=(minute.id,),
+                    single_valued=False,
+                    rule="questions",
+                    questions_fact_id=target.id,
+                )
+            )
+    return out
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".!")
 
 
 def _text(value: object) -> bool:

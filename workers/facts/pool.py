@@ -35,7 +35,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -84,9 +84,18 @@ from pvm.config import Settings
 from pvm.connection import hash_reply
 from pvm.metrics import MetricsRecorder
 from pvm.stores.facts import FactStore, Outcome, time_ms
-from workers.facts.extraction import Candidate, Extractor, Known, RuleExtractor, reads_known, resolve_open_slots
+from workers.facts.extraction import (
+    Candidate,
+    Extractor,
+    Known,
+    RuleExtractor,
+    questioning_candidates,
+    reads_known,
+    resolve_open_slots,
+)
 from workers.facts.extraction_llm import llm_extractor_from_settings
 from workers.rules.fact_timeline import fit, on_promotion, place
+from workers.rules.questioning import may_question
 from workers.runtime.clock import ChangeClock
 from workers.runtime.context import WorkerContext
 from workers.runtime.heads import FRESH, advance_script, runs
@@ -297,6 +306,7 @@ def _fact(item: Sourced, tier_key: TierKey, promote_at: float) -> Fact | None:
             recorded_at=item.minute.timestamp,  # `dated`: never later than the minute's record time
             tags=tuple(dict.fromkeys(c.tags)),
             single_valued=c.single_valued,
+            relationships=(Relationship(RelationKind.QUESTIONS, c.questions_fact_id),) if c.questions_fact_id else (),
         )
     except InvalidFact as exc:
         log.warning("facts pool: a candidate of minute %s is not a fact (%s); skipped", item.minute.id, exc)
@@ -347,7 +357,8 @@ def _new_value(fresh: Fact, facts: dict[str, Fact], source: Sourced, clock: Chan
     """
     fitting = fit(facts.values(), fresh)
     supersedes = tuple(Relationship(RelationKind.SUPERSEDES, f.id) for f in fitting.older[-MAX_RELATIONSHIPS:])
-    asserted = fresh.with_(relationships=supersedes)
+    # Its own relationships (a questioning statement's) first.
+    asserted = fresh.with_(relationships=(*fresh.relationships, *supersedes)[:MAX_RELATIONSHIPS])
     made = [_made(asserted_minute(asserted, **_stamp(clock, source, "fact_asserted", fresh.id)), "asserted")]
     for old in fitting.older:
         minute = superseded_minute(old, asserted, **_stamp(clock, source, "fact_superseded", old.id, fresh.id))
@@ -562,9 +573,40 @@ def _extract_and_decide(
                 log.warning("facts pool: a candidate of minute %s has no slot (%s); skipped", minute.id, exc)
                 continue
             work.setdefault((tier_key, slot), _SlotWork()).sourced.append(Sourced(candidate, minute, record_ms[key]))
-    if not work:
+    written = _decide_under_leases(ctx, connection, work, counts) if work else 0
+    if logged and ctx.settings.fact_statements == "keep":
+        written += _question_held(ctx, connection, minutes, candidates, record_ms, counts)
+    return written
+
+
+def _question_held(
+    ctx: FactsContext,
+    connection: redis.Redis,
+    minutes: Sequence[Minute],
+    candidates: Sequence[Candidate],
+    record_ms: Mapping[tuple[str, str], int],
+    counts: Counter[str],
+) -> int:
+    """After a batch's candidates are decided: the statements of its minutes that question a held fact
+    (`questioning_candidates`), decided like any other. The current view is read only for minutes whose text
+    could question something (`may_question`)."""
+    asking = [m for m in minutes if may_question(m.memory_note or "")]
+    if not asking:
         return 0
-    return _decide_under_leases(ctx, connection, work, counts)
+    found = questioning_candidates(asking, candidates, known_facts(ctx.store, asking))
+    if not found:
+        return 0
+    counts["questioning"] += len(found)
+    by_id = {(m.project_id, m.id): m for m in asking}
+    work: dict[tuple[TierKey, Slot], _SlotWork] = {}
+    for candidate in found:
+        key = (candidate.project_id, candidate.source_minute_ids[0])
+        tier_key = tier_key_of(candidate, by_id[key])
+        if tier_key is not None:
+            slot = Slot(candidate.subject, candidate.attribute)  # a held fact's subject: a valid slot
+            sourced = Sourced(candidate, by_id[key], record_ms[key])
+            work.setdefault((tier_key, slot), _SlotWork()).sourced.append(sourced)
+    return _decide_under_leases(ctx, connection, work, counts) if work else 0
 
 
 @dataclass

@@ -398,7 +398,8 @@ def _expand(sentence: str) -> str:
     return sentence
 
 
-def _asks_or_hedges(sentence: str) -> bool:
+def asks_or_hedges(sentence: str) -> bool:
+    """Whether the sentence asks (a question, however it is punctuated) or hedges (maybe, should we, a proposal)."""
     return bool(_ASKS.search(sentence) or _QUESTION_START.match(sentence) or _HEDGE.search(sentence))
 
 
@@ -998,7 +999,7 @@ def prepare(sentence: str, minute: Minute, at: datetime) -> Prepared | None:
     s = _words(_expand(sentence)).rstrip(" .!")
     if minute.agent_id and s.lower().startswith(minute.agent_id.lower() + ":"):
         s = s[len(minute.agent_id) + 1 :].strip()
-    if not s or _asks_or_hedges(s):
+    if not s or asks_or_hedges(s):
         return None
     decision_label = goal_label = False
     label = _LABEL.match(s)

@@ -179,7 +179,9 @@ _CADENCES = (
     r"|every\s+(?:other\s+|\w+\s+)?(?:day|week|month|quarter|year|hour|night|sprint|weekday|morning|evening)s?"
 )
 _CADENCE = re.compile(
-    rf"^(?P<s>[^,;:]+?)\s+(?:(?:is|are)\s+)?(?P<verb>[a-z\-]+)\s+(?P<v>{_CADENCES})(?:\s*[,;].*)?$", re.I
+    rf"^(?P<s>[^,;:]+?)\s+(?:now\s+)?(?:(?:is|are)\s+)?(?:now\s+)?(?P<verb>[a-z\-]+)\s+(?P<v>{_CADENCES})"
+    r"(?:\s*[,;].*)?$",
+    re.I,
 )
 _LIVES = re.compile(
     r"^(?P<s>.+?)\s+(?:now\s+)?(?:lives?|is\s+kept|are\s+kept|is\s+stored|are\s+stored|is\s+hosted|are\s+hosted)"
@@ -683,14 +685,17 @@ def _head_subject(phrase: str, minute: _Said) -> str | None:
 
 
 def _cadence(s: str, heading: str | None, minute: _Said) -> list[Reading]:
-    """ "User access reviews run quarterly", "Production access is reviewed monthly": how often."""
+    """ "User access reviews run quarterly", "Production access is reviewed monthly": how often ("now runs
+    weekly": a change)."""
     match = _CADENCE.match(s)
     if match is None or not _verb_form(match.group("verb").lower()):
         return []
     subject = _head_subject(match.group("s"), minute)
     if subject is None:
         return []
-    return [Reading(FactType.FACT, subject, "cadence", match.group("v").lower(), "open_cadence")]
+    value = match.group("v").lower()
+    changed = "now" in s[match.end("s") : match.start("verb")].lower().split()
+    return [Reading(FactType.FACT, subject, "cadence", value, "open_cadence", supersedes=changed)]
 
 
 def _located(s: str, heading: str | None, minute: _Said) -> list[Reading]:

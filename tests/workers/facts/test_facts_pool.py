@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from contracts import Minute, encode_minute, fact_change, keys
 from contracts.fact_changes import asserted_minute, learned_minute
-from contracts.facts import Fact, FactStatus, Slot, TierKey, fact_id
+from contracts.facts import Fact, FactStatus, RelationKind, Slot, TierKey, fact_id
 from contracts.ids import id_timestamp_ms
 from pvm.config import Settings
 from pvm.stores.facts import FactStore, Outcome, time_ms
@@ -892,3 +893,72 @@ def test_a_decision_written_and_not_applied_is_applied_by_the_next_decider_of_it
     assert mysql is not None and mysql.source_minute_ids == ("m00002", "m00003")
     assert redis_client.hget(keys.metrics_fact_changes(), "asserted") == b"2"
     assert redis_client.hget(keys.metrics_fact_changes(), "confirmed") == b"1"
+
+
+def test_a_change_no_rule_reads_questions_the_held_fact_and_retires_nothing(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings
+) -> None:
+    first = [
+        noted(1, "The release train runs every two weeks.", 0),
+        noted(2, "The observation window is 1 April to 30 September 2026.", 1),
+    ]
+    later = [
+        noted(3, "Random thought: should we move to weekly trains? Not a proposal yet.", 5),  # asks: nothing
+        noted(4, "OK, we're going weekly. Starting next Monday every train is one week long.", 6),
+        noted(5, "Prescott & Lang extended the observation window: it now ends on 31 October 2026.", 7),
+        noted(6, "The release train runs every two weeks, hotfixes included.", 8),  # said again: confirmed
+    ]
+
+    def questioned() -> dict[str, tuple[str, str]]:
+        """Held fact value -> (the statement questioning it, its source minute)."""
+        current = FactStore(redis_client).current([P1])
+        by_id = {f.id: f for f in current}
+        return {
+            by_id[r.fact_id].value: (f.value, f.source_minute_ids[0])
+            for f in current
+            for r in f.relationships
+            if r.kind is RelationKind.QUESTIONS and r.fact_id in by_id
+        }
+
+    facts_batch(ctx, redis_client, records(first))
+    result = facts_batch(ctx, redis_client, records(later, first_seq=3))
+    expected = {
+        "every two weeks": ("Starting next Monday every train is one week long.", "m00004"),
+        "1 April to 30 September 2026": (
+            "Prescott & Lang extended the observation window: it now ends on 31 October 2026.",
+            "m00005",
+        ),
+    }
+    assert questioned() == expected
+    assert result["counts"]["questioning"] == 2
+    # Nothing retired: both held values are still current, promoted; the statements sit beside them.
+    current = FactStore(redis_client).current([P1])
+    typed = {(f.slot.subject, f.slot.attribute, f.value, f.status) for f in current if f.slot.attribute != "statement"}
+    assert typed == {
+        ("release train", "cadence", "every two weeks", FactStatus.PROMOTED),
+        ("observation window", "value", "1 April to 30 September 2026", FactStatus.PROMOTED),
+    }
+    # A retried job writes nothing new.
+    log = stream_minutes(redis_client, settings)
+    assert facts_batch(ctx, redis_client, records(later, first_seq=3))["changes_written"] == 0
+    assert stream_minutes(redis_client, settings) == log
+    # In one batch: the facts decided first, then what questions them.
+    FactStore(redis_client).reset_project("p1")
+    facts_batch(ctx, redis_client, records([*first, *later]))
+    assert questioned() == expected
+    # A change the rules read supersedes the value; its questioning statement then stands on its own.
+    facts_batch(ctx, redis_client, records([noted(7, "The release train now runs weekly.", 9)], first_seq=7))
+    current = FactStore(redis_client).current([P1])
+    assert {f.value for f in current if f.slot == Slot("release train", "cadence")} == {"weekly"}
+    assert set(questioned()) == {"1 April to 30 September 2026"}
+
+
+def test_questioning_is_off_with_statements(redis_client: redis.Redis, settings: Settings) -> None:
+    off = FactsContext.build(redis_client, replace(settings, fact_statements="off"))
+    first = [noted(1, "The release train runs every two weeks.", 0)]
+    facts_batch(off, redis_client, records(first))
+    result = facts_batch(
+        off, redis_client, records([noted(2, "Starting next Monday every train is one week long.", 5)], 2)
+    )
+    assert "questioning" not in result["counts"]
+    assert all(f.slot.attribute != "statement" for f in FactStore(redis_client).current([P1]))
