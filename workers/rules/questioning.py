@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 from workers.rules.fact_text import ATTRIBUTES, asks_or_hedges
@@ -108,9 +109,14 @@ class Held(NamedTuple):
     value: str
 
 
-def value_kinds(text: str) -> set[str]:
+def value_kinds(text: str) -> frozenset[str]:
     """The kinds of value `text` holds an expression of."""
-    return {kind for kind in _KINDS if _expressions(kind, text)}
+    return _value_kinds(text)
+
+
+@lru_cache(maxsize=8192)
+def _value_kinds(text: str) -> frozenset[str]:
+    return frozenset(kind for kind in _KINDS if _expressions(kind, text))
 
 
 def _expressions(kind: str, text: str) -> list[str]:
@@ -135,35 +141,50 @@ def questions(sentence: str, held: Sequence[Held]) -> Held | None:
     kinds = value_kinds(sentence)
     if not kinds:
         return None
-    said = content_words(sentence)
+    # Only a fact whose value is of a kind the sentence holds can fit: the rest are weighed only as other
+    # subjects and attributes the sentence may name.
+    valued = [fact for fact in held if kinds & value_kinds(fact.value)]
+    if not valued:
+        return None
     tokens = _tokens(sentence)
+    present = frozenset(tokens)
+    said = content_words(sentence)
     lowered = _digits(" ".join(sentence.lower().split()))
-    subjects = {fact.subject: _names_subject(fact.subject, said, tokens) for fact in held}
-    named = {a: _attribute_at(a, tokens) for a in {fact.attribute for fact in held} | set(ATTRIBUTES)}
+    subjects: dict[str, int] = {}
+    named: dict[str, int] | None = None
+
+    def subject_named(subject: str) -> int:
+        if subject not in subjects:
+            subjects[subject] = _names_subject(subject, said, tokens)
+        return subjects[subject]
+
     fits: dict[tuple[str, str], tuple[int, Held]] = {}  # slot -> (how well the sentence names it, the fact)
-    for fact in held:
-        at = named.get(fact.attribute, -1)
+    for fact in valued:
+        at = _attribute_at(fact.attribute, tokens, present)
         if at >= 0:
             # The attribute named: with its subject, or plainly ("the observation window") where the sentence
             # names no other held subject in full ("the auth gateway's session TTL", "billing worker session TTL").
             plain = at == 0 or tokens[at - 1] in _PLAIN
-            if not subjects[fact.subject] and not (
-                plain and not any(n == 2 for other, n in subjects.items() if other != fact.subject)
+            if not subject_named(fact.subject) and not (
+                plain and not any(subject_named(o.subject) == 2 for o in held if o.subject != fact.subject)
             ):
                 continue
             names = 2
         else:
             # The subject named alone: the sentence names no other attribute ("has its request timeout set at").
+            names = subject_named(fact.subject)
+            if not names:
+                continue
+            if named is None:
+                attributes = {o.attribute for o in held} | set(ATTRIBUTES)
+                named = {a: where for a in attributes if (where := _attribute_at(a, tokens, present)) >= 0}
             own = _surface_tokens(fact.attribute)
             if any(
-                where >= 0 and not any(_within(_surface_tokens(other), phrase) for phrase in own)
-                for other, where in named.items()
+                not any(_within(_surface_tokens(other), phrase) for phrase in own)
+                for other in named
                 if other != fact.attribute
             ):
                 continue
-            names = subjects[fact.subject]
-        if not names:
-            continue
         old = _digits(" ".join(fact.value.lower().split()))
         if old and old in lowered:
             continue  # the held value said again
@@ -174,24 +195,25 @@ def questions(sentence: str, held: Sequence[Held]) -> Held | None:
     return likeliest[0] if len(likeliest) == 1 else None
 
 
-def _surface_tokens(attribute: str) -> list[list[str]]:
+@lru_cache(maxsize=4096)
+def _surface_tokens(attribute: str) -> tuple[tuple[str, ...], ...]:
     """The ways an attribute is written, each as `_tokens`: its own name and the rules' vocabulary for it; none
     for an attribute that names nothing ("value")."""
     if attribute.lower() in _GENERIC_ATTRIBUTES:
-        return []
+        return ()
     phrases = [attribute.replace("_", " "), *ATTRIBUTES.get(attribute, ())]
-    return [t for t in (_tokens(p) for p in phrases) if t]
+    return tuple(t for t in (tuple(_tokens(p)) for p in phrases) if t)
 
 
-def _attribute_at(attribute: str, tokens: Sequence[str]) -> int:
-    """Where the sentence (`tokens`) first names `attribute` by one of its surfaces, or -1."""
-    places = [i for phrase in _surface_tokens(attribute) for i in _places(phrase, tokens)]
+def _attribute_at(attribute: str, tokens: Sequence[str], present: frozenset[str]) -> int:
+    """Where the sentence (`tokens`, their set `present`) first names `attribute` by one of its surfaces, or -1."""
+    places = [i for phrase in _surface_tokens(attribute) if phrase[0] in present for i in _places(phrase, tokens)]
     return min(places, default=-1)
 
 
 def _places(phrase: Sequence[str], tokens: Sequence[str]) -> list[int]:
     n = len(phrase)
-    return [i for i in range(len(tokens) - n + 1) if list(tokens[i : i + n]) == list(phrase)]
+    return [i for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n]) == tuple(phrase)]
 
 
 def _within(inner: Sequence[Sequence[str]], outer: Sequence[str]) -> bool:
@@ -211,11 +233,16 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+@lru_cache(maxsize=4096)
+def _subject_words(subject: str) -> tuple[str, ...]:
+    return tuple(_stem(w) for w in _WORD.findall(subject.lower().replace("_", " ")) if w not in _STOP)
+
+
 def _names_subject(subject: str, said: frozenset[str], tokens: Sequence[str]) -> int:
     """2 when every content word of `subject` is in the sentence; 1 when its head (the last) is, after a word of
     the subject or a determiner ("every train" names "release trains"; "the payments service" does not name
     "auth service"); else 0."""
-    words = [_stem(w) for w in _WORD.findall(subject.lower().replace("_", " ")) if w not in _STOP]
+    words = _subject_words(subject)
     if not words:
         return 0
     if set(words) <= said:
