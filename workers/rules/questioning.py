@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
-from workers.rules.fact_text import ATTRIBUTES, asks_or_hedges
+from workers.rules.fact_text import ATTRIBUTES, asks_or_hedges, sentences
 from workers.rules.open_slots import CHANGE_VERBS
 from workers.rules.relative_dates import ABSOLUTE
 
@@ -257,5 +257,11 @@ def _names_subject(subject: str, said: frozenset[str], tokens: Sequence[str]) ->
 
 
 def may_question(note: str) -> bool:
-    """Whether some sentence of `note` could question a held fact (a cheap test before the facts are read)."""
-    return bool(_CUE.search(note)) and any(pattern.search(note) for pattern in _KINDS.values())
+    """Whether some sentence of `note` could question a held fact: it states, says a change and holds a value
+    (a cheap test before the facts are read)."""
+    if not _CUE.search(note) or not any(pattern.search(note) for pattern in _KINDS.values()):
+        return False
+    return any(
+        _CUE.search(s) and not asks_or_hedges(s) and any(pattern.search(s) for pattern in _KINDS.values())
+        for s in sentences(note)
+    )
