@@ -60,6 +60,8 @@ def test_a_note_may_question_only_with_a_change_and_a_value() -> None:
     assert may_question("OK, we're going weekly. Starting next Monday every train is one week long.")
     assert not may_question("Thanks all, see you Monday.")
     assert not may_question("Every train is one week long.")  # no change said
+    # The change, the value and the statement in one sentence: not a question here and a date there.
+    assert not may_question("Should we go weekly now? Anyway, see you on 3 June.")
 
 
 def test_value_kinds_and_content_words() -> None:
