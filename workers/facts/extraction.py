@@ -56,7 +56,7 @@ from workers.rules.fact_text import (
     vocabulary,
 )
 from workers.rules.open_slots import lines, read_open, with_antecedent
-from workers.rules.questioning import Held, may_question, questions
+from workers.rules.questioning import Held, content_words, may_question, questions
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 from workers.rules.statements import STATEMENT, reported, statements
 
@@ -110,6 +110,7 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_cadence": 0.7,  # "S runs quarterly"
     "open_location": 0.7,  # "S now lives in V"
     "open_swap": 0.7,  # "swapping X for Y", "Y replaces X": the slot that holds X
+    "open_added": 0.65,  # "adding X to the device matrix": one more value of the held list it names
     # A minute no rule reads a fact from: what its speaker says of themselves that lasts (workers.rules.statements).
     "statement": 0.6,
     # A sentence that says a held fact's slot changed, in words no rule reads (workers.rules.questioning): kept as a
@@ -498,27 +499,37 @@ class RuleExtractor:
 
 
 def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Candidate]:
-    """Candidates of open slots that say they change a value, each moved into the slot it changes.
+    """Candidates of open slots that say they change a value or add one to a list, each moved into the slot it
+    changes.
 
-    An open slot is named as a sentence names it, so one thing said two ways is two slots: "Raj owns
-    customers" (customers, owner) and "the customers domain is handed over to Ines" (customers domain,
-    owner). A candidate read by an open rule (`rule` ``open_*``) that hints it replaces a value, whose own slot
-    holds nothing, takes the one slot that has its attribute, holds a single value, and whose subject's words
-    hold all of its subject's words or are all held by them: among the facts `held` (the current view of its
-    tier keys, slot -> facts) and the candidates before it (`candidates` are in minute order). A candidate that
-    names only the value it replaces (`replaces_value`: "swapping X for Y") takes the one single-valued slot
-    holding X, or is dropped. Where several or none fit, it stays where it was said: never on topic overlap
-    alone, the attribute must be the same (or the old value named) and the change said.
+    An open slot is named as a sentence names it, so one thing said two ways is two slots: "Raj owns customers"
+    (customers, owner) and "the customers domain is handed over to Ines" (customers domain, owner). A candidate that
+    adds a value to a list (`rule` ``open_added``) takes the held list slot its words name (`_named_list`). A
+    candidate read by an open rule (`rule` ``open_*``) that hints it replaces a value, whose own slot holds nothing,
+    takes the one slot that has its attribute, holds a single value, and whose subject's words hold all of its
+    subject's words or are all held by them: among the facts `held` (the current view of its tier keys, slot ->
+    facts) and the candidates before it (`candidates` are in minute order). A candidate that names only the value it
+    replaces (`replaces_value`: "swapping X for Y") takes the one single-valued slot holding X, or is dropped. Where
+    several or none fit, it stays where it was said: never on topic overlap alone, the attribute must be the same
+    (or the old value named) and the change said.
     """
     slots: dict[tuple[str, str], set[str]] = {}  # slot -> projects where it holds one value
     holding: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (project, value key) -> slots holding that value
+    lists: dict[str, set[tuple[str, str]]] = {}  # project -> slots holding many values (not statements)
     for (subject, attribute), facts in held.items():
         for f in facts:
             if f.single_valued and f.tier_key.project_id:
                 slots.setdefault((subject, attribute), set()).add(f.tier_key.project_id)
                 holding.setdefault((f.tier_key.project_id, value_key(f.value)), set()).add((subject, attribute))
+            elif not f.single_valued and f.tier_key.project_id and attribute != STATEMENT:
+                lists.setdefault(f.tier_key.project_id, set()).add((subject, attribute))
     out: list[Candidate] = []
     for c in candidates:
+        if c.rule == "open_added":
+            # "Adding X to the device matrix": the held list the sentence names, if exactly one fits best.
+            fit = _named_list(c.subject, lists.get(c.project_id, set()))
+            if fit is not None:
+                c = dataclasses.replace(c, subject=fit[0], attribute=fit[1])
         if c.replaces_value is not None:
             places = holding.get((c.project_id, value_key(c.replaces_value)), set())
             if len(places) != 1:
@@ -540,8 +551,29 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
         if c.single_valued:
             slots.setdefault(c.slot, set()).add(c.project_id)
             holding.setdefault((c.project_id, value_key(c.value)), set()).add(c.slot)
+        elif c.attribute != STATEMENT:
+            lists.setdefault(c.project_id, set()).add(c.slot)
         out.append(c)
     return out
+
+
+# Words that say a phrase is a list, not what it lists ("this year's review list").
+_LIST_WORDS = frozenset({"list", "lists", "set", "roster", "register", "member", "members"})
+
+
+def _named_list(phrase: str, lists: set[tuple[str, str]]) -> tuple[str, str] | None:
+    """The list slot (subject, attribute) among `lists` a phrase names: every word of the phrase (list words
+    aside) in its subject and attribute, else the most of them; None where none or several fit best."""
+    words = {w for w in content_words(phrase) if w not in _LIST_WORDS}
+    if not words:
+        return None
+    scored = [(len(words & content_words(f"{s} {a}")), (s, a)) for s, a in sorted(lists)]
+    whole = [slot for n, slot in scored if n == len(words)]
+    if whole:
+        return whole[0] if len(whole) == 1 else None
+    best = max((n for n, _ in scored), default=0)
+    fits = [slot for n, slot in scored if n == best]
+    return fits[0] if best and len(fits) == 1 else None
 
 
 def questioning_candidates(minutes: Sequence[Minute], candidates: Sequence[Candidate], held: Known) -> list[Candidate]:

@@ -544,7 +544,10 @@ def _extract_and_decide(
         known = known_facts(ctx.store, minutes) if reads_known(ctx.extractor) else None
         candidates = ctx.extractor.extract(minutes, known)
         counts["extracted"] += len(candidates)
-        if any((c.supersedes_hint and c.rule.startswith("open_")) or c.replaces_value for c in candidates):
+        if any(
+            (c.supersedes_hint and c.rule.startswith("open_")) or c.replaces_value or c.rule == "open_added"
+            for c in candidates
+        ):
             # An open slot's change finds the slot it changes (`resolve_open_slots`): read only when there is one.
             held = known if known is not None else known_facts(ctx.store, minutes)
             candidates = resolve_open_slots(candidates, held)

@@ -285,16 +285,28 @@ def normalize_attribute(text: str, vocabulary: Mapping[str, str] | None = None) 
 def clean_value(text: str) -> str:
     """A stated value, tidied: no quotes, outer punctuation, leading article or trailing "now"; a value that is a
     duration or a number word in one form (``8h`` / ``eight hours`` -> ``8 hours``, ``three`` -> ``3``)."""
-    value = _words(text).strip(" .,;:!\"'()")
+    value = _outer_stripped(_words(text))
     previous = None
     while previous != value:
         previous = value
-        value = _TRAILING_FILLER.sub("", value).strip(" .,;:!\"'()")
+        value = _outer_stripped(_TRAILING_FILLER.sub("", value))
     value = _strip_determiner(value) if value.split(" ", 1)[0].lower() in ("the", "a", "an") else value
     duration = _DURATION.fullmatch(value)  # only a whole value: "below 200 ms" in a goal stays as written
     if duration:
         value = _duration(duration)
     return _NUMBER_WORDS.get(value.lower(), value)
+
+
+def _outer_stripped(value: str) -> str:
+    """Outer punctuation off; a closing parenthesis only when it closes nothing ("iPhone SE (3rd gen)" keeps it)."""
+    while True:
+        stripped = value.strip(" .,;:!\"'(")
+        if stripped.endswith(")") and stripped.count("(") >= stripped.count(")"):
+            return stripped
+        stripped = stripped.rstrip(")")
+        if stripped == value:
+            return stripped
+        value = stripped
 
 
 def value_key(text: str) -> str:

@@ -56,6 +56,7 @@ from workers.rules.fact_text import (
 from workers.rules.relative_dates import day_of
 
 VALUE = "value"  # the attribute of a slot named by a bare noun phrase
+MEMBER = "member"  # the attribute of a list's values named by the list alone ("adding X to the device matrix")
 OWNER = "owner"
 MAX_ITEM_WORDS = 4  # a bare list item longer than this is a sentence
 MAX_LABEL_WORDS = 8
@@ -183,6 +184,13 @@ _CADENCE = re.compile(
     r"(?:\s*[,;].*)?$",
     re.I,
 )
+_ADDED = re.compile(
+    r"^(?:(?:i|we)(?:\s+am|\s+are|'m|'re|\s+have|'ve)?\s+(?:just\s+|also\s+)?)?(?:adding|added|add|adds)\s+"
+    r"(?P<v>[^,;:]+?)\s+to\s+(?P<list>(?:the|our|this\s+\w+'s|[\w\-]+'s)\s+[^,;:]+?)(?:\s*[,;(].*)?$",
+    re.I,
+)
+_LEADING_THE = re.compile(r"^(?:the|a|an|our)\s+", re.I)
+_LIST_OWNER = re.compile(r"^(?:the|our|this\s+\w+'s|[\w\-]+'s)\s+", re.I)
 _LIVES = re.compile(
     r"^(?P<s>.+?)\s+(?:now\s+)?(?:lives?|is\s+kept|are\s+kept|is\s+stored|are\s+stored|is\s+hosted|are\s+hosted)"
     r"\s+(?:now\s+)?(?:in|at|on|under)\s+(?P<v>.+)$",
@@ -698,6 +706,20 @@ def _cadence(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     return [Reading(FactType.FACT, subject, "cadence", value, "open_cadence", supersedes=changed)]
 
 
+def _added(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Adding Twilio to this year's review list", "I'm adding the iPhone SE (3rd gen) to the device matrix": one
+    more value of a list (`MEMBER`, many values). The list is named as the sentence names it; the facts pool
+    finds the held list it names (`workers.facts.extraction.resolve_open_slots`)."""
+    match = _ADDED.match(s)
+    if match is None:
+        return []
+    value = _LEADING_THE.sub("", match.group("v")).strip(" ,.;:")
+    subject = _subject(_LIST_OWNER.sub("", match.group("list")), minute)
+    if subject is None or not value or _is_clause(value) or not names_something(value) or value[0].isdigit():
+        return []  # "we added 2 GB to the cache": an amount, not a member
+    return [Reading(FactType.FACT, subject, MEMBER, value, "open_added", single_valued=False)]
+
+
 def _located(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     """ "Policies now live in the grc-policies git repo": where a thing is kept."""
     match = _LIVES.match(s)
@@ -893,6 +915,7 @@ _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Patte
     (_swap, re.compile(r"\bswap|\breplac|\b(?:moved|moving|migrated|migrating|switched|switching)\s+(?:off|away)\b")),
     (_arrow, re.compile(r"\u2192|->|=>")),
     (_rated, re.compile(r"rated\s")),  # before the change verbs: "re-rated to medium risk" is the rating's change
+    (_added, re.compile(r"\badd(?:ing|ed|s)?\s")),  # before the change verbs: "adding X to Y" adds, it changes nothing
     (_change, re.compile(r"\sto\s")),
     (_dated_by, re.compile(r"\s(?:by|before|on|than)\s")),
     (_cadence, re.compile(r"ly\s|every\s|twice\s")),

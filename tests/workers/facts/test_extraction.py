@@ -885,3 +885,11 @@ def test_a_task_that_needs_to_be_done_by_a_day_has_that_deadline() -> None:
             "task",
             "launch-7",
         )
+
+
+def test_a_value_keeps_the_parenthesis_that_closes_its_own() -> None:
+    from workers.rules.fact_text import clean_value
+
+    assert clean_value("the iPhone SE (3rd gen).") == "iPhone SE (3rd gen)"
+    assert clean_value("(Postgres)") == "Postgres"
+    assert clean_value('"Redis")') == "Redis"

@@ -324,3 +324,20 @@ def test_a_swap_named_by_its_old_value_takes_the_slot_that_holds_it_or_nothing()
     assert (moved.replaces_value, moved.value) == ("Jenkins", "Buildkite")
     (named,) = extract("Swapping SQLite for DynamoDB as the ledger service's DB.")
     assert (named.slot, named.value, named.replaces_value) == (("ledger service", "database"), "DynamoDB", None)
+
+
+def test_a_value_added_to_a_list_joins_the_held_list_its_words_name() -> None:
+    assert read("I'm adding the Moto G54 (budget tier) to the test phones.") == {
+        ("test phones", "member", "Moto G54 (budget tier)")
+    }
+    assert read("Added Odile to the on-call rotation, starting Monday.") == {("on-call rotation", "member", "Odile")}
+    assert read("We added 2 GB to the cache.") == set()  # an amount, not a member
+    assert all(c.rule == "open_added" and not c.single_valued for c in extract("Added Odile to the on-call rotation."))
+    # The list said before (held, or earlier in the batch): the added value joins it, whatever the list is called.
+    phones = extract("Test phones for the kiosk rollout: Pixel 7 and Galaxy A54.")
+    regions = extract("Regions for the kiosk rollout: Ohio and Oregon.")
+    added = resolve_open_slots([*phones, *regions, *extract("Adding the Moto G54 to this year's test phone list.")], {})
+    assert [(c.subject, c.attribute, c.value) for c in added][-1] == ("kiosk rollout", "test phones", "Moto G54")
+    # No list named: it stays the list the sentence names.
+    alone = resolve_open_slots([*phones, *extract("Adding Odile to the on-call rotation.")], {})
+    assert [(c.subject, c.attribute) for c in alone][-1] == ("on-call rotation", "member")
