@@ -648,6 +648,10 @@ class Relationship:
         return cls(raw["kind"], raw["fact_id"], raw["strength"])
 
 
+# The fields a fact's id is made of (and the id): changing one makes another fact.
+_IDENTITY = frozenset({"id", "tier_key", "subject", "attribute", "value", "period"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fact:
     """One piece of knowledge, validated on construction; build new ones with `Fact.new`.
@@ -718,12 +722,6 @@ class Fact:
             object.__setattr__(self, name, rule(getattr(self, name)))
         slot = Slot(self.subject, self.attribute)
         object.__setattr__(self, "_slot", slot)
-        if self.valid_until is not None and check_time(self.valid_until, "valid_until") <= check_time(
-            self.valid_from, "valid_from"
-        ):
-            raise InvalidFact(
-                "valid_until", f"{self.valid_until} is not after valid_from {self.valid_from}; a fact holds for a while"
-            )
         check_fact_id(self.id, "id")
         expected = fact_id(self.tier_key, slot, self.value, self.period)
         if self.id != expected:
@@ -731,6 +729,16 @@ class Fact:
                 "id",
                 f"{self.id} is not this fact's id; fact_id(tier_key, slot, value, period) is {expected} "
                 "(build facts with Fact.new, change them with with_)",
+            )
+        self._check_across()
+
+    def _check_across(self) -> None:
+        """What no one field can say alone: validity that lasts, and no link to the fact itself."""
+        if self.valid_until is not None and check_time(self.valid_until, "valid_until") <= check_time(
+            self.valid_from, "valid_from"
+        ):
+            raise InvalidFact(
+                "valid_until", f"{self.valid_until} is not after valid_from {self.valid_from}; a fact holds for a while"
             )
         if self.promoted_from == self.id:
             raise InvalidFact("promoted_from", "a fact is not promoted from itself; name the fact it was copied from")
@@ -828,7 +836,19 @@ class Fact:
         unknown = sorted(set(changes) - set(self.FIELDS))
         if unknown:
             raise InvalidFact(unknown[0], "is not a fact field; see Fact.FIELDS")
-        if "id" not in changes and {"tier_key", "subject", "attribute", "value", "period"} & changes.keys():
+        if not _IDENTITY & changes.keys():
+            # The id and slot stay as validated: only the changed fields are checked again (a status, validity,
+            # sources or links change many times in a fact's life, and a whole validation costs tens of us).
+            copy = object.__new__(Fact)
+            for name in self.FIELDS:
+                object.__setattr__(copy, name, getattr(self, name))
+            object.__setattr__(copy, "_slot", self._slot)
+            for name, value in changes.items():
+                rule = FIELD_RULES.get(name)
+                object.__setattr__(copy, name, rule(value) if rule is not None else value)
+            copy._check_across()
+            return copy
+        if "id" not in changes:
             merged = {name: changes.get(name, getattr(self, name)) for name in ("tier_key", "subject", "attribute")}
             slot = Slot(merged["subject"], merged["attribute"])
             value, period = changes.get("value", self.value), changes.get("period", self.period)

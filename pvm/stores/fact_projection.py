@@ -149,6 +149,12 @@ def _relationships(*groups: Iterable[Relationship]) -> tuple[Relationship, ...]:
 # -- the stored record ---------------------------------------------------------------------------------------------
 
 
+# Records read back by their bytes (`StoredFact.unpack`): a cache, started over when full. Its records are frozen,
+# and what changes one copies its `versions` first.
+UNPACKED_MEMO = 8192
+_UNPACKED: dict[bytes, StoredFact] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class StoredFact:
     """A fact as the store holds it: the record, and what makes applying its changes order-free.
@@ -174,8 +180,17 @@ class StoredFact:
 
     @classmethod
     def unpack(cls, raw: bytes) -> StoredFact:
+        """The record these bytes hold, validated. A record is a value (a change writes new bytes), so the same
+        bytes are read and validated once per process while `UNPACKED_MEMO` records are kept."""
+        found = _UNPACKED.get(raw)
+        if found is not None:
+            return found
         record = msgpack.unpackb(raw, raw=False)
-        return cls(Fact.from_dict(record["fact"]), record["v"], record["created"], record["promoted_at"])
+        stored = cls(Fact.from_dict(record["fact"]), record["v"], record["created"], record["promoted_at"])
+        if len(_UNPACKED) >= UNPACKED_MEMO:
+            _UNPACKED.clear()
+        _UNPACKED[raw] = stored
+        return stored
 
     @property
     def last_ms(self) -> int:
