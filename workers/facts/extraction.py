@@ -537,14 +537,14 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
             subject, attribute = next(iter(places))
             c = dataclasses.replace(c, subject=subject, attribute=attribute, replaces_value=None)
         elif c.supersedes_hint and c.rule.startswith("open_") and c.project_id not in slots.get(c.slot, ()):
-            words = set(c.subject.split())
+            words = content_words(c.subject)  # "workforce password minimum" holds "workforce passwords"
             fits = [
                 slot
                 for slot, projects in slots.items()
                 if slot[1] == c.attribute
                 and slot[0] != c.subject
                 and c.project_id in projects
-                and (words <= set(slot[0].split()) or set(slot[0].split()) <= words)
+                and (words <= content_words(slot[0]) or content_words(slot[0]) <= words)
             ]
             if len(fits) == 1:
                 c = dataclasses.replace(c, subject=fits[0][0])

@@ -53,7 +53,7 @@ from workers.rules.fact_text import (
     prepare,
     sentences,
 )
-from workers.rules.relative_dates import day_of
+from workers.rules.relative_dates import RELATIVE, day_of
 
 VALUE = "value"  # the attribute of a slot named by a bare noun phrase
 MEMBER = "member"  # the attribute of a list's values named by the list alone ("adding X to the device matrix")
@@ -189,6 +189,7 @@ _ADDED = re.compile(
     r"(?P<v>[^,;:]+?)\s+to\s+(?P<list>(?:the|our|this\s+\w+'s|[\w\-]+'s)\s+[^,;:]+?)(?:\s*[,;(].*)?$",
     re.I,
 )
+_ON_DAY = re.compile(rf"\s+(?:on|from)\s+(?P<d>{RELATIVE})$", re.I)  # after a changed value: when it holds from
 _LEADING_THE = re.compile(r"^(?:the|a|an|our)\s+", re.I)
 _LIST_OWNER = re.compile(r"^(?:the|our|this\s+\w+'s|[\w\-]+'s)\s+", re.I)
 _LIVES = re.compile(
@@ -344,7 +345,9 @@ def read_open(
             found = _item(prepared.text, line.heading, said)
     return [
         _dated(r, at)._replace(
-            supersedes=r.supersedes or supersedes, valid_from=valid_from, decision_label=prepared.decision_label
+            supersedes=r.supersedes or supersedes,
+            valid_from=r.valid_from or valid_from,
+            decision_label=prepared.decision_label,
         )
         for r in found
     ]
@@ -534,7 +537,11 @@ def _change(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         if verb == "back" and _METRIC.search(phrase):
             continue  # "cold start p50 back to 1.12 s": a measurement, not a setting
         slot = _slot(phrase, None, minute)  # a change in a list is about what it names, not the heading
-        values = _values(_FOR_WHAT.sub("", match.group("v").split(", ")[0]), plural=False)
+        said, on_day = _FOR_WHAT.sub("", match.group("v").split(", ")[0]), None
+        when = _ON_DAY.search(said)
+        if when is not None and (on_day := day_of(when.group("d"), minute.at)) is not None:
+            said = said[: when.start()]  # "goes to 14 characters on 1 July": the value from that day
+        values = _values(said, plural=False)
         if slot is None or len(values) != 1:
             continue
         short = verb in _SETTING_VERBS and len(values[0].split()) <= 3 and values[0].split()[0].lower() not in PRONOUNS
@@ -542,7 +549,7 @@ def _change(s: str, heading: str | None, minute: _Said) -> list[Reading]:
             continue
         if verb in _MOTION_VERBS and not any(ch.isdigit() for ch in values[0]):
             continue  # "a second breach goes to Lena": who handles it, not a value; "goes to 25%" is one
-        return [Reading(FactType.FACT, *slot, values[0], "open_change", supersedes=True)]
+        return [Reading(FactType.FACT, *slot, values[0], "open_change", supersedes=True, valid_from=on_day)]
     return []
 
 

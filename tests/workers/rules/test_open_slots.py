@@ -341,3 +341,15 @@ def test_a_value_added_to_a_list_joins_the_held_list_its_words_name() -> None:
     # No list named: it stays the list the sentence names.
     alone = resolve_open_slots([*phones, *extract("Adding Odile to the on-call rotation.")], {})
     assert [(c.subject, c.attribute) for c in alone][-1] == ("on-call rotation", "member")
+
+
+def test_a_change_on_a_named_day_holds_from_that_day_and_finds_its_slot_by_stem() -> None:
+    (later,) = extract("The kiosk screen timeout goes to 90 seconds on 1 July.")
+    assert (later.slot, later.value, later.valid_from[:10]) == (
+        ("kiosk screen", "timeout"),
+        "90 seconds",
+        "2026-07-01",
+    )
+    (held,) = extract("The timeout of the kiosk screens is 60 seconds.")
+    moved = resolve_open_slots([held, later], {})
+    assert moved[-1].slot == held.slot  # "kiosk screen" is the held "kiosk screens"
