@@ -92,6 +92,11 @@ def texts(pkg: ContextPackage) -> list[str]:
     return [f["text"] for f in pkg.facts]
 
 
+def minute_at(n: int, minutes: float, **fields: Any) -> Minute:
+    """Minute `n` of project p1 by agent a1, `minutes` after T0."""
+    return Minute(id=f"m{n:05d}", project_id="p1", agent_id="a1", timestamp=at(minutes), **fields)
+
+
 def pool(redis_client: redis.Redis, settings: Settings, minutes: Sequence[Minute]) -> dict[str, Any]:
     """Run the facts pool in-process over `minutes`, as the log pool would hand them on."""
     records = [[m.id, i + 1, encode_minute(m), None] for i, m in enumerate(minutes)]
@@ -106,14 +111,7 @@ def test_a_changed_slot_shows_only_its_current_value(
 ) -> None:
     def said(n: int, value: str, minutes: float) -> Minute:
         stated = {"subject": "auth service", "attribute": "session ttl", "value": value, "confidence": 0.95}
-        return Minute(
-            event_type="knowledge",
-            id=f"m{n:05d}",
-            project_id="p1",
-            agent_id="a1",
-            timestamp=at(minutes),
-            data={"fact": stated},
-        )
+        return minute_at(n, minutes, event_type="knowledge", data={"fact": stated})
 
     pool(redis_client, settings, [said(1, "30 minutes", 0), said(2, "8 hours", 60)])
     pkg = reader.build_context("p1", "coder", task="what is the auth service session ttl?")
@@ -481,14 +479,7 @@ def test_a_fact_a_newer_minute_questions_is_shown_with_it_not_as_settled(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings
 ) -> None:
     def noted(n: int, note: str, minutes: float) -> Minute:
-        return Minute(
-            event_type="message",
-            id=f"m{n:05d}",
-            project_id="p1",
-            agent_id="a1",
-            timestamp=at(minutes),
-            memory_note=note,
-        )
+        return minute_at(n, minutes, event_type="message", memory_note=note)
 
     pool(redis_client, settings, [noted(1, "The release train runs every two weeks.", 0)])
     pool(
