@@ -190,6 +190,13 @@ _ADDED = re.compile(
     re.I,
 )
 _ON_DAY = re.compile(rf"\s+(?:on|from)\s+(?P<d>{RELATIVE})$", re.I)  # after a changed value: when it holds from
+_MINE = re.compile(
+    r"^(?:(?:a\s+)?(?:reminder|note|fyi|heads[\s-]up)(?:\s+that)?[,:]?\s+)?(?P<s>.+?)\s+(?:is|are)\s+(?:now\s+)?mine\b"
+    r"(?P<rest>.*)$",
+    re.I,
+)
+# What someone says is theirs without owning a thing: "the mistake is mine", "the pleasure is all mine".
+_NOT_OWNED = frozenset({"mistake", "fault", "error", "blame", "bad", "pleasure", "honor", "honour", "loss", "apology"})
 _LEADING_THE = re.compile(r"^(?:the|a|an|our)\s+", re.I)
 _LIST_OWNER = re.compile(r"^(?:the|our|this\s+\w+'s|[\w\-]+'s)\s+", re.I)
 _LIVES = re.compile(
@@ -440,6 +447,14 @@ def _ownership(s: str, heading: str | None, minute: _Said) -> list[Reading]:
             for m, subject in owning
             if subject
         ]
+    mine = _MINE.match(s)
+    if mine is not None:
+        # "Reminder that store submissions are mine this cycle": the speaker owns it.
+        subject = _subject(_PAREN.sub("", mine.group("s")), minute)
+        speaker = minute.agent_id
+        rest = re.split(r"[,;]", mine.group("rest"), maxsplit=1)[0]
+        if subject is not None and speaker and not _is_clause(rest) and subject.split()[-1] not in _NOT_OWNED:
+            return [Reading(FactType.ENTITY, subject, OWNER, speaker, "open_owner", True, single_valued=True)]
     for pattern, supersedes in ((_OWNED_BY, False), (_OWNS, False), (_HANDED, True), (_IS_HANDED, True)):
         match = pattern.match(s)
         if match is None:
@@ -917,7 +932,7 @@ def _participle(word: str) -> bool:
 
 # Each shape, in order, with the words it turns on (None: any sentence): a cheap test before its patterns.
 _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Pattern[str] | None], ...] = (
-    (_ownership, re.compile(r"\bown|\bhand|\bpass|\bgiv|\bgave\b|\btransfer|\breassign|\btak|\btook\b")),
+    (_ownership, re.compile(r"\bown|\bhand|\bpass|\bgiv|\bgave\b|\btransfer|\breassign|\btak|\btook\b|\bmine\b")),
     (_labelled, re.compile(r":")),
     (_swap, re.compile(r"\bswap|\breplac|\b(?:moved|moving|migrated|migrating|switched|switching)\s+(?:off|away)\b")),
     (_arrow, re.compile(r"\u2192|->|=>")),

@@ -353,3 +353,10 @@ def test_a_change_on_a_named_day_holds_from_that_day_and_finds_its_slot_by_stem(
     (held,) = extract("The timeout of the kiosk screens is 60 seconds.")
     moved = resolve_open_slots([held, later], {})
     assert moved[-1].slot == held.slot  # "kiosk screen" is the held "kiosk screens"
+
+
+def test_what_the_speaker_says_is_theirs_they_own() -> None:
+    (owned,) = extract("Reminder that the release notes are mine this cycle, so send changes to me.")
+    assert (owned.slot, owned.value, owned.rule) == (("release notes", "owner"), "a1", "open_owner")
+    assert read("The mistake is mine, I should have checked.") == set()
+    assert read("Which one is mine?") == set()
