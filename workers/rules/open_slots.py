@@ -175,6 +175,11 @@ _BY_DAY = re.compile(
     r"expires?|runs?|goes|opens?|starts?|completes?)\b.*?\s+(?P<by>by|before|on|no\s+later\s+than)\s+(?P<d>[^,;:]+)$",
     re.I,
 )
+_ASKED_BY = re.compile(
+    r"^(?:.+?\s+)?(?:asks?|asked|needs?|needed|wants?|wanted|expects?|expected)\s+(?:for\s+)?"
+    r"(?P<s>(?:the|our|their|a)\s+[^,;:]+?)\s+(?P<by>by|before|no\s+later\s+than)\s+(?P<d>[^,;:]+)$",
+    re.I,
+)
 _CADENCES = (
     r"daily|weekly|monthly|quarterly|yearly|annually|nightly|hourly|biweekly|fortnightly|twice\s+a\s+\w+"
     r"|every\s+(?:other\s+|\w+\s+)?(?:day|week|month|quarter|year|hour|night|sprint|weekday|morning|evening)s?"
@@ -681,8 +686,9 @@ def _arrow(s: str, heading: str | None, minute: _Said) -> list[Reading]:
 
 
 def _dated_by(s: str, heading: str | None, minute: _Said) -> list[Reading]:
-    """ "Redshift is decommissioned by 30 June 2026", "the review cycle closes on 30 June": the day it is due."""
-    match = _BY_DAY.match(s)
+    """ "Redshift is decommissioned by 30 June 2026", "the review cycle closes on 30 June", "the auditors ask for
+    the evidence package by 15 June": the day it is due."""
+    match = _BY_DAY.match(s) or _ASKED_BY.match(s)  # "Prescott & Lang ask for the Q2 evidence package by 15 June"
     if match is None:
         return []
     values = _values(match.group("d"), plural=False)

@@ -360,3 +360,13 @@ def test_what_the_speaker_says_is_theirs_they_own() -> None:
     assert (owned.slot, owned.value, owned.rule) == (("release notes", "owner"), "a1", "open_owner")
     assert read("The mistake is mine, I should have checked.") == set()
     assert read("Which one is mine?") == set()
+
+
+def test_what_someone_asks_for_by_a_day_is_due_that_day() -> None:
+    (due,) = extract("The auditors ask for the Q3 access review package by 15 June.")
+    assert (due.type, due.slot, due.value, due.rule) == (
+        "goal",
+        ("q3 access review package", "deadline"),
+        "2026-06-15",
+        "open_due",
+    )
