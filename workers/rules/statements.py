@@ -121,3 +121,75 @@ def is_statement(sentence: str) -> bool:
     if _WHEN.search(sentence) or _STATE.search(sentence):
         return True
     return any(m.group(0).lower() not in _NOT_EVENTS for m in _EVENT.finditer(sentence))
+
+
+# -- in the third person ---------------------------------------------------------------------------------------
+
+_MODALS = frozenset(
+    {"can", "could", "will", "would", "should", "shall", "might", "must", "may", "did", "didn't", "can't", "won't"}
+)  # fmt: skip
+_PAST = frozenset(
+    {
+        "was", "went", "got", "had", "made", "took", "saw", "found", "felt", "thought", "said", "told", "left",
+        "came", "gave", "bought", "met", "began", "ran", "won", "lost", "kept", "knew", "wrote", "read", "heard",
+        "spent", "built", "brought", "taught", "caught", "sold", "sent", "put", "set", "let", "cut", "became",
+    }
+)  # fmt: skip
+_THIRD = {"am": "is", "have": "has", "do": "does", "go": "goes", "'m": "is", "'ve": "has", "'ll": "will"}
+_ADVERBS = frozenset({"just", "also", "still", "really", "never", "always", "even", "actually", "finally", "recently"})
+_FIRST_PERSON = re.compile(r"\b(I'm|I've|I'll|I'd|I|my|mine|myself|me)\b")
+
+
+def in_third_person(who: str, sentence: str) -> str | None:
+    """What `who` said of themselves, said of them: "I went camping last week" is "Caroline went camping last
+    week", "my sister started a bakery" is "Caroline's sister started a bakery". None when the sentence does not
+    start with the speaker ("I", "I'm", "my ...") or a verb after "I" could not be put in the third person."""
+    words = sentence.split()
+    if not words or words[0] not in ("I", "I'm", "I've", "I'll", "My", "my"):
+        return None
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        bare = word.rstrip(",.;:!")
+        tail = word[len(bare) :]
+        if bare in ("I'm", "I've", "I'll"):
+            out.append(f"{who} {_THIRD[bare[1:]]}{tail}")
+        elif bare == "I":
+            out.append(who)
+            j = i + 1
+            while j < len(words) and words[j].lower() in _ADVERBS:
+                out.append(words[j])
+                j += 1
+            if j < len(words):
+                verb = words[j].rstrip(",.;:!")
+                third = _third_person_verb(verb)
+                if third is None:
+                    return None
+                out.append(third + words[j][len(verb) :])
+                i = j
+        elif bare in ("my", "My"):
+            out.append(f"{who}'s{tail}" if not out else f"their{tail}")
+        elif bare in ("me", "myself", "mine"):
+            out.append({"me": "them", "myself": "themselves", "mine": "theirs"}[bare] + tail)
+        elif bare in ("I'd",):
+            return None  # "would" or "had": not said which
+        else:
+            out.append(word)
+        i += 1
+    return " ".join(out)
+
+
+def _third_person_verb(verb: str) -> str | None:
+    low = verb.lower()
+    if low in _MODALS or low in _PAST or low.endswith("ed"):
+        return verb
+    if low in _THIRD:
+        return _THIRD[low]
+    if not low.isalpha():
+        return None
+    if low.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if low.endswith("y") and low[-2:-1] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"

@@ -48,7 +48,7 @@ from contracts.summaries import (
 from pvm import defaults
 from pvm.llm import LLMConfigError, LLMError, llm_from_settings
 from pvm.reader import estimate_tokens
-from workers.rules.statements import is_statement, reported, to_the_listener
+from workers.rules.statements import in_third_person, is_statement, reported, to_the_listener
 
 if TYPE_CHECKING:
     from pvm.config import Settings
@@ -292,10 +292,10 @@ class ExtractiveSummarizer:
                     if sentence:
                         found = words(sentence)
                         doc += found
-                        if who is not None:  # reported speech: "Dana: I moved to Lisbon." (`reported`)
+                        if who is not None:  # reported speech: "Dana moved to Lisbon.", "Dana: The lake froze."
                             worth[len(sentences)] = _said_weight(sentence)
                             speakers[len(sentences)] = who
-                            sentence = f"{who}: {sentence}"
+                            sentence = in_third_person(who, sentence) or f"{who}: {sentence}"
                         sentences.append((position, logged.minute.event_type, sentence, found))
             documents.append(doc)
         weights = keyword_weights(documents)
@@ -336,8 +336,8 @@ class ExtractiveSummarizer:
         previous = (-1, "")
         for order, text in sorted(kept):
             position, speaker = sentences[order][0], speakers.get(order, "")
-            if speaker and previous == (position, speaker):  # the same turn goes on: its speaker named once
-                text = text[len(speaker) + 2 :]
+            if speaker and previous == (position, speaker) and text.startswith(f"{speaker}: "):
+                text = text[len(speaker) + 2 :]  # the same turn goes on: its speaker named once
             pieces.append(text)
             previous = (position, speaker)
         summary = " ".join(pieces)[:MAX_SUMMARY_CHARS]

@@ -76,7 +76,7 @@ def test_reported_speech_is_summarized_as_who_said_what_without_its_questions_or
     summary = ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), minutes).summary
     assert summary == (
         "Caroline: Hey Mel! Melanie: The parade was great. This was ours. "
-        "Caroline: I adopted a rescue greyhound last month."
+        "Caroline adopted a rescue greyhound last month."
     )
     # A note that is not reported speech keeps its quotes as written.
     quoted = logged([('"Ship the billing release tonight."', "message")])
@@ -85,9 +85,23 @@ def test_reported_speech_is_summarized_as_who_said_what_without_its_questions_or
     )
     # A statement outranks a pleasantry when only one fits.
     short = ExtractiveSummarizer(ratio=0.01, min_tokens=16).summarize("p1", ThreadRef.parse("t1"), minutes).summary
-    assert short == "Caroline: I adopted a rescue greyhound last month."
+    assert short == "Caroline adopted a rescue greyhound last month."  # what they said of themselves: of them
     assert balanced('she said "ok" twice') == 'she said "ok" twice'
     assert balanced("\u201cHey there!") == "\u201cHey there!\u201d"
+
+
+def test_what_a_speaker_says_of_themselves_is_summarized_in_the_third_person() -> None:
+    from workers.rules.statements import in_third_person
+
+    assert (
+        in_third_person("Dana", "I'm learning Spanish with my sister.") == "Dana is learning Spanish with their sister."
+    )
+    assert in_third_person("Dana", "My team shipped it and I really enjoy it.") == (
+        "Dana's team shipped it and Dana really enjoys it."
+    )
+    assert in_third_person("Dana", "I go hiking, it helps me.") == "Dana goes hiking, it helps them."
+    assert in_third_person("Dana", "The lake froze.") is None  # not of the speaker
+    assert in_third_person("Dana", "I'd go.") is None  # would or had: not said which
 
 
 def test_key_topics_name_what_was_talked_about_not_who_talked_or_how() -> None:
