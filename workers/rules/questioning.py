@@ -10,16 +10,15 @@ still kept narrow (`questions`), because every one of them is shown:
 - the sentence states: no question, hedge or proposal (`workers.rules.fact_text.asks_or_hedges`);
 - it says a change (`CHANGE_CUES`: a change verb of `workers.rules.open_slots.CHANGE_VERBS`, "now",
   "starting", "from now on", "no longer", "instead", "extended" ...);
-- it names the slot: every content word of the attribute (an attribute that names nothing, such as "value",
-  does not count), or the subject: all its content words, or its head after a determiner or another word of it
-  ("every train" names the release trains, "the payments service" does not name the auth service);
-- it holds a value of the held value's kind (`value_kinds`: a cadence, a date, a time of day, a percentage, a
-  duration, a count, a size, a version) that the held value does not hold (a restatement questions nothing);
-- the attribute named (by its name or the rules' vocabulary for it), the fact's subject is named too, or the
-  attribute is named plainly ("the observation window") and no other held subject is named in full ("the auth
-  gateway's session TTL" is not the billing service's); the subject named alone, the sentence names no other
+- it names the slot: by the attribute (its name or the rules' vocabulary for it; one that names nothing, such
+  as "value", does not count) with the subject, or plainly ("the observation window") where no other held
+  subject is named in full ("the auth gateway's session TTL" is not the billing service's); or by the subject
+  alone (all its content words, or its head after a determiner or another word of it: "every train" names the
+  release trains, "the payments service" does not name the auth service) where the sentence names no other
   attribute ("the billing service has its request timeout set at 2 minutes" is not its session TTL);
-- numbers are compared as digits ("five seconds" restates "5 seconds");
+- it holds a value of the held value's kind (`value_kinds`: a cadence, a date, a time of day, a percentage, a
+  duration, a count, a size, a version) that the held value does not hold, numbers compared as digits (a
+  restatement questions nothing: "five seconds" restates "5 seconds");
 - exactly one held slot fits best (the attribute or the whole subject named before a subject's head alone):
   two say the sentence is not about one of them.
 
@@ -109,13 +108,9 @@ class Held(NamedTuple):
     value: str
 
 
+@lru_cache(maxsize=8192)
 def value_kinds(text: str) -> frozenset[str]:
     """The kinds of value `text` holds an expression of."""
-    return _value_kinds(text)
-
-
-@lru_cache(maxsize=8192)
-def _value_kinds(text: str) -> frozenset[str]:
     return frozenset(kind for kind in _KINDS if _expressions(kind, text))
 
 
