@@ -392,3 +392,21 @@ def test_a_supersession_a_newer_change_overrode_is_no_refusal_in_any_order(store
         records.append({f.id: f.to_dict() for f in store.in_tier(P1)})
     assert records[0] == records[1] == records[2]
     assert store.get(P1, tuesday.id).valid_from == at(20)  # type: ignore[union-attr]
+
+
+def test_a_stored_record_is_unpacked_once_per_process_and_a_change_writes_new_bytes(
+    store: FactStore, redis_client: redis.Redis
+) -> None:
+    from pvm.stores import fact_projection
+
+    held = fact("30 minutes", status=FactStatus.PENDING)
+    store.apply(asserted_minute(held, minute_id=cid(), timestamp=held.recorded_at))
+    raw = redis_client.hget(keys.facts_by_id(P1), held.id)
+    assert raw is not None
+    first = StoredFact.unpack(raw)
+    assert StoredFact.unpack(raw) is first and first.fact == held  # the memo's, and right
+    store.apply(promoted_minute(held, minute_id=cid(), timestamp=at(1)))
+    after = redis_client.hget(keys.facts_by_id(P1), held.id)
+    assert after != raw and StoredFact.unpack(after) is not first  # new bytes, read anew
+    fact_projection._UNPACKED.clear()
+    assert StoredFact.unpack(raw) == first and StoredFact.unpack(raw) is not first  # the same record, validated again

@@ -40,6 +40,7 @@ from contracts.facts import (
     FactType,
     Tier,
     default_single_valued,
+    sentence_key,
 )
 from contracts.minute import iso_utc, parse_timestamp
 from workers.rules.assessment import stated_text, task_kind
@@ -56,7 +57,7 @@ from workers.rules.fact_text import (
     vocabulary,
 )
 from workers.rules.open_slots import lines, read_open, with_antecedent
-from workers.rules.questioning import Held, content_words, may_question, questions
+from workers.rules.questioning import Held, content_words, questions
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 from workers.rules.statements import STATEMENT, reported, statements
 
@@ -585,19 +586,20 @@ def questioning_candidates(minutes: Sequence[Minute], candidates: Sequence[Candi
     from questions nothing (the rules read it), and neither does one whose likeliest slot is one its minute
     stated, or whose fact is not older than the minute or has it among its sources. The facts weighed are
     those of the minute's tier keys (its project, and its task). Minutes with structured facts state them as
-    data: they question nothing. Each fact is questioned once per minute.
+    data: they question nothing. Each fact is questioned once per minute. The pool passes only the minutes
+    that may question anything (`workers.rules.questioning.may_question`), before it reads `held`.
     """
     read: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (project, minute id) -> slots read from it
     texts: dict[tuple[str, str], set[str]] = {}  # (project, minute id) -> the sentences read
     for c in candidates:
         for minute_id in c.source_minute_ids:
             read.setdefault((c.project_id, minute_id), set()).add(c.slot)
-            texts.setdefault((c.project_id, minute_id), set()).add(_folded(c.text))
+            texts.setdefault((c.project_id, minute_id), set()).add(sentence_key(c.text))
     facts = [f for facts in held.values() for f in facts if f.attribute != STATEMENT]
     out: list[Candidate] = []
     for minute in minutes:
         note = stated_text(minute.memory_note)
-        if note is None or not may_question(note) or structured_facts(minute):
+        if note is None or structured_facts(minute):
             continue
         at = parse_timestamp(minute.timestamp)
         task_id = stated_text(minute.data.get("task_id"))
@@ -614,7 +616,7 @@ def questioning_candidates(minutes: Sequence[Minute], candidates: Sequence[Candi
         seen: set[str] = set()
         for sentence in sentences(note):
             text = _sentence_text(sentence.rstrip(" ;,:"))
-            if _folded(text) in texts.get(key, ()) or len(text) > MAX_FACT_VALUE:
+            if sentence_key(text) in texts.get(key, ()) or len(text) > MAX_FACT_VALUE:
                 continue
             fit = questions(sentence, rows)
             if fit is None or fit.fact_id in seen:
@@ -646,10 +648,6 @@ def questioning_candidates(minutes: Sequence[Minute], candidates: Sequence[Candi
                 )
             )
     return out
-
-
-def _folded(text: str) -> str:
-    return " ".join(text.lower().split()).rstrip(".!")
 
 
 def _text(value: object) -> bool:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from workers.rules.fact_text import ATTRIBUTES, asks_or_hedges, sentences
 from workers.rules.open_slots import CHANGE_VERBS
-from workers.rules.relative_dates import ABSOLUTE
+from workers.rules.relative_dates import ABSOLUTE, NUMBER_WORDS
 
 # Words that say a value changed, beside the change verbs ("we're going weekly", "it now ends on ...").
 CHANGE_CUES = frozenset(
@@ -52,7 +52,7 @@ _CUE = re.compile(
 )
 
 # A value's kind, by the expressions that carry one.
-_NUMBER_WORD = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve)"
+_NUMBER_WORD = r"(?:\d+|" + "|".join(NUMBER_WORDS) + ")"
 _KINDS: dict[str, re.Pattern[str]] = {
     "cadence": re.compile(
         r"\b(?:daily|weekly|monthly|quarterly|yearly|annually|nightly|hourly|bi-?weekly|fortnightly"
@@ -86,15 +86,8 @@ _STOP = frozenset(
 )  # fmt: skip
 _DETERMINERS = frozenset({"the", "a", "an", "every", "each", "all", "any", "no", "our", "this", "that", "its", "their"})
 _PLAIN = frozenset({"the", "a", "an", "this", "that", "our"})  # before an attribute named plainly
-_NUMBERS = {
-    w: str(i)
-    for i, w in enumerate(
-        (
-            "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-            "twelve", "thirteen", "fourteen", "fifteen",
-        )
-    )
-}  # fmt: skip
+# Number words as digits ("five seconds" is "5 seconds"); "a" and "an" stay words.
+_NUMBERS = {word: str(n) for word, n in NUMBER_WORDS.items() if word not in ("a", "an")}
 _NUMBER_WORDS = re.compile(r"\b(?:" + "|".join(_NUMBERS) + r")\b", re.I)
 _WORD = re.compile(r"[a-z0-9][a-z0-9'\-]*")
 
@@ -126,7 +119,7 @@ def _expressions(kind: str, text: str) -> list[str]:
 
 def content_words(text: str) -> frozenset[str]:
     """Lower-case words of `text` without stop words, a plural's "s" taken off ("trains" is "train")."""
-    return frozenset(_stem(w) for w in _WORD.findall(text.lower().replace("_", " ")) if w not in _STOP)
+    return frozenset(_content_in_order(text))
 
 
 def questions(sentence: str, held: Sequence[Held]) -> Held | None:
@@ -229,15 +222,16 @@ def _stem(word: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _subject_words(subject: str) -> tuple[str, ...]:
-    return tuple(_stem(w) for w in _WORD.findall(subject.lower().replace("_", " ")) if w not in _STOP)
+def _content_in_order(text: str) -> tuple[str, ...]:
+    """`content_words` in the order they are written (a subject's head is its last)."""
+    return tuple(_stem(w) for w in _WORD.findall(text.lower().replace("_", " ")) if w not in _STOP)
 
 
 def _names_subject(subject: str, said: frozenset[str], tokens: Sequence[str]) -> int:
     """2 when every content word of `subject` is in the sentence; 1 when its head (the last) is, after a word of
     the subject or a determiner ("every train" names "release trains"; "the payments service" does not name
     "auth service"); else 0."""
-    words = _subject_words(subject)
+    words = _content_in_order(subject)
     if not words:
         return 0
     if set(words) <= said:

@@ -128,13 +128,6 @@ def is_statement(sentence: str) -> bool:
 _MODALS = frozenset(
     {"can", "could", "will", "would", "should", "shall", "might", "must", "may", "did", "didn't", "can't", "won't"}
 )  # fmt: skip
-_PAST = frozenset(
-    {
-        "was", "went", "got", "had", "made", "took", "saw", "found", "felt", "thought", "said", "told", "left",
-        "came", "gave", "bought", "met", "began", "ran", "won", "lost", "kept", "knew", "wrote", "read", "heard",
-        "spent", "built", "brought", "taught", "caught", "sold", "sent", "put", "set", "let", "cut", "became",
-    }
-)  # fmt: skip
 _THIRD = {"am": "is", "have": "has", "do": "does", "go": "goes", "'m": "is", "'ve": "has", "'ll": "will"}
 _ADVERBS = frozenset({"just", "also", "still", "really", "never", "always", "even", "actually", "finally", "recently"})
 _FIRST_PERSON = re.compile(r"\b(I'm|I've|I'll|I'd|I|my|mine|myself|me)\b")
@@ -182,7 +175,7 @@ def in_third_person(who: str, sentence: str) -> str | None:
 
 def _third_person_verb(verb: str) -> str | None:
     low = verb.lower()
-    if low in _MODALS or low in _PAST or low.endswith("ed"):
+    if low in _MODALS or _EVENT.fullmatch(low):  # a past tense stays as it is
         return verb
     if low in _THIRD:
         return _THIRD[low]

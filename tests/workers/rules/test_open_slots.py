@@ -370,3 +370,10 @@ def test_what_someone_asks_for_by_a_day_is_due_that_day() -> None:
         "2026-06-15",
         "open_due",
     )
+
+
+def test_now_before_how_often_is_a_change_not_part_of_the_subject() -> None:
+    (changed,) = extract("The release train now runs weekly.")
+    (said,) = extract("The release train runs every two weeks.")
+    assert (changed.slot, changed.value, changed.supersedes_hint) == (("release train", "cadence"), "weekly", True)
+    assert (said.slot, said.supersedes_hint) == (("release train", "cadence"), False)
