@@ -145,6 +145,7 @@ from pvm.vectors import (
     with_payloads,
 )
 from pvm.vectors.lexical import LexicalEncoder
+from pvm.vectors.thread_reads import ThreadReads
 
 try:
     import qdrant_edge as qe
@@ -223,6 +224,7 @@ class EdgeEngine:
         self._cond = threading.Condition()
         self._closed = False
         self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
+        self._thread_reads = ThreadReads()  # what search read of threads, until a write could change it
         self._sweep()
 
     # -- VectorEngine ---------------------------------------------------------------
@@ -230,6 +232,7 @@ class EdgeEngine:
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
         """Index points, idempotently (a minute id always maps to one point); all are checked before any is written."""
         by_project: dict[str, list[qe.Point]] = {}
+        written: dict[str, list[tuple[str, str]]] = {}  # project -> (minute id, thread id) of each point
         document = self._lexical.document
         packer = msgpack.Packer()  # one per call: a Packer is not thread-safe, and packb makes one per payload
         for point in points:
@@ -241,12 +244,18 @@ class EdgeEngine:
             batch = by_project.get(point.project_id)
             if batch is None:
                 batch = by_project[point.project_id] = []
+                written[point.project_id] = []
             batch.append(qe.Point(stored_id, vectors, _pack(point, packer)))
+            thread = point.payload.get("thread_id")
+            written[point.project_id].append((point.minute_id, thread if isinstance(thread, str) else ""))
         for project_id, batch in by_project.items():
-            with self._shard(project_id, create=True) as shard:
-                assert shard is not None
-                for start in range(0, len(batch), UPSERT_CHUNK):
-                    shard.update(qe.UpdateOperation.upsert_points(batch[start : start + UPSERT_CHUNK]))
+            try:
+                with self._shard(project_id, create=True) as shard:
+                    assert shard is not None
+                    for start in range(0, len(batch), UPSERT_CHUNK):
+                        shard.update(qe.UpdateOperation.upsert_points(batch[start : start + UPSERT_CHUNK]))
+            finally:  # a write that failed part-way may have landed in part
+                self._thread_reads.written(project_id, written[project_id])
 
     def query(
         self,
@@ -340,6 +349,12 @@ class EdgeEngine:
         with `RANKING_FIELDS` payloads: a short thread read whole through its keyword index, a long one in time
         order from the timestamp index."""
         project_id = require_project(project_id)
+        thread = filters.thread_id
+        key = (filters, minute.minute_id, count, long)
+        kept = self._thread_reads.window(project_id, thread, key) if thread else None
+        if kept is not None:
+            return [minute if c.minute_id == minute.minute_id else c for c in kept]
+        generation = self._thread_reads.generation(project_id)
         conds = conditions(project_id, filters)
         must = _edge_filter(conds)
 
@@ -358,20 +373,39 @@ class EdgeEngine:
             at = _edge_filter([*conds, Range("timestamp_ms", gte=at_ms, lt=at_ms + 1)])
             return records(qe.ScrollRequest(limit=WINDOW_RUN_CAP, filter=at, with_payload=_RANKING_SELECTOR))
 
-        return thread_window(None if long else whole, ordered, run, minute, window_ms(minute), count)
+        window = thread_window(None if long else whole, ordered, run, minute, window_ms(minute), count)
+        if thread:
+            self._thread_reads.keep_window(project_id, generation, thread, key, window)
+        return window
 
     def in_threads(
         self, project_id: str, filters: SearchFilters, thread_ids: Sequence[str], limit: int
     ) -> list[Candidate]:
         """Up to `limit` minutes of these threads within `filters`, in no particular order, with `RANKING_FIELDS`
-        payloads (one read of the thread keyword index): fewer than `limit` is every one of them."""
+        payloads: fewer than `limit` is every one of them. Threads read whole before and not written since come
+        from `ThreadReads`; the others in one read of the thread keyword index, kept when it read them whole."""
         project_id = require_project(project_id)
         check_limit(limit)
-        threads = tuple(sorted(set(thread_ids)))
-        if not threads:
-            return []
-        must = _edge_filter([*conditions(project_id, filters), MatchAny("thread_id", threads)])
-        return self._scrolled(project_id, qe.ScrollRequest(limit=limit, filter=must, with_payload=_RANKING_SELECTOR))
+        found: list[Candidate] = []
+        unread: list[str] = []
+        for thread in sorted(set(thread_ids)):
+            whole = self._thread_reads.whole(project_id, thread, filters)
+            if whole is None:
+                unread.append(thread)
+            else:
+                found += whole
+        if len(found) >= limit or not unread:
+            return found[:limit]
+        generation = self._thread_reads.generation(project_id)
+        left = limit - len(found)
+        must = _edge_filter([*conditions(project_id, filters), MatchAny("thread_id", tuple(unread))])
+        read = self._scrolled(project_id, qe.ScrollRequest(limit=left, filter=must, with_payload=_RANKING_SELECTOR))
+        if len(read) < left:  # every minute of each unread thread
+            by_thread: dict[str, list[Candidate]] = {thread: [] for thread in unread}
+            for c in read:
+                by_thread[c.payload["thread_id"]].append(c)
+            self._thread_reads.keep_whole(project_id, generation, filters, by_thread)
+        return found + read
 
     def _scrolled(self, project_id: str, request: qe.ScrollRequest) -> list[Candidate]:
         """The minutes a scroll reads, with `RANKING_FIELDS` payloads (the project's own only)."""
@@ -476,6 +510,8 @@ class EdgeEngine:
                         raise _edge_error(self.path / project_id, exc) from exc
                     continue
                 done += 1
+        if done and kind == MINUTE:
+            self._thread_reads.forget(project_id)  # what a filter lets through may have changed anywhere in it
         return done
 
     def delete_project(self, project_id: str) -> None:
@@ -495,6 +531,7 @@ class EdgeEngine:
             # Still under the lock: nobody reopens the shard while its directory goes.
             if (self.path / project_id).exists():
                 shutil.rmtree(self.path / project_id)
+            self._thread_reads.forget(project_id)
 
     def close(self) -> None:
         """Close every shard (flushing it) and release the directory lock. The engine cannot be used afterwards."""
@@ -635,6 +672,7 @@ class EdgeEngine:
                     f"`pvm replay --project {project_id}`"
                 ) from exc
             self._set_aside(project_id, directory, exc)
+            self._thread_reads.forget(project_id)
             return self._create(project_id, directory)
         try:
             self._configure(shard, directory)

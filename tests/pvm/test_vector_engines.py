@@ -374,6 +374,87 @@ def test_in_threads_reads_several_threads_within_the_filters_and_says_when_it_re
         engine.in_threads("alpha", SearchFilters(), ["th-a"], 0)
 
 
+def test_thread_reads_see_every_write_since_the_last_read(engine: Any) -> None:
+    # The embedded engine keeps what it read of a thread (`ThreadReads`); every engine must answer as if it read
+    # each time: a minute added, one moved to another thread, one pruned and restored, the project deleted.
+    engine.upsert([memory_point("alpha", f"a{i}", "step", timestamp_ms=T0 + i, thread_id="th-a") for i in range(3)])
+    engine.upsert([memory_point("alpha", "b0", "step", timestamp_ms=T0, thread_id="th-b")])
+    every = SearchFilters()
+    th_a = SearchFilters(thread_id="th-a")
+
+    def whole(thread: str) -> list[str]:
+        return sorted(ids(engine.in_threads("alpha", every, [thread], 100)))
+
+    def around(minute_id: str) -> list[str]:
+        (minute,) = engine.retrieve("alpha", [minute_id])
+        return ids(engine.around("alpha", th_a, minute, 1, long=True))
+
+    for _ in range(2):  # read twice: the second may come from what the first kept
+        assert whole("th-a") == ["a0", "a1", "a2"]
+        assert around("a1") == ["a0", "a1", "a2"]
+    engine.upsert([memory_point("alpha", "a3", "step", timestamp_ms=T0 + 1, thread_id="th-a")])
+    assert whole("th-a") == ["a0", "a1", "a2", "a3"]
+    assert around("a1") == ["a0", "a1", "a3"]
+    assert whole("th-b") == ["b0"]
+    engine.upsert([memory_point("alpha", "a3", "step", timestamp_ms=T0 + 1, thread_id="th-b")])  # moved
+    assert whole("th-a") == ["a0", "a1", "a2"]
+    assert whole("th-b") == ["a3", "b0"]
+    assert around("a1") == ["a0", "a1", "a2"]
+    engine.annotate("alpha", {"a2": {"pruned_ms": T0 + 9}})
+    assert whole("th-a") == ["a0", "a1"]
+    assert around("a1") == ["a0", "a1"]
+    engine.annotate("alpha", {"a2": {"pruned_ms": None}})
+    assert whole("th-a") == ["a0", "a1", "a2"]
+    assert around("a1") == ["a0", "a1", "a2"]
+    engine.delete_project("alpha")
+    assert whole("th-a") == []
+    engine.upsert([memory_point("alpha", "n0", "step", timestamp_ms=T0, thread_id="th-a")])
+    assert whole("th-a") == ["n0"]
+
+
+def test_edge_reads_a_thread_nobody_wrote_since_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = EdgeEngine(tmp_path / "edge")
+    try:
+        engine.upsert(
+            [
+                *(memory_point("alpha", f"a{i}", "step", timestamp_ms=T0 + i, thread_id="th-a") for i in range(4)),
+                *(memory_point("alpha", f"b{i}", "step", timestamp_ms=T0 + i, thread_id="th-b") for i in range(2)),
+            ]
+        )
+        reads: list[Any] = []
+        scrolled = engine._scrolled
+        monkeypatch.setattr(engine, "_scrolled", lambda *args: reads.append(args) or scrolled(*args))
+        every = SearchFilters()
+        first = engine.in_threads("alpha", every, ["th-a", "th-b"], 100)
+        assert len(reads) == 1
+        assert sorted(ids(engine.in_threads("alpha", every, ["th-b", "th-a"], 100))) == sorted(ids(first))
+        assert len(reads) == 1
+        # Kept per thread and per filters: another thread, or other filters, is read.
+        engine.in_threads("alpha", every, ["th-a", "th-c"], 100)
+        assert len(reads) == 2
+        engine.in_threads("alpha", SearchFilters(agents=("planner",)), ["th-a"], 100)
+        assert len(reads) == 3
+        # A read that stopped at its limit did not read its threads whole, so nothing of it is kept.
+        assert len(engine.in_threads("alpha", every, ["th-d"], 1)) == 0
+        engine.upsert([memory_point("alpha", f"d{i}", "step", thread_id="th-d") for i in range(3)])
+        assert len(engine.in_threads("alpha", every, ["th-d"], 2)) == 2
+        assert len(engine.in_threads("alpha", every, ["th-d"], 5)) == 3
+        # What is kept is cut at `limit` like any read, so a caller still learns that the thread is longer.
+        assert len(engine.in_threads("alpha", every, ["th-a"], 2)) == 2
+        # A window around a minute of a long thread is kept the same way, and a write to another thread keeps it.
+        (a2,) = engine.retrieve("alpha", ["a2"])
+        th_a = SearchFilters(thread_id="th-a")
+        before = len(reads)
+        window = ids(engine.around("alpha", th_a, a2, 1, long=True))
+        assert window == ["a1", "a2", "a3"] and len(reads) > before
+        engine.upsert([memory_point("alpha", "b9", "step", thread_id="th-b")])
+        before = len(reads)
+        assert ids(engine.around("alpha", th_a, a2, 1, long=True)) == window
+        assert len(reads) == before
+    finally:
+        engine.close()
+
+
 def test_delete_project_removes_only_that_project(engine: Any) -> None:
     engine.upsert([memory_point("alpha", "a1", "deploy"), memory_point("beta", "b1", "deploy")])
     engine.delete_project("alpha")
