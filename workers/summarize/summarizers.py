@@ -3,11 +3,13 @@
 **Extractive.** A chunk's text is its minutes' memory notes and reasoning (`TEXT_KEYS`), split into
 sentences. Key topics come from a small TF-IDF over the chunk (each minute a document: a word that
 recurs in a few minutes outranks one every minute says), stop words and short words left out. Each
-sentence scores the summed weight of its distinct key words over the square root of its length, times
+sentence is worth the summed weight of its distinct key words over the square root of its length, times
 its minute's event weight (`EVENT_WEIGHTS`: decisions, failures, completions and resolutions matter
-most); decisions are kept whatever their score (a thread's context must name every decision), then the
-best of the rest while they fit `ratio` of the chunk's tokens; the kept sentences read in log order.
-The same chunk always gives the same summary.
+most); decisions are kept whatever their worth (a thread's context must name every decision), then,
+while they fit `ratio` of the chunk's tokens, the sentence that adds the most to what is kept: a key
+word a kept sentence says already counts nothing (a summary says a thing once, SumBasic's idea:
+Nenkova & Vanderwende, 2005), and once every sentence left says only what is said, none is added. The
+kept sentences read in log order. The same chunk always gives the same summary.
 
 Why our own TF-IDF and not a package: the maintained keyword extractors here (yake 0.7, rake-nltk,
 KeyBERT, sumy) cost dependencies the server does not have (networkx, nltk with its downloaded punkt
@@ -259,6 +261,21 @@ def _said_weight(sentence: str) -> float:
     return 0.0 if to_the_listener(sentence) else 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    """A sentence a summary may keep: its place in the chunk, its text as kept, its distinct key words (sorted) and
+    what each of them is worth in it (its event's weight and `_said_weight`, over the root of its length)."""
+
+    order: int
+    text: str
+    words: tuple[str, ...]
+    weight: float
+
+    def adds(self, weights: dict[str, float], said: set[str]) -> float:
+        """What the sentence adds to a summary that says `said`: its words' weights that are not said yet."""
+        return math.fsum(weights[w] for w in self.words if w not in said) * self.weight
+
+
 def _clip(sentence: str, most_words: int) -> str:
     parts = sentence.split()
     return sentence if len(parts) <= most_words else " ".join(parts[:most_words]) + " …"
@@ -301,37 +318,37 @@ class ExtractiveSummarizer:
         weights = keyword_weights(documents)
         tokens = chunk_tokens(minutes)
         room = max(self.min_tokens, math.floor(tokens * self.ratio))
-        scored = []
+        decisions: list[_Sentence] = []
+        rest: list[_Sentence] = []
         seen: set[str] = set()
         for order, (position, event_type, sentence, found) in enumerate(sentences):
             key = sentence_key(sentence)
             if key in seen or worth.get(order) == 0.0:  # agents repeat one another: a sentence once
                 continue
             seen.add(key)
-            distinct = set(found)
-            # fsum: exact whatever order the set yields its words in (the hash seed's), so equal sentences tie alike
-            score = (
-                math.fsum(weights[w] for w in distinct)
-                / math.sqrt(1 + len(found))
-                * EVENT_WEIGHTS.get(event_type, 1.0)
-                * worth.get(order, 1.0)
-            )
             first_of_decision = event_type == "decision" and (order == 0 or sentences[order - 1][0] != position)
-            scored.append(
-                (
-                    0 if first_of_decision else 1,
-                    -score,
-                    order,
-                    as_sentence(balanced(_clip(sentence, self.sentence_words))),
-                )
-            )
+            text = as_sentence(balanced(_clip(sentence, self.sentence_words)))
+            # Sorted: `_adds` sums in one order whatever order the set yields (the hash seed's).
+            weight = EVENT_WEIGHTS.get(event_type, 1.0) * worth.get(order, 1.0) / math.sqrt(1 + len(found))
+            (decisions if first_of_decision else rest).append(_Sentence(order, text, tuple(sorted(set(found))), weight))
         kept: list[tuple[int, str]] = []
+        said: set[str] = set()  # key words the kept sentences say
         used = 0
-        for rank, _, order, text in sorted(scored):
-            cost = estimate_tokens(text) + 1
-            if rank == 0 or used + cost <= room:
-                kept.append((order, text))
+        for decision in decisions:  # every decision, whatever it costs
+            kept.append((decision.order, decision.text))
+            used += estimate_tokens(decision.text) + 1
+            said.update(decision.words)
+        while rest:
+            # The sentence that adds the most to what is kept: a key word said already counts nothing.
+            best = max(rest, key=lambda c: (c.adds(weights, said), -c.order))
+            rest.remove(best)
+            if kept and best.adds(weights, said) == 0.0:
+                break  # every sentence left says what is said already
+            cost = estimate_tokens(best.text) + 1
+            if used + cost <= room:
+                kept.append((best.order, best.text))
                 used += cost
+                said.update(best.words)
         pieces: list[str] = []
         previous = (-1, "")
         for order, text in sorted(kept):

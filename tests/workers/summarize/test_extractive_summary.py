@@ -117,3 +117,20 @@ def test_key_topics_name_what_was_talked_about_not_who_talked_or_how() -> None:
     chunk = ExtractiveSummarizer().summarize("p1", ThreadRef.parse("t1"), minutes)
     assert chunk.key_topics and not {"said", "caroline", "melanie", "really", "great", "wow"} & set(chunk.key_topics)
     assert {"pottery", "camping", "adoption", "lake", "kids"} & set(chunk.key_topics)
+
+
+def test_a_summary_says_a_thing_once_and_then_what_else_happened() -> None:
+    # Three notes on the cache eviction, one on the schema migration: the first cache note outweighs the migration
+    # note, but once it is kept, its key words count nothing in the other cache notes, so the migration comes next.
+    # With room for every sentence, a note that only repeats what is said ("again" is a stop word) is left out.
+    notes = [
+        ("cache eviction storm hit the checkout replicas during the sale", "task_failed"),
+        ("the cache eviction storm hit checkout replicas again", "observation"),
+        ("the schema migration finished", "task_completed"),
+        ("checkout replicas: cache eviction storm", "observation"),
+    ]
+    minutes = logged(notes)
+    tight = ExtractiveSummarizer(ratio=0.0, min_tokens=31).summarize("p1", ThreadRef.parse("t1"), minutes).summary
+    assert tight == "cache eviction storm hit the checkout replicas during the sale. the schema migration finished."
+    roomy = ExtractiveSummarizer(ratio=1.0).summarize("p1", ThreadRef.parse("t1"), minutes).summary
+    assert roomy == tight
