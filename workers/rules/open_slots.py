@@ -15,7 +15,11 @@ shapes where English says plainly that a thing has a value:
 - ownership: ``S is owned by N``, ``N owns S``, ``S handed over to N``;
 - a change verb from a lexicon (`CHANGE_VERBS`: bumped, moved, pinned,
   tightened, ...): ``S A bumped to V``, ``we pinned S to V``, ``S goes to V``;
-  these supersede the slot's value.
+  these supersede the slot's value;
+- a time limit, ``S is <done> within N <unit>`` ("a leaver's access is
+  revoked within 24 hours"): a constraint in the slot of what is done
+  ("revocation deadline"); ``..., not M`` after it names the limit it
+  replaces.
 
 A value that is a list (``A, B and C``) gives one reading per value, in a
 slot that holds many. A slot is (subject, attribute): ``the A of/for S`` and
@@ -53,7 +57,7 @@ from workers.rules.fact_text import (
     prepare,
     sentences,
 )
-from workers.rules.relative_dates import RELATIVE, day_of
+from workers.rules.relative_dates import NUMBER_WORDS, RELATIVE, day_of
 
 VALUE = "value"  # the attribute of a slot named by a bare noun phrase
 MEMBER = "member"  # the attribute of a list's values named by the list alone ("adding X to the device matrix")
@@ -226,6 +230,22 @@ _RATED = re.compile(
     r"(?:\s+(?:because|since|as|after|due\s+to|given)\b.*)?$",
     re.I,
 )
+_WITHIN = re.compile(
+    r"^(?P<s>.+?)\s+(?:is|are|will\s+be|must\s+be|should\s+be|shall\s+be|has\s+to\s+be|have\s+to\s+be|"
+    r"needs?\s+to\s+be|gets?)\s+(?P<now>now\s+)?(?:always\s+)?(?P<p>[a-z]+(?:ed|en|id|ne))\s+within\s+"
+    rf"(?P<v>(?:\d+(?:\.\d+)?|{'|'.join(NUMBER_WORDS)}|twelve|fifteen|twenty|thirty|sixty|ninety)\s+"
+    r"(?:business\s+|working\s+|calendar\s+)?(?:minutes?|hours?|days?|weeks?|months?|years?))\b(?P<rest>.*)$",
+    re.I,
+)
+_NOT_BEFORE = re.compile(r",\s+not\s+\S", re.I)  # "within 4 hours of termination, not 24": the limit it replaces
+# What is done, as the noun its deadline is named by; other participles by `_deadline` ("-ated": "-ation").
+_DONE_NOUNS = {
+    "revoked": "revocation", "removed": "removal", "deleted": "deletion", "paid": "payment", "answered": "response",
+    "responded": "response", "acknowledged": "acknowledgement", "resolved": "resolution", "closed": "closure",
+    "shipped": "delivery", "delivered": "delivery", "approved": "approval", "done": "completion",
+    "completed": "completion", "given": "delivery", "sent": "delivery", "made": "completion", "signed": "signature",
+    "disabled": "disabling", "enabled": "enabling", "processed": "processing", "purged": "purge", "wiped": "wipe",
+}  # fmt: skip
 _KEPT = re.compile(r"^(?P<s>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:kept|retained|stored|held)\s+for\s+(?P<v>.+)$", re.I)
 _PASSIVE = re.compile(
     r"^(?P<s>.+?)\s+(?:is|are|will\s+be)\s+(?P<now>now\s+)?(?P<p>[a-z]+ed|built|run|held|kept|made|done)\s+"
@@ -632,6 +652,39 @@ def _kept_for(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     return [Reading(FactType.FACT, subject, "retention", values[0], "open_copula")]
 
 
+def _within(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "A leaver's access is revoked within 24 hours of termination", "affected customers are notified within 72
+    hours": the time limit on what is done to a thing, a constraint ("revocation deadline"). "..., not 24" after it,
+    or "now", says it replaces the limit held."""
+    match = _WITHIN.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    if subject is None:
+        return []
+    changed = match.group("now") is not None or _NOT_BEFORE.search(match.group("rest")) is not None
+    attribute = f"{_deadline(match.group('p').lower())} deadline"
+    value = f"within {' '.join(match.group('v').split()).lower()}"
+    return [
+        Reading(FactType.CONSTRAINT, subject, attribute, value, "open_within", supersedes=changed, single_valued=True)
+    ]
+
+
+def _deadline(done: str) -> str:
+    """What a deadline is named by, from the participle of what is done: "revoked" -> "revocation", "notified" ->
+    "notification", "rotated" -> "rotation", "reviewed" -> "review"."""
+    if done in _DONE_NOUNS:
+        return _DONE_NOUNS[done]
+    if done.endswith("ified"):
+        return done[:-3] + "ication"
+    if done.endswith("ated"):
+        return done[:-2] + "ion"
+    if done.endswith("ed") and len(done) > 4:
+        stem = done[:-2]  # "patched" -> "patch", "planned" -> "plan", "installed" -> "install"
+        return stem[:-1] if len(stem) > 3 and stem[-1] == stem[-2] and stem[-1] in "bdgmnprt" else stem
+    return done
+
+
 def _passive(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     """ "Remote feature flags are served from Firebase Remote Config", "the pen test is booked with Halberd Security":
     how a thing is done, and by what or whom."""
@@ -949,6 +1002,7 @@ _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Patte
     (_cadence, re.compile(r"ly\s|every\s|twice\s")),
     (_located, re.compile(r"\slives?\s|\s(?:kept|stored|hosted)\s")),
     (_kept_for, re.compile(r"\s(?:kept|retained|stored|held)\s+for\s")),
+    (_within, re.compile(r"\swithin\s")),
     (_passive, re.compile(r"\s(?:by|with|from|through|via|in|at)\s")),
     (_copula, re.compile(r"\s(?:is|are|will\s+be)\s")),
 )

@@ -377,3 +377,32 @@ def test_now_before_how_often_is_a_change_not_part_of_the_subject() -> None:
     (said,) = extract("The release train runs every two weeks.")
     assert (changed.slot, changed.value, changed.supersedes_hint) == (("release train", "cadence"), "weekly", True)
     assert (said.slot, said.supersedes_hint) == (("release train", "cadence"), False)
+
+
+def test_a_time_limit_on_what_is_done_is_a_deadline_and_a_later_one_replaces_it() -> None:
+    (held,) = extract("Support tickets from paying customers are answered within 4 business hours.")
+    assert (held.type, held.slot, held.value, held.rule, held.single_valued) == (
+        "constraint",
+        ("support tickets from paying customers", "response deadline"),
+        "within 4 business hours",
+        "open_within",
+        True,
+    )
+    # What is done names the deadline: a noun from the lexicon, "-ated" and "-ified" as nouns, else the stem.
+    assert read("API keys are rotated within 90 days.") == {("api keys", "rotation deadline", "within 90 days")}
+    assert read("On-call is notified within five minutes.") == {
+        ("on-call", "notification deadline", "within five minutes")
+    }
+    assert read("Expense reports are uploaded within two weeks.") == {
+        ("expense reports", "upload deadline", "within two weeks")
+    }
+    # ", not 4" names the limit it replaces: the change takes the held slot whose subject holds its words.
+    (later,) = extract("From Monday, tickets are answered within 2 business hours, not 4.")
+    assert (later.slot, later.supersedes_hint) == (("tickets", "response deadline"), True)
+    assert resolve_open_slots([held, later], {})[-1].slot == held.slot
+    (unsaid,) = extract("Tickets are answered within 2 business hours.")
+    assert not unsaid.supersedes_hint
+    assert resolve_open_slots([held, unsaid], {})[-1].slot == ("tickets", "response deadline")
+    # A hope or a past event is no time limit on a thing.
+    assert read("I hope we hear back within a week.") == set()
+    assert read("We shipped it within two days, which was great.") == set()
