@@ -271,9 +271,10 @@ class _Sentence:
     words: tuple[str, ...]
     weight: float
 
-    def adds(self, weights: dict[str, float], said: set[str]) -> float:
-        """What the sentence adds to a summary that says `said`: its words' weights that are not said yet."""
-        return math.fsum(weights[w] for w in self.words if w not in said) * self.weight
+    def adds(self, weights: dict[str, float], covered: set[str]) -> float:
+        """What the sentence adds to a summary whose sentences say the key words `covered`: its words' weights that
+        are not said yet."""
+        return math.fsum(weights[w] for w in self.words if w not in covered) * self.weight
 
 
 def _clip(sentence: str, most_words: int) -> str:
@@ -332,23 +333,23 @@ class ExtractiveSummarizer:
             weight = EVENT_WEIGHTS.get(event_type, 1.0) * worth.get(order, 1.0) / math.sqrt(1 + len(found))
             (decisions if first_of_decision else rest).append(_Sentence(order, text, tuple(sorted(set(found))), weight))
         kept: list[tuple[int, str]] = []
-        said: set[str] = set()  # key words the kept sentences say
+        covered: set[str] = set()  # key words the kept sentences say
         used = 0
         for decision in decisions:  # every decision, whatever it costs
             kept.append((decision.order, decision.text))
             used += estimate_tokens(decision.text) + 1
-            said.update(decision.words)
+            covered.update(decision.words)
         while rest:
             # The sentence that adds the most to what is kept: a key word said already counts nothing.
-            best = max(rest, key=lambda c: (c.adds(weights, said), -c.order))
+            best = max(rest, key=lambda c: (c.adds(weights, covered), -c.order))
             rest.remove(best)
-            if kept and best.adds(weights, said) == 0.0:
+            if kept and best.adds(weights, covered) == 0.0:
                 break  # every sentence left says what is said already
             cost = estimate_tokens(best.text) + 1
             if used + cost <= room:
                 kept.append((best.order, best.text))
                 used += cost
-                said.update(best.words)
+                covered.update(best.words)
         pieces: list[str] = []
         previous = (-1, "")
         for order, text in sorted(kept):
