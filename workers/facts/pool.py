@@ -34,7 +34,7 @@ import os
 import socket
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -132,12 +132,13 @@ class Decision:
     """The change minutes one slot's statements lead to, in the order they apply, with what each kind counted.
 
     `decided` holds the same minutes by source minute id: what `keys.facts_decided` keeps from before they
-    are written until they are applied.
+    are written until they are applied. `changes`: each minute's `fact_change`, read once from the minute.
     """
 
     minutes: list[Minute] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     decided: dict[str, list[Minute]] = field(default_factory=dict)
+    changes: list[FactChange] = field(default_factory=list)
 
 
 def record_time_ms(minute: Minute, entry_ms: int | None) -> int:
@@ -227,6 +228,7 @@ def decide(
                 made = _new_value(fresh.with_(period=placing.period), facts, item, clock)
             for minute, change, kind in made:
                 decision.minutes.append(minute)
+                decision.changes.append(change)
                 mine.append(minute)
                 decision.counts[kind] += 1
                 if isinstance(change, FactAsserted) and change.fact.status is FactStatus.PROMOTED:
@@ -269,6 +271,7 @@ def decide_learned(
             minute = superseded_minute(old, new, project_id=project, **stamp)
             change = fact_change(minute)
             decision.minutes.append(minute)
+            decision.changes.append(change)
             mine.append(minute)
             decision.counts["superseded"] += 1
             _apply_here(facts, change)
@@ -395,10 +398,57 @@ def _data_is_a_mapping(minute: Minute) -> None:
         raise InvalidMinute("data", f"must be a mapping, got {type(minute.data).__name__}")
 
 
-def decode(records: Sequence[Sequence[Any]]) -> tuple[list[LoggedMinute], list[str]]:
+def decode(
+    records: Sequence[Sequence[Any]], returning: Returning | None = None
+) -> tuple[list[LoggedMinute], list[str]]:
     """Decode fanned-out records (`workers.runtime.messages.decode_fanned_out`); a minute whose data is not a mapping
-    does not decode here (the rules read it)."""
-    return decode_fanned_out(records, "facts", _data_is_a_mapping)
+    does not decode here (the rules read it). A change minute this process wrote comes back as it was written
+    (`returning`)."""
+    known = returning.minute if returning is not None else None
+    return decode_fanned_out(records, "facts", _data_is_a_mapping, known)
+
+
+RETURNING_KEPT = 8_192  # change minutes written and not yet back from the log, per process (~2 KB each)
+
+
+class Returning:
+    """The change minutes this process wrote and applied, until the log hands them back to it.
+
+    A decided change minute is built here, read as a change (`fact_change`), written to the streams and applied;
+    the log then fans it out to this pool like any minute, and the store applies it again (idempotent: the log is
+    the truth). A record whose bytes are the very bytes written here is that minute: it is taken as it was built,
+    not decoded and read again. Bounded (`RETURNING_KEPT`, oldest first); a minute forgotten, written by another
+    process, or changed on the way is decoded as any other.
+    """
+
+    def __init__(self, kept: int = RETURNING_KEPT) -> None:
+        self._kept = kept
+        self._written: OrderedDict[bytes, tuple[Minute, FactChange]] = OrderedDict()
+        self._back: dict[tuple[str, str], tuple[Minute, FactChange]] = {}  # taken by `minute`, for `change`
+
+    def add(self, raw: Mapping[tuple[str, str], bytes], changes: Sequence[tuple[Minute, FactChange]]) -> None:
+        """Changes written (`raw`: each minute's bytes by (project, minute id)) and applied."""
+        for minute, change in changes:
+            self._written[raw[(minute.project_id, minute.id)]] = (minute, change)
+        while len(self._written) > self._kept:
+            self._written.popitem(last=False)
+
+    def minute(self, raw: bytes) -> Minute | None:
+        """The minute written as `raw`, if this process wrote it (then `change` gives its change)."""
+        found = self._written.pop(raw, None)
+        if found is None:
+            return None
+        self._back[(found[0].project_id, found[0].id)] = found
+        return found[0]
+
+    def change(self, minute: Minute) -> FactChange:
+        """`fact_change(minute)`: the change read when it was built, for a minute `minute` gave back."""
+        found = self._back.pop((minute.project_id, minute.id), None)
+        return found[1] if found is not None and found[0] is minute else fact_change(minute)
+
+    def settle(self) -> None:
+        """A batch is done: what it took back and did not read as a change is forgotten."""
+        self._back.clear()
 
 
 # -- the extractor ----------------------------------------------------------------------------------------------
@@ -426,6 +476,7 @@ class FactsContext:
     extractor: Extractor
     metrics: MetricsRecorder
     owner: str
+    returning: Returning = field(default_factory=Returning)
 
     @classmethod
     def build(cls, connection: redis.Redis, settings: Settings, extractor: Extractor | None = None) -> FactsContext:
@@ -459,7 +510,7 @@ def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Se
     move, and the metrics and the counters are recorded.
     """
     started = time.time()
-    logged, undecodable = decode(records)
+    logged, undecodable = decode(records, ctx.returning)
     counts: Counter[str] = Counter()
     try:
         changes = [r for r in logged if is_fact_change(r.minute)]
@@ -470,6 +521,8 @@ def facts_batch(ctx: FactsContext, connection: redis.Redis, records: Sequence[Se
     except Exception:
         ctx.metrics.failure("facts", len(records))  # best-effort: never raises in place of the batch's error
         raise
+    finally:
+        ctx.returning.settle()
     applied_at = time.time()
     fresh = _advance_heads(ctx, connection, logged, len(records), applied_at - started, counts)
     ctx.metrics.freshness("facts", [applied_at - r.entry_ms / 1000.0 for r in fresh if r.entry_ms is not None])
@@ -495,7 +548,7 @@ def _apply_from_log(
     records: list[LoggedMinute] = []
     for r in logged:
         try:
-            valid.append((r.minute, fact_change(r.minute)))
+            valid.append((r.minute, ctx.returning.change(r.minute)))
             records.append(r)
         except ContractError as exc:
             counts["refused"] += 1
@@ -664,11 +717,12 @@ def _decide_under_leases(
         if mine:
             try:
                 written += _unapplied(ctx, connection, mine, counts)
-                minutes, decided = _decide_slots(ctx, mine, pending, counts)
-                _write(connection, ctx.settings.shards, minutes, decided)
-                ctx.store.apply_changes([(m, fact_change(m)) for m in minutes])
+                changes, decided = _decide_slots(ctx, mine, pending, counts)
+                written_raw = _write(connection, ctx.settings.shards, [m for m, _ in changes], decided)
+                ctx.store.apply_changes(changes)
+                ctx.returning.add(written_raw, changes)
                 _forget(connection, decided)
-                written += len(minutes)
+                written += len(changes)
             finally:
                 ctx.store.release_slots(ctx.owner, mine)
             for slot in mine:
@@ -730,20 +784,22 @@ def _decide_slots(
     slots: Sequence[tuple[TierKey, Slot]],
     pending: dict[tuple[TierKey, Slot], _SlotWork],
     counts: Counter[str],
-) -> tuple[list[Minute], _Records]:
-    """The change minutes of `slots`, in order, and the same by slot and source minute (to record)."""
-    minutes: list[Minute] = []
+) -> tuple[list[tuple[Minute, FactChange]], _Records]:
+    """The change minutes of `slots`, in order, each with its change, and the same by slot and source minute (to
+    record)."""
+    minutes: list[tuple[Minute, FactChange]] = []
     decided: _Records = {}
     for (tier_key, slot), view in zip(slots, ctx.store.slot_views(slots), strict=True):
         work = pending[(tier_key, slot)]
         decision = decide(view.facts, work.sourced, tier_key, ctx.settings.fact_promote_at, view.last_ms)
         if work.learned:
             after = max([view.last_ms, *(time_ms(m.timestamp) for m in decision.minutes)])
-            more = decide_learned(_applied(view.facts, decision.minutes), work.learned, after)
+            more = decide_learned(_applied(view.facts, decision.changes), work.learned, after)
             decision.minutes += more.minutes
+            decision.changes += more.changes
             decision.counts.update(more.counts)
             decision.decided.update(more.decided)
-        minutes.extend(decision.minutes)
+        minutes.extend(zip(decision.minutes, decision.changes, strict=True))
         counts.update(decision.counts)
         made = {source: of_source for source, of_source in decision.decided.items() if of_source}
         if made:
@@ -751,15 +807,18 @@ def _decide_slots(
     return minutes, decided
 
 
-def _applied(view: Sequence[Fact], minutes: Sequence[Minute]) -> list[Fact]:
+def _applied(view: Sequence[Fact], changes: Sequence[FactChange]) -> list[Fact]:
     facts = {f.id: f for f in view}
-    for minute in minutes:
-        _apply_here(facts, fact_change(minute))
+    for change in changes:
+        _apply_here(facts, change)
     return list(facts.values())
 
 
-def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], decided: _Records) -> None:
-    """Record `decided`, then XADD the change minutes to their projects' shard streams as `emit` would.
+def _write(
+    connection: redis.Redis, shards: int, minutes: Iterable[Minute], decided: _Records
+) -> dict[tuple[str, str], bytes]:
+    """Record `decided`, then XADD the change minutes to their projects' shard streams as `emit` would; each
+    minute's bytes as written, by (project, minute id).
 
     One round trip, records first: Redis runs and persists a connection's commands in order, so a minute
     on a stream always has its decision recorded until it is applied (`_unapplied`).
@@ -776,6 +835,7 @@ def _write(connection: redis.Redis, shards: int, minutes: Iterable[Minute], deci
     add_minutes(pipe, shards, ((project_id, encoded) for (project_id, _), encoded in raw.items()))
     if raw or decided:
         pipe.execute()
+    return raw
 
 
 def _forget(connection: redis.Redis, decided: _Records) -> None:

@@ -49,11 +49,15 @@ class FannedOut:
 
 
 def decode_fanned_out(
-    records: Sequence[Sequence[Any]], pool: str, check: Callable[[Minute], None] | None = None
+    records: Sequence[Sequence[Any]],
+    pool: str,
+    check: Callable[[Minute], None] | None = None,
+    known: Callable[[bytes], Minute | None] | None = None,
 ) -> tuple[list[FannedOut], list[str]]:
     """The minutes of `records` (each once, by project and id) and the ids that would not decode.
 
-    `check` may refuse a decoded minute a pool cannot use (raising a `ContractError`). A record that does not
+    `check` may refuse a decoded minute a pool cannot use (raising a `ContractError`). `known` may give the
+    minute of bytes the pool built itself (already checked), which is then not decoded. A record that does not
     decode is skipped, its neighbours kept: it stays in the log, and its seq stays a gap below the pool's head
     until a replay with a reader that decodes it. `pool` names the pool in the warning.
     """
@@ -62,8 +66,9 @@ def decode_fanned_out(
     seen: set[tuple[str, str]] = set()
     for record in records:
         minute_id, seq, raw, entry_ms = LoggedRecord.read(record)
+        built = known(raw) if known is not None else None
         try:
-            minute = decode_durable_minute(raw)
+            minute = built if built is not None else decode_durable_minute(raw)
             check_project_id(minute.project_id)
             if check is not None:
                 check(minute)

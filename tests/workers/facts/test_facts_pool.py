@@ -28,6 +28,7 @@ from workers.facts.extraction import Candidate, Known, RuleExtractor
 from workers.facts.pool import FactsContext, Sourced, decide, facts_batch
 from workers.ingest.dispatcher import Dispatcher
 from workers.ops.replay import replay_facts
+from workers.runtime import messages
 from workers.runtime.queues import pool_queue
 from workers.runtime.runner import PvmWorker
 
@@ -962,3 +963,53 @@ def test_questioning_is_off_with_statements(redis_client: redis.Redis, settings:
     )
     assert "questioning" not in result["counts"]
     assert all(f.slot.attribute != "statement" for f in FactStore(redis_client).current([P1]))
+
+
+def test_change_minutes_this_process_wrote_come_back_as_written_and_others_are_decoded(
+    ctx: FactsContext, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts_batch(ctx, redis_client, records([said(1, "30 minutes", 0), said(2, "8 hours", 5)]))
+    written = stream_minutes(redis_client, settings)
+    assert kinds(written) == ["fact_asserted", "fact_asserted", "fact_superseded"]
+    raws = [encode_minute(m) for m in written]
+    before = state(redis_client, "p:p1")
+    decoded: list[bytes] = []
+    read: list[str] = []
+    decode, change = messages.decode_durable_minute, facts_pool.fact_change
+    monkeypatch.setattr(messages, "decode_durable_minute", lambda raw: decoded.append(raw) or decode(raw))
+    monkeypatch.setattr(facts_pool, "fact_change", lambda minute: read.append(minute.id) or change(minute))
+    # The log hands them back with the bytes written: taken as built, not decoded or read as a change again. One
+    # whose bytes differ (the same id and change, another note) is decoded and read like any minute.
+    other = Minute.from_dict({**written[2].to_dict(), "memory_note": "superseded, said again"})
+    back = [[m.id, 3 + i, raw, time_ms(m.timestamp)] for i, (m, raw) in enumerate(zip(written, raws, strict=True))]
+    result = facts_batch(ctx, redis_client, [*back[:2], [other.id, 5, encode_minute(other), time_ms(other.timestamp)]])
+    assert decoded == [encode_minute(other)] and read == [other.id]
+    assert result["changes_applied"] == 0 and state(redis_client, "p:p1") == before  # applied when decided
+    # Taken back once: the same bytes again (a replay) are decoded.
+    facts_batch(ctx, redis_client, [back[0]])
+    assert decoded[-1] == raws[0] and read[-1] == written[0].id
+
+
+def test_what_waits_to_come_back_is_bounded() -> None:
+    returning = facts_pool.Returning(kept=2)
+    made = []
+    for n in range(3):
+        fact = Fact.new(
+            type="fact",
+            text=f"the auth service keeps sessions for {n} minutes",
+            subject="auth service",
+            attribute="session_ttl",
+            value=f"{n} minutes",
+            tier_key=P1,
+            confidence=0.9,
+            source_minute_ids=["m00001"],
+            valid_from=at(n),
+            recorded_at=at(n),
+        )
+        minute = asserted_minute(fact, minute_id=f"h0000{n}", timestamp=at(n))
+        made.append((minute, fact_change(minute)))
+    raw = {(m.project_id, m.id): encode_minute(m) for m, _ in made}
+    returning.add(raw, made)
+    assert returning.minute(raw[("p1", "h00000")]) is None  # the oldest, forgotten
+    assert returning.minute(raw[("p1", "h00002")]) is made[2][0]
+    assert returning.change(made[2][0]) is made[2][1]
