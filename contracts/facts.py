@@ -836,6 +836,10 @@ class Fact:
         unknown = sorted(set(changes) - set(self.FIELDS))
         if unknown:
             raise InvalidFact(unknown[0], "is not a fact field; see Fact.FIELDS")
+        if all(
+            type(value) is type(getattr(self, name)) and value == getattr(self, name) for name, value in changes.items()
+        ):
+            return self  # nothing changes (a value's first period placed in its first period): the fact is immutable
         if not _IDENTITY & changes.keys():
             # The id and slot stay as validated: only the changed fields are checked again (a status, validity,
             # sources or links change many times in a fact's life, and a whole validation costs tens of us).

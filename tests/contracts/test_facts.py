@@ -467,6 +467,10 @@ def test_a_later_period_of_a_value_is_another_fact() -> None:
     assert Fact.from_dict({**raw, "period": 1.0}).period == 1  # JSON's whole number
     assert first.with_(period=1) == again and again.with_(period=0) == first
     assert again.with_(value="45m").id == make(value="45m", period=1).id  # the period stays with the record
+    # Nothing changed, nothing to check again: the same fact. A value of another type is checked (and fails here).
+    assert first.with_(period=0) is first and first.with_(value=first.value, status=first.status) is first
+    with pytest.raises(InvalidFact):
+        first.with_(period=0.5)
     with pytest.raises(InvalidFact) as info:
         fact_id(PROJECT, first.slot, "30m", -1)
     assert info.value.field == "period"
