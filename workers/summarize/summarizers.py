@@ -26,6 +26,7 @@ refused) makes that chunk the extractive summarizer's. A model's summary is writ
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import re
@@ -339,11 +340,18 @@ class ExtractiveSummarizer:
             kept.append((decision.order, decision.text))
             used += estimate_tokens(decision.text) + 1
             covered.update(decision.words)
-        while rest:
-            # The sentence that adds the most to what is kept: a key word said already counts nothing.
-            best = max(rest, key=lambda c: (c.adds(weights, covered), -c.order))
-            rest.remove(best)
-            if kept and best.adds(weights, covered) == 0.0:
+        # The sentence that adds the most to what is kept (ties: the earliest), a key word said already counting
+        # nothing. What a sentence adds only falls as more is said, so a heap of what each added when last looked
+        # at is read lazily: the top is taken when it still adds that much, else it goes back with what it adds now.
+        heap = [(-c.adds(weights, covered), c.order, c) for c in rest]
+        heapq.heapify(heap)
+        while heap:
+            bound, _, best = heapq.heappop(heap)
+            adds = best.adds(weights, covered)
+            if adds < -bound:
+                heapq.heappush(heap, (-adds, best.order, best))
+                continue
+            if kept and adds == 0.0:
                 break  # every sentence left says what is said already
             cost = estimate_tokens(best.text) + 1
             if used + cost <= room:
