@@ -109,6 +109,7 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_item": 0.6,  # a bare item of a list its heading introduces ("Devices:", "- Pixel 8")
     "open_due": 0.7,  # "S is done by 30 June"
     "open_within": 0.7,  # "S is revoked within 24 hours"
+    "open_needs": 0.7,  # "every production change needs one approving review"
     "open_cadence": 0.7,  # "S runs quarterly"
     "open_location": 0.7,  # "S now lives in V"
     "open_swap": 0.7,  # "swapping X for Y", "Y replaces X": the slot that holds X

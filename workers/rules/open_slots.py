@@ -237,6 +237,14 @@ _WITHIN = re.compile(
     r"(?:business\s+|working\s+|calendar\s+)?(?:minutes?|hours?|days?|weeks?|months?|years?))\b(?P<rest>.*)$",
     re.I,
 )
+_NEEDS = re.compile(
+    r"^(?P<s>.+?)\s+(?P<now>now\s+)?(?:needs?|requires?|must\s+have)\s+(?P<least>at\s+least\s+)?"
+    rf"(?P<n>\d+|{'|'.join(w for w in NUMBER_WORDS if w not in ('a', 'an'))})\s+"
+    r"(?P<x>[a-z][\w\-]*(?:\s+[a-z][\w\-]*){0,2}?)(?P<rest>(?:\s+(?:from|by|of|in|on|for|before|per|each)\b.*|,.*)?)$",
+    re.I,
+)
+_EACH = re.compile(r"^(?:every|each|all|any)\s+", re.I)
+_PASSING_COUNTS = frozenset({"more", "extra", "another", "other", "few", "hours", "days", "minutes", "weeks"})
 _NOT_BEFORE = re.compile(r",\s+not\s+\S", re.I)  # "within 4 hours of termination, not 24": the limit it replaces
 # What is done, as the noun its deadline is named by; other participles by `_deadline` ("-ated": "-ation").
 _DONE_NOUNS = {
@@ -670,6 +678,30 @@ def _within(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     ]
 
 
+def _needs(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Every production change needs one approving review": how many of a thing each one requires, a constraint
+    ("required approving review" -> "1 approving review"); "..., not one" after it, or "now", says it replaces the
+    number held. A passing need ("the migration needs 3 more days") is none."""
+    match = _NEEDS.match(s)
+    if match is None:
+        return []
+    things = match.group("x").lower().split()
+    if things[0] in _PASSING_COUNTS or things[-1] in _PASSING_COUNTS:
+        return []
+    subject = _head_subject(_EACH.sub("", match.group("s")), minute)  # "every production change": each one
+    if subject is None:
+        return []
+    count = match.group("n").lower()
+    number = str(NUMBER_WORDS[count]) if count in NUMBER_WORDS else count
+    head = things[-1][:-1] if things[-1].endswith("s") and not things[-1].endswith("ss") else things[-1]
+    attribute = "required " + " ".join([*things[:-1], head])
+    value = f"{'at least ' if match.group('least') else ''}{number} {' '.join(match.group('x').split())}"
+    changed = match.group("now") is not None or _NOT_BEFORE.search(match.group("rest")) is not None
+    return [
+        Reading(FactType.CONSTRAINT, subject, attribute, value, "open_needs", supersedes=changed, single_valued=True)
+    ]
+
+
 def _deadline(done: str) -> str:
     """What a deadline is named by, from the participle of what is done: "revoked" -> "revocation", "notified" ->
     "notification", "rotated" -> "rotation", "reviewed" -> "review"."""
@@ -1003,6 +1035,7 @@ _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Patte
     (_located, re.compile(r"\slives?\s|\s(?:kept|stored|hosted)\s")),
     (_kept_for, re.compile(r"\s(?:kept|retained|stored|held)\s+for\s")),
     (_within, re.compile(r"\swithin\s")),
+    (_needs, re.compile(r"\s(?:needs?|requires?|must\s+have)\s")),
     (_passive, re.compile(r"\s(?:by|with|from|through|via|in|at)\s")),
     (_copula, re.compile(r"\s(?:is|are|will\s+be)\s")),
 )

@@ -406,3 +406,28 @@ def test_a_time_limit_on_what_is_done_is_a_deadline_and_a_later_one_replaces_it(
     # A hope or a past event is no time limit on a thing.
     assert read("I hope we hear back within a week.") == set()
     assert read("We shipped it within two days, which was great.") == set()
+
+
+def test_how_many_of_a_thing_each_one_needs_is_a_constraint_and_a_later_count_replaces_it() -> None:
+    (held,) = extract("Release policy: every mobile release needs two sign-offs from QA, recorded in Jira.")
+    assert (held.type, held.slot, held.value, held.rule, held.single_valued) == (
+        "constraint",
+        ("mobile release", "required sign-off"),
+        "2 sign-offs",
+        "open_needs",
+        True,
+    )
+    assert read("Service passwords require at least 16 characters.") == {
+        ("service passwords", "required character", "at least 16 characters")
+    }
+    (later,) = extract("Correction: mobile releases need three sign-offs, not two.")
+    assert (later.slot, later.value, later.supersedes_hint) == (
+        ("mobile releases", "required sign-off"),
+        "3 sign-offs",
+        True,
+    )
+    assert resolve_open_slots([held, later], {})[-1].slot == held.slot
+    # A passing need, or the speaker's, is none.
+    assert read("The migration needs 3 more days.") == set()
+    assert read("I need 2 reviewers on this one.") == set()
+    assert read("That needs one more look before we merge.") == set()
