@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from contracts.memory import SearchFilters
 from pvm.protocols import Candidate
 
-# Minutes kept across every thread (a whole thread or a window counts each of its minutes): ~0.5 KB each.
-THREAD_READS_KEPT = 50_000
-THREADS_KEPT = 8_192  # threads kept, however few minutes each holds (a read of a thread with none holds none)
+# Minutes kept across every thread (a whole thread or a window counts each of its minutes): ~1.3 KB each with
+# their ranking payloads (measured: 31,280 kept minutes held 39 MB), so at most ~25 MB.
+THREAD_READS_KEPT = 20_000
+THREADS_KEPT = 4_096  # threads kept, however few minutes each holds (a read of a thread with none holds none)
 
 
 @dataclass
