@@ -69,20 +69,14 @@ class ThreadReads:
     def whole(self, project_id: str, thread_id: str, filters: SearchFilters) -> tuple[Candidate, ...] | None:
         """Every minute of the thread within `filters`, when kept."""
         with self._lock:
-            kept = self._threads.get((project_id, thread_id))
-            if kept is None:
-                return None
-            self._threads.move_to_end((project_id, thread_id))
-            return kept.whole.get(filters)
+            kept = self._used(project_id, thread_id)
+            return kept.whole.get(filters) if kept is not None else None
 
     def window(self, project_id: str, thread_id: str, key: Hashable) -> tuple[Candidate, ...] | None:
         """A window of the thread read before under `key`, when kept."""
         with self._lock:
-            kept = self._threads.get((project_id, thread_id))
-            if kept is None:
-                return None
-            self._threads.move_to_end((project_id, thread_id))
-            return kept.windows.get(key)
+            kept = self._used(project_id, thread_id)
+            return kept.windows.get(key) if kept is not None else None
 
     def keep_whole(
         self, project_id: str, generation: int, filters: SearchFilters, threads: dict[str, list[Candidate]]
@@ -134,11 +128,17 @@ class ThreadReads:
 
     # -- under the lock ------------------------------------------------------------
 
-    def _entry(self, project_id: str, thread_id: str) -> _Thread:
+    def _used(self, project_id: str, thread_id: str) -> _Thread | None:
+        """The thread's reads, now the most recently used; None when none are kept."""
         kept = self._threads.get((project_id, thread_id))
+        if kept is not None:
+            self._threads.move_to_end((project_id, thread_id))
+        return kept
+
+    def _entry(self, project_id: str, thread_id: str) -> _Thread:
+        kept = self._used(project_id, thread_id)
         if kept is None:
             kept = self._threads[(project_id, thread_id)] = _Thread()
-        self._threads.move_to_end((project_id, thread_id))
         return kept
 
     def _add(self, project_id: str, thread_id: str, kept: _Thread, read: Sequence[Candidate]) -> tuple[Candidate, ...]:
