@@ -35,7 +35,10 @@ they never saw, so it is the honest one. Each split gets three phases:
                     whose sources state two or more different planted facts;
                 facts_per_s
                     session minutes / seconds inside facts_batch, the batches of
-                    returning change minutes included (1 process).
+                    returning change minutes included (1 process); beside it
+                    (`throughput`), facts_per_cpu_s: the same minutes / this
+                    process's CPU seconds inside facts_batch, which moves less
+                    with the neighbours' load (Valkey's share is not in it).
 2. searchable The real pipeline on a fresh home: `workers.runtime.stack.Stack` runs
               embedded Valkey, a dispatcher, a log worker, a facts worker and the
               scheduler as processes; this process is the index owner, as `pvm
@@ -215,6 +218,7 @@ class PoolRun:
     change_minutes: int = 0  # change minutes that came back
     minute_seconds: float = 0.0
     change_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU inside facts_batch, both kinds of batch
     batches: int = 0
 
     @property
@@ -274,9 +278,10 @@ def run_pool(
             progress.tick(f"round {n + 1}/{len(rounds)}: {len(minutes):,} minutes", force=True)
             for start in range(0, len(minutes), batch):
                 chunk = log.records(minutes[start : start + batch])
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.process_time()
                 out = facts_batch(ctx, ws.connection, chunk)
                 run.minute_seconds += time.perf_counter() - began
+                run.cpu_seconds += time.process_time() - cpu
                 run.minutes += len(chunk)
                 run.counts.update(out["counts"])
                 run.batches += 1
@@ -285,9 +290,10 @@ def run_pool(
                     continue
                 echoed = [decode_minute(raw) for raw in echo]
                 records = log.records(echoed, echo)
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.process_time()
                 out = facts_batch(ctx, ws.connection, records)
                 run.change_seconds += time.perf_counter() - began
+                run.cpu_seconds += time.process_time() - cpu
                 run.change_minutes += len(records)
                 run.batches += 1
                 if out["counts"].get("refused"):
@@ -933,6 +939,8 @@ def run_split(split: str, seed: int, scale: float, llm_server: Any, progress: Pr
         "seconds_minutes": round(pool.minute_seconds, 6),
         "seconds_change_minutes": round(pool.change_seconds, 6),
         "facts_per_s_without_returning_changes": round(pool.minutes / pool.minute_seconds),
+        "cpu_seconds": round(pool.cpu_seconds, 6),
+        "facts_per_cpu_s": round(pool.minutes / pool.cpu_seconds) if pool.cpu_seconds else None,
         "basis": "session minutes / seconds inside facts_batch (their returning change minutes included)",
     }
     progress.tick(f"facts_per_s {values['facts_per_s']:,}", force=True)

@@ -76,6 +76,9 @@ def test_a_quick_run_reports_every_metric_for_both_splits_with_the_machine(capsy
         throughput = split["throughput"]
         seconds = throughput["seconds_minutes"] + throughput["seconds_change_minutes"]
         assert metrics["facts_per_s"]["value"] == pytest.approx(throughput["minutes"] / seconds, rel=0.01), name
+        assert throughput["cpu_seconds"] > 0 and throughput["facts_per_cpu_s"] == pytest.approx(
+            throughput["minutes"] / throughput["cpu_seconds"], rel=0.01
+        ), name
         searchable = split["searchable"]
         assert searchable["facts_timed"] > 0 and metrics["fact_searchable_p99_ms"]["value"] > 0, name
         assert searchable["at_first_rate"]["facts_timed"] > 0, name
