@@ -519,18 +519,7 @@ def test_lists_become_tuples_and_numbers_floats() -> None:
 
 
 def test_with_keeps_the_id_and_checks_what_changed() -> None:
-    fact = Fact.new(
-        type="fact",
-        text="the cache is redis",
-        subject="cache",
-        attribute="engine",
-        value="redis",
-        tier_key=TierKey.for_project("apollo"),
-        confidence=0.7,
-        source_minute_ids=("01M8BMRD8028T5CY4TQKFF04HM",),
-        valid_from="2026-11-26T10:00:00.000000Z",
-        recorded_at="2026-11-26T10:00:00.000000Z",
-    )
+    fact = make(confidence=0.7)
     promoted = fact.with_(status="promoted", confidence=0.9)
     assert (promoted.id, promoted.slot, promoted.status, promoted.confidence) == (
         fact.id,
@@ -542,7 +531,7 @@ def test_with_keeps_the_id_and_checks_what_changed() -> None:
     with pytest.raises(InvalidFact, match="confidence"):
         fact.with_(confidence=1.5)
     with pytest.raises(InvalidFact, match="valid_until"):
-        fact.with_(valid_until="2026-11-25T10:00:00.000000Z")
+        fact.with_(valid_until=T0)  # not after valid_from
     with pytest.raises(InvalidFact, match="relationships"):
         fact.with_(relationships=(Relationship(RelationKind.RELATED_TO, fact.id),))
     assert fact.with_(value="valkey").id != fact.id  # the value makes another fact

@@ -384,22 +384,27 @@ def test_different_slots_never_invalidate_each_other(ctx: FactsContext, redis_cl
     }
 
 
-def test_change_minutes_are_applied_never_extracted_and_forged_ones_refused(
-    ctx: FactsContext, extractor: CountingExtractor, redis_client: redis.Redis
-) -> None:
-    good = Fact.new(
+def ttl_fact(value: str, minutes: float) -> Fact:
+    """A promoted fact of p1's auth service session TTL, stated at `minutes`."""
+    return Fact.new(
         type="fact",
-        text="the auth service keeps sessions for 30 minutes",
+        text=f"the auth service keeps sessions for {value}",
         subject="auth service",
         attribute="session_ttl",
-        value="30 minutes",
+        value=value,
         tier_key=P1,
         confidence=0.9,
         source_minute_ids=["m00001"],
         status="promoted",
-        valid_from=at(0),
-        recorded_at=at(0),
+        valid_from=at(minutes),
+        recorded_at=at(minutes),
     )
+
+
+def test_change_minutes_are_applied_never_extracted_and_forged_ones_refused(
+    ctx: FactsContext, extractor: CountingExtractor, redis_client: redis.Redis
+) -> None:
+    good = ttl_fact("30 minutes", 0)
     by_hand = asserted_minute(good, minute_id="h00001", timestamp=at(0))
     # Written to p1's log, asserting a fact of p2: one project's log never changes another's facts.
     other = good.with_(tier_key=TierKey.for_project("p2"))
@@ -994,19 +999,7 @@ def test_what_waits_to_come_back_is_bounded() -> None:
     returning = facts_pool.Returning(kept=2)
     made = []
     for n in range(3):
-        fact = Fact.new(
-            type="fact",
-            text=f"the auth service keeps sessions for {n} minutes",
-            subject="auth service",
-            attribute="session_ttl",
-            value=f"{n} minutes",
-            tier_key=P1,
-            confidence=0.9,
-            source_minute_ids=["m00001"],
-            valid_from=at(n),
-            recorded_at=at(n),
-        )
-        minute = asserted_minute(fact, minute_id=f"h0000{n}", timestamp=at(n))
+        minute = asserted_minute(ttl_fact(f"{n} minutes", n), minute_id=f"h0000{n}", timestamp=at(n))
         made.append((minute, fact_change(minute)))
     raw = {(m.project_id, m.id): encode_minute(m) for m, _ in made}
     returning.add(raw, made)
