@@ -110,8 +110,10 @@ RULE_CONFIDENCE: dict[str, float] = {
     "open_due": 0.7,  # "S is done by 30 June"
     "open_within": 0.7,  # "S is revoked within 24 hours"
     "open_needs": 0.7,  # "every production change needs one approving review"
+    "open_ready_by": 0.7,  # "the finance mart is fresh by 06:00 UTC every day"
     "open_cadence": 0.7,  # "S runs quarterly"
     "open_location": 0.7,  # "S now lives in V"
+    "open_stays": 0.65,  # "S stays on V"
     "open_swap": 0.7,  # "swapping X for Y", "Y replaces X": the slot that holds X
     "open_added": 0.65,  # "adding X to the device matrix": one more value of the held list it names
     # A minute no rule reads a fact from: what its speaker says of themselves that lasts (workers.rules.statements).
@@ -519,10 +521,12 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
     slots: dict[tuple[str, str], set[str]] = {}  # slot -> projects where it holds one value
     holding: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (project, value key) -> slots holding that value
     lists: dict[str, set[tuple[str, str]]] = {}  # project -> slots holding many values (not statements)
+    values: dict[tuple[str, str, str], str] = {}  # (project, subject, attribute) -> the single value it holds
     for (subject, attribute), facts in held.items():
         for f in facts:
             if f.single_valued and f.tier_key.project_id:
                 slots.setdefault((subject, attribute), set()).add(f.tier_key.project_id)
+                values[(f.tier_key.project_id, subject, attribute)] = f.value
                 holding.setdefault((f.tier_key.project_id, value_key(f.value)), set()).add((subject, attribute))
             elif not f.single_valued and f.tier_key.project_id and attribute != STATEMENT:
                 lists.setdefault(f.tier_key.project_id, set()).add((subject, attribute))
@@ -544,20 +548,43 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
             fits = [
                 slot
                 for slot, projects in slots.items()
-                if slot[1] == c.attribute
+                if _same_attribute(c.attribute, slot[1])
                 and slot[0] != c.subject
                 and c.project_id in projects
                 and (words <= content_words(slot[0]) or content_words(slot[0]) <= words)
             ]
             if len(fits) == 1:
-                c = dataclasses.replace(c, subject=fits[0][0])
+                subject, attribute = fits[0]
+                value = _with_time(c.value, values.get((c.project_id, subject, attribute), ""))
+                c = dataclasses.replace(c, subject=subject, attribute=attribute, value=value)
         if c.single_valued:
             slots.setdefault(c.slot, set()).add(c.project_id)
+            values[(c.project_id, *c.slot)] = c.value
             holding.setdefault((c.project_id, value_key(c.value)), set()).add(c.slot)
         elif c.attribute != STATEMENT:
             lists.setdefault(c.project_id, set()).add(c.slot)
         out.append(c)
     return out
+
+
+# Attributes that name the same slot as the last word of another ("the finance SLA" is its "freshness deadline").
+_ATTRIBUTE_HEADS = {"sla": "deadline", "cutoff": "deadline", "due time": "deadline", "limit": "deadline"}
+_TIME = re.compile(r"\b\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?(?:\s+(?:UTC|GMT|[A-Z]{2,4}T))?|\b\d{1,2}\s*[ap]\.?m\.?", re.I)
+
+
+def _same_attribute(said: str, held: str) -> bool:
+    """Whether an attribute a change names is the held slot's: the same words, or a word for its head ("sla" for
+    "freshness deadline")."""
+    return said == held or _ATTRIBUTE_HEADS.get(said) == held.split()[-1]
+
+
+def _with_time(value: str, held: str) -> str:
+    """A change that gives only a time of day keeps the rest of the held value: "relaxes to 07:00 UTC" of "06:00 UTC
+    daily" is "07:00 UTC daily"; any other value is as said."""
+    times = _TIME.findall(held)
+    if len(times) != 1 or _TIME.fullmatch(value.strip()) is None or held.strip() == times[0]:
+        return value
+    return held.replace(times[0], value.strip(), 1)
 
 
 # Words that say a phrase is a list, not what it lists ("this year's review list").
@@ -566,7 +593,8 @@ _LIST_WORDS = frozenset({"list", "lists", "set", "roster", "register", "member",
 
 def _named_list(phrase: str, lists: set[tuple[str, str]]) -> tuple[str, str] | None:
     """The list slot (subject, attribute) among `lists` a phrase names: every word of the phrase (list words
-    aside) in its subject and attribute, else the most of them; None where none or several fit best."""
+    aside) in its subject and attribute, else the most of them, and of several, the one whose subject the phrase
+    names whole; None where none or several fit best."""
     words = {w for w in content_words(phrase) if w not in _LIST_WORDS}
     if not words:
         return None
@@ -576,6 +604,8 @@ def _named_list(phrase: str, lists: set[tuple[str, str]]) -> tuple[str, str] | N
         return whole[0] if len(whole) == 1 else None
     best = max((n for n, _ in scored), default=0)
     fits = [slot for n, slot in scored if n == best]
+    if len(fits) > 1:  # "the audit scope": the audit's list, not one that merely says "scope"
+        fits = [slot for slot in fits if content_words(slot[0]) <= words]
     return fits[0] if best and len(fits) == 1 else None
 
 

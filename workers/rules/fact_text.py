@@ -198,7 +198,7 @@ _CHECKED_LEAD = re.compile(
 # A trailing aside to the reader ("…, for anyone new", "…, FYI") or since-when ("… since the last deploy").
 _ASIDE = re.compile(
     r"(?:\s*,\s*(?:for\s+(?:anyone|everyone|context|reference|the\s+record|what\s+it'?s\s+worth)|fyi|btw|"
-    r"just\s+so\s+you\s+know|(?:as\s+)?(?:decided|agreed)(?:\s+(?:in|at|on|by)\s+[^,]+)?)\b[^,]*|\s+since\s+(?:the\s+)?(?:last|latest|recent)\s+[a-z]+(?:\s+[a-z]+)?)$",
+    r"just\s+so\s+you\s+know|(?:as\s+)?(?:decided|agreed)(?:\s+(?:in|at|on|by)\s+[^,]+)?)\b[^,:]*|\s+since\s+(?:the\s+)?(?:last|latest|recent)\s+[a-z]+(?:\s+[a-z]+)?)$",
     re.I,
 )
 _PARENTHETICAL = re.compile(r"\s*\([^()]{1,40}\)$")  # "… can't Y (policy)": an aside

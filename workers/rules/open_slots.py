@@ -19,7 +19,15 @@ shapes where English says plainly that a thing has a value:
 - a time limit, ``S is <done> within N <unit>`` ("a leaver's access is
   revoked within 24 hours"): a constraint in the slot of what is done
   ("revocation deadline"); ``..., not M`` after it names the limit it
-  replaces.
+  replaces;
+- a time of day, ``S is fresh (ready, refreshed, ...) by 06:00 UTC every
+  day``: a constraint ("freshness deadline" = "06:00 UTC daily");
+- what a thing stays on (``S stays on Airflow``), how far it is rolled out
+  (``S is now on for 5% of users``), and a role as a value (``the incident
+  commander is whoever holds the security on-call``).
+
+A lead-in that names a thing ("Vendor offboarding, agreed with procurement:
+...") is the subject of a time limit or a need whose sentence names none.
 
 A value that is a list (``A, B and C``) gives one reading per value, in a
 slot that holds many. A slot is (subject, attribute): ``the A of/for S`` and
@@ -254,6 +262,43 @@ _DONE_NOUNS = {
     "completed": "completion", "given": "delivery", "sent": "delivery", "made": "completion", "signed": "signature",
     "disabled": "disabling", "enabled": "enabling", "processed": "processing", "purged": "purge", "wiped": "wipe",
 }  # fmt: skip
+# A time of day ("06:00", "9 am", "noon") with its zone, and how often it holds ("every day", "on Mondays").
+_TIME_OF_DAY = (
+    r"(?:\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|noon|midnight)(?:\s+(?:UTC|GMT|[A-Z]{2,4}T))?"
+)
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_READY_BY = re.compile(
+    r"^(?:[^:]{1,80}:\s+)?(?P<s>[^,;:]+?)(?:\s*:\s+|\s+)(?:(?:is|are|must\s+be|should\s+be|shall\s+be|has\s+to\s+be|"
+    r"have\s+to\s+be|needs?\s+to\s+be|will\s+be|gets?)\s+)?(?P<now>now\s+)?(?:always\s+)?"
+    r"(?P<a>fresh|ready|available|loaded|refreshed|up[\s-]to[\s-]date|complete|completed|done|finished|delivered|"
+    r"published|built)\s+(?:by|before|no\s+later\s+than)\s+"
+    rf"(?P<t>{_TIME_OF_DAY})(?P<when>\s+(?:every\s+day|each\s+day|daily|every\s+weekday|on\s+weekdays|weekdays|"
+    rf"(?:every|each|on)\s+{_WEEKDAY}s?))?\b(?P<rest>.*)$",
+    re.I,
+)
+# What a thing is by a time, as the noun its deadline is named by ("fresh by 06:00": the freshness deadline).
+_READY_NOUNS = {
+    "fresh": "freshness", "up to date": "freshness", "up-to-date": "freshness", "ready": "readiness",
+    "available": "availability", "loaded": "load", "refreshed": "refresh", "complete": "completion",
+    "completed": "completion", "done": "completion", "finished": "completion", "delivered": "delivery",
+    "published": "publication", "built": "build",
+}  # fmt: skip
+_STAYS_ON = re.compile(
+    r"^(?P<s>[^,;:]+?)\s+(?:stays?|remains?|will\s+stay|will\s+remain|keeps?\s+running|continues?\s+to\s+run)\s+"
+    r"(?:on|in)\s+(?P<v>.+)$",
+    re.I,
+)
+_ROLLED_OUT = re.compile(
+    r"^(?P<s>[^,;:]+?)\s+(?:(?:is|are)\s+)?(?P<now>now\s+)?(?:on|enabled|live|rolled\s+out|ramped(?:\s+up)?)\s+"
+    r"(?:for|to|at)\s+(?P<v>\d+(?:\.\d+)?\s*%)(?:\s+of\s+(?:the\s+)?(?:users|sessions|traffic|devices|installs|"
+    r"requests|customers|accounts|tenants))?(?:\s*[,;(.].*)?$",
+    re.I,
+)
+# "The incident commander is whoever holds the security on-call": the role that is the value.
+_WHEN_HELD = re.compile(
+    r"\s+(?:at\s+the\s+time|that\s+(?:day|week|month|night|sprint|cycle)|this\s+\w+|each\s+\w+)$", re.I
+)
+_WHOEVER = re.compile(r"^(?:whoever|whichever\s+\w+)\s+(?:holds|has|is\s+on|owns|runs|is)\s+(?P<v>.+)$", re.I)
 _KEPT = re.compile(r"^(?P<s>.+?)\s+(?:is|are)\s+(?:now\s+)?(?:kept|retained|stored|held)\s+for\s+(?P<v>.+)$", re.I)
 _PASSIVE = re.compile(
     r"^(?P<s>.+?)\s+(?:is|are|will\s+be)\s+(?P<now>now\s+)?(?P<p>[a-z]+ed|built|run|held|kept|made|done)\s+"
@@ -282,6 +327,7 @@ class _Said(NamedTuple):
     minute: Minute
     vocabulary: Mapping[str, str] | None
     at: datetime
+    topic: str | None = None  # what a lead-in names ("Vendor offboarding, agreed: ..."), for a sentence with no subject
 
     @property
     def agent_id(self) -> str:
@@ -372,6 +418,9 @@ def read_open(
         if rest is None or rest.goal_label:
             return []
         found = _shapes(rest.text, line.heading, _Said(minute, vocabulary, at))
+        topic = _topic(lead.group("label"), _Said(minute, vocabulary, at))
+        if not found and topic:  # "Vendor offboarding, agreed: when a contract ends, each key is revoked within 5 days"
+            found = _shapes(rest.text, line.heading, _Said(minute, vocabulary, at, topic))
         if not found:  # "The review cycle closes on 30 June: every team signs off by then"
             found = _one_shape(lead.group("label"), None, _Said(minute, vocabulary, at))
         supersedes = supersedes or rest.supersedes or _CORRECTION.search(lead.group("label")) is not None
@@ -394,6 +443,15 @@ def read_open(
 
 
 _DATE_ATTRIBUTES = frozenset({VALUE, "date", "target date", "due date", "end date", "due", "deadline", "cutoff date"})
+
+
+def _topic(label: str, minute: _Said) -> str | None:
+    """The thing a lead-in names before its first comma ("Vendor offboarding, agreed with procurement"), or None
+    when it names none ("Agreed with HR", "Per the policy")."""
+    words = label.split(",")[0].lower().split()
+    if not words or _participle(words[0]) or any(w in _PREPOSITIONS or w in _LEAD_MARKERS for w in words):
+        return None
+    return _subject(" ".join(words), minute)
 
 
 def _dated(reading: Reading, at: datetime) -> Reading:
@@ -626,6 +684,14 @@ def _copula(s: str, heading: str | None, minute: _Said) -> list[Reading]:
         day = day_of(_values(value[4:], plural=False)[0], minute.at) if _values(value[4:], plural=False) else None
         subject = _subject(phrase, minute)
         return [Reading(FactType.FACT, subject, "deadline", day.isoformat(), "deadline")] if day and subject else []
+    whoever = _WHOEVER.match(value)
+    if whoever is not None:  # "the incident commander is whoever holds the security on-call at the time"
+        slot = _slot(phrase, None, minute)
+        role = _LEADING_THE.sub("", _FOR_WHAT.sub("", _VALUE_END.sub("", whoever.group("v"))))
+        role = _WHEN_HELD.sub("", role).strip(" ,.;:")
+        if slot is None or not role or len(role.split()) > MAX_ITEM_WORDS or _is_clause(role):
+            return []
+        return [Reading(FactType.FACT, *slot, role, "open_copula", supersedes=supersedes)]
     bounded = _BOUND.match(value) is not None and any(ch.isdigit() for ch in value)  # "at least 12 characters"
     if not bounded and (first in _PREPOSITIONS or first in DETERMINERS or first in STATE_WORDS or _participle(first)):
         return []
@@ -667,7 +733,7 @@ def _within(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     match = _WITHIN.match(s)
     if match is None:
         return []
-    subject = _head_subject(match.group("s"), minute)
+    subject = _head_subject(_EACH.sub("", match.group("s")), minute) or minute.topic  # "every key": each one
     if subject is None:
         return []
     changed = match.group("now") is not None or _NOT_BEFORE.search(match.group("rest")) is not None
@@ -676,6 +742,56 @@ def _within(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     return [
         Reading(FactType.CONSTRAINT, subject, attribute, value, "open_within", supersedes=changed, single_valued=True)
     ]
+
+
+def _ready_by(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "The finance mart is fresh by 06:00 UTC every day", "Nightly export: ready by 7 am on weekdays": the time of
+    day a thing must be in a state by, a constraint ("freshness deadline" = "06:00 UTC daily"); "now", or ", not M"
+    after it, says it replaces the time held."""
+    match = _READY_BY.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    if subject is None:
+        return []
+    state = " ".join(match.group("a").lower().replace("-", " ").split())
+    attribute = f"{_READY_NOUNS.get(state, state)} deadline"
+    value = " ".join(match.group("t").split())
+    when = " ".join((match.group("when") or "").lower().split())
+    if when in ("every day", "each day", "daily"):
+        value += " daily"
+    elif when:
+        day = when.split()[-1].rstrip("s")  # "on mondays", "every monday": Mondays
+        value += f" {day.capitalize()}s" if day != "weekday" else " weekdays"
+    changed = match.group("now") is not None or _NOT_BEFORE.search(match.group("rest")) is not None
+    return [
+        Reading(FactType.CONSTRAINT, subject, attribute, value, "open_ready_by", supersedes=changed, single_valued=True)
+    ]
+
+
+def _stays_on(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "Marketing's legacy DAGs stay on Airflow until they're rewritten": what a thing runs on, said as kept."""
+    match = _STAYS_ON.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    values = _values(match.group("v"), plural=False)
+    if subject is None or len(values) != 1 or not names_something(values[0]) or values[0][0].isdigit():
+        return []  # "core stays on 1.8": the version of what was just said, not what it runs on
+    return [Reading(FactType.FACT, subject, "platform", values[0], "open_stays", single_valued=True)]
+
+
+def _rolled_out(s: str, heading: str | None, minute: _Said) -> list[Reading]:
+    """ "The offline_sync flag is now on for 5% of users": how far a thing is rolled out, the value a later "goes to
+    25%" changes."""
+    match = _ROLLED_OUT.match(s)
+    if match is None:
+        return []
+    subject = _head_subject(match.group("s"), minute)
+    if subject is None:
+        return []
+    value = match.group("v").replace(" ", "")
+    return [Reading(FactType.FACT, subject, VALUE, value, "open_change", supersedes=match.group("now") is not None)]
 
 
 def _needs(s: str, heading: str | None, minute: _Said) -> list[Reading]:
@@ -688,7 +804,7 @@ def _needs(s: str, heading: str | None, minute: _Said) -> list[Reading]:
     things = match.group("x").lower().split()
     if things[0] in _PASSING_COUNTS or things[-1] in _PASSING_COUNTS:
         return []
-    subject = _head_subject(_EACH.sub("", match.group("s")), minute)  # "every production change": each one
+    subject = _head_subject(_EACH.sub("", match.group("s")), minute) or minute.topic  # "every change": each one
     if subject is None:
         return []
     count = match.group("n").lower()
@@ -1024,6 +1140,7 @@ def _participle(word: str) -> bool:
 # Each shape, in order, with the words it turns on (None: any sentence): a cheap test before its patterns.
 _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Pattern[str] | None], ...] = (
     (_ownership, re.compile(r"\bown|\bhand|\bpass|\bgiv|\bgave\b|\btransfer|\breassign|\btak|\btook\b|\bmine\b")),
+    (_ready_by, re.compile(r"\s(?:by|before|than)\s+(?:\d|noon|midnight)")),  # before the label: "S: fresh by 06:00"
     (_labelled, re.compile(r":")),
     (_swap, re.compile(r"\bswap|\breplac|\b(?:moved|moving|migrated|migrating|switched|switching)\s+(?:off|away)\b")),
     (_arrow, re.compile(r"\u2192|->|=>")),
@@ -1034,6 +1151,8 @@ _SHAPES: tuple[tuple[Callable[[str, str | None, _Said], list[Reading]], re.Patte
     (_cadence, re.compile(r"ly\s|every\s|twice\s")),
     (_located, re.compile(r"\slives?\s|\s(?:kept|stored|hosted)\s")),
     (_kept_for, re.compile(r"\s(?:kept|retained|stored|held)\s+for\s")),
+    (_stays_on, re.compile(r"\s(?:stays?|remains?|running|run)\s+(?:on|in)\s")),
+    (_rolled_out, re.compile(r"%")),
     (_within, re.compile(r"\swithin\s")),
     (_needs, re.compile(r"\s(?:needs?|requires?|must\s+have)\s")),
     (_passive, re.compile(r"\s(?:by|with|from|through|via|in|at)\s")),

@@ -431,3 +431,67 @@ def test_how_many_of_a_thing_each_one_needs_is_a_constraint_and_a_later_count_re
     assert read("The migration needs 3 more days.") == set()
     assert read("I need 2 reviewers on this one.") == set()
     assert read("That needs one more look before we merge.") == set()
+
+
+def test_a_time_of_day_a_thing_must_be_ready_by_is_a_deadline_and_a_new_time_keeps_its_days() -> None:
+    (held,) = extract("Delivery register:\n• nightly_ledger export: ready by 05:30 UTC every day, holidays included.")
+    assert (held.type, held.slot, held.value, held.rule, held.single_valued) == (
+        "constraint",
+        ("nightly_ledger export", "readiness deadline"),
+        "05:30 UTC daily",
+        "open_ready_by",
+        True,
+    )
+    assert read("The churn dashboard is refreshed by 8 am on Mondays.") == {
+        ("churn dashboard", "refresh deadline", "8 am Mondays")
+    }
+    assert read("Added to the register: orders_hourly mart fresh by 09:15 UTC on weekdays.") == {
+        ("orders_hourly mart", "freshness deadline", "09:15 UTC weekdays")
+    }
+    (now,) = extract("The churn dashboard is now refreshed by noon, not 8 am.")
+    assert now.supersedes_hint
+    # "the export SLA moves to 06:00 UTC": the held deadline ("SLA" is a deadline's word), the days it holds on kept.
+    (later,) = extract("From Monday the nightly_ledger SLA moves to 06:00 UTC.")
+    assert (later.slot, later.value) == (("nightly_ledger", "sla"), "06:00 UTC")
+    (moved,) = resolve_open_slots([held, later], {})[1:]
+    assert (moved.slot, moved.value) == (held.slot, "06:00 UTC daily")
+    # A state someone will be in, or was in, is no deadline of a thing.
+    assert read("I'll be done by 5pm.") == set()
+    assert read("The report was ready by 9 am today.") == set()
+    assert read("We should be fine by 10:00.") == set()
+
+
+def test_an_added_value_joins_the_list_of_the_thing_its_words_name_whole() -> None:
+    criteria = extract("Security and Availability are the trust service criteria for this audit.")
+    vendors = extract("Vendors in scope for this year: Okta and Zendesk.")
+    added = resolve_open_slots([*criteria, *vendors, *extract("Adding Privacy to the audit scope.")], {})
+    # "scope" is a word of the vendors' list too; the audit's list is the one whose subject the phrase names whole.
+    assert [(c.subject, c.attribute, c.value) for c in added][-1] == ("audit", "trust service criteria", "Privacy")
+
+
+def test_a_lead_in_names_the_thing_a_rule_is_about_when_the_sentence_does_not() -> None:
+    note = "Contractor exit, agreed with HR: when a contract ends, every badge and laptop is returned within 3 days."
+    assert read(note) == {("contractor exit", "return deadline", "within 3 days")}
+    # The sentence's own subject comes first; a lead-in that is no thing names nothing.
+    assert read("Contractor exit, agreed with HR: laptops are returned within 3 days.") == {
+        ("laptops", "return deadline", "within 3 days")
+    }
+    assert read("Agreed with HR: when a contract ends, everything it held is returned within 3 days.") == set()
+
+
+def test_what_a_thing_stays_on_how_far_it_is_rolled_out_and_a_role_as_its_value() -> None:
+    assert read("The legacy billing jobs stay on Jenkins until Q4, everything else moves.") == {
+        ("legacy billing jobs", "platform", "Jenkins")
+    }
+    assert read("core stays on 1.8") == set()  # a version of what was just said, not what it runs on
+    assert read("The ticket stays on hold.") == set()
+    (flag,) = extract("new_search flag now on for 10% of users (web only).")
+    assert (flag.slot, flag.value, flag.supersedes_hint) == (("new_search flag", "value"), "10%", True)
+    assert read("The ledger_v2 path is live for 5% of traffic.") == {("ledger_v2 path", "value", "5%")}
+    # A later "goes to 25%" changes the same value.
+    (later,) = extract("new_search goes to 25% today.")
+    assert resolve_open_slots([flag, later], {})[-1].slot == flag.slot
+    assert read("We're at 50% of the budget.") == set()
+    assert read("The release manager is whoever holds the mobile on-call that week.") == {
+        ("release manager", "value", "mobile on-call")
+    }
