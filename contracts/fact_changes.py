@@ -540,14 +540,24 @@ def _home_project(change: FactChange) -> str | None:
 # -- the parser -----------------------------------------------------------------------------------------------
 
 
+# Change minutes built in this process (`change_minute`), by identity: a minute is immutable, so the change it was
+# built from is what reading it gives, and the pool that built it does not decode it again. Bounded: cleared when full.
+BUILT_KEPT = 4096
+_BUILT: dict[int, tuple[Minute, FactChange]] = {}
+
+
 def fact_change(minute: Minute) -> FactChange:
     """The knowledge change `minute` records, validated; `InvalidMinute` naming the field (``data.fact.confidence``).
 
     Checks the payload against its event type's shape and the minute against
     the change: it lives in the project its tier key names (``project_id``) and
     carries the tier as its ``scope``, so one project's log never changes
-    another project's facts.
+    another project's facts. A minute `change_minute` built in this process is
+    read as the change it was built from (checked then).
     """
+    built = _BUILT.get(id(minute))
+    if built is not None and built[0] is minute:
+        return built[1]
     cls = CHANGE_CLASSES.get(minute.event_type)
     if cls is None:
         raise InvalidMinute(
@@ -599,7 +609,7 @@ def change_minute(
     project = project_id if project_id is not None else home
     assert project is not None
     _check_home(change, project, change.tier_key.tier.value)
-    return Minute(
+    minute = Minute(
         project_id=project,
         event_type=change.event_type.value,
         id=new_minute_id() if minute_id is None else minute_id,
@@ -610,6 +620,10 @@ def change_minute(
         memory_note=memory_note,
         scope=change.tier_key.tier.value,
     )
+    if len(_BUILT) >= BUILT_KEPT:
+        _BUILT.clear()
+    _BUILT[id(minute)] = (minute, change)
+    return minute
 
 
 def _slot_line(fact: Fact) -> str:

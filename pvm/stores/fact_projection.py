@@ -155,6 +155,12 @@ UNPACKED_MEMO = 8192
 _UNPACKED: dict[bytes, StoredFact] = {}
 
 
+def _keep_unpacked(raw: bytes, stored: StoredFact) -> None:
+    if len(_UNPACKED) >= UNPACKED_MEMO:
+        _UNPACKED.clear()
+    _UNPACKED[raw] = stored
+
+
 @dataclass(frozen=True, slots=True)
 class StoredFact:
     """A fact as the store holds it: the record, and what makes applying its changes order-free.
@@ -176,7 +182,9 @@ class StoredFact:
             "created": self.created,
             "promoted_at": self.promoted_at,
         }
-        return cast(bytes, msgpack.packb(record, use_bin_type=True))
+        raw = cast(bytes, msgpack.packb(record, use_bin_type=True))
+        _keep_unpacked(raw, self)  # what this process writes it reads back without validating it again
+        return raw
 
     @classmethod
     def unpack(cls, raw: bytes) -> StoredFact:
@@ -187,9 +195,7 @@ class StoredFact:
             return found
         record = msgpack.unpackb(raw, raw=False)
         stored = cls(Fact.from_dict(record["fact"]), record["v"], record["created"], record["promoted_at"])
-        if len(_UNPACKED) >= UNPACKED_MEMO:
-            _UNPACKED.clear()
-        _UNPACKED[raw] = stored
+        _keep_unpacked(raw, stored)
         return stored
 
     @property

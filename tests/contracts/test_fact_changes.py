@@ -494,3 +494,28 @@ def test_the_learned_subject_is_reserved_for_learn() -> None:
         assert info.value.field == "fact.subject" and "learn()" in info.value.problem
     learned = fact_change(learned_minute("k", "v", TASK)).fact  # type: ignore[union-attr]
     assert fact_change(tier_promoted_minute(learned)).fact.slot == learned.slot  # type: ignore[union-attr]
+
+
+def test_a_change_minute_built_here_reads_as_the_change_it_was_built_from_and_as_its_bytes_say() -> None:
+    from contracts import fact_changes
+
+    held, other = make(), make(value="45m", valid_from=T1, recorded_at=T1)
+    built = [
+        asserted_minute(held, minute_id=LATER, timestamp=T1),
+        confirmed_minute(held, [LATER], 0.9, minute_id=LATER, timestamp=T1),
+        promoted_minute(held, minute_id=LATER, timestamp=T1),
+        superseded_minute(held, other, minute_id=LATER, timestamp=T1),
+        contradicted_minute(held, other, minute_id=LATER, timestamp=T1),
+        retracted_minute(held, "wrong", minute_id=LATER, timestamp=T1),
+    ]
+    for minute in built:
+        change = fact_change(minute)
+        assert fact_change(minute) is change  # not decoded again
+        assert fact_change(through_the_wire(minute)) == change  # what the log gives back reads the same
+    # An equal minute that is not the one built (decoded, or a producer's copy) is decoded and checked.
+    copy = with_data(built[0], fact={**built[0].data["fact"], "confidence": 7})
+    assert refused(copy).field == "data.fact.confidence"
+    # What is kept is bounded.
+    for _ in range(fact_changes.BUILT_KEPT + 1):
+        promoted_minute(held, minute_id=LATER, timestamp=T1)
+    assert len(fact_changes._BUILT) <= fact_changes.BUILT_KEPT

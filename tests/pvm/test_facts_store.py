@@ -410,3 +410,21 @@ def test_a_stored_record_is_unpacked_once_per_process_and_a_change_writes_new_by
     assert after != raw and StoredFact.unpack(after) is not first  # new bytes, read anew
     fact_projection._UNPACKED.clear()
     assert StoredFact.unpack(raw) == first and StoredFact.unpack(raw) is not first  # the same record, validated again
+
+
+def test_a_record_the_store_writes_is_read_back_as_written_and_equals_its_bytes_decoded(
+    store: FactStore, redis_client: redis.Redis
+) -> None:
+    from pvm.stores import fact_projection
+
+    held = fact("30 minutes", status=FactStatus.PENDING)
+    fact_projection._UNPACKED.clear()
+    store.apply(asserted_minute(held, minute_id=cid(), timestamp=held.recorded_at))
+    store.apply(promoted_minute(held, minute_id=cid(), timestamp=at(1)))
+    raw = redis_client.hget(keys.facts_by_id(P1), held.id)
+    assert raw is not None
+    written = fact_projection._UNPACKED.get(raw)
+    assert written is not None and StoredFact.unpack(raw) is written  # kept when packed: not decoded again
+    fact_projection._UNPACKED.clear()
+    decoded = StoredFact.unpack(raw)
+    assert decoded is not written and decoded == written  # its bytes say exactly what was kept
