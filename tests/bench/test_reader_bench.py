@@ -1,0 +1,57 @@
+"""bench/reader.py on a small project: the checkpoints --minutes names, each with its latencies, the phases of a
+context call and the process's memory; and --minutes refused with the reason where it names no sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import reader
+
+
+def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--minutes", "2000,1000", "--calls", "10", "--phase-calls", "12", "--json"]
+    assert reader.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoints"] == [1000, 2000] and out["minutes_main"] == 2000
+    assert out["points_main"] == 2000 and out["minutes_total"] >= 2000
+    for label in ("1k", "2k"):
+        assert 0 < out[f"context_p50_ms_{label}"] <= out[f"context_p99_ms_{label}"]
+        assert 0 < out[f"search_p50_ms_{label}"] <= out[f"search_p99_ms_{label}"]
+        assert out[f"reader_rss_mb_{label}"] > 0
+        phases = out[f"context_phases_{label}"]
+        assert set(phases) == {*reader.PHASES, "total"}
+        assert phases["search"]["wall_p50_ms"] > 0 and phases["reads"]["wall_p50_ms"] > 0
+        # Every call's time is in one phase or another: the shares add up to the whole.
+        assert sum(phases[p]["share"] for p in reader.PHASES) == pytest.approx(1.0, abs=0.01)
+    assert out["context_p99_ms_largest"] == out["context_p99_ms_2k"]
+    assert set(out["targets"]) == {"context_p99_ms_100k", "context_p99_ms_1m", "search_p99_ms_1m", "index_per_s"}
+    assert out["met"]["context_p99_ms_1m"] is None  # not measured at this size: no verdict
+
+
+def test_the_phase_clock_leaves_the_class_and_other_readers_alone() -> None:
+    class Reads:
+        searcher = None
+
+        def _run_scripts(self) -> str:
+            return "read"
+
+        def _by_ids(self) -> list[str]:
+            return []
+
+    timed, plain = Reads(), Reads()
+    clock = reader.PhaseClock(timed)  # type: ignore[arg-type]
+    clock.call(lambda: (timed._run_scripts(), timed._by_ids()))
+    assert "reads" in clock.calls[0] and "referenced" in clock.calls[0]
+    assert plain._run_scripts.__func__ is Reads._run_scripts  # type: ignore[attr-defined]
+    assert clock.calls[0]["total"][0] >= clock.calls[0]["reads"][0]
+
+
+@pytest.mark.parametrize("value", ["", "abc", "500", "1000,x", "3000000"])
+def test_minutes_that_name_no_sizes_are_refused_with_the_reason(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        reader.main(["--minutes", value])
+    assert "--minutes" in capsys.readouterr().err
