@@ -49,9 +49,7 @@ def test_the_phase_clock_leaves_the_class_and_other_readers_alone() -> None:
 
 
 @pytest.mark.parametrize("value", ["", "abc", "500", "1000,x", "3000000"])
-def test_minutes_that_name_no_sizes_are_refused_with_the_reason(
-    value: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_minutes_that_name_no_sizes_are_refused_with_the_reason(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         reader.main(["--minutes", value])
     assert "--minutes" in capsys.readouterr().err
