@@ -487,7 +487,7 @@ def context_with_scores(n: int, calls: int, progress: Progress) -> dict[str, Any
         try:
             reader = ContextReader(ws.connection, LogReader(ws.settings.log_dir), engines.searcher_for(ws.settings))  # type: ignore[arg-type]
             engine = engines.shared_engine(ws.settings)
-            reader_bench.load(loader, minutes, 0, n, progress)
+            reader_bench.load(loader, reader_bench.Feed(iter(minutes)), n, progress)
             store = SummaryStore(ws.connection)
             every = store.threads(reader_bench.MAIN_PROJECT)
             chunks, episodes = store.counts(reader_bench.MAIN_PROJECT)

@@ -204,6 +204,11 @@ class Loader:
         self.times.minutes += len(records)
 
 
+def build_minutes(main_minutes: int, seed: int) -> list[tuple[Minute, bytes]]:
+    """`generate_minutes` made all at once (for a benchmark that loads them more than once, or times nothing else)."""
+    return list(generate_minutes(main_minutes, seed))
+
+
 @dataclass
 class Feed:
     """The generated minutes, taken batch by batch: how many were loaded, and how many of them are the main

@@ -131,7 +131,7 @@ def pair_cases(minutes: Sequence[Minute], n: int, seed: int) -> list[PairCase]:
 
 def measure_pair_round(scale: float, seed: int, progress: Progress) -> dict[str, Any]:
     """pair_round_p99_ms: one PAIR round (checklist judge, extractive reviser) over a 10k-minute project."""
-    from bench.reader import Loader, build_minutes, load, optimize
+    from bench.reader import Feed, Loader, build_minutes, load, optimize
 
     main = max(100, round(PAIR_MINUTES * scale))
     runs = max(20, round(PAIR_RUNS * min(1.0, scale * 10)))
@@ -141,7 +141,7 @@ def measure_pair_round(scale: float, seed: int, progress: Progress) -> dict[str,
     with workspace("surface-pair") as ws:
         try:
             loader = Loader(ws.settings, ws.connection)
-            load(loader, built, 0, main, progress)
+            load(loader, Feed(iter(built)), main, progress)
             optimize(engines.shared_engine(ws.settings), "pair", progress)
             searcher = engines.searcher_for(ws.settings)
             with Emitter(settings=ws.settings, connection=ws.connection) as emitter:

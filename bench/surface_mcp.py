@@ -66,7 +66,7 @@ from bench.harness import (
 )
 from bench.harness import workspace as bench_workspace
 from bench.machine import machine
-from bench.reader import MAIN_MINUTES, MAIN_PROJECT, Loader, build_minutes, load
+from bench.reader import MAIN_MINUTES, MAIN_PROJECT, Feed, Loader, build_minutes, load
 from bench.sessions import task_texts
 from pvm import defaults, engines
 from pvm.reader import ContextReader
@@ -184,7 +184,7 @@ def run(main_minutes: int, calls: int, seed: int, progress: Progress) -> dict[st
         try:
             searcher = engines.searcher_for(live)
             reader = ContextReader(connection, LogReader(live.log_dir), searcher)  # type: ignore[arg-type]
-            load(loader, minutes, 0, main_minutes, progress)
+            load(loader, Feed(iter(minutes)), main_minutes, progress)
             progress.tick("engine.optimize() (explicit, as after a bulk load)", True)
             engines.shared_engine(live).optimize()
             del minutes

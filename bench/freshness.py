@@ -1,0 +1,371 @@
+#!/usr/bin/env python
+"""Freshness benchmark: how soon a minute `emit()` returned is found by search, and its fact is in the facts API.
+
+The whole stack runs as `pvm up` runs it (`workers.runtime.stack.Stack` on a
+fresh home: embedded Valkey, a dispatcher, the log, facts and summarize pools,
+the scheduler, and `pvm serve`, which owns the embedded engine and runs the
+index pool), and this process is an agent beside it:
+
+1. offer      for each rate (`--rates`, minutes/s), generated multi-agent minutes
+              (bench/sessions.py) of a project of its own are emitted with
+              `Emitter` at that rate for `--seconds`. Every stride-th minute is a
+              probe (`--sample` of them): its note says one thing no other minute
+              says, "Probe <token>: the <token> gateway is owned by <Name>.": a
+              word to search for, and a statement the rules read as a fact
+              (its id computed beforehand with the rule extractor, as the pool
+              will).
+2. poll       while the minutes are emitted and after, each probe in flight is
+              looked for through the reader API (`pvm.Client`, HTTP), as any
+              agent would: `search(project, token)` until a hit is the probe
+              minute, and `fact(project, id)` until the fact is there (promoted
+              or pending).
+                emit_to_searchable_p50/p99_ms_<rate>, emit_to_fact_p50/p99_ms_<rate>:
+                from `emit()` returning to the first answer that has it; a probe
+                not found within `--drain` seconds after the last emit counts
+                with the time waited (censored, and counted).
+              Beside them: the rate the emitter achieved, and whether the
+              pipeline kept up (every probe found while the offer ran, or soon
+              after). When the pipeline cannot keep up with a rate, the latency
+              is a backlog that grows with the run's length: it is reported as
+              measured, with `kept_up` false.
+
+Targets (issue 26, 2 cores): emit -> searchable p99 <= 1,000 ms at 5k/s offered;
+emit -> fact p99 <= 1,500 ms (at 5k/s).
+
+Progress goes to stderr; the result (one JSON object with --json, else a table) to stdout.
+
+    .venv/bin/python bench/freshness.py --json
+    .venv/bin/python bench/freshness.py --rates 200 --seconds 5     # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis
+
+from bench.harness import (
+    BenchError,
+    Progress,
+    argument_parser,
+    machine_line,
+    measuring,
+    parse,
+    percentile,
+    polls,
+    report,
+    target_texts,
+    temp_home,
+    verdicts,
+)
+from bench.machine import machine
+from bench.sessions import stream
+from contracts import Minute
+from contracts.facts import Slot, TierKey, fact_id
+from pvm.client import Client, PVMRequestError
+from pvm.config import Settings
+from pvm.emitter import Emitter
+from workers.facts.extraction import RuleExtractor
+from workers.runtime.stack import Stack
+
+RATES = (1_000, 5_000)
+SECONDS = 10.0
+SAMPLE = 200  # probes per rate
+DRAIN_S = 30.0  # after the last emit, how long probes still in flight are looked for
+POLL_PAUSE_S = 0.005
+NAMES = ("Dana Whitfield", "Ines Duarte", "Raj Mehta", "Maya Chen", "Tomasz Kowal", "Priya Nair")
+TARGETS: dict[str, tuple[str, float]] = {
+    "emit_to_searchable_p99_ms_5k": ("<=", 1_000.0),
+    "emit_to_fact_p99_ms_5k": ("<=", 1_500.0),
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A minute whose note says one thing no other minute says: the word to search for, the fact it states."""
+
+    minute: Minute
+    token: str
+    fact_id: str
+
+
+@dataclass
+class Seen:
+    """When each probe's `emit()` returned, and when an answer first had its minute, and its fact."""
+
+    emitted: dict[str, float] = field(default_factory=dict)
+    searchable: dict[str, float] = field(default_factory=dict)
+    fact: dict[str, float] = field(default_factory=dict)
+    offered_s: float = 0.0
+    last_emit: float = 0.0
+    gave_up_at: float | None = None
+
+
+def probe_of(minute: Minute, n: int, extractor: RuleExtractor) -> Probe:
+    """`minute` made a probe: its note a statement of its own, and the id of the fact the rules read from it."""
+    token = f"zq{n:05d}x{random.Random(n).randrange(36**4):04x}"  # a word no generated note has
+    note = f"Probe {token}: the {token} gateway is owned by {NAMES[n % len(NAMES)]}."
+    probe = dataclasses.replace(minute, memory_note=note, data={}, context_references=())
+    found = extractor.extract([probe])
+    owned = [c for c in found if c.attribute == "owner"]
+    if len(owned) != 1:
+        raise BenchError(f"the rules read {[(c.subject, c.attribute) for c in found]} from a probe, not one owner")
+    c = owned[0]
+    tier = TierKey.for_project(probe.project_id)
+    return Probe(probe, token, fact_id(tier, Slot(c.subject, c.attribute), c.value))
+
+
+def offer_minutes(project: str, n: int, sample: int, seed: int) -> tuple[list[Minute], dict[str, Probe]]:
+    """`n` generated minutes of `project`, every stride-th a probe (`sample` of them, spread through the run)."""
+    extractor = RuleExtractor(statements=False)
+    stride = max(1, n // max(1, sample))
+    minutes: list[Minute] = []
+    probes: dict[str, Probe] = {}
+    for i, minute in enumerate(stream({project: 1.0}, n, seed=seed)):
+        if i % stride == stride // 2 and len(probes) < sample:
+            p = probe_of(minute, len(probes) + seed * 100_000, extractor)
+            probes[p.minute.id] = p
+            minute = p.minute
+        minutes.append(minute)
+    return minutes, probes
+
+
+def searchable(api: Client, probe: Probe) -> bool:
+    hits = api.search(probe.minute.project_id, probe.token, k=5)["hits"]
+    return any(h.get("minute_id") == probe.minute.id for h in hits)
+
+
+def fact_held(api: Client, probe: Probe) -> bool:
+    try:
+        api.fact(probe.minute.project_id, probe.fact_id)
+    except PVMRequestError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def offer(
+    settings: Settings,
+    api: Client,
+    stack: Stack,
+    minutes: Sequence[Minute],
+    probes: dict[str, Probe],
+    rate: float,
+    drain_s: float,
+    progress: Progress,
+) -> Seen:
+    """Emit `minutes` at `rate`, polling each probe in flight between emits, then until all are found or
+    `drain_s` has passed since the last emit."""
+    seen = Seen()
+    waiting_search: dict[str, Probe] = {}
+    waiting_fact: dict[str, Probe] = {}
+    interval = 1.0 / rate
+    n, i = len(minutes), 0
+    with Emitter(settings=settings) as emitter:
+        start = time.perf_counter()
+        while True:
+            now = time.perf_counter()
+            while i < n and start + i * interval <= now:
+                m = minutes[i]
+                emitter.emit(m)
+                probe = probes.get(m.id)
+                if probe is not None:
+                    seen.emitted[m.id] = time.time()
+                    waiting_search[m.id] = waiting_fact[m.id] = probe
+                i += 1
+                if i == n:
+                    seen.offered_s = time.perf_counter() - start
+                    seen.last_emit = time.time()
+                    emitter.flush(30)
+            for key, probe in list(waiting_search.items()):
+                if searchable(api, probe):
+                    seen.searchable[key] = time.time()
+                    del waiting_search[key]
+            for key, probe in list(waiting_fact.items()):
+                if fact_held(api, probe):
+                    seen.fact[key] = time.time()
+                    del waiting_fact[key]
+            progress.tick(
+                f"{rate:,.0f}/s: {i:,}/{n:,} emitted; searchable {len(seen.searchable)}, facts {len(seen.fact)} "
+                f"of {len(seen.emitted)} probes"
+            )
+            for name, child in stack.children.items():
+                if child.poll() is not None:
+                    raise BenchError(f"{name} (pid {child.pid}) exited with {child.returncode}")
+            if i == n:
+                if not waiting_search and not waiting_fact:
+                    return seen
+                if time.time() - seen.last_emit > drain_s:
+                    seen.gave_up_at = time.time()
+                    progress.tick(
+                        f"{rate:,.0f}/s: {len(waiting_search)} probes not searchable, {len(waiting_fact)} facts not "
+                        f"held {drain_s:.0f} s after the last emit",
+                        force=True,
+                    )
+                    return seen
+            if i < n:
+                time.sleep(max(0.0, min(POLL_PAUSE_S, start + i * interval - time.perf_counter())))
+            else:
+                time.sleep(POLL_PAUSE_S)
+
+
+def latencies(seen: Seen, found: dict[str, float]) -> tuple[list[float], int]:
+    """Each probe's emit -> found (ms, sorted); a probe never found counts with the time waited. And how many."""
+    end = seen.gave_up_at or time.time()
+    ms = sorted(((found.get(k) or end) - at) * 1000 for k, at in seen.emitted.items())
+    return ms, sum(1 for k in seen.emitted if k not in found)
+
+
+def rate_result(label: str, rate: float, n: int, seen: Seen) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        f"offered_per_s_{label}": round(n / seen.offered_s) if seen.offered_s else None,
+        f"probes_{label}": len(seen.emitted),
+    }
+    for name, found in (("searchable", seen.searchable), ("fact", seen.fact)):
+        ms, censored = latencies(seen, found)
+        if not ms:
+            raise BenchError(f"{label}: no probe was emitted")
+        out[f"emit_to_{name}_p50_ms_{label}"] = round(percentile(ms, 50), 1)
+        out[f"emit_to_{name}_p99_ms_{label}"] = round(percentile(ms, 99), 1)
+        out[f"emit_to_{name}_max_ms_{label}"] = round(ms[-1], 1)
+        out[f"not_{name}_{label}"] = censored
+    # Kept up: every probe found, the last of them within a second of the last emit (no backlog left to drain).
+    last = max([*seen.searchable.values(), *seen.fact.values()], default=seen.last_emit)
+    out[f"kept_up_{label}"] = (
+        out[f"not_searchable_{label}"] == 0 and out[f"not_fact_{label}"] == 0 and last - seen.last_emit <= 1.0
+    )
+    out[f"rate_target_{label}"] = rate
+    return out
+
+
+def _label(rate: float) -> str:
+    return f"{rate / 1000:g}k" if rate >= 1000 else f"{rate:g}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(
+    rates: Sequence[float], seconds: float, sample: int, drain_s: float, seed: int, progress: Progress
+) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    with temp_home("freshness") as home:
+        stack = Stack(home, api_port=free_port())
+        progress.tick("starting the stack (pvm up: Valkey, dispatcher, pools, scheduler, serve)", force=True)
+        live = stack.start()
+        try:
+            with Client(settings=live, retries=0) as api:
+                for _ in polls(60.0, 0.1):
+                    try:
+                        api.health()
+                        break
+                    except Exception:  # the API is still starting
+                        continue
+                else:
+                    raise BenchError("the reader API did not answer within 60 s")
+                # A warm-up: the pools' first batch (imports, the engine's files) is no one's steady state.
+                warm, warm_probes = offer_minutes("fresh-warmup", 200, 5, seed)
+                offer(live, api, stack, warm, warm_probes, 200.0, drain_s, progress)
+                for i, rate in enumerate(rates):
+                    label = _label(rate)
+                    n = max(1, round(rate * seconds))
+                    minutes, probes = offer_minutes(f"fresh-{label}", n, sample, seed + 1 + i)
+                    progress.tick(f"{label}: offering {n:,} minutes at {rate:,.0f}/s, {len(probes)} probes", True)
+                    seen = offer(live, api, stack, minutes, probes, rate, drain_s, progress)
+                    result.update(rate_result(label, rate, n, seen))
+                    progress.tick(
+                        f"{label}: searchable p99 {result[f'emit_to_searchable_p99_ms_{label}']} ms, fact p99 "
+                        f"{result[f'emit_to_fact_p99_ms_{label}']} ms, kept up: {result[f'kept_up_{label}']}",
+                        force=True,
+                    )
+            result["machine"] = machine(redis.Redis.from_url(str(live.redis_url)))
+        finally:
+            stack.stop()
+    result["rates"] = [_label(r) for r in rates]
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{'METRIC':<40}{'VALUE':>22}  {'TARGET':<12}RESULT"]
+    met = result.get("met", {})
+    for label in result["rates"]:
+        for name, what in (("searchable", "emit -> searchable"), ("fact", "emit -> fact")):
+            key = f"emit_to_{name}_p99_ms_{label}"
+            target = verdict = ""
+            if key in TARGETS:
+                op, bound = TARGETS[key]
+                target, verdict = f"{op} {bound:g}", {True: "met", False: "MISSED", None: ""}[met.get(key)]
+            value = f"{result[f'emit_to_{name}_p50_ms_{label}']} / {result[key]} ms"
+            lines.append(f"{what + ' p50 / p99 @' + label:<40}{value:>22}  {target:<12}{verdict}")
+        lines.append(
+            f"{'offered @' + label:<40}{str(result[f'offered_per_s_{label}']) + '/s':>22}  "
+            f"kept up: {result[f'kept_up_{label}']}"
+        )
+    lines += ["", f"{machine_line(result['machine'])}; {result['elapsed_s']:.0f} s"]
+    return "\n".join(lines)
+
+
+def rate_list(text: str) -> list[float]:
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of minutes/s") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"each rate must be positive, got {text!r}")
+    return rates
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argument_parser("bench/freshness.py", __doc__)
+    parser.add_argument(
+        "--rates", type=rate_list, default=list(RATES), metavar="R[,R...]", help="offered minutes/s (default 1000,5000)"
+    )
+    parser.add_argument("--seconds", type=float, default=SECONDS, help="how long each rate is offered (default 10)")
+    parser.add_argument("--sample", type=int, default=SAMPLE, help="probes per rate (default %(default)s)")
+    parser.add_argument("--drain", type=float, default=DRAIN_S, help="seconds to wait after the last emit (default 30)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parse(parser, argv)
+    if args.seconds <= 0 or args.sample < 1 or args.drain <= 0:
+        parser.error("--seconds and --drain must be positive, --sample at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    progress = Progress("freshness bench", sep=": ")
+    started = time.monotonic()
+    with measuring("freshness bench") as outcome:
+        result = run(args.rates, args.seconds, args.sample, args.drain, args.seed, progress)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    result["config"] = {
+        "rates": args.rates,
+        "seconds": args.seconds,
+        "sample": args.sample,
+        "drain_s": args.drain,
+        "stack": "pvm up: embedded Valkey, dispatcher, log/facts/summarize pools, scheduler, pvm serve (index)",
+        "basis": "emit() returned -> the first reader API answer (search, facts) that has the probe",
+    }
+    result["targets"] = target_texts(TARGETS)
+    result["met"] = verdicts(result, TARGETS)
+    return report(result, started, args.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
