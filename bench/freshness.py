@@ -15,17 +15,21 @@ index pool), and this process is an agent beside it:
               (its id computed beforehand with the rule extractor, as the pool
               will).
 2. poll       while the minutes are emitted and after, a second thread looks for
-              each probe in flight, a round at most every 50 ms (often enough
-              for latencies of hundreds of ms, seldom enough not to slow the
-              server that indexes), through the reader API (`pvm.Client`,
-              HTTP), as any agent would: `search(project, token)` until a hit is the probe
+              the probes in flight, a round at most every 50 ms, each round in
+              emit order up to the first not found yet (the pools work a
+              project's minutes in log order): often enough for latencies of
+              hundreds of ms, seldom enough not to slow the server that
+              indexes. Through the reader API (`pvm.Client`, HTTP), as any
+              agent would: `search(project, token)` until a hit is the probe
               minute, and `fact(project, id)` until the fact is there (promoted
               or pending).
                 emit_to_searchable_p50/p99_ms_<rate>, emit_to_fact_p50/p99_ms_<rate>:
                 from `emit()` returning to the first answer that has it; a probe
                 not found within `--drain` seconds after the last emit counts
                 with the time waited (censored, and counted).
-              Beside them: the rate the emitter achieved, and whether the
+              Beside them: the rate the emitter achieved, per stage the jobs
+              it made and their mean size, and the pools' own mean time from a
+              stream entry to each stage (stages_<rate>), and whether the
               pipeline kept up (every probe found while the offer ran, or soon
               after). When the pipeline cannot keep up with a rate, the latency
               is a backlog that grows with the run's length: it is reported as
@@ -58,6 +62,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis
+from rq.utils import as_text
 
 from bench.harness import (
     BenchError,
@@ -75,7 +80,7 @@ from bench.harness import (
 )
 from bench.machine import machine
 from bench.sessions import stream
-from contracts import Minute
+from contracts import Minute, keys
 from contracts.facts import Slot, TierKey, fact_id
 from pvm.client import Client, PVMRequestError
 from pvm.config import Settings
@@ -88,6 +93,7 @@ SECONDS = 10.0
 SAMPLE = 200  # probes per rate
 DRAIN_S = 30.0  # after the last emit, how long probes still in flight are looked for
 POLL_INTERVAL_S = 0.05  # a round of looking for the probes in flight at most this often
+POLL_REQUESTS = 20  # requests of each kind in one round at most
 NAMES = ("Dana Whitfield", "Ines Duarte", "Raj Mehta", "Maya Chen", "Tomasz Kowal", "Priya Nair")
 TARGETS: dict[str, tuple[str, float]] = {
     "emit_to_searchable_p99_ms_5k": ("<=", 1_000.0),
@@ -161,9 +167,10 @@ def fact_held(api: Client, probe: Probe) -> bool:
 
 
 class Poller(threading.Thread):
-    """Looks for each probe in flight through the API, a round at most every `POLL_INTERVAL_S`: often enough for
-    a latency measured in hundreds of milliseconds, seldom enough not to slow the server it measures (`pvm serve`
-    answers these searches in the process that indexes)."""
+    """Looks for the probes in flight through the API, a round at most every `POLL_INTERVAL_S`, each round in emit
+    order up to the first not found: often enough for a latency measured in hundreds of milliseconds, seldom
+    enough not to slow the server it measures (`pvm serve` answers these searches in the process that indexes;
+    asking for every probe in flight each round, a backlog made more requests, which made a longer backlog)."""
 
     def __init__(self, api: Client, seen: Seen) -> None:
         super().__init__(name="freshness-poller", daemon=True)
@@ -193,18 +200,20 @@ class Poller(threading.Thread):
             self.error = exc
 
     def _round(self) -> None:
-        with self.lock:
-            searching, facts = list(self.waiting_search.values()), list(self.waiting_fact.values())
-        for probe in searching:
-            if searchable(self.api, probe):
+        """Each kind's probes in flight in emit order, up to the first not found yet (the pools work a project's
+        minutes in log order, so the ones after it are not there either), at most `POLL_REQUESTS` of them."""
+        for waiting, found, there in (
+            (self.waiting_search, self.seen.searchable, searchable),
+            (self.waiting_fact, self.seen.fact, fact_held),
+        ):
+            with self.lock:
+                in_order = list(waiting.values())  # dicts keep insertion order: emit order
+            for probe in in_order[:POLL_REQUESTS]:
+                if not there(self.api, probe):
+                    break
                 with self.lock:
-                    self.seen.searchable[probe.minute.id] = time.time()
-                    del self.waiting_search[probe.minute.id]
-        for probe in facts:
-            if fact_held(self.api, probe):
-                with self.lock:
-                    self.seen.fact[probe.minute.id] = time.time()
-                    del self.waiting_fact[probe.minute.id]
+                    found[probe.minute.id] = time.time()
+                    del waiting[probe.minute.id]
 
 
 def offer(
@@ -303,6 +312,46 @@ def rate_result(label: str, rate: float, n: int, seen: Seen) -> dict[str, Any]:
     return out
 
 
+Counts = dict[str, dict[str, tuple[float, float]]]  # "batches" / "freshness" -> stage -> two running totals
+
+
+def stage_counts(connection: redis.Redis) -> Counts:
+    """What the pools count for the exporter so far: per stage, (minutes, batches); and per freshness stage (how
+    soon after its stream entry a minute reached it), (seconds summed, minutes)."""
+    stages = sorted(as_text(s) for s in connection.smembers(keys.metrics_stages()))
+    fresh = sorted(as_text(s) for s in connection.smembers(keys.metrics_freshness_stages()))
+    pipe = connection.pipeline(transaction=False)
+    for stage in stages:
+        pipe.hmget(keys.metrics_stage(stage), ["minutes", "batches"])
+    for stage in fresh:
+        pipe.hmget(keys.metrics_freshness(stage), ["sum", "count"])
+    replies = pipe.execute()
+    return {
+        "batches": {s: (float(m or 0), float(b or 0)) for s, (m, b) in zip(stages, replies, strict=False)},
+        "freshness": {
+            s: (float(t or 0), float(n or 0)) for s, (t, n) in zip(fresh, replies[len(stages) :], strict=True)
+        },
+    }
+
+
+def stage_figures(before: Counts, after: Counts) -> dict[str, Any]:
+    """Between two `stage_counts`: per stage the minutes, the batches and the mean batch (how the pipeline cut the
+    offer into jobs: many small batches cost each stage its per-job work many times); and per freshness stage
+    the mean time from a minute's stream entry to that stage, as the pools measured it (where the time goes)."""
+    batches: dict[str, Any] = {}
+    for stage, (minutes, count) in after["batches"].items():
+        m0, b0 = before["batches"].get(stage, (0.0, 0.0))
+        m, b = int(minutes - m0), int(count - b0)
+        if b:
+            batches[stage] = {"minutes": m, "batches": b, "mean_batch": round(m / b, 1)}
+    fresh: dict[str, float] = {}
+    for stage, (total, count) in after["freshness"].items():
+        t0, n0 = before["freshness"].get(stage, (0.0, 0.0))
+        if count - n0:
+            fresh[stage] = round((total - t0) / (count - n0) * 1000, 1)
+    return {"batches": batches, "freshness_mean_ms": fresh}
+
+
 def _label(rate: float) -> str:
     return f"{rate / 1000:g}k" if rate >= 1000 else f"{rate:g}"
 
@@ -322,6 +371,7 @@ def run(
         progress.tick("starting the stack (pvm up: Valkey, dispatcher, pools, scheduler, serve)", force=True)
         live = stack.start()
         try:
+            connection = redis.Redis.from_url(str(live.redis_url))
             with Client(settings=live, retries=0) as api:
                 for _ in polls(60.0, 0.1):
                     try:
@@ -339,14 +389,16 @@ def run(
                     n = max(1, round(rate * seconds))
                     minutes, probes = offer_minutes(f"fresh-{label}", n, sample, seed + 1 + i)
                     progress.tick(f"{label}: offering {n:,} minutes at {rate:,.0f}/s, {len(probes)} probes", True)
+                    before = stage_counts(connection)
                     seen = offer(live, api, stack, minutes, probes, rate, drain_s, progress)
                     result.update(rate_result(label, rate, n, seen))
+                    result[f"stages_{label}"] = stage_figures(before, stage_counts(connection))
                     progress.tick(
                         f"{label}: searchable p99 {result[f'emit_to_searchable_p99_ms_{label}']} ms, fact p99 "
                         f"{result[f'emit_to_fact_p99_ms_{label}']} ms, kept up: {result[f'kept_up_{label}']}",
                         force=True,
                     )
-            result["machine"] = machine(redis.Redis.from_url(str(live.redis_url)))
+            result["machine"] = machine(connection)
         finally:
             stack.stop()
     result["rates"] = [_label(r) for r in rates]

@@ -35,6 +35,11 @@ DISPATCH_BLOCK_MS = 500
 # long (or until a batch is full) before making a job: fewer, fuller jobs under
 # load; no wait at all when the log pool is idle.
 DISPATCH_LINGER_MS = 50
+# While a pool the log pool feeds (index, facts, summarize) has jobs waiting, a dispatcher gathers for up to this
+# long instead: those pools pay their per-job work (leases, reads, an engine segment) per job, and at 1,000
+# minutes/s evenly spaced, 50 ms made jobs of ~57 minutes the pools on 2 cores did not keep up with, 200 ms ~180
+# that they did (bench/freshness.py). The log pool's own backlog keeps DISPATCH_LINGER_MS (its durable latency).
+DISPATCH_DOWNSTREAM_LINGER_MS = 200
 DISPATCH_CLAIM_IDLE_MS = 30_000  # an entry pending this long with a silent consumer is reclaimed
 DISPATCH_CLAIM_INTERVAL_S = 5.0
 DISPATCH_MAX_DELIVERIES = 5  # more deliveries than this and an entry goes to the dead-letter stream

@@ -48,3 +48,7 @@ def test_a_small_offer_through_the_whole_stack_finds_every_probe(capsys: pytest.
     for name in ("searchable", "fact"):
         assert 0 < out[f"emit_to_{name}_p50_ms_100"] <= out[f"emit_to_{name}_p99_ms_100"]
     assert out["met"] == {"emit_to_searchable_p99_ms_5k": None, "emit_to_fact_p99_ms_5k": None}  # not offered
+    stages = out["stages_100"]
+    assert stages["batches"]["log"]["minutes"] >= 200 and stages["batches"]["log"]["mean_batch"] >= 1
+    assert {"durable", "indexed", "facts"} <= set(stages["freshness_mean_ms"])
+    assert 0 < stages["freshness_mean_ms"]["durable"] <= stages["freshness_mean_ms"]["indexed"]

@@ -126,12 +126,16 @@ class Dispatcher:
         self.block_ms = block_ms
         self.batch = settings.dispatch_batch
         self.log_queue: Queue = pool_queue("log", connection)
+        # The pools the log pool feeds: while one of them has jobs waiting, entries are gathered too.
+        self.downstream_queues: list[Queue] = [pool_queue(pool, connection) for pool in settings.downstream]
         self.stats = DispatcherStats()
         self.metrics = MetricsRecorder(connection)
         self.stop_event = threading.Event()
         self._next_claim = 0.0
         self._next_trim = 0.0
         self.linger_s = defaults.DISPATCH_LINGER_MS / 1000
+        self.downstream_linger_s = defaults.DISPATCH_DOWNSTREAM_LINGER_MS / 1000
+        self._linger = self.linger_s  # how long the entries being gathered may wait (set when a flush is weighed)
         self._gathered: dict[int, list[tuple[bytes | str, dict[bytes, bytes] | None]]] = {}
         self._gathered_count = 0
         self._gathered_since = 0.0
@@ -213,13 +217,18 @@ class Dispatcher:
         """Read one round of new entries; dispatch what was gathered when it is time. Returns entries read.
 
         Gathered entries are dispatched when a batch is full, when the log
-        pool has nothing queued (it is idle: send now), when a read finds
-        nothing new, or when the linger time has passed. COUNT is per stream,
+        pool and the pools it feeds have nothing queued (the pipeline is idle:
+        send now), when a read finds nothing new, or when the linger time has
+        passed: `DISPATCH_LINGER_MS` while only the log pool has work queued,
+        `DISPATCH_DOWNSTREAM_LINGER_MS` while a pool it feeds has. Minutes
+        arriving one by one would otherwise each become a job of their own at
+        every stage (at 1,000 minutes/s, evenly spaced: 18 minutes a job, and
+        the pools never caught up; `bench/freshness.py`). COUNT is per stream,
         so a round may gather several batches; `dispatch_many` cuts them into
         jobs of at most one batch each.
         """
         if self._gathered_count:
-            left = self.linger_s - (time.monotonic() - self._gathered_since)
+            left = self._linger - (time.monotonic() - self._gathered_since)
             block = max(1, int(left * 1000))
         else:
             block = self.block_ms
@@ -240,14 +249,22 @@ class Dispatcher:
             self._gathered.setdefault(self.streams[stream], []).extend(entries)
             self._gathered_count += len(entries)
             got += len(entries)
-        if self._gathered_count and (
-            got == 0
-            or self._gathered_count >= self.batch
-            or time.monotonic() - self._gathered_since >= self.linger_s
-            or self.connection.llen(self.log_queue.key) == 0
-        ):
+        if self._gathered_count and (got == 0 or self._gathered_count >= self.batch or self._send_now()):
             self.flush_gathered()
         return got
+
+    def _send_now(self) -> bool:
+        """Whether what was gathered goes now: the pipeline is idle (no job waiting in the log pool's queue nor in
+        a queue of a pool it feeds: one round trip), or it has waited its linger (the longer one while a pool the
+        log pool feeds is behind)."""
+        pipe = self.connection.pipeline(transaction=False)
+        for queue in (self.log_queue, *self.downstream_queues):
+            pipe.llen(queue.key)
+        log_waiting, *downstream_waiting = pipe.execute()
+        if not log_waiting and not any(downstream_waiting):
+            return True
+        self._linger = self.downstream_linger_s if any(downstream_waiting) else self.linger_s
+        return time.monotonic() - self._gathered_since >= self._linger
 
     def flush_gathered(self) -> int:
         """Dispatch everything gathered so far (as jobs of at most one batch each)."""

@@ -269,6 +269,32 @@ def test_under_backlog_entries_of_all_shards_gather_into_one_job(redis_client: r
     assert sum(redis_client.xpending(keys.stream(s), keys.DISPATCH_GROUP)["pending"] for s in range(4)) == 0
 
 
+def test_entries_gather_while_a_pool_the_log_pool_feeds_is_behind(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    d = Dispatcher(redis_client, settings.with_(downstream=("index", "facts")), consumer="c1", block_ms=10)
+    d.ensure_groups()
+    d.downstream_linger_s = 10.0
+    pool_queue("facts", redis_client).enqueue(keys.FACTS_JOB, [])  # the facts pool has a job waiting
+    xadd(redis_client, 0, encode_minute(minute()))
+    d.poll_once()
+    xadd(redis_client, 0, encode_minute(minute(i=1)))
+    d.poll_once()
+    assert log_jobs(redis_client) == []  # gathering: the log pool is idle, but one it feeds is not
+    pool_queue("facts", redis_client).empty()
+    xadd(redis_client, 0, encode_minute(minute(i=2)))
+    d.poll_once()
+    (job,) = log_jobs(redis_client)
+    assert len(job) == 3  # the pipeline idle again: all three at once
+    # Behind downstream, they wait the downstream linger, not the log pool's.
+    d.linger_s, d.downstream_linger_s = 10.0, 0.05
+    pool_queue("index", redis_client).enqueue(keys.INDEX_JOB, [])
+    xadd(redis_client, 0, encode_minute(minute(i=3)))
+    while len(log_jobs(redis_client)) == 1:
+        d.poll_once()
+    assert len(log_jobs(redis_client)[-1]) == 1
+
+
 def test_an_idle_log_pool_gets_entries_at_once(redis_client: redis.Redis, settings: Settings) -> None:
     d = Dispatcher(redis_client, settings, consumer="c1", block_ms=10)
     d.ensure_groups()
@@ -375,7 +401,7 @@ def test_trim_is_safe_when_another_dispatcher_acks_between_xinfo_and_xpending(
     stream = keys.stream(0)
     other = Dispatcher(redis_client, settings, consumer="other", shards=[0], block_ms=10)
     other.ensure_groups()
-    other.linger_s = 60.0  # it holds what it reads until flush_gathered()
+    other.linger_s = other.downstream_linger_s = 60.0  # it holds what it reads until flush_gathered()
     pool_queue("log", redis_client).enqueue(keys.LOG_JOB, [])  # the log pool is busy
     first = [minute(i=i) for i in range(10)]
     more = [minute(i=i) for i in range(10, 15)]
