@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
-import socket
 import sys
 import threading
 import time
@@ -86,6 +85,7 @@ from pvm.client import Client, PVMRequestError
 from pvm.config import Settings
 from pvm.emitter import Emitter
 from workers.facts.extraction import RuleExtractor
+from workers.runtime.embedded import free_port
 from workers.runtime.stack import Stack
 
 RATES = (1_000, 5_000)
@@ -354,12 +354,6 @@ def stage_figures(before: Counts, after: Counts) -> dict[str, Any]:
 
 def _label(rate: float) -> str:
     return f"{rate / 1000:g}k" if rate >= 1000 else f"{rate:g}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(

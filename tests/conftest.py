@@ -7,7 +7,6 @@ for the whole session, so no test and no child process a test starts can reach i
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from pvm.config import Settings
 from tests.redis_under_test import PRODUCTION_URL_ENV, TEST_URL_ENV, contents_refusal, redacted, url_refusal
 from tests.workers.jobs import TEST_JOB_FUNCTIONS
 from workers.runtime.embedded import EmbeddedRedis
+from workers.runtime.embedded import free_port as free_port  # the tests' free port is the embedded server's
 
 # Timing goals live in benchmarks (bench/*.py), never in unit tests: no property test fails because one example
 # took longer than Hypothesis's default 200 ms on a loaded 2-core machine (that would be a flake, not a finding).
@@ -157,9 +157,3 @@ def settings(tmp_path: Path, redis_url: str, redis_client: redis.Redis) -> Setti
         spool_dir=tmp_path / "spool",
         extra_job_functions=TEST_JOB_FUNCTIONS,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

