@@ -56,7 +56,7 @@ from workers.rules.fact_text import (
     value_key,
     vocabulary,
 )
-from workers.rules.open_slots import lines, read_open, with_antecedent
+from workers.rules.open_slots import TIME_OF_DAY, lines, read_open, with_antecedent
 from workers.rules.questioning import Held, content_words, questions
 from workers.rules.relative_dates import day_of, day_start, ground_in_text
 from workers.rules.statements import STATEMENT, reported, statements
@@ -569,7 +569,7 @@ def resolve_open_slots(candidates: Sequence[Candidate], held: Known) -> list[Can
 
 # Attributes that name the same slot as the last word of another ("the finance SLA" is its "freshness deadline").
 _ATTRIBUTE_HEADS = {"sla": "deadline", "cutoff": "deadline", "due time": "deadline", "limit": "deadline"}
-_TIME = re.compile(r"\b\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?(?:\s+(?:UTC|GMT|[A-Z]{2,4}T))?|\b\d{1,2}\s*[ap]\.?m\.?", re.I)
+_TIME = re.compile(rf"\b{TIME_OF_DAY}", re.I)
 
 
 def _same_attribute(said: str, held: str) -> bool:

@@ -263,16 +263,14 @@ _DONE_NOUNS = {
     "disabled": "disabling", "enabled": "enabling", "processed": "processing", "purged": "purge", "wiped": "wipe",
 }  # fmt: skip
 # A time of day ("06:00", "9 am", "noon") with its zone, and how often it holds ("every day", "on Mondays").
-_TIME_OF_DAY = (
-    r"(?:\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|noon|midnight)(?:\s+(?:UTC|GMT|[A-Z]{2,4}T))?"
-)
+TIME_OF_DAY = r"(?:\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|noon|midnight)(?:\s+(?:UTC|GMT|[A-Z]{2,4}T))?"
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 _READY_BY = re.compile(
     r"^(?:[^:]{1,80}:\s+)?(?P<s>[^,;:]+?)(?:\s*:\s+|\s+)(?:(?:is|are|must\s+be|should\s+be|shall\s+be|has\s+to\s+be|"
     r"have\s+to\s+be|needs?\s+to\s+be|will\s+be|gets?)\s+)?(?P<now>now\s+)?(?:always\s+)?"
     r"(?P<a>fresh|ready|available|loaded|refreshed|up[\s-]to[\s-]date|complete|completed|done|finished|delivered|"
     r"published|built)\s+(?:by|before|no\s+later\s+than)\s+"
-    rf"(?P<t>{_TIME_OF_DAY})(?P<when>\s+(?:every\s+day|each\s+day|daily|every\s+weekday|on\s+weekdays|weekdays|"
+    rf"(?P<t>{TIME_OF_DAY})(?P<when>\s+(?:every\s+day|each\s+day|daily|every\s+weekday|on\s+weekdays|weekdays|"
     rf"(?:every|each|on)\s+{_WEEKDAY}s?))?\b(?P<rest>.*)$",
     re.I,
 )
