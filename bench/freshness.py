@@ -28,9 +28,9 @@ index pool), and this process is an agent beside it:
                 not found within `--drain` seconds after the last emit counts
                 with the time waited (censored, and counted).
               Beside them: the rate the emitter achieved, per stage the jobs
-              it made and their mean size, and the pools' own mean time from a
-              stream entry to each stage (stages_<rate>), and whether the
-              pipeline kept up (every probe found while the offer ran, or soon
+              it made, their mean size and the mean time a job took, and the
+              pools' own mean time from a stream entry to each stage
+              (stages_<rate>), and whether the pipeline kept up (every probe found while the offer ran, or soon
               after). When the pipeline cannot keep up with a rate, the latency
               is a backlog that grows with the run's length: it is reported as
               measured, with `kept_up` false.
@@ -316,34 +316,42 @@ Counts = dict[str, dict[str, tuple[float, float]]]  # "batches" / "freshness" ->
 
 
 def stage_counts(connection: redis.Redis) -> Counts:
-    """What the pools count for the exporter so far: per stage, (minutes, batches); and per freshness stage (how
-    soon after its stream entry a minute reached it), (seconds summed, minutes)."""
+    """What the pools count for the exporter so far: per stage, (minutes, batches) and its batches' (seconds
+    summed, count); per freshness stage (how soon after its stream entry a minute reached it), (seconds summed,
+    minutes)."""
     stages = sorted(as_text(s) for s in connection.smembers(keys.metrics_stages()))
     fresh = sorted(as_text(s) for s in connection.smembers(keys.metrics_freshness_stages()))
     pipe = connection.pipeline(transaction=False)
     for stage in stages:
         pipe.hmget(keys.metrics_stage(stage), ["minutes", "batches"])
+    for stage in stages:
+        pipe.hmget(keys.metrics_stage_duration(stage), ["sum", "count"])
     for stage in fresh:
         pipe.hmget(keys.metrics_freshness(stage), ["sum", "count"])
     replies = pipe.execute()
+    pairs = [(float(a or 0), float(b or 0)) for a, b in replies]
+    n = len(stages)
     return {
-        "batches": {s: (float(m or 0), float(b or 0)) for s, (m, b) in zip(stages, replies, strict=False)},
-        "freshness": {
-            s: (float(t or 0), float(n or 0)) for s, (t, n) in zip(fresh, replies[len(stages) :], strict=True)
-        },
+        "batches": dict(zip(stages, pairs[:n], strict=True)),
+        "durations": dict(zip(stages, pairs[n : 2 * n], strict=True)),
+        "freshness": dict(zip(fresh, pairs[2 * n :], strict=True)),
     }
 
 
 def stage_figures(before: Counts, after: Counts) -> dict[str, Any]:
-    """Between two `stage_counts`: per stage the minutes, the batches and the mean batch (how the pipeline cut the
-    offer into jobs: many small batches cost each stage its per-job work many times); and per freshness stage
-    the mean time from a minute's stream entry to that stage, as the pools measured it (where the time goes)."""
+    """Between two `stage_counts`: per stage the minutes, the batches, the mean batch (how the pipeline cut the
+    offer into jobs: many small batches cost each stage its per-job work many times) and the mean time a batch
+    took; and per freshness stage the mean time from a minute's stream entry to that stage, as the pools
+    measured it (where the time goes: working, or waiting)."""
     batches: dict[str, Any] = {}
     for stage, (minutes, count) in after["batches"].items():
         m0, b0 = before["batches"].get(stage, (0.0, 0.0))
         m, b = int(minutes - m0), int(count - b0)
         if b:
-            batches[stage] = {"minutes": m, "batches": b, "mean_batch": round(m / b, 1)}
+            seconds, timed = after["durations"].get(stage, (0.0, 0.0))
+            s0, t0 = before["durations"].get(stage, (0.0, 0.0))
+            took = round((seconds - s0) / (timed - t0) * 1000, 1) if timed - t0 else None
+            batches[stage] = {"minutes": m, "batches": b, "mean_batch": round(m / b, 1), "mean_batch_ms": took}
     fresh: dict[str, float] = {}
     for stage, (total, count) in after["freshness"].items():
         t0, n0 = before["freshness"].get(stage, (0.0, 0.0))

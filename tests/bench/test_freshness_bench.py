@@ -50,5 +50,6 @@ def test_a_small_offer_through_the_whole_stack_finds_every_probe(capsys: pytest.
     assert out["met"] == {"emit_to_searchable_p99_ms_5k": None, "emit_to_fact_p99_ms_5k": None}  # not offered
     stages = out["stages_100"]
     assert stages["batches"]["log"]["minutes"] >= 200 and stages["batches"]["log"]["mean_batch"] >= 1
+    assert stages["batches"]["index"]["mean_batch_ms"] > 0
     assert {"durable", "indexed", "facts"} <= set(stages["freshness_mean_ms"])
     assert 0 < stages["freshness_mean_ms"]["durable"] <= stages["freshness_mean_ms"]["indexed"]
