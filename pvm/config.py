@@ -570,6 +570,13 @@ class Settings:
         None,
         "JSON file of project-scoped token hashes for the reader API (`pvm token new`); re-read on change",
     )
+    search_hot_minutes: int = setting(
+        "PVM_SEARCH_HOT_MINUTES",
+        Integer(minimum=0),
+        defaults.SEARCH_HOT_MINUTES,
+        "the embedded engine's hot window: each project's newest N to 2N minutes, which a large project's "
+        "searches read first (0: none)",
+    )
     optimize_every_s: int = setting(
         "PVM_OPTIMIZE_EVERY",
         Integer(minimum=0),

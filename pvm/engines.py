@@ -96,7 +96,7 @@ def make_engine(settings: Settings, dense_dimensions: int | None) -> VectorEngin
         return ServerEngine.from_url(settings.qdrant_url, settings.qdrant_api_key, dense_dimensions=dense_dimensions)
     from pvm.vectors.edge import EdgeEngine
 
-    return EdgeEngine(settings.vector_dir, dense_dimensions=dense_dimensions)
+    return EdgeEngine(settings.vector_dir, dense_dimensions=dense_dimensions, hot_minutes=settings.search_hot_minutes)
 
 
 def shared(settings: Settings) -> tuple[VectorEngine, Embedder]:

@@ -144,6 +144,7 @@ from pvm.vectors import (
     window_ms,
     with_payloads,
 )
+from pvm.vectors.hot import GENERATIONS, HOT_DIRECTORY, HotWindow
 from pvm.vectors.lexical import LexicalEncoder
 from pvm.vectors.thread_reads import ThreadReads
 
@@ -209,9 +210,14 @@ class EdgeEngine:
         max_open_shards: int = MAX_OPEN_SHARDS,
         search_threads: int = SEARCH_THREADS,
         lexical: LexicalEncoder | None = None,
+        hot_minutes: int = 0,
     ) -> None:
+        """`hot_minutes` > 0 keeps a hot window of each project's newest `hot_minutes` to twice that many minutes
+        under ``<path>/.hot``, which a large project's lexical searches read first (`pvm.vectors.hot`)."""
         if dense_dimensions is not None and dense_dimensions < 1:
             raise ValueError(f"dense_dimensions must be positive or None, got {dense_dimensions}")
+        if hot_minutes < 0:
+            raise ValueError(f"hot_minutes must be 0 (no hot window) or more, got {hot_minutes}")
         self.path = Path(path)
         self.dense_dimensions = dense_dimensions
         self.fusion = check_fusion(fusion)
@@ -226,12 +232,33 @@ class EdgeEngine:
         self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
         self._thread_reads = ThreadReads()  # what search read of threads, until a write could change it
         self._sweep()
+        self._hot: HotWindow | None = None
+        if hot_minutes:
+            generations: list[EdgeEngine] = []
+            try:
+                for g in range(GENERATIONS):
+                    generations.append(
+                        EdgeEngine(
+                            self.path / HOT_DIRECTORY / str(g),
+                            fusion=fusion,
+                            max_open_shards=max_open_shards,
+                            search_threads=search_threads,
+                            lexical=self._lexical,
+                        )
+                    )
+            except BaseException:
+                for made in generations:
+                    made.close()
+                self.close()
+                raise
+            self._hot = HotWindow(generations, hot_minutes, self.count)
 
     # -- VectorEngine ---------------------------------------------------------------
 
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
         """Index points, idempotently (a minute id always maps to one point); all are checked before any is written."""
         by_project: dict[str, list[qe.Point]] = {}
+        hot: dict[str, list[qe.Point]] = {}  # project -> its minutes' light points for the hot window
         written: dict[str, list[tuple[str, str]]] = {}  # project -> (minute id, thread id) of each point
         document = self._lexical.document
         packer = msgpack.Packer()  # one per call: a Packer is not thread-safe, and packb makes one per payload
@@ -245,17 +272,27 @@ class EdgeEngine:
             if batch is None:
                 batch = by_project[point.project_id] = []
                 written[point.project_id] = []
-            batch.append(qe.Point(stored_id, vectors, _pack(point, packer)))
+            stored = _pack(point, packer)
+            batch.append(qe.Point(stored_id, vectors, stored))
+            if self._hot is not None and point.kind == MINUTE:
+                light = qe.Point(stored_id, {LEXICAL: vectors[LEXICAL]}, _light(stored))
+                hot.setdefault(point.project_id, []).append(light)
             thread = point.payload.get("thread_id")
             written[point.project_id].append((point.minute_id, thread if isinstance(thread, str) else ""))
         for project_id, batch in by_project.items():
             try:
-                with self._shard(project_id, create=True) as shard:
-                    assert shard is not None
-                    for start in range(0, len(batch), UPSERT_CHUNK):
-                        shard.update(qe.UpdateOperation.upsert_points(batch[start : start + UPSERT_CHUNK]))
+                self.write_points(project_id, batch)
             finally:  # a write that failed part-way may have landed in part
                 self._thread_reads.written(project_id, written[project_id])
+            if self._hot is not None:
+                self._hot.write(project_id, hot.get(project_id, []))
+
+    def write_points(self, project_id: str, points: Sequence[qe.Point]) -> None:
+        """Upsert points already built for the project's shard (created on first use), in chunks."""
+        with self._shard(project_id, create=True) as shard:
+            assert shard is not None
+            for start in range(0, len(points), UPSERT_CHUNK):
+                shard.update(qe.UpdateOperation.upsert_points(list(points[start : start + UPSERT_CHUNK])))
 
     def query(
         self,
@@ -287,6 +324,37 @@ class EdgeEngine:
         project_id = require_project(project_id)
         check_limit(limit)
         dense_vector = check_dense(dense, self.dense_dimensions, "the query") if self.dense_dimensions else None
+        # A lexical-only candidate query of the present: a large project's hot window first (a search of the past,
+        # with an upper time bound, reads the archive).
+        hot_query = dense_vector is None and facts is None and not with_payload and filters.until_ms is None
+        if self._hot is not None and hot_query and text:
+            hot = self._hot.lexical(project_id, text, filters, limit)
+            if hot is not None:
+                return merge_legs(project_id, hot, [], None, limit)
+        lexical_hits, dense_hits, fused_hits = self._legs(
+            project_id, text, dense_vector, filters, limit, with_payload=with_payload, facts=facts, fused=fused
+        )
+        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
+
+    def lexical_hits(self, project_id: str, text: str, filters: SearchFilters, limit: int) -> list[Hit]:
+        """The lexical leg alone over the project's shard: its best `limit` minutes within `filters` (ranking
+        payloads; `_whole_ties`), for the hot window."""
+        return self._legs(require_project(project_id), text, None, filters, limit, with_payload=False)[0]
+
+    def _legs(
+        self,
+        project_id: str,
+        text: str,
+        dense_vector: list[float] | None,
+        filters: SearchFilters,
+        limit: int,
+        *,
+        with_payload: bool,
+        facts: FactFilters | SummaryFilters | None = None,
+        fused: bool = False,
+    ) -> tuple[list[Hit], list[Hit], list[Hit] | None]:
+        """`query`'s legs on the project's shard: the lexical hits, the dense hits and the engine's fused ones
+        (None unless both legs ran fused)."""
         must = _edge_filter(conditions(project_id, filters, facts))
         sparse = self._lexical.query(text or "")
         lexical_query = qe.Query.Nearest(sparse, using=LEXICAL) if sparse.indices else None
@@ -303,7 +371,7 @@ class EdgeEngine:
         leg_queries = [q for q in (lexical_query, dense_query) if q is not None]
         legs = [leg(q, leg_fetch(limit)) for q in leg_queries]
         if not legs:
-            return []
+            return [], [], None
         fused_request = None
         if fuse:
             # The stubs type `query` as `Fusion`, but the values are its nested classes.
@@ -320,7 +388,7 @@ class EdgeEngine:
             )
         with self._shard(project_id, create=False) as shard:
             if shard is None:
-                return []
+                return [], [], None
             if len(legs) == 1:
                 results = [shard.query(legs[0])]
             elif fused_request is None:
@@ -335,7 +403,7 @@ class EdgeEngine:
         fused_hits = (
             _hits(((p.id, p.score, p.payload) for p in results[2]), read) if fused_request is not None else None
         )
-        return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
+        return lexical_hits, dense_hits, fused_hits
 
     def _lexical_hits(self, points: Iterable[Hit], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
         """The lexical leg's hits with their payloads read and the spread taken out of their scores."""
@@ -486,23 +554,35 @@ class EdgeEngine:
         project_id = require_project(project_id)
         if not annotations:
             return 0
+        updates: list[tuple[Any, dict[str, Any]]] = []
+        for key, annotation in annotations.items():
+            pid = point_id(project_id, key) if kind == MINUTE else fact_point_id(key)
+            packed = msgpack.packb({f: annotation.get(f) for f in ANNOTATION_FIELDS})
+            stored: dict[str, Any] = {
+                ANNOTATION_FIELD: binascii.b2a_base64(packed, newline=False).decode("ascii"),
+                KIND: annotation_kind(kind, annotation),
+            }
+            scores = annotation.get("scores")
+            if isinstance(scores, Mapping) and isinstance(scores.get("composite"), int | float):
+                stored[COMPOSITE_FIELD] = float(scores["composite"])
+            worth = importance(dict(scores)) if isinstance(scores, Mapping) else None
+            if worth is not None:
+                stored[IMPORTANCE_FIELD] = worth  # ranking reads it flat: the new scores, not index time's
+            updates.append((pid, stored))
+        done = self.set_payloads(project_id, updates)
+        if done and kind == MINUTE:
+            self._thread_reads.forget(project_id)  # what a filter lets through may have changed anywhere in it
+            if self._hot is not None:
+                self._hot.annotate(project_id, updates)
+        return done
+
+    def set_payloads(self, project_id: str, updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
+        """Set these payload fields on each of these points of the project that exists; how many did."""
         done = 0
         with self._shard(project_id, create=False) as shard:
             if shard is None:
                 return 0
-            for key, annotation in annotations.items():
-                pid = point_id(project_id, key) if kind == MINUTE else fact_point_id(key)
-                packed = msgpack.packb({f: annotation.get(f) for f in ANNOTATION_FIELDS})
-                stored: dict[str, Any] = {
-                    ANNOTATION_FIELD: binascii.b2a_base64(packed, newline=False).decode("ascii"),
-                    KIND: annotation_kind(kind, annotation),
-                }
-                scores = annotation.get("scores")
-                if isinstance(scores, Mapping) and isinstance(scores.get("composite"), int | float):
-                    stored[COMPOSITE_FIELD] = float(scores["composite"])
-                worth = importance(dict(scores)) if isinstance(scores, Mapping) else None
-                if worth is not None:
-                    stored[IMPORTANCE_FIELD] = worth  # ranking reads it flat: the new scores, not index time's
+            for pid, stored in updates:
                 try:
                     shard.update(qe.UpdateOperation.set_payload([pid], stored))
                 except Exception as exc:
@@ -510,8 +590,6 @@ class EdgeEngine:
                         raise _edge_error(self.path / project_id, exc) from exc
                     continue
                 done += 1
-        if done and kind == MINUTE:
-            self._thread_reads.forget(project_id)  # what a filter lets through may have changed anywhere in it
         return done
 
     def delete_project(self, project_id: str) -> None:
@@ -532,6 +610,8 @@ class EdgeEngine:
             if (self.path / project_id).exists():
                 shutil.rmtree(self.path / project_id)
             self._thread_reads.forget(project_id)
+        if self._hot is not None:
+            self._hot.drop(project_id)
 
     def close(self) -> None:
         """Close every shard (flushing it) and release the directory lock. The engine cannot be used afterwards."""
@@ -546,6 +626,8 @@ class EdgeEngine:
             self._open.clear()
             self._closed = True
             self._lock_file.close()
+        if self._hot is not None:
+            self._hot.close()
 
     # -- embedded-engine extras -----------------------------------------------------
 
@@ -560,6 +642,8 @@ class EdgeEngine:
             with self._shard(project, create=False) as shard:
                 if shard is not None:
                     done[project] = shard.optimize()
+        if self._hot is not None:
+            self._hot.optimize(project_id)
         return done
 
     def projects(self) -> list[str]:
@@ -883,6 +967,17 @@ def _pack(point: MemoryPoint, packer: msgpack.Packer | None = None) -> dict[str,
     blob = binascii.b2a_base64(packed, newline=False).decode("ascii")
     stored[PACKED_FIELD] = f"{len(point.minute_id)}:{point.minute_id}{blob}"
     return stored
+
+
+def _light(stored: dict[str, Any]) -> dict[str, Any]:
+    """A minute's stored payload as the hot window keeps it: what search filters and ranks on, the packed rest
+    cut to the minute id that leads it (`_ranking_payload` reads no more)."""
+    light = dict(stored)
+    packed = light.get(PACKED_FIELD)
+    if isinstance(packed, str):
+        minute_id, _ = _packed_parts(packed)
+        light[PACKED_FIELD] = f"{len(minute_id)}:{minute_id}"
+    return light
 
 
 def _packed_parts(packed: str) -> tuple[str, str]:

@@ -42,6 +42,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "PVM_SEARCH_WEIGHTS": ["1,2,3", "0,0,0,0", "-1,1,1,1", "a,b,c,d", "nan,1,1,1", "1,2,3,4,5"],
     "PVM_API_URL": ["127.0.0.1:8080", "ws://127.0.0.1:8080"],
     "PVM_OPTIMIZE_EVERY": ["-1", "hourly"],
+    "PVM_SEARCH_HOT_MINUTES": ["-1", "25k"],
     "PVM_EXTRA_JOB_FUNCTIONS": ["os", "os.*", "os.system(1)", "pkg..f"],
     "PVM_REDIS_START_WAIT": ["-1", "nan", "inf", "forever"],
     "PVM_LLM_BASE_URL": ["localhost:11434/v1", "ftp://example.com"],
@@ -133,6 +134,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
     "api_token": st.none() | _text,
     "api_tokens_file": st.none() | _path,
     "optimize_every_s": st.integers(0, 10**7),
+    "search_hot_minutes": st.integers(0, 10**7),
     "extra_job_functions": st.lists(_dotted, max_size=3).map(tuple),
     "redis_start_wait_s": st.floats(min_value=0, max_value=1e6, allow_nan=False),
     "thread_by": st.permutations(["thread", "task", "project"]).flatmap(

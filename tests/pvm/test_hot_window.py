@@ -1,0 +1,177 @@
+"""The embedded engine's hot window (`pvm.vectors.hot`): a large project's lexical searches read its newest minutes
+first, the archive when the window finds too few; a small project answers exactly as without one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.memory import SearchFilters
+from pvm.protocols import MemoryPoint
+from pvm.vectors.edge import EdgeEngine
+from pvm.vectors.hot import HOT_DIRECTORY
+
+P = "hot-proj"
+T0 = 1_790_000_000_000
+HOT = 10  # the window holds the newest 10 to 20 minutes
+BATCH = 5
+
+
+def point(n: int, text: str) -> MemoryPoint:
+    """Minute `m<n>` written at T0 + n seconds, in a thread of its own every 7 minutes."""
+    minute_id = f"m{n:03d}"
+    payload = {
+        "project_id": P,
+        "minute_id": minute_id,
+        "agent_id": "coder" if n % 2 else "reviewer",
+        "event_type": "task_completed",
+        "category": "agent_capability",
+        "timestamp_ms": T0 + n * 1000,
+        "task_id": f"T-{n % 3}",
+        "thread_id": f"th-{n // 7}",
+        "scores": {"recency": 1.0, "relevance": 0.5, "accuracy": 0.5, "impact": 0.5, "composite": 0.5},
+    }
+    return MemoryPoint(minute_id=minute_id, project_id=P, text=text, payload=payload)
+
+
+def texts(count: int) -> list[str]:
+    """Every minute speaks of deploying the payments service; the first also of a zebra, which nobody repeats."""
+    return [
+        "deployed the payments service, zebra crossing noted" if n == 0 else f"deployed the payments service, step {n}"
+        for n in range(count)
+    ]
+
+
+def write(engine: EdgeEngine, count: int) -> None:
+    said = texts(count)
+    for start in range(0, count, BATCH):
+        engine.upsert([point(n, said[n]) for n in range(start, min(count, start + BATCH))])
+
+
+def window_points(engine: EdgeEngine) -> int:
+    hot = engine._hot
+    assert hot is not None
+    return sum(g.count(P) for g in hot.generations)
+
+
+def query(engine: EdgeEngine, text: str, limit: int = 5, filters: SearchFilters | None = None) -> list[Any]:
+    return engine.query(P, text, None, filters or SearchFilters(), limit, with_payload=False)
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[EdgeEngine, EdgeEngine]]:
+    """An engine with a hot window of HOT minutes, and one without, on directories of their own."""
+    hot, plain = EdgeEngine(tmp_path / "hot", hot_minutes=HOT), EdgeEngine(tmp_path / "plain")
+    try:
+        yield hot, plain
+    finally:
+        hot.close()
+        plain.close()
+
+
+def test_a_small_project_answers_exactly_as_without_a_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, plain = engines
+    for engine in engines:
+        write(engine, 2 * HOT - 1)  # the window holds all of it: no generation dropped yet
+    assert window_points(hot) == 2 * HOT - 1
+    for text in ("deployed payments", "zebra", "payments step 3"):
+        got, want = query(hot, text, limit=8), query(plain, text, limit=8)
+        assert [(c.minute_id, c.keyword) for c in got] == [(c.minute_id, c.keyword) for c in want]
+
+
+def test_a_large_project_searches_its_newest_minutes_first(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, plain = engines
+    for engine in engines:
+        write(engine, 60)
+    held = window_points(hot)
+    assert HOT <= held <= 2 * HOT  # rotated: the older generation dropped whole, more than once
+    newest = {f"m{n:03d}" for n in range(60 - held, 60)}
+    found = query(hot, "deployed the payments service", limit=5)
+    assert len(found) == 5 and {c.minute_id for c in found} <= newest
+    archive = query(plain, "deployed the payments service", limit=5)
+    assert not {c.minute_id for c in archive} <= newest  # the archive's best are older: the window changed the answer
+
+
+def test_a_window_that_finds_too_few_hands_the_query_to_the_archive(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, plain = engines
+    for engine in engines:
+        write(engine, 60)
+    assert [c.minute_id for c in query(hot, "zebra crossing")] == ["m000"]  # older than the window
+    wide = query(hot, "deployed payments", limit=2 * HOT + 5)  # more than the window holds
+    assert [c.minute_id for c in wide] == [c.minute_id for c in query(plain, "deployed payments", limit=2 * HOT + 5)]
+
+
+def test_a_search_of_the_past_reads_the_archive(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, plain = engines
+    for engine in engines:
+        write(engine, 60)
+    past = SearchFilters(until_ms=T0 + 30_000)
+    got = query(hot, "deployed the payments service", filters=past)
+    assert got and [c.minute_id for c in got] == [c.minute_id for c in query(plain, "deployed payments", filters=past)]
+    assert all(int(c.minute_id[1:]) < 30 for c in got)
+
+
+def test_filters_and_annotations_apply_in_the_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, _ = engines
+    write(hot, 60)
+    coder = query(hot, "deployed the payments service", filters=SearchFilters(agents=("coder",)))
+    assert coder and all(int(c.minute_id[1:]) % 2 for c in coder)
+    best = query(hot, "deployed the payments service")[0].minute_id
+    assert hot.annotate(P, {best: {"pruned_ms": T0 + 99_000}}) == 1
+    after = query(hot, "deployed the payments service")
+    assert best not in [c.minute_id for c in after] and len(after) == 5
+    pruned = query(hot, "deployed the payments service", filters=SearchFilters(include_pruned=True), limit=20)
+    assert best in [c.minute_id for c in pruned]
+
+
+def test_deleting_the_project_drops_its_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, _ = engines
+    write(hot, 60)
+    hot.delete_project(P)
+    assert window_points(hot) == 0 and query(hot, "deployed payments") == []
+    write(hot, 12)  # a rebuild starts the window again, small: the archive answers
+    assert window_points(hot) == 12
+
+
+def test_the_window_is_found_again_after_a_restart(tmp_path: Path) -> None:
+    engine = EdgeEngine(tmp_path / "v", hot_minutes=HOT)
+    write(engine, 60)
+    before = [c.minute_id for c in query(engine, "deployed the payments service")]
+    engine.close()
+    assert (tmp_path / "v" / HOT_DIRECTORY).is_dir() and EdgeEngine(tmp_path / "v").projects() == [P]
+    again = EdgeEngine(tmp_path / "v", hot_minutes=HOT)
+    try:
+        assert [c.minute_id for c in query(again, "deployed the payments service")] == before
+        again.upsert([point(60, "deployed the payments service, step 60")])
+        assert "m060" in [c.minute_id for c in query(again, "payments step 60", limit=1)]
+    finally:
+        again.close()
+
+
+def test_a_failed_window_write_leaves_the_archive_whole(
+    engines: tuple[EdgeEngine, EdgeEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hot, plain = engines
+    for engine in engines:
+        write(engine, 60)
+    assert hot._hot is not None
+    generation = hot._hot.generations[0]
+
+    def broken(project_id: str, points: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(generation, "write_points", broken)
+    monkeypatch.setattr(hot._hot.generations[1], "write_points", broken)
+    hot.upsert([point(60, "deployed the payments service, step 60")])
+    plain.upsert([point(60, "deployed the payments service, step 60")])
+    assert hot.count(P) == 61 and window_points(hot) == 0  # the archive took it; the window was dropped
+    text = "deployed the payments service"
+    assert [c.minute_id for c in query(hot, text)] == [c.minute_id for c in query(plain, text)]
+
+
+def test_a_window_needs_a_positive_size(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="hot_minutes"):
+        EdgeEngine(tmp_path / "v", hot_minutes=-1)
