@@ -76,7 +76,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,7 +144,7 @@ from pvm.vectors import (
     window_ms,
     with_payloads,
 )
-from pvm.vectors.hot import GENERATIONS, HOT_DIRECTORY, HotWindow
+from pvm.vectors.hot import GENERATIONS, HOT_DIRECTORY, HOT_INDEXED, HotWindow
 from pvm.vectors.lexical import LexicalEncoder
 from pvm.vectors.thread_reads import ThreadReads
 
@@ -211,9 +211,11 @@ class EdgeEngine:
         search_threads: int = SEARCH_THREADS,
         lexical: LexicalEncoder | None = None,
         hot_minutes: int = 0,
+        indexed: Collection[str] | None = None,
     ) -> None:
         """`hot_minutes` > 0 keeps a hot window of each project's newest `hot_minutes` to twice that many minutes
-        under ``<path>/.hot``, which a large project's lexical searches read first (`pvm.vectors.hot`)."""
+        under ``<path>/.hot``, which a large project's lexical searches read first (`pvm.vectors.hot`).
+        `indexed`: the payload fields new shards index (None: every filtered one, `_payload_indexes`)."""
         if dense_dimensions is not None and dense_dimensions < 1:
             raise ValueError(f"dense_dimensions must be positive or None, got {dense_dimensions}")
         if hot_minutes < 0:
@@ -224,6 +226,7 @@ class EdgeEngine:
         self._max_open = max(1, max_open_shards)
         self._search_threads = search_threads
         self._lexical = lexical or LexicalEncoder()
+        self._indexed = None if indexed is None else frozenset(indexed)
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_file = _hold_lock(self.path / LOCK_FILE)
         self._open: OrderedDict[str, _OpenShard] = OrderedDict()
@@ -240,10 +243,12 @@ class EdgeEngine:
                     generations.append(
                         EdgeEngine(
                             self.path / HOT_DIRECTORY / str(g),
+                            dense_dimensions,
                             fusion=fusion,
                             max_open_shards=max_open_shards,
                             search_threads=search_threads,
                             lexical=self._lexical,
+                            indexed=HOT_INDEXED,
                         )
                     )
             except BaseException:
@@ -258,7 +263,7 @@ class EdgeEngine:
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
         """Index points, idempotently (a minute id always maps to one point); all are checked before any is written."""
         by_project: dict[str, list[qe.Point]] = {}
-        hot: dict[str, list[qe.Point]] = {}  # project -> its minutes' light points for the hot window
+        hot: dict[str, list[qe.Point]] = {}  # project -> its minutes' points, for the hot window
         written: dict[str, list[tuple[str, str]]] = {}  # project -> (minute id, thread id) of each point
         document = self._lexical.document
         packer = msgpack.Packer()  # one per call: a Packer is not thread-safe, and packb makes one per payload
@@ -272,11 +277,11 @@ class EdgeEngine:
             if batch is None:
                 batch = by_project[point.project_id] = []
                 written[point.project_id] = []
-            stored = _pack(point, packer)
-            batch.append(qe.Point(stored_id, vectors, stored))
+            built = qe.Point(stored_id, vectors, _pack(point, packer))
+            batch.append(built)
             if self._hot is not None and point.kind == MINUTE:
-                light = qe.Point(stored_id, {LEXICAL: vectors[LEXICAL]}, _light(stored))
-                hot.setdefault(point.project_id, []).append(light)
+                # The same Point: qdrant-edge converted its payload once; the window's copy costs only the insert.
+                hot.setdefault(point.project_id, []).append(built)
             thread = point.payload.get("thread_id")
             written[point.project_id].append((point.minute_id, thread if isinstance(thread, str) else ""))
         for project_id, batch in by_project.items():
@@ -774,7 +779,8 @@ class EdgeEngine:
                 lambda: shard.update(qe.UpdateOperation.create_dense_vector(DENSE, dimensions, qe.Distance.Cosine)),
             )
         for field, schema in _payload_indexes():
-            shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            if self._indexed is None or field in self._indexed:
+                shard.update(qe.UpdateOperation.create_field_index(field, schema))
 
     def _create(self, project_id: str, directory: Path) -> qe.EdgeShard:
         """A new shard at `directory`, made whole in a temporary directory first (see the module docstring)."""
@@ -967,17 +973,6 @@ def _pack(point: MemoryPoint, packer: msgpack.Packer | None = None) -> dict[str,
     blob = binascii.b2a_base64(packed, newline=False).decode("ascii")
     stored[PACKED_FIELD] = f"{len(point.minute_id)}:{point.minute_id}{blob}"
     return stored
-
-
-def _light(stored: dict[str, Any]) -> dict[str, Any]:
-    """A minute's stored payload as the hot window keeps it: what search filters and ranks on, the packed rest
-    cut to the minute id that leads it (`_ranking_payload` reads no more)."""
-    light = dict(stored)
-    packed = light.get(PACKED_FIELD)
-    if isinstance(packed, str):
-        minute_id, _ = _packed_parts(packed)
-        light[PACKED_FIELD] = f"{len(minute_id)}:{minute_id}"
-    return light
 
 
 def _packed_parts(packed: str) -> tuple[str, str]:

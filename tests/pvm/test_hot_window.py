@@ -12,7 +12,7 @@ import pytest
 from contracts.memory import SearchFilters
 from pvm.protocols import MemoryPoint
 from pvm.vectors.edge import EdgeEngine
-from pvm.vectors.hot import HOT_DIRECTORY
+from pvm.vectors.hot import HOT_DIRECTORY, HOT_INDEXED
 
 P = "hot-proj"
 T0 = 1_790_000_000_000
@@ -175,3 +175,15 @@ def test_a_failed_window_write_leaves_the_archive_whole(
 def test_a_window_needs_a_positive_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="hot_minutes"):
         EdgeEngine(tmp_path / "v", hot_minutes=-1)
+
+
+def test_the_window_indexes_only_what_every_search_filters_on(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    hot, _ = engines
+    write(hot, 12)
+    assert hot._hot is not None
+    with hot._hot.generations[0]._shard(P, create=False) as shard:
+        assert shard is not None
+        assert set(shard.info().payload_schema) == set(HOT_INDEXED)
+    with hot._shard(P, create=False) as archive:
+        assert archive is not None
+        assert set(archive.info().payload_schema) > set(HOT_INDEXED)
