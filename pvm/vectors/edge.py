@@ -342,9 +342,17 @@ class EdgeEngine:
         return merge_legs(project_id, lexical_hits, dense_hits, fused_hits, limit)
 
     def lexical_hits(self, project_id: str, text: str, filters: SearchFilters, limit: int) -> list[Hit]:
-        """The lexical leg alone over the project's shard: its best `limit` minutes within `filters` (ranking
-        payloads; `_whole_ties`), for the hot window."""
-        return self._legs(require_project(project_id), text, None, filters, limit, with_payload=False)[0]
+        """The lexical leg alone over the project's shard: its best `limit` minutes within `filters`, ids and
+        scores without payloads (`_whole_ties`), for the hot window (`ranking_payloads` reads those it keeps)."""
+        return self._legs(require_project(project_id), text, None, filters, limit, with_payload=None)[0]
+
+    def ranking_payloads(self, project_id: str, point_ids: Sequence[Any]) -> dict[str, dict[str, Any]]:
+        """The ranking payloads (`RANKING_FIELDS`) of these points of the project, by point id as a string."""
+        with self._shard(require_project(project_id), create=False) as shard:
+            if shard is None or not point_ids:
+                return {}
+            records = shard.retrieve(list(point_ids), with_payload=_RANKING_SELECTOR, with_vector=False)
+        return {str(r.id): _ranking_payload(r.payload) for r in records if r.payload}
 
     def _legs(
         self,
@@ -354,18 +362,19 @@ class EdgeEngine:
         filters: SearchFilters,
         limit: int,
         *,
-        with_payload: bool,
+        with_payload: bool | None,
         facts: FactFilters | SummaryFilters | None = None,
         fused: bool = False,
     ) -> tuple[list[Hit], list[Hit], list[Hit] | None]:
         """`query`'s legs on the project's shard: the lexical hits, the dense hits and the engine's fused ones
-        (None unless both legs ran fused)."""
+        (None unless both legs ran fused). Payloads whole (`with_payload` True), their ranking fields (False) or
+        none (None: each hit's payload is None)."""
         must = _edge_filter(conditions(project_id, filters, facts))
         sparse = self._lexical.query(text or "")
         lexical_query = qe.Query.Nearest(sparse, using=LEXICAL) if sparse.indices else None
         dense_query = qe.Query.Nearest(dense_vector, using=DENSE) if dense_vector is not None else None
         both = lexical_query is not None and dense_query is not None
-        selector: Any = True if with_payload else _RANKING_SELECTOR
+        selector: Any = True if with_payload else _RANKING_SELECTOR if with_payload is False else False
         fuse = both and fused
 
         def leg(query: Any, fetch: int, payload: Any = selector, at_least: float | None = None) -> Any:

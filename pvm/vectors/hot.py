@@ -130,16 +130,27 @@ class HotWindow:
             with self._lock:
                 if not self._window(project_id).active:
                     return None
+            # Ids and scores from each generation, the best `limit` of both, then the ranking payloads of those
+            # alone: converting payloads is most of what a leg costs in Python.
+            found: dict[str, int] = {}  # point id -> its generation
             hits: list[Hit] = []
-            for generation in self.generations:
-                hits += generation.lexical_hits(project_id, text, filters, limit)
+            for g, generation in enumerate(self.generations):
+                for hit in generation.lexical_hits(project_id, text, filters, limit):
+                    found[str(hit[0])] = g
+                    hits.append(hit)
+            if len(hits) < limit:
+                return None
+            kept = cut_leg(hits, limit)
+            payloads: dict[str, dict[str, Any]] = {}
+            for g, generation in enumerate(self.generations):
+                ids = [pid for pid, _, _ in kept if found[str(pid)] == g]
+                if ids:
+                    payloads.update(generation.ranking_payloads(project_id, ids))
         except Exception as exc:  # a generation that does not load: the archive answers, the window regrows
             log.warning("hot window of %s dropped after a failed search (%s): the archive answers", project_id, exc)
             self.drop(project_id)
             return None
-        if len(hits) < limit:
-            return None
-        return cut_leg(hits, limit)
+        return [(pid, score, payloads.get(str(pid))) for pid, score, _ in kept]
 
     def drop(self, project_id: str) -> None:
         """Remove the project's window (its project was deleted, or is being rebuilt)."""
