@@ -4,7 +4,10 @@ names, up to a million), where each millisecond goes, the process's memory; inde
 
 Everything runs in this one process on a temporary PVM_HOME and a fresh embedded
 Valkey, with the embedded vector engine and no embedder (lexical only), through
-the code the pools and the reader run in production:
+the code the pools and the reader run in production. The engine keeps its hot
+window (`--hot-minutes`, PVM_SEARCH_HOT_MINUTES: a project past twice that many
+minutes is searched in its newest ones first); `--hot-minutes 0` measures
+without it.
 
 1. load       generated multi-agent minutes (bench/sessions.py: failures with
               causes, conflicts with resolutions, tasks, chatter; references to
@@ -433,9 +436,17 @@ def optimize(engine: Any, label: str, progress: Progress) -> dict[str, Any]:
 
 
 def run(
-    checkpoints: Sequence[int], calls: int, phase_calls: int, seed: int, profile: bool, progress: Progress
+    checkpoints: Sequence[int],
+    calls: int,
+    phase_calls: int,
+    seed: int,
+    profile: bool,
+    progress: Progress,
+    *,
+    hot_minutes: int = defaults.SEARCH_HOT_MINUTES,
 ) -> dict[str, Any]:
-    """Load, optimize and measure at each checkpoint (minutes of the main project), smallest first."""
+    """Load, optimize and measure at each checkpoint (minutes of the main project), smallest first; the engine
+    with a hot window of `hot_minutes` (0: none)."""
     main_minutes = checkpoints[-1]
     progress.tick(
         f"loading up to {main_minutes:,} minutes of {MAIN_PROJECT} and {len(SIDE_PROJECTS)} side projects", True
@@ -444,7 +455,7 @@ def run(
     result: dict[str, Any] = {}
     # A fresh home: the embedded engine and no embedder, none of the caller's environment.
     with workspace("reader") as ws:
-        live, connection = ws.settings, ws.connection
+        live, connection = ws.settings.with_(search_hot_minutes=hot_minutes), ws.connection
         loader = Loader(live, connection)
         try:
             # The reader `pvm serve` builds: caches, the log, HybridSearch over the process's shared engine.
@@ -466,6 +477,8 @@ def run(
                 gc.unfreeze()
             if profile:
                 result["profile_context"] = profile_context(reader, min(calls, 300), seed + 2)
+            hot = getattr(engine, "hot", None)
+            result["hot_window_searches"] = dict(hot.searches) if hot is not None else {}
             result["points_main"] = engine.count(MAIN_PROJECT)
             result["points_total"] = sum(engine.count(p) for p in (MAIN_PROJECT, *SIDE_PROJECTS))
             result["machine"] = machine(connection)
@@ -563,11 +576,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="add a cProfile of build_context at the last size")
+    parser.add_argument(
+        "--hot-minutes",
+        type=int,
+        default=defaults.SEARCH_HOT_MINUTES,
+        metavar="N",
+        help="the engine's hot window (PVM_SEARCH_HOT_MINUTES): search reads a large project's newest N to 2N "
+        "minutes first; 0 measures without it (default %(default)s)",
+    )
     args = parse(parser, argv)
     if args.calls < 10:
         parser.error("--calls must be at least 10")
     if args.phase_calls < 0:
         parser.error("--phase-calls must be 0 or more")
+    if args.hot_minutes < 0:
+        parser.error("--hot-minutes must be 0 (no hot window) or more")
     return args
 
 
@@ -578,7 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress("reader bench", sep=": ")
     started = time.monotonic()
     with measuring("reader bench") as outcome:
-        result = run(checkpoints, args.calls, args.phase_calls, args.seed, args.profile, progress)
+        result = run(
+            checkpoints, args.calls, args.phase_calls, args.seed, args.profile, progress, hot_minutes=args.hot_minutes
+        )
     if outcome.exit_code is not None:
         return outcome.exit_code
     result["config"] = {
@@ -592,6 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "side_projects": len(SIDE_PROJECTS),
         "side_share": SIDE_SHARE,
         "engine": "embedded (qdrant-edge), lexical only",
+        "search_hot_minutes": args.hot_minutes,
         "index_rate_basis": "minutes / time in index_pool.index_batch (decode, points, agent memory, upsert, head)",
     }
     result["targets"] = target_texts(TARGETS)

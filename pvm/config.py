@@ -574,7 +574,7 @@ class Settings:
         "PVM_SEARCH_HOT_MINUTES",
         Integer(minimum=0),
         defaults.SEARCH_HOT_MINUTES,
-        "the embedded engine's hot window: each project's newest N to 2N minutes, which a large project's "
+        "the embedded engine's hot window: of a project past 8N minutes, its newest N to 2N, which its "
         "searches read first (0: none)",
     )
     optimize_every_s: int = setting(

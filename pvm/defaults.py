@@ -108,9 +108,9 @@ VECTOR_DIR = "var/qdrant"  # under PVM_HOME: the embedded engine's shards, one p
 SEARCH_WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 SEARCH_WEIGHTS_WITH_EMBEDDINGS = (0.6, 0.1, 0.2, 0.1)
 SEARCH_HALF_LIFE_MS = 7 * 24 * 3600 * 1000  # recency halves every week
-# The embedded engine's hot window (`pvm.vectors.hot`): each project's newest SEARCH_HOT_MINUTES to twice that many
-# minutes again, lexical-only, which a large project's searches read first (the archive when it finds too few).
-# 0: no window, every search reads the whole project.
+# The embedded engine's hot window (`pvm.vectors.hot`): of a project past 8 times SEARCH_HOT_MINUTES, its newest
+# SEARCH_HOT_MINUTES to twice that many minutes again, which its lexical searches read first (the whole project
+# when the window finds too few). 0: no window, every search reads the whole project.
 SEARCH_HOT_MINUTES = 25_000
 SEARCH_MIN_CANDIDATES = 50  # each leg fetches at least this many candidates to re-rank ...
 SEARCH_CANDIDATES_PER_HIT = 5  # ... or this many per hit asked for

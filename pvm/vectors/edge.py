@@ -213,8 +213,8 @@ class EdgeEngine:
         hot_minutes: int = 0,
         indexed: Collection[str] | None = None,
     ) -> None:
-        """`hot_minutes` > 0 keeps a hot window of each project's newest `hot_minutes` to twice that many minutes
-        under ``<path>/.hot``, which a large project's lexical searches read first (`pvm.vectors.hot`).
+        """`hot_minutes` > 0 keeps, under ``<path>/.hot``, a hot window of each large project's newest `hot_minutes`
+        to twice that many minutes, which its lexical searches read first (`pvm.vectors.hot`).
         `indexed`: the payload fields new shards index (None: every filtered one, `_payload_indexes`)."""
         if dense_dimensions is not None and dense_dimensions < 1:
             raise ValueError(f"dense_dimensions must be positive or None, got {dense_dimensions}")
@@ -256,7 +256,12 @@ class EdgeEngine:
                     made.close()
                 self.close()
                 raise
-            self._hot = HotWindow(generations, hot_minutes, self.count)
+            self._hot = HotWindow(generations, hot_minutes, self.count, self.newest_points)
+
+    @property
+    def hot(self) -> HotWindow | None:
+        """The hot window (`pvm.vectors.hot`), None when the engine keeps none."""
+        return self._hot
 
     # -- VectorEngine ---------------------------------------------------------------
 
@@ -345,6 +350,16 @@ class EdgeEngine:
         """The lexical leg alone over the project's shard: its best `limit` minutes within `filters`, ids and
         scores without payloads (`_whole_ties`), for the hot window (`ranking_payloads` reads those it keeps)."""
         return self._legs(require_project(project_id), text, None, filters, limit, with_payload=None)[0]
+
+    def newest_points(self, project_id: str, count: int) -> list[qe.Point]:
+        """The project's newest `count` minute points (by time; pruned ones too) as stored, vectors and payloads
+        whole: what seeds its hot window."""
+        must = _edge_filter(conditions(require_project(project_id), SearchFilters(include_pruned=True)))
+        order = qe.OrderBy("timestamp_ms", qe.Direction.Desc)
+        request = qe.ScrollRequest(limit=count, filter=must, with_payload=True, with_vector=True, order_by=order)
+        with self._shard(project_id, create=False) as shard:
+            found, _ = shard.scroll(request) if shard is not None else ([], None)
+        return [qe.Point(r.id, r.vector, r.payload) for r in found if r.vector is not None]
 
     def ranking_payloads(self, project_id: str, point_ids: Sequence[Any]) -> dict[str, dict[str, Any]]:
         """The ranking payloads (`RANKING_FIELDS`) of these points of the project, by point id as a string."""

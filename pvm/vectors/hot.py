@@ -7,28 +7,30 @@ and 0.94 ms on a shard of 28k points (`docs/performance.md`, "The hot
 window"). A range filter on the time does not help: the engine still walks
 the whole lists, checking each point against the filter (5.4 to 7.6 ms).
 
-So `EdgeEngine` writes each minute point twice: to the project's shard (the
-archive: every minute, what everything else reads) and to the hot window (the
-same built point: qdrant-edge converted its payload once, and the copy costs
-only the engine's insert). The window is two generations, each
-a directory of shards (``<path>/.hot/0`` and ``.../1``); writes go to the
-current one, and when it holds `minutes` points the other, older one is
-dropped whole (a directory removal: nothing to vacuum) and becomes the
-current. The window so holds the newest `minutes` to twice `minutes` minutes
-of each project, and a query costs two searches of at most that.
+So once a project's shard (the archive: every minute, what everything else
+reads) holds `ARCHIVE_FACTOR` times `minutes`, `EdgeEngine` keeps a hot window
+of it: seeded with the archive's newest `minutes` minute points, then written
+each minute point again (the same built point: qdrant-edge converted its
+payload once, and the copy costs only the engine's insert; the window indexes
+only `HOT_INDEXED`). The window is two generations, each a directory of shards
+(``<path>/.hot/0`` and ``.../1``); writes go to the current one, and when it
+holds `minutes` points the other, older one is dropped whole (a directory
+removal: nothing to vacuum) and becomes the current. The window so holds the
+newest `minutes` to twice `minutes` minutes, and a query costs two searches
+of at most that.
 
 A lexical-only candidate query (`EdgeEngine.query` without a dense vector,
 facts or whole payloads, and with no upper time bound: the reader's and the
-API's search) of a project whose archive holds minutes the window does not is
-answered from the window when the window finds `limit` candidates; when it
-finds fewer ("short"), from the archive, as before. A project smaller than
-that never dropped a generation: its searches read the archive and answer
-exactly as without the window. What the window changes for a large project is
-that an older minute that matches better than the window's `limit`th is not
-seen unless the window runs short; each generation's IDF is its own points'.
+API's search) of a project that keeps a window is answered from the window
+when the window finds `limit` candidates; when it finds fewer ("short"), from
+the archive, as before. A smaller project keeps no window: its searches read
+the archive and answer exactly as without one. What the window changes for a
+large project is that an older minute that matches better than the window's
+`limit`th is not seen unless the window runs short; each generation's IDF is
+its own points'.
 
 The window is derived: a failed write drops the project's window (the archive
-answers until it has grown again), `delete_project` drops it, and nothing in
+answers until it is seeded again), `delete_project` drops it, and nothing in
 it is needed to rebuild anything.
 """
 
@@ -36,8 +38,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from contracts.memory import SearchFilters
@@ -56,58 +59,81 @@ GENERATIONS = 2
 # archive does, made each minute's second insert cost as much as the first (index 6,866 -> 4,291 minutes/s);
 # with these three, 6,234/s. A search filtering on another field reads it from each candidate's payload.
 HOT_INDEXED = ("project_id", "kind", "timestamp_ms")
+# A project gets a window once its archive holds this many times `minutes` (200k at the default 25k): below that,
+# one search of the archive cost about what the window's two do (at 100k the window read 4.5 ms at the median
+# against 1.9-2.9 without it), and its second insert of every minute bought nothing.
+ARCHIVE_FACTOR = 8
 
 
 @dataclass
 class _Window:
-    """One project's window: points written to each generation, which one is being written, and whether search
-    reads it (`active`: it holds at least `minutes` of the newest and the archive holds minutes it does not;
-    `checked`: that was looked at once it held `minutes`)."""
+    """One project's window: `kept` once the archive reached `ARCHIVE_FACTOR` times the window (then it holds the
+    newest minutes and search reads it); the points written to each generation, and which one is being written;
+    before that, how many minutes the archive holds (read once, then counted as written)."""
 
-    counts: list[int]
-    current: int
-    active: bool = False
-    checked: bool = False
+    archive: int = 0
+    counts: list[int] = field(default_factory=lambda: [0] * GENERATIONS)
+    current: int = 0
+    kept: bool = False
+    retry_at: int = 0  # after a failed seeding, the archive size at which to try again
 
 
 class HotWindow:
-    """The newest `minutes` to twice `minutes` minute points of each project, in `generations` (two engines).
+    """The newest `minutes` to twice `minutes` minute points of each project past `ARCHIVE_FACTOR` times `minutes`, in
+    `generations` (two engines).
 
-    `archive_count(project)` is how many minutes the archive holds. Thread-safe: the writes and searches of the
-    generations run outside the window's lock, which guards only its counts."""
+    `archive_count(project)` is how many minutes the archive holds, `newest(project, n)` its newest `n` minute
+    points as built points. Thread-safe: the writes and searches of the generations run outside the window's
+    lock, which guards only its counts."""
 
-    def __init__(self, generations: Sequence[EdgeEngine], minutes: int, archive_count: Callable[[str], int]) -> None:
+    def __init__(
+        self,
+        generations: Sequence[EdgeEngine],
+        minutes: int,
+        archive_count: Callable[[str], int],
+        newest: Callable[[str, int], list[qe.Point]],
+    ) -> None:
         if len(generations) != GENERATIONS:
             raise ValueError(f"a hot window has {GENERATIONS} generations, got {len(generations)}")
         if minutes < 1:
             raise ValueError(f"a hot window holds at least 1 minute, got {minutes}")
         self.generations = list(generations)
         self.minutes = minutes
+        self.from_size = ARCHIVE_FACTOR * minutes
         self._archive_count = archive_count
+        self._newest = newest
         self._windows: dict[str, _Window] = {}
         self._lock = threading.Lock()
+        # Searches of kept windows, by what answered: "window", or "archive" (the window found too few).
+        self.searches: Counter[str] = Counter()
 
     def write(self, project_id: str, points: Sequence[qe.Point]) -> None:
-        """Add the points of minutes just written to the archive; rotate when the current generation is full.
-
-        A write that fails drops the project's window (logged): the archive answers until the window holds
-        `minutes` again, never a window missing minutes."""
+        """Add the points of minutes just written to the archive, once the project is large enough to keep a window
+        (the first time, the window is seeded with the archive's newest); rotate when the current generation is
+        full. A write that fails drops the project's window (logged): the archive answers until it is seeded
+        again, never a window missing minutes."""
         if not points:
             return
+        with self._lock:
+            counted = project_id in self._windows  # a window read now counts the archive with these points in it
+            window = self._window(project_id)
+            target, kept = window.current, window.kept
+            if not kept:
+                window.archive += len(points) if counted else 0
+                due = window.archive >= max(self.from_size, window.retry_at)
+        if not kept:
+            if due:
+                self._seed(project_id)
+            return
         try:
-            with self._lock:
-                target = self._window(project_id).current
             self.generations[target].write_points(project_id, points)
             with self._lock:
-                window = self._windows.get(project_id)
-                if window is None or window.current != target:
+                now = self._windows.get(project_id)
+                if now is None or now.current != target:
                     return  # dropped or rotated meanwhile: the next write counts again
-                window.counts[target] += len(points)
-                if not window.checked and sum(window.counts) >= self.minutes:
-                    window.checked = True
-                    window.active = self._archive_count(project_id) > sum(window.counts)
-                if window.counts[target] >= self.minutes:
-                    self._rotate(project_id, window)
+                now.counts[target] += len(points)
+                if now.counts[target] >= self.minutes:
+                    self._rotate(project_id, now)
         except Exception as exc:  # derived data: never fail the archive's write for it
             log.warning("hot window of %s dropped after a failed write (%s): search reads the archive", project_id, exc)
             self.drop(project_id)
@@ -125,10 +151,10 @@ class HotWindow:
 
     def lexical(self, project_id: str, text: str, filters: SearchFilters, limit: int) -> list[Hit] | None:
         """The project's best `limit` lexical hits in the window (ranking payloads, total order), or None when the
-        archive must answer: the window is not `active` for the project, or it holds fewer than `limit` hits."""
+        archive must answer: no window is kept for the project, or it holds fewer than `limit` hits."""
         try:
             with self._lock:
-                if not self._window(project_id).active:
+                if not self._window(project_id).kept:
                     return None
             # Ids and scores from each generation, the best `limit` of both, then the ranking payloads of those
             # alone: converting payloads is most of what a leg costs in Python.
@@ -139,7 +165,9 @@ class HotWindow:
                     found[str(hit[0])] = g
                     hits.append(hit)
             if len(hits) < limit:
+                self.searches["archive"] += 1
                 return None
+            self.searches["window"] += 1
             kept = cut_leg(hits, limit)
             payloads: dict[str, dict[str, Any]] = {}
             for g, generation in enumerate(self.generations):
@@ -171,19 +199,39 @@ class HotWindow:
         window = self._windows.get(project_id)
         if window is None:
             counts = [generation.count(project_id) for generation in self.generations]
-            filling = [g for g in range(GENERATIONS) if counts[g] < self.minutes]
-            current = max(filling, key=lambda g: (counts[g], -g)) if filling else 0
-            window = self._windows[project_id] = _Window(counts, current)
-            if sum(counts) >= self.minutes:
-                window.checked = True
-                window.active = self._archive_count(project_id) > sum(counts)
+            if any(counts):  # kept before this process: the generations say where it stands
+                filling = [g for g in range(GENERATIONS) if counts[g] < self.minutes]
+                current = max(filling, key=lambda g: (counts[g], -g)) if filling else 0
+                window = _Window(counts=counts, current=current, kept=True)
+            else:
+                window = _Window(archive=self._archive_count(project_id))
+            self._windows[project_id] = window
         return window
+
+    def _seed(self, project_id: str) -> None:
+        """Start the project's window with the archive's newest `minutes` minute points (one read of them)."""
+        try:
+            newest = self._newest(project_id, self.minutes)
+            for generation in self.generations:
+                generation.delete_project(project_id)
+            self.generations[0].write_points(project_id, newest)
+        except Exception as exc:
+            log.warning("hot window of %s not seeded (%s): search reads the archive", project_id, exc)
+            with self._lock:
+                window = self._windows.get(project_id)
+                if window is not None:
+                    window.retry_at = window.archive + self.minutes
+            return
+        with self._lock:
+            window = self._windows[project_id] = _Window(counts=[len(newest), 0], current=0, kept=True)
+            if len(newest) >= self.minutes:
+                window.current = 1
+        log.info("hot window of %s seeded with its newest %d minutes", project_id, len(newest))
 
     def _rotate(self, project_id: str, window: _Window) -> None:
         older = (window.current + 1) % GENERATIONS
         if window.counts[older]:
             self.generations[older].delete_project(project_id)
-            window.active = window.checked = True  # the archive now holds minutes the window does not
         window.counts[window.current] = self.generations[window.current].count(project_id)  # rewrites count once
         window.counts[older] = 0
         window.current = older

@@ -11,7 +11,7 @@ from bench import reader
 
 
 def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--minutes", "2000,1000", "--calls", "10", "--phase-calls", "12", "--json"]
+    argv = ["--minutes", "2000,1000", "--calls", "10", "--phase-calls", "12", "--hot-minutes", "100", "--json"]
     assert reader.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["checkpoints"] == [1000, 2000] and out["minutes_main"] == 2000
@@ -28,6 +28,14 @@ def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: p
     assert out["context_p99_ms_largest"] == out["context_p99_ms_2k"]
     assert set(out["targets"]) == {"context_p99_ms_100k", "context_p99_ms_1m", "search_p99_ms_1m", "index_per_s"}
     assert out["met"]["context_p99_ms_1m"] is None  # not measured at this size: no verdict
+    # Past 800 minutes (8 windows of 100) the project keeps a window: the searches at 1k and 2k read it.
+    assert out["config"]["search_hot_minutes"] == 100 and out["hot_window_searches"]["window"] > 0
+
+
+def test_a_negative_hot_window_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        reader.main(["--hot-minutes", "-1"])
+    assert "--hot-minutes" in capsys.readouterr().err
 
 
 def test_the_phase_clock_leaves_the_class_and_other_readers_alone() -> None:

@@ -1,5 +1,6 @@
 """The embedded engine's hot window (`pvm.vectors.hot`): a large project's lexical searches read its newest minutes
-first, the archive when the window finds too few; a small project answers exactly as without one."""
+first, the archive when the window finds too few; a project below `ARCHIVE_FACTOR` windows keeps none and answers
+exactly as without one."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 from contracts.memory import SearchFilters
 from pvm.protocols import MemoryPoint
 from pvm.vectors.edge import EdgeEngine
-from pvm.vectors.hot import HOT_DIRECTORY, HOT_INDEXED
+from pvm.vectors.hot import ARCHIVE_FACTOR, HOT_DIRECTORY, HOT_INDEXED
 
 P = "hot-proj"
 T0 = 1_790_000_000_000
-HOT = 10  # the window holds the newest 10 to 20 minutes
+HOT = 10  # the window holds the newest 10 to 20 minutes ...
+LARGE = ARCHIVE_FACTOR * HOT  # ... of a project that has this many
+MANY = LARGE + 40  # a large project: seeded at LARGE, then rotated (more than once)
 BATCH = 5
 
 
@@ -75,22 +78,25 @@ def engines(tmp_path: Path) -> Iterator[tuple[EdgeEngine, EdgeEngine]]:
 def test_a_small_project_answers_exactly_as_without_a_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, plain = engines
     for engine in engines:
-        write(engine, 2 * HOT - 1)  # the window holds all of it: no generation dropped yet
-    assert window_points(hot) == 2 * HOT - 1
+        write(engine, LARGE - 1)  # one short of keeping a window: nothing is written twice
+    assert window_points(hot) == 0
     for text in ("deployed payments", "zebra", "payments step 3"):
         got, want = query(hot, text, limit=8), query(plain, text, limit=8)
         assert [(c.minute_id, c.keyword) for c in got] == [(c.minute_id, c.keyword) for c in want]
+    hot.upsert([point(LARGE - 1, "deployed the payments service, the last step")])
+    assert window_points(hot) == HOT  # the archive reached LARGE: the window is seeded with its newest
 
 
 def test_a_large_project_searches_its_newest_minutes_first(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, plain = engines
     for engine in engines:
-        write(engine, 60)
+        write(engine, MANY)
     held = window_points(hot)
     assert HOT <= held <= 2 * HOT  # rotated: the older generation dropped whole, more than once
-    newest = {f"m{n:03d}" for n in range(60 - held, 60)}
+    newest = {f"m{n:03d}" for n in range(MANY - held, MANY)}
     found = query(hot, "deployed the payments service", limit=5)
     assert len(found) == 5 and {c.minute_id for c in found} <= newest
+    assert hot.hot is not None and hot.hot.searches == {"window": 1}
     archive = query(plain, "deployed the payments service", limit=5)
     assert not {c.minute_id for c in archive} <= newest  # the archive's best are older: the window changed the answer
 
@@ -98,8 +104,10 @@ def test_a_large_project_searches_its_newest_minutes_first(engines: tuple[EdgeEn
 def test_a_window_that_finds_too_few_hands_the_query_to_the_archive(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, plain = engines
     for engine in engines:
-        write(engine, 60)
+        write(engine, MANY)
+    assert hot.hot is not None and not hot.hot.searches
     assert [c.minute_id for c in query(hot, "zebra crossing")] == ["m000"]  # older than the window
+    assert hot.hot.searches == {"archive": 1}
     wide = query(hot, "deployed payments", limit=2 * HOT + 5)  # more than the window holds
     assert [c.minute_id for c in wide] == [c.minute_id for c in query(plain, "deployed payments", limit=2 * HOT + 5)]
 
@@ -107,16 +115,16 @@ def test_a_window_that_finds_too_few_hands_the_query_to_the_archive(engines: tup
 def test_a_search_of_the_past_reads_the_archive(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, plain = engines
     for engine in engines:
-        write(engine, 60)
+        write(engine, MANY)
     past = SearchFilters(until_ms=T0 + 30_000)
     got = query(hot, "deployed the payments service", filters=past)
     assert got and [c.minute_id for c in got] == [c.minute_id for c in query(plain, "deployed payments", filters=past)]
-    assert all(int(c.minute_id[1:]) < 30 for c in got)
+    assert all(int(c.minute_id[1:]) < 30 for c in got) and hot.hot is not None and not hot.hot.searches
 
 
 def test_filters_and_annotations_apply_in_the_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, _ = engines
-    write(hot, 60)
+    write(hot, MANY)
     coder = query(hot, "deployed the payments service", filters=SearchFilters(agents=("coder",)))
     assert coder and all(int(c.minute_id[1:]) % 2 for c in coder)
     best = query(hot, "deployed the payments service")[0].minute_id
@@ -129,24 +137,24 @@ def test_filters_and_annotations_apply_in_the_window(engines: tuple[EdgeEngine, 
 
 def test_deleting_the_project_drops_its_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, _ = engines
-    write(hot, 60)
+    write(hot, MANY)
     hot.delete_project(P)
     assert window_points(hot) == 0 and query(hot, "deployed payments") == []
-    write(hot, 12)  # a rebuild starts the window again, small: the archive answers
-    assert window_points(hot) == 12
+    write(hot, 12)  # a rebuild starts small: no window until the project is large again
+    assert window_points(hot) == 0
 
 
 def test_the_window_is_found_again_after_a_restart(tmp_path: Path) -> None:
     engine = EdgeEngine(tmp_path / "v", hot_minutes=HOT)
-    write(engine, 60)
+    write(engine, MANY)
     before = [c.minute_id for c in query(engine, "deployed the payments service")]
     engine.close()
     assert (tmp_path / "v" / HOT_DIRECTORY).is_dir() and EdgeEngine(tmp_path / "v").projects() == [P]
     again = EdgeEngine(tmp_path / "v", hot_minutes=HOT)
     try:
         assert [c.minute_id for c in query(again, "deployed the payments service")] == before
-        again.upsert([point(60, "deployed the payments service, step 60")])
-        assert "m060" in [c.minute_id for c in query(again, "payments step 60", limit=1)]
+        again.upsert([point(MANY, f"deployed the payments service, step {MANY}")])
+        assert f"m{MANY:03d}" in [c.minute_id for c in query(again, f"payments step {MANY}", limit=1)]
     finally:
         again.close()
 
@@ -156,7 +164,7 @@ def test_a_failed_window_write_leaves_the_archive_whole(
 ) -> None:
     hot, plain = engines
     for engine in engines:
-        write(engine, 60)
+        write(engine, MANY)
     assert hot._hot is not None
     generation = hot._hot.generations[0]
 
@@ -165,11 +173,19 @@ def test_a_failed_window_write_leaves_the_archive_whole(
 
     monkeypatch.setattr(generation, "write_points", broken)
     monkeypatch.setattr(hot._hot.generations[1], "write_points", broken)
-    hot.upsert([point(60, "deployed the payments service, step 60")])
-    plain.upsert([point(60, "deployed the payments service, step 60")])
-    assert hot.count(P) == 61 and window_points(hot) == 0  # the archive took it; the window was dropped
+    hot.upsert([point(MANY, "deployed the payments service, once more")])
+    plain.upsert([point(MANY, "deployed the payments service, once more")])
+    assert hot.count(P) == MANY + 1 and window_points(hot) == 0  # the archive took it; the window was dropped
+    hot.upsert([point(MANY + 1, "deployed the payments service, again")])  # its seeding fails too: retried later
+    plain.upsert([point(MANY + 1, "deployed the payments service, again")])
     text = "deployed the payments service"
     assert [c.minute_id for c in query(hot, text)] == [c.minute_id for c in query(plain, text)]
+    monkeypatch.undo()  # the disk has room again: the window is seeded once HOT more minutes came
+    extra = [point(n, f"deployed the payments service, step {n}") for n in range(MANY + 2, MANY + 2 + HOT)]
+    hot.upsert(extra[:-1])
+    assert window_points(hot) == 0
+    hot.upsert(extra[-1:])
+    assert window_points(hot) == HOT
 
 
 def test_a_window_needs_a_positive_size(tmp_path: Path) -> None:
@@ -179,7 +195,7 @@ def test_a_window_needs_a_positive_size(tmp_path: Path) -> None:
 
 def test_the_window_indexes_only_what_every_search_filters_on(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, _ = engines
-    write(hot, 12)
+    write(hot, LARGE)
     assert hot._hot is not None
     with hot._hot.generations[0]._shard(P, create=False) as shard:
         assert shard is not None
