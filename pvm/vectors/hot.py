@@ -41,15 +41,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts.memory import SearchFilters
 from pvm.vectors import Hit, cut_leg
 
 if TYPE_CHECKING:
-    import qdrant_edge as qe
+    from pathlib import Path
 
-    from pvm.vectors.edge import EdgeEngine
+    import qdrant_edge as qe
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,30 @@ HOT_INDEXED = ("project_id", "kind", "timestamp_ms")
 # one search of the archive cost about what the window's two do (at 100k the window read 4.5 ms at the median
 # against 1.9-2.9 without it), and its second insert of every minute bought nothing.
 ARCHIVE_FACTOR = 8
+
+
+class Generation(Protocol):
+    """What the window asks of a generation: an `EdgeEngine` of its own directory."""
+
+    path: Path
+
+    def write_points(self, project_id: str, points: Sequence[qe.Point]) -> None: ...
+
+    def set_payloads(self, project_id: str, updates: Sequence[tuple[Any, dict[str, Any]]]) -> int: ...
+
+    def lexical_hits(self, project_id: str, text: str, filters: SearchFilters, limit: int) -> list[Hit]: ...
+
+    def ranking_payloads(self, project_id: str, point_ids: Sequence[Any]) -> dict[str, dict[str, Any]]: ...
+
+    def count(self, project_id: str) -> int: ...
+
+    def delete_project(self, project_id: str) -> None: ...
+
+    def optimize(self, project_id: str | None = None) -> dict[str, bool]: ...
+
+    def tenants(self) -> list[str]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -88,7 +112,7 @@ class HotWindow:
 
     def __init__(
         self,
-        generations: Sequence[EdgeEngine],
+        generations: Sequence[Generation],
         minutes: int,
         archive_count: Callable[[str], int],
         newest: Callable[[str, int], list[qe.Point]],
