@@ -210,10 +210,9 @@ class HotWindow:
             self._drop(project_id)
 
     def optimize(self, project_id: str | None = None) -> None:
+        """Optimize the project's shards of each generation (every project's, for None)."""
         for generation in self.generations:
-            projects = generation.tenants() if project_id is None else [project_id]
-            for project in projects:
-                generation.optimize(project)
+            generation.optimize(project_id)
 
     def close(self) -> None:
         for generation in self.generations:

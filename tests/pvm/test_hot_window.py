@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from contracts.memory import SearchFilters
+from pvm.config import Settings
+from pvm.engines import make_engine
 from pvm.protocols import MemoryPoint
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.hot import ARCHIVE_FACTOR, HOT_DIRECTORY, HOT_INDEXED
@@ -203,3 +205,38 @@ def test_the_window_indexes_only_what_every_search_filters_on(engines: tuple[Edg
     with hot._shard(P, create=False) as archive:
         assert archive is not None
         assert set(archive.info().payload_schema) > set(HOT_INDEXED)
+
+
+@pytest.mark.parametrize("minutes", [0, 7])
+def test_the_setting_sizes_the_window_of_the_configured_engine(tmp_path: Path, minutes: int) -> None:
+    settings = Settings.from_env({"PVM_HOME": str(tmp_path), "PVM_SEARCH_HOT_MINUTES": str(minutes)})
+    engine = make_engine(settings, None)
+    try:
+        assert isinstance(engine, EdgeEngine)
+        assert (engine.hot is None) if minutes == 0 else (engine.hot is not None and engine.hot.minutes == minutes)
+    finally:
+        engine.close()
+
+
+def test_optimize_reaches_the_window(engines: tuple[EdgeEngine, EdgeEngine], monkeypatch: pytest.MonkeyPatch) -> None:
+    hot, _ = engines
+    write(hot, MANY)
+    assert hot.hot is not None
+    held = window_points(hot)
+    optimized: list[tuple[int, dict[str, bool]]] = []
+    for g, generation in enumerate(hot.hot.generations):
+        real = generation.optimize
+
+        def counted(project_id: str | None = None, g: int = g, real: Any = real) -> dict[str, bool]:
+            done = real(project_id)
+            optimized.append((g, done))
+            return done
+
+        monkeypatch.setattr(generation, "optimize", counted)
+    assert set(hot.optimize()) == {P}  # the archive's projects: the window's shards are not projects
+    # Each generation optimized the shards it holds: the project's in the one being written after a rotation.
+    assert len(optimized) == 2 and {P} == {p for _, done in optimized for p in done}
+    optimized.clear()
+    assert set(hot.optimize(P)) == {P} and [g for g, _ in optimized] == [0, 1]
+    assert window_points(hot) == held
+    assert query(hot, "deployed the payments service") and hot.hot.searches["window"] == 1
