@@ -35,8 +35,10 @@ def test_the_pipeline_target_depends_on_the_number_of_projects() -> None:
 @pytest.mark.slow
 def test_the_pipeline_phase_makes_every_minute_durable_and_reports_each_process_cpu() -> None:
     # 5,000 minutes through a real dispatcher, log worker and Valkey: every minute durable once, and the CPU each
-    # of the three used per minute read from /proc from the first durable minute on (never None on Linux; the
-    # dispatcher may have read every entry by then in so small a run, so it may show 0).
+    # of the three used per minute read from /proc from the first durable minute on (never None on Linux). /proc
+    # counts in 10 ms ticks and on a fast host the whole run is ~125 ms, so only the log worker, which does the
+    # work, is sure to show any: the dispatcher may have read every entry by then and Valkey may use under a tick
+    # (it showed 0 at 40k minutes/s on an AMD EPYC host).
     from bench.harness import Progress
     from bench.ingest import build_minutes, phase_pipeline
 
@@ -46,4 +48,4 @@ def test_the_pipeline_phase_makes_every_minute_durable_and_reports_each_process_
     cpu = result["pipeline_cpu_us_per_minute"]
     assert set(cpu) == {"dispatcher", "log_worker", "valkey"}
     assert all(value is not None and 0 <= value < 5_000 for value in cpu.values()), cpu
-    assert cpu["log_worker"] > 0 and cpu["valkey"] > 0, cpu
+    assert cpu["log_worker"] > 0, cpu
