@@ -15,7 +15,7 @@ from workers.ops.cli.plumbing import connect, positive_int, project_id, shard_nu
 from workers.ops.tables import age, log_tail_text, minute_row, table
 
 if TYPE_CHECKING:
-    from workers.ops.exporter import GroupState
+    from workers.runtime.state import GroupState
 
 
 def cmd_log_tail(args: argparse.Namespace, settings: Settings) -> int:
