@@ -15,7 +15,8 @@ ones included, and checked against the rule of the module's layer:
 - workers: anything outside workers; inside, each package ("room") imports only the rooms below it
   (`WORKER_ROOMS`): the runtime and the rules nothing of the other rooms, a pool only the runtime and the
   rules (never another pool), the agent surface the runtime and the rules, the API the pools and the agent
-  surface too, operations any room. No module sits in workers/ outside a room.
+  surface too, the web console what the API may and the API, operations any room. No module sits in
+  workers/ outside a room.
 
 A third test finds import circles: no module of contracts, pvm or workers reaches itself through its imports
 (function-level ones included: a circle is a design knot even when Python tolerates it).
@@ -77,7 +78,8 @@ WORKER_ROOMS: dict[str, frozenset[str]] = {
     **{pool: frozenset({"runtime", "rules", pool}) for pool in POOLS},
     "agent": frozenset({"runtime", "rules", "agent"}),
     "api": frozenset({"runtime", "rules", "agent", "api", *POOLS}),
-    "ops": frozenset({"runtime", "rules", "agent", "api", "ops", *POOLS}),
+    "console": frozenset({"runtime", "rules", "agent", "api", "console", *POOLS}),
+    "ops": frozenset({"runtime", "rules", "agent", "api", "console", "ops", *POOLS}),
 }
 
 

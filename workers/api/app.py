@@ -22,6 +22,7 @@ import ipaddress
 import json
 import logging
 import re
+import urllib.parse
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,9 +32,9 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.requests import Request, cookie_parser
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import InvalidMinute, Minute, encode_minute, keys, new_minute_id
@@ -50,16 +51,17 @@ from pvm.pair import Pair
 from pvm.reader import ContextReader
 from pvm.search import DEFAULT_KINDS, PREFERENCES, Hit
 from pvm.stores.facts import FactStore
-from pvm.stores.log import LogError
 from pvm.stores.summaries import SummaryStore
-from pvm.vectors import GLOBAL_TENANT, VectorStoreError
+from pvm.vectors import GLOBAL_TENANT
 from workers.api import fields
 from workers.api.auth import EVERY_PROJECT, TokenFile, TokenScope
 from workers.api.fact_routes import FactRoutes
 from workers.api.memory_routes import MemoryRoutes
 from workers.api.openapi import openapi_document
+from workers.api.pages import AppParts, BrowserPages
 from workers.api.pair_routes import PairRoute
 from workers.api.request import (
+    OUTAGES,
     BadRequest,
     Forbidden,
     Unavailable,
@@ -109,9 +111,6 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-# Errors of the stores behind the API that mean an outage, not a bug: 503. Anything
-# else a handler raises is a bug: logged with its traceback and answered 500.
-OUTAGES: tuple[type[Exception], ...] = (Unavailable, redis.exceptions.RedisError, VectorStoreError, LogError)
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID = re.compile(r"[0-9A-Za-z._:-]{1,64}")
 
@@ -247,10 +246,13 @@ class BearerAuth:
     logs or error reports.
     """
 
-    def __init__(self, app: ASGIApp, token: str | None = None, tokens: TokenFile | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, token: str | None = None, tokens: TokenFile | None = None, pages: BrowserPages | None = None
+    ) -> None:
         self.app = app
         self.token = token
         self.tokens = tokens
+        self.pages = pages
 
     def scope_of(self, authorization: str | None) -> TokenScope | None:
         """The scope of the token in an Authorization header, or None when no token the server knows is there."""
@@ -266,7 +268,11 @@ class BearerAuth:
         if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
-        authorization = Headers(scope=scope).get("authorization")
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization")
+        if self.pages is not None and self.pages.holds(scope["path"]):
+            await self.browser(scope, receive, send, headers, self.pages)
+            return
         granted = self.scope_of(authorization)
         if granted is not None:
             scope[TOKEN_SCOPE_KEY] = granted
@@ -279,6 +285,26 @@ class BearerAuth:
             error = "the bearer token in the Authorization header was not accepted"
             challenge = 'Bearer realm="pvm", error="invalid_token"'
         response = JSONResponse({"error": error}, status_code=401, headers={"WWW-Authenticate": challenge})
+        await response(scope, receive, send)
+
+    async def browser(self, scope: Scope, receive: Receive, send: Send, headers: Headers, pages: BrowserPages) -> None:
+        """Pages for people (the console): their login page and static files are open; every other page takes
+        the token from the pages' cookie (or an Authorization header) and, without an accepted one, sends the
+        browser to the login page, which comes back to the page asked for."""
+        path = scope["path"]
+        if pages.is_open(path):
+            await self.app(scope, receive, send)
+            return
+        cookie = cookie_parser(headers.get("cookie", "")).get(pages.cookie)
+        granted = self.scope_of(headers.get("authorization"))
+        if granted is None and cookie:
+            granted = self.scope_of(f"Bearer {cookie}")
+        if granted is not None:
+            scope[TOKEN_SCOPE_KEY] = granted
+            await self.app(scope, receive, send)
+            return
+        back = path if scope["method"] == "GET" else pages.prefix
+        response = RedirectResponse(f"{pages.login_path}?{urllib.parse.urlencode({'next': back})}", status_code=303)
         await response(scope, receive, send)
 
 
@@ -299,8 +325,10 @@ def create_app(
     api_token: str | None = None,
     tokens: TokenFile | None = None,
     pair: Pair | None = None,
+    pages: BrowserPages | None = None,
+    settings: Settings | None = None,
 ) -> Starlette:
-    """The API over one reader and one Redis.
+    """The API over one reader and one Redis, and `pages` for people (the web console) beside it.
 
     With `api_token` and/or `tokens`, every route but the health check needs a
     bearer token: `api_token` reaches every project, a token in `tokens` only
@@ -579,8 +607,26 @@ def create_app(
     def openapi(request: Request, body: bytes) -> Any:
         return document
 
+    beside: list[BaseRoute] = []
+    if pages is not None:
+        checker = BearerAuth(lambda *_: None, token=token, tokens=tokens)  # type: ignore[arg-type]
+        parts = AppParts(
+            reader,
+            connection,
+            facts,
+            memory,
+            threads,
+            shards,
+            settings,
+            granted,
+            lambda given: checker.scope_of(f"Bearer {given}"),
+            guarded,
+        )
+        beside = list(pages.routes(parts))
+
     return Starlette(
         routes=[
+            *beside,
             Route(HEALTH_PATH, route(health)),
             Route("/openapi.json", route(openapi)),
             Route("/v1/minutes", route(ingest), methods=["POST"]),
@@ -609,7 +655,7 @@ def create_app(
             Route("/v1/projects/{project_id}/memory/append", scoped(memory.append), methods=["POST"]),
             Route("/v1/projects/{project_id}/pair", route(pairs.run), methods=["POST"]),
         ],
-        middleware=[Middleware(BearerAuth, token=token, tokens=tokens)] if guarded else [],
+        middleware=[Middleware(BearerAuth, token=token, tokens=tokens, pages=pages)] if guarded else [],
     )
 
 
@@ -620,6 +666,7 @@ def run_server(
     index_worker: bool,
     tokens: TokenFile | None = None,
     mcp: bool = False,
+    pages: BrowserPages | None = None,
 ) -> None:
     """`pvm serve`: the API under uvicorn; with the embedded engine also the index and evaluate pools, in this process.
 
@@ -653,7 +700,16 @@ def run_server(
     )
     # The judge and reviser PVM_PAIR_* ask for; the route gives the loop the reader's search and the API's writes.
     pair = Pair.from_settings(settings, retriever=SearchRetriever(reader.searcher), record=lambda minute: None)  # type: ignore[arg-type]
-    app: Any = create_app(reader, connection, settings.shards, api_token=settings.api_token, tokens=tokens, pair=pair)
+    app: Any = create_app(
+        reader,
+        connection,
+        settings.shards,
+        api_token=settings.api_token,
+        tokens=tokens,
+        pair=pair,
+        pages=pages,
+        settings=settings,
+    )
     if mcp:  # `pvm serve --mcp`: the MCP tools at /mcp, calling this app in-process
         from workers.agent.mcp_server import beside_api
 

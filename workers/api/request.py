@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import redis
 from starlette.requests import Request
 
 from contracts import InvalidMinute, Minute
 from contracts.json_value import MAX_JSON_DEPTH
+from pvm.stores.log import LogError
+from pvm.vectors import VectorStoreError
 
 
 class BadRequest(ValueError):
@@ -60,6 +63,11 @@ class InvalidField(BadRequest):
 
 class Unavailable(RuntimeError):
     """Something the request needs is down or not configured: 503, and the client may retry."""
+
+
+# Errors of the stores behind the API (and the console) that mean an outage, not a bug: 503. Anything
+# else a handler raises is a bug: logged with its traceback and answered 500.
+OUTAGES: tuple[type[Exception], ...] = (Unavailable, redis.exceptions.RedisError, VectorStoreError, LogError)
 
 
 def int_param(request: Request, name: str, default: int, low: int = 1, high: int = 100_000) -> int:

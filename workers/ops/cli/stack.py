@@ -211,7 +211,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         _need_mcp("pvm serve --mcp")
         print(f"pvm serve: MCP tools on http://{args.addr}:{args.port}{defaults.MCP_PATH}")
         sys.stdout.flush()
-    run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp)
+    if args.ui:
+        print(f"pvm serve: web console on http://{args.addr}:{args.port}/ui")
+        sys.stdout.flush()
+    pages = None
+    if args.ui:
+        from workers.console.routes import CONSOLE
+
+        pages = CONSOLE
+    run_server(settings, args.addr, args.port, index_worker, tokens=tokens, mcp=args.mcp, pages=pages)
     return 0
 
 
@@ -314,6 +322,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--mcp",
         action="store_true",
         help=f"also serve the MCP tools at {defaults.MCP_PATH} (as pvm mcp --transport http does, without its hop)",
+    )
+    serve.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="leave out the web console (served at /ui by default, behind the same tokens as the API)",
     )
     serve.set_defaults(func=cmd_serve)
 
