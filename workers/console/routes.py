@@ -7,7 +7,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from workers.api.pages import AppParts, BrowserPages
-from workers.console import login, projects
+from workers.console import agents, knowledge, login, pools, preview, projects, search, threads, timeline
 from workers.console.site import LOGIN_PATH, STATIC_DIR, STATIC_PATH, TOKEN_COOKIE, UI_PATH, Site
 
 
@@ -18,6 +18,13 @@ def console_routes(parts: AppParts) -> list[BaseRoute]:
         Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="console-static"),
         *login.routes(site),
         *projects.routes(site),
+        *timeline.routes(site),
+        *knowledge.routes(site),
+        *threads.routes(site),
+        *agents.routes(site),
+        *preview.routes(site),
+        *search.routes(site),
+        *pools.routes(site),
     ]
 
 
