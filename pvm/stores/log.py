@@ -23,6 +23,7 @@ at checkpoints and rebuilt from the journals after a machine crash
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -545,8 +546,17 @@ class LogReader:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
-    def _newest_backward(self, project_id: str) -> Iterator[LogRecord]:
+    def backward(self, project_id: str, before_seq: int | None = None) -> Iterator[LogRecord]:
+        """The project's records newest first; with `before_seq`, only those below it (a pager's cursor).
+
+        Each segment is named by its first seq, so the segments that start at or after `before_seq` are
+        skipped without being opened, and in the segment that holds the cursor the newer records are stepped
+        over undecoded: a page deep into a long log costs the records it reads, not those it skips. Only a
+        segment's intact prefix is read (a writer may be mid-append).
+        """
         for seg in reversed(_segments(self.log_dir / project_id)):
+            if before_seq is not None and int(seg.stem) >= before_seq:
+                continue
             with open(seg, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 frames = iter_frames_backward(f, size)
@@ -557,25 +567,28 @@ class LogReader:
                     first = next(frames, None)
                 if first is None:
                     continue
-                yield _decode_record(first[1])
-                for _, payload in frames:
+                newest = _decode_record(first[1])
+                skip = 0
+                if before_seq is None or newest.seq < before_seq:
+                    yield newest
+                else:
+                    # A segment's seqs are contiguous: the frames below its newest count down from that seq, so
+                    # those at or after the cursor are stepped over without being decoded.
+                    skip = newest.seq - before_seq
+                for _, payload in itertools.islice(frames, skip, None):
                     yield _decode_record(payload)
 
     def count(self, project_id: str) -> int:
         """How many minutes the project's log holds."""
-        for record in self._newest_backward(project_id):
+        for record in self.backward(project_id):
             return record.seq
         return 0
 
     def get_recent(self, project_id: str, n: int) -> list[LogRecord]:
         """The newest `n` records, oldest first."""
-        out: list[LogRecord] = []
         if n <= 0:
-            return out
-        for record in self._newest_backward(project_id):
-            out.append(record)
-            if len(out) >= n:
-                break
+            return []
+        out = list(itertools.islice(self.backward(project_id), n))
         out.reverse()
         return out
 

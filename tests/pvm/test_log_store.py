@@ -109,6 +109,37 @@ def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
     assert [got[i].seq for i in got] == [60, 4, 31, 3, 32]
 
 
+def test_backward_reads_newest_first_and_from_a_cursor_down(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    for start in range(0, 60, 6):
+        writer.append("p", entries("p", 6, start=start))
+    reader = LogReader(tmp_path)
+    assert [r.seq for r in reader.backward("p")] == list(range(60, 0, -1))
+    starts = sorted(int(seg.stem) for seg in (tmp_path / "p").glob("*.seg"))
+    # Cursors at a segment's first seq, just past it, inside one, at the newest and beyond: each reads exactly
+    # the records below it, newest first.
+    for before in sorted({1, 2, 31, 60, 61, 1_000, *starts, *(s + 1 for s in starts)}):
+        got = [(r.seq, r.id) for r in reader.backward("p", before_seq=before)]
+        assert got == [(seq, f"m{seq - 1:06d}") for seq in range(min(before, 61) - 1, 0, -1)], before
+    assert list(reader.backward("nobody")) == []
+
+
+def test_backward_never_opens_the_segments_at_or_after_its_cursor(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    for start in range(0, 60, 6):
+        writer.append("p", entries("p", 6, start=start))
+    segments = sorted((tmp_path / "p").glob("*.seg"))
+    cursor = int(segments[len(segments) // 2].stem)
+    for seg in segments:
+        if int(seg.stem) >= cursor:  # a segment that cannot be read: opening it raises
+            seg.unlink()
+            seg.mkdir()
+    reader = LogReader(tmp_path)
+    assert [r.seq for r in reader.backward("p", before_seq=cursor)] == list(range(cursor - 1, 0, -1))
+    with pytest.raises(IsADirectoryError):
+        list(reader.backward("p"))
+
+
 def _write_overlapping(log_dir: str, worker: int) -> None:
     writer = LogWriter(log_dir)
     # every process appends the same 300 ids in batches: only one copy may land
