@@ -593,17 +593,22 @@ class LogReader:
         return out
 
     def history(self, project_id: str, after_seq: int = 0) -> Iterator[LogRecord]:
-        """Every record in append order, starting after `after_seq`."""
-        for seg in _segments(self.log_dir / project_id):
-            first_seq = int(seg.stem)
+        """Every record in append order, starting after `after_seq`.
+
+        The segments that end at or below `after_seq` (the next one starts at or below ``after_seq + 1``) are
+        not opened, and in the one that holds it the records up to it are stepped over undecoded (a segment's
+        seqs are contiguous from the one it is named by): reading on from a minute deep in a long log costs
+        the records read after it.
+        """
+        segments = _segments(self.log_dir / project_id)
+        starts = [int(seg.stem) for seg in segments]
+        for i, seg in enumerate(segments):
+            if i + 1 < len(segments) and starts[i + 1] <= after_seq + 1:
+                continue
+            skip = max(0, after_seq - starts[i] + 1)
             with open(seg, "rb") as f:
-                for _, _, payload in iter_frames(f):
-                    if first_seq > after_seq:
-                        yield _decode_record(payload)
-                    else:
-                        record = _decode_record(payload)
-                        if record.seq > after_seq:
-                            yield record
+                for _, _, payload in itertools.islice(iter_frames(f), skip, None):
+                    yield _decode_record(payload)
 
     def _refresh_index(self, project_id: str) -> dict[str, tuple[Path, int]]:
         index = self._index.setdefault(project_id, {})

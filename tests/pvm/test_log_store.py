@@ -140,6 +140,26 @@ def test_backward_never_opens_the_segments_at_or_after_its_cursor(tmp_path: Path
         list(reader.backward("p"))
 
 
+def test_history_reads_on_from_a_seq_without_opening_the_segments_before_it(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    for start in range(0, 60, 6):
+        writer.append("p", entries("p", 6, start=start))
+    reader = LogReader(tmp_path)
+    segments = sorted((tmp_path / "p").glob("*.seg"))
+    starts = [int(seg.stem) for seg in segments]
+    for after in sorted({0, 1, 30, 59, 60, 100, *starts, *(s - 1 for s in starts)}):
+        got = [(r.seq, r.id) for r in reader.history("p", after_seq=after)]
+        assert got == [(seq, f"m{seq - 1:06d}") for seq in range(after + 1, 61)], after
+    middle = len(segments) // 2
+    for seg in segments[:middle]:  # a segment that cannot be read: opening it raises
+        seg.unlink()
+        seg.mkdir()
+    after = starts[middle] - 1
+    assert [r.seq for r in reader.history("p", after_seq=after)] == list(range(after + 1, 61))
+    with pytest.raises(IsADirectoryError):
+        list(reader.history("p", after_seq=after - 1))
+
+
 def _write_overlapping(log_dir: str, worker: int) -> None:
     writer = LogWriter(log_dir)
     # every process appends the same 300 ids in batches: only one copy may land
