@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from starlette.routing import Route
 
@@ -87,8 +87,11 @@ def recent_minutes(visit: Visit, agent_id: str, n: int, before: int | None) -> t
     read the next older page below (None when there is none)."""
     key = keys.agent_recent_window(visit.project_id, agent_id)
     top = f"({before}" if before is not None else "+inf"
-    found = visit.stores.connection.zrevrangebyscore(key, top, "-inf", start=0, num=n + 1, withscores=True)
-    page = [(raw.decode() if isinstance(raw, bytes) else str(raw), int(seq)) for raw, seq in found[:n]]
+    found = cast(
+        list[tuple[bytes, float]],
+        visit.stores.connection.zrevrangebyscore(key, top, "-inf", start=0, num=n + 1, withscores=True),
+    )
+    page = [(raw.decode(), int(seq)) for raw, seq in found[:n]]
     minutes = visit.stores.reader.get_by_ids(visit.project_id, [minute_id for minute_id, _ in page])
     older = page[-1][1] if len(found) > n else None
     return minutes, older
