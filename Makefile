@@ -15,13 +15,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Servers the tests run for real: Prometheus and promtool from Debian's package.
+# What the tests run for real, from Debian's packages: Prometheus and promtool, and the headless Chromium the
+# console's browser tests drive (tests/workers/console/test_browser.py; Playwright launches this binary and never
+# downloads a browser of its own).
 tools:
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
-		echo "installing Debian's prometheus package (prometheus, promtool) for the tests"; \
+	@missing=""; \
+	if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then missing="prometheus"; fi; \
+	if [ ! -x /usr/bin/chromium ]; then missing="$$missing chromium"; fi; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian's packages for the tests:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
 demo: $(STAMP)
