@@ -15,7 +15,7 @@ from typing import Any
 from starlette.routing import Route
 
 from contracts import keys
-from contracts.summaries import Chunk, Episode, ThreadRef
+from contracts.summaries import Chunk, Episode, ThreadKind, ThreadRef
 from pvm.stores.summaries import decode_chunks, decode_episodes
 from workers.api import fields
 from workers.api.app import thread_param
@@ -109,6 +109,16 @@ def threads_page(visit: Visit) -> Page:
     )
 
 
+def timeline_filter(thread: ThreadRef) -> dict[str, str]:
+    """The timeline's filter that shows a thread's minutes: its thread id, its task (the timeline shows that task's
+    minutes of other threads too), or none for the project's thread."""
+    if thread.kind is ThreadKind.THREAD:
+        return {"thread": thread.name}
+    if thread.kind is ThreadKind.TASK:
+        return {"task": thread.name}
+    return {}
+
+
 def thread_page(visit: Visit) -> Page:
     """One thread: its newest minutes (newest first), its chunks with their summaries and its episodes, newest first."""
     thread = thread_param(visit.request, visit.request.path_params["thread"])
@@ -134,6 +144,7 @@ def thread_page(visit: Visit) -> Page:
             "recent": recent,
             "chunks": chunks,
             "episodes": episodes,
+            "timeline": timeline_filter(thread),
         },
     )
 

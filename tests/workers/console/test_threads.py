@@ -89,6 +89,9 @@ def test_a_thread_page_shows_its_newest_minutes_chunks_and_episodes_newest_first
     chunks = text.split('id="chunks"')[1].split('id="episodes"')[0]
     spans = [f'<th scope="row">{c.first_seq}-{c.seq_ranges[0][1]}' for c in (newest, older)]
     assert chunks.index(spans[0]) < chunks.index(spans[1])
+    # each links the timeline of the thread's minutes up to its last one
+    timeline = f"/ui/projects/apollo/timeline?before={newest.last_seq + 1}&thread={view.thread.name}"
+    assert f'href="{timeline}"' in chunks
     # its episodes, each linking the minutes it stands for
     episode = max(view.episodes, key=lambda e: e.last_seq)
     assert episode.title in text
