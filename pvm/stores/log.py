@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -46,6 +46,9 @@ SEGMENT_SUFFIX = ".seg"
 JOURNAL_DIR = ".journal"  # not a project id: those start with a letter or digit
 JOURNAL_SUFFIX = ".jnl"
 JOURNAL_STAGING_SUFFIX = ".new"  # a journal being created, not yet under its flock
+# A reader remembers where every MARK_EVERY-th record of a segment starts as it goes past: a page read from a
+# cursor deep in a segment then steps over at most this many records to reach it (a thousand marks a million).
+MARK_EVERY = 1024
 
 
 class LogError(PvmError, RuntimeError):
@@ -527,6 +530,8 @@ class LogReader:
         # project -> (id -> (segment, offset)), and how far each segment was indexed
         self._index: dict[str, dict[str, tuple[Path, int]]] = {}
         self._indexed_to: dict[str, dict[Path, int]] = {}
+        # segment -> {seq: offset where that record starts}, every MARK_EVERY-th seq this reader went past
+        self._marks: dict[Path, dict[int, int]] = {}
         self._lock = threading.Lock()
 
     def projects(self) -> list[str]:
@@ -550,33 +555,53 @@ class LogReader:
         """The project's records newest first; with `before_seq`, only those below it (a pager's cursor).
 
         Each segment is named by its first seq, so the segments that start at or after `before_seq` are
-        skipped without being opened, and in the segment that holds the cursor the newer records are stepped
-        over undecoded: a page deep into a long log costs the records it reads, not those it skips. Only a
-        segment's intact prefix is read (a writer may be mid-append).
+        skipped without being opened. In the one that holds the cursor, reading starts at the nearest place
+        remembered at or above it (`MARK_EVERY`; a page's reading leaves them behind for the next page) and
+        the newer records from there are stepped over undecoded: a page deep into a long log costs about
+        the records it reads, not those it skips. Only a segment's intact prefix is read (a writer may be
+        mid-append).
         """
         for seg in reversed(_segments(self.log_dir / project_id)):
             if before_seq is not None and int(seg.stem) >= before_seq:
                 continue
             with open(seg, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                frames = iter_frames_backward(f, size)
+                yield from self._segment_backward(seg, f, before_seq)
+
+    def _segment_backward(self, seg: Path, f: BinaryIO, before_seq: int | None) -> Iterator[LogRecord]:
+        marks = self._marks.setdefault(seg, {})
+        first: tuple[int, bytes] | None = None
+        if before_seq is not None:
+            above = [(mark, at) for mark, at in list(marks.items()) if mark >= before_seq]
+            if above:
+                mark_seq, offset = min(above)
+                frames = iter_frames_backward(f, offset)
                 first = next(frames, None)
-                if first is None and size > 0:
-                    # The tail is mid-append or torn: find where the intact part ends (a forward scan).
-                    frames = iter_frames_backward(f, intact_end(f))
-                    first = next(frames, None)
-                if first is None:
-                    continue
-                newest = _decode_record(first[1])
-                skip = 0
-                if before_seq is None or newest.seq < before_seq:
-                    yield newest
-                else:
-                    # A segment's seqs are contiguous: the frames below its newest count down from that seq, so
-                    # those at or after the cursor are stepped over without being decoded.
-                    skip = newest.seq - before_seq
-                for _, payload in itertools.islice(frames, skip, None):
-                    yield _decode_record(payload)
+                if first is None or _decode_record(first[1]).seq != mark_seq - 1:
+                    marks.clear()  # the file is not what it was when marked (a log restored from backup)
+                    first = None
+        if first is None:
+            size = os.fstat(f.fileno()).st_size
+            frames = iter_frames_backward(f, size)
+            first = next(frames, None)
+            if first is None and size > 0:
+                # The tail is mid-append or torn: find where the intact part ends (a forward scan).
+                frames = iter_frames_backward(f, intact_end(f))
+                first = next(frames, None)
+            if first is None:
+                return
+        newest = _decode_record(first[1])
+        seq = newest.seq
+        if seq % MARK_EVERY == 0:
+            marks[seq] = first[0]
+        if before_seq is None or seq < before_seq:
+            yield newest
+        # A segment's seqs are contiguous: the frames below the newest count down from its seq.
+        for offset, payload in frames:
+            seq -= 1
+            if seq % MARK_EVERY == 0:
+                marks[seq] = offset
+            if before_seq is None or seq < before_seq:
+                yield _decode_record(payload)
 
     def count(self, project_id: str) -> int:
         """How many minutes the project's log holds."""
@@ -596,19 +621,36 @@ class LogReader:
         """Every record in append order, starting after `after_seq`.
 
         The segments that end at or below `after_seq` (the next one starts at or below ``after_seq + 1``) are
-        not opened, and in the one that holds it the records up to it are stepped over undecoded (a segment's
-        seqs are contiguous from the one it is named by): reading on from a minute deep in a long log costs
-        the records read after it.
+        not opened, and in the one that holds it reading starts at the nearest place remembered at or below
+        it (`MARK_EVERY`: reading by id and reading backward leave them behind), the records up to it stepped
+        over undecoded: reading on from a minute deep in a long log costs about the records read after it.
         """
         segments = _segments(self.log_dir / project_id)
         starts = [int(seg.stem) for seg in segments]
         for i, seg in enumerate(segments):
             if i + 1 < len(segments) and starts[i + 1] <= after_seq + 1:
                 continue
-            skip = max(0, after_seq - starts[i] + 1)
             with open(seg, "rb") as f:
-                for _, _, payload in itertools.islice(iter_frames(f), skip, None):
-                    yield _decode_record(payload)
+                yield from self._segment_forward(seg, f, starts[i], after_seq)
+
+    def _segment_forward(self, seg: Path, f: BinaryIO, first_seq: int, after_seq: int) -> Iterator[LogRecord]:
+        marks = self._marks.setdefault(seg, {})
+        seq, offset = first_seq, 0
+        below = [(mark, at) for mark, at in list(marks.items()) if first_seq < mark <= after_seq + 1]
+        if below:
+            mark_seq, mark_offset = max(below)
+            head = next(iter_frames(f, mark_offset), None)
+            if head is not None and _decode_record(head[2]).seq == mark_seq:
+                seq, offset = mark_seq, mark_offset
+            else:
+                marks.clear()  # the file is not what it was when marked (a log restored from backup)
+        # A segment's seqs are contiguous: the frames after the start count up from its seq.
+        for start, _, payload in iter_frames(f, offset):
+            if seq % MARK_EVERY == 0:
+                marks[seq] = start
+            if seq > after_seq:
+                yield _decode_record(payload)
+            seq += 1
 
     def _refresh_index(self, project_id: str) -> dict[str, tuple[Path, int]]:
         index = self._index.setdefault(project_id, {})
@@ -619,8 +661,12 @@ class LogReader:
                 if start >= os.fstat(f.fileno()).st_size:
                     continue
                 end = start
+                marks = self._marks.setdefault(seg, {})
                 for offset, next_offset, payload in iter_frames(f, start):
-                    index[_decode_record(payload).id] = (seg, offset)
+                    record = _decode_record(payload)
+                    index[record.id] = (seg, offset)
+                    if record.seq % MARK_EVERY == 0:
+                        marks[record.seq] = offset
                     end = next_offset
             done[seg] = end
         return index

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from contracts import Minute, encode_minute
+from pvm.frames import iter_frames
+from pvm.stores import log as log_store
 from pvm.stores.log import LogError, LogReader, LogWriter
 
 
@@ -158,6 +161,66 @@ def test_history_reads_on_from_a_seq_without_opening_the_segments_before_it(tmp_
     assert [r.seq for r in reader.history("p", after_seq=after)] == list(range(after + 1, 61))
     with pytest.raises(IsADirectoryError):
         list(reader.history("p", after_seq=after - 1))
+
+
+def frame_offsets(segment: Path) -> list[int]:
+    """Where each record of a segment starts, in seq order."""
+    with open(segment, "rb") as f:
+        return [offset for offset, _, _ in iter_frames(f)]
+
+
+def corrupt(segment: Path, offset: int) -> None:
+    """Flip a byte inside the record that starts at `offset`: a reader that reads it stops there."""
+    with open(segment, "r+b") as f:
+        f.seek(offset + 20)
+        byte = f.read(1)
+        f.seek(offset + 20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_backward_starts_from_a_place_an_earlier_read_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_store, "MARK_EVERY", 8)
+    LogWriter(tmp_path).append("p", entries("p", 60))
+    [segment] = (tmp_path / "p").glob("*.seg")
+    marked = LogReader(tmp_path)
+    assert len(list(marked.backward("p"))) == 60  # goes past seqs 56, 48, ... 8 and remembers where they start
+    corrupt(segment, frame_offsets(segment)[50 - 1])  # seq 50: between the end and the mark at 48
+    # A reader with no marks walks back from the end and stops at the damage; the marked one starts at 48.
+    assert list(LogReader(tmp_path).backward("p", before_seq=45)) == []
+    assert [r.seq for r in marked.backward("p", before_seq=45)] == list(range(44, 0, -1))
+    assert [r.seq for r in marked.backward("p", before_seq=48)] == list(range(47, 0, -1))
+
+
+def test_history_starts_from_a_place_reading_by_id_remembered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(log_store, "MARK_EVERY", 8)
+    LogWriter(tmp_path).append("p", entries("p", 60))
+    [segment] = (tmp_path / "p").glob("*.seg")
+    marked = LogReader(tmp_path)
+    assert marked.get_by_ids("p", ["m000030"])["m000030"].seq == 31  # indexing goes past every seq
+    corrupt(segment, frame_offsets(segment)[5 - 1])  # seq 5: before the mark at 16
+    assert list(LogReader(tmp_path).history("p", after_seq=20)) == []
+    assert [r.seq for r in marked.history("p", after_seq=20)] == list(range(21, 61))
+    assert [r.seq for r in marked.history("p", after_seq=15)] == list(range(16, 61))
+
+
+def test_places_remembered_of_a_log_since_replaced_are_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_store, "MARK_EVERY", 8)
+    LogWriter(tmp_path).append("p", entries("p", 60))
+    reader = LogReader(tmp_path)
+    assert len(list(reader.backward("p"))) == 60
+    shutil.rmtree(tmp_path / "p")  # restored from a backup whose records are longer: every offset moved
+    longer = []
+    for i in range(60):
+        m = Minute(project_id="p", event_type="message", id=f"m{i:06d}", memory_note=f"a longer note {i}")
+        longer.append((m.id, f"{1000 + i}-0", encode_minute(m)))
+    LogWriter(tmp_path).append("p", longer)
+    assert [r.seq for r in reader.backward("p", before_seq=45)] == list(range(44, 0, -1))
+    assert [r.seq for r in reader.history("p", after_seq=20)] == list(range(21, 61))
+    assert next(reader.backward("p", before_seq=2)).minute.memory_note == "a longer note 0"
 
 
 def _write_overlapping(log_dir: str, worker: int) -> None:
