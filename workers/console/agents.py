@@ -9,7 +9,6 @@ page at a time from the newest, their bodies from the minute cache and then the 
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,7 +18,7 @@ from contracts import keys
 from contracts.memory import AgentMemory
 from pvm.stores.agent_memory import AgentMemoryStore
 from workers.api.request import NotFound, int_param
-from workers.console.site import Page, Site, Visit
+from workers.console.site import Page, Site, Visit, segment
 
 PAGE_SIZE = 100  # agents, or an agent's minutes, a page shows unless `n` says otherwise
 MAX_PAGE_SIZE = 1_000
@@ -34,12 +33,7 @@ class AgentRow:
 
     @property
     def path(self) -> str:
-        return agent_path(self.memory.agent_id)
-
-
-def agent_path(agent_id: str) -> str:
-    """The agent's segment of a console path (an agent id is free text: quoted, '/' included)."""
-    return urllib.parse.quote(agent_id, safe="")
+        return segment(self.memory.agent_id)
 
 
 def agent_rows(visit: Visit, agent_ids: list[str]) -> list[AgentRow]:
@@ -120,7 +114,7 @@ def agent_page(visit: Visit) -> Page:
         f"Agent {agent_id}",
         {
             "agent_id": agent_id,
-            "agent_path": agent_path(agent_id),
+            "agent_path": segment(agent_id),
             "memory": memory,
             "minutes": minutes,
             "n": n,

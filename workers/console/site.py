@@ -105,6 +105,11 @@ def utc(value: float | int | str | None, millis: bool = False) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def segment(text: str) -> str:
+    """A free-text id (an agent, a thread, a minute) as one segment of a console path: '/' and ':' quoted too."""
+    return urllib.parse.quote(text, safe="")
+
+
 def query(**params: Any) -> str:
     """A query string of the parameters that are set ('' when none), for links that keep a page's filters."""
     kept = {k: v for k, v in params.items() if v not in (None, "", ())}

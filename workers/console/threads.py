@@ -8,7 +8,6 @@ state of the page's threads in one pipeline; a thread page is one `SummaryStore.
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from pvm.stores.summaries import decode_chunks, decode_episodes
 from workers.api import fields
 from workers.api.app import thread_param
 from workers.api.request import NotFound, int_param
-from workers.console.site import Page, Site, Visit
+from workers.console.site import Page, Site, Visit, segment
 
 PAGE_SIZE = 100  # threads a page lists unless `n` says otherwise
 MAX_PAGE_SIZE = 1_000
@@ -40,12 +39,7 @@ class ThreadRow:
 
     @property
     def path(self) -> str:
-        return thread_path(self.name)
-
-
-def thread_path(name: str) -> str:
-    """The thread's segment of a console path (a thread id is free text: quoted, ':' and '/' included)."""
-    return urllib.parse.quote(name, safe="")
+        return segment(self.name)
 
 
 def thread_rows(visit: Visit, threads: list[ThreadRef]) -> list[ThreadRow]:
@@ -138,7 +132,7 @@ def thread_page(visit: Visit) -> Page:
         f"Thread {thread}",
         {
             "thread": str(thread),
-            "thread_path": thread_path(str(thread)),
+            "thread_path": segment(str(thread)),
             "view": view,
             "recent_minutes": list(reversed(view.recent)),
             "recent": recent,

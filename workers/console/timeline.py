@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from contracts.facts import GLOBAL_KEY, Fact, Tier, TierKey
 from contracts.summaries import THREAD_SOURCES, Chunk, Episode, SummaryError, ThreadKind, ThreadRef, thread_of
 from pvm.stores.log import LogRecord
 from workers.api.request import OUTAGES, BadRequest, NotFound
-from workers.console.site import Page, Site, Visit
+from workers.console.site import Page, Site, Visit, segment
 
 PAGE_MINUTES = 100  # minutes a timeline page shows unless `n` says otherwise
 MAX_PAGE_MINUTES = 1_000
@@ -191,11 +190,6 @@ def cursor(visit: Visit) -> int | None:
 # -- rows ---------------------------------------------------------------------------------------------------
 
 
-def thread_segment(name: str) -> str:
-    """A thread's name as a segment of a console path (thread ids are free text: ':' and '/' quoted too)."""
-    return urllib.parse.quote(name, safe="")
-
-
 def shorten(text: str, limit: int = NOTE_CHARS) -> str:
     """`text` on one line, cut to `limit` characters with an ellipsis."""
     line = " ".join(text.split())
@@ -239,7 +233,7 @@ class MinuteRow:
     @property
     def agent_path(self) -> str:
         """Its agent's page under the project's path ('' for none)."""
-        return "agents/" + urllib.parse.quote(self.agent, safe="") if self.agent else ""
+        return "agents/" + segment(self.agent) if self.agent else ""
 
     @property
     def thread_path(self) -> str:
@@ -254,7 +248,7 @@ class MinuteRow:
 
 def minute_path(minute_id: str) -> str:
     """A minute's page under the project's path."""
-    return "minutes/" + urllib.parse.quote(minute_id, safe="")
+    return "minutes/" + segment(minute_id)
 
 
 def thread_path(kind: ThreadKind, name: str | None) -> str:
@@ -262,7 +256,7 @@ def thread_path(kind: ThreadKind, name: str | None) -> str:
     if not name:
         return ""
     try:
-        return "threads/" + thread_segment(str(ThreadRef(kind, name)))
+        return "threads/" + segment(str(ThreadRef(kind, name)))
     except SummaryError:
         return ""
 
@@ -415,7 +409,7 @@ class ThreadPlace:
 
     @property
     def path(self) -> str:
-        return "threads/" + thread_segment(self.thread)
+        return "threads/" + segment(self.thread)
 
 
 def references(visit: Visit, ids: Iterable[str]) -> list[Reference]:
