@@ -10,6 +10,7 @@ import redis
 from starlette.routing import Route
 
 from contracts import keys
+from contracts.facts import TierKey
 from workers.api.stats import project_stats
 from workers.console.site import Page, Site, Visit
 
@@ -40,6 +41,7 @@ class ProjectRow:
     durable_at: float | None
     agents: int
     threads: int
+    facts: int  # fact records of the project's tier, every status (its task tiers are not counted)
     freshness: list[PoolFreshness]
     dead_letters: int  # in the project's shard (dead letters are kept per shard, not per project)
 
@@ -62,6 +64,7 @@ def project_rows(connection: redis.Redis, projects: list[str], shards: int) -> l
         pipe.hmget(keys.log_head(project_id), ["seq", "durable_at"])
         pipe.scard(keys.agents(project_id))
         pipe.hlen(keys.summary_threads(project_id))
+        pipe.hlen(keys.facts_by_id(TierKey.for_project(project_id)))
         for _, head, moved in POOL_HEADS:
             pipe.hmget(head(project_id), ["seq", moved])
         pipe.xlen(keys.dead_letter_stream(keys.shard_of(project_id, shards)))
@@ -70,13 +73,15 @@ def project_rows(connection: redis.Redis, projects: list[str], shards: int) -> l
     for project_id in projects:
         seq_raw, durable_raw = next(replies)
         seq = int(_text(seq_raw)) if seq_raw is not None else 0
-        agents, threads = int(next(replies)), int(next(replies))
+        agents, threads, facts = int(next(replies)), int(next(replies)), int(next(replies))
         freshness = []
         for pool, _, _ in POOL_HEADS:
             done_raw, moved_raw = next(replies)
             done = int(_text(done_raw)) if done_raw is not None else 0
             freshness.append(PoolFreshness(pool, done, max(0, seq - done), _float(moved_raw)))
-        rows.append(ProjectRow(project_id, seq, _float(durable_raw), agents, threads, freshness, int(next(replies))))
+        rows.append(
+            ProjectRow(project_id, seq, _float(durable_raw), agents, threads, facts, freshness, int(next(replies)))
+        )
     return rows
 
 

@@ -316,6 +316,51 @@ def test_a_wrong_token_stays_on_the_login_page(browser: Browser, stack: LiveStac
         context.close()
 
 
+def test_a_decision_is_followed_from_its_minute_to_its_fact_and_the_minute_that_replaced_it(watched: Page) -> None:
+    # The team's first word on the docs site, as an agent minuted it: the oldest decision that names Sphinx.
+    watched.goto(f"{PROJECT}/timeline?event_type=decision&n=1000")
+    first = watched.locator("main tbody tr", has_text="Sphinx").last
+    assert "we use sphinx" in first.inner_text().lower()
+    first.locator('a[href*="/minutes/"]').first.click()
+    assert "we use sphinx for the docs site" in watched.locator("main").inner_text().lower()
+    # The minute page names the fact the facts pool made of it; the fact was later replaced.
+    watched.locator('main a[href*="/facts/"]', has_text="Sphinx").first.click()
+    fact = watched.locator("main").inner_text()
+    assert "Sphinx" in fact and "superseded" in fact
+    # Its slot's history leads to the value that replaced it, and that fact to the minute that decided it.
+    watched.locator("main table tbody tr", has_text="MkDocs").locator('a[href*="/facts/"]').first.click()
+    assert "(this fact)" in watched.locator("main tr.knowledge-this").inner_text()
+    assert "MkDocs" in watched.locator("main tr.knowledge-this").inner_text()
+    watched.locator('main dd a[href*="/minutes/"]').first.click()
+    replaced_by = watched.locator("main").inner_text()
+    assert "switch the docs site from sphinx to mkdocs" in replaced_by.lower() and "decision" in replaced_by
+
+
+def test_a_fact_asserted_from_the_console_is_a_minute_in_the_timeline(watched: Page) -> None:
+    watched.goto(f"{PROJECT}/knowledge")
+    form = watched.locator("form.knowledge-form", has=watched.locator("#assert-title"))
+    form.get_by_label("Subject").fill("service:console-probe")
+    form.get_by_label("Attribute").fill("owner")
+    form.get_by_label("Value").fill("Dana Whitfield")
+    form.get_by_role("button", name="Assert").click()
+    # The page says which minute carries the change, linked.
+    done = watched.locator(".knowledge-done")
+    assert "Asserted" in done.inner_text()
+    minute_path = str(done.locator('a[href*="/minutes/"]').first.get_attribute("href"))
+    # Once the log pool has made it durable, the timeline shows it as a knowledge change like any other.
+    deadline = time.monotonic() + CAUGHT_UP_S
+    while True:
+        watched.goto(f"{PROJECT}/timeline?event_type=fact_asserted")
+        row = watched.locator("main tbody tr", has=watched.locator(f'a[href="{minute_path}"]'))
+        if row.count():
+            break
+        assert time.monotonic() < deadline, f"{minute_path} on the timeline within {CAUGHT_UP_S} s"
+        time.sleep(0.5)
+    assert "fact_asserted" in row.first.inner_text()
+    watched.goto(minute_path)
+    assert "Dana Whitfield" in watched.locator("main").inner_text()
+
+
 def test_the_timeline_screenshot(watched: Page, tmp_path: Path) -> None:
     """The picture docs/console.png shows, taken from the live stack; written there only when asked to."""
     watched.goto(f"{PROJECT}/timeline")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -10,6 +12,7 @@ def test_the_projects_page_lists_each_project_with_its_minutes_and_links_to_its_
     page = console.get("/ui")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'href="/ui/projects/apollo"' in page.text and 'href="/ui/projects/borealis"' in page.text
+    assert 'href="/ui/projects/apollo/knowledge"' in page.text  # its facts, counted, link to what it knows
     overview = console.get("/ui/projects/apollo")
     assert overview.status_code == 200
     assert "Freshness per pool" in overview.text and ">80<" in overview.text  # 80 minutes logged
@@ -97,3 +100,20 @@ def test_the_console_can_be_left_out(reader: object, redis_client: object, setti
     with TestClient(create_app(reader, redis_client, settings.shards)) as client:  # type: ignore[arg-type, attr-defined]
         assert client.get("/ui").status_code == 404
         assert client.get("/healthz").status_code == 200
+
+
+def test_a_redis_that_does_not_answer_is_a_page_that_says_so_never_a_traceback(reader: object, settings: Any) -> None:
+    import redis
+
+    from tests.conftest import free_port
+    from workers.api.app import create_app
+    from workers.console.routes import CONSOLE
+
+    gone = redis.Redis(port=free_port(), socket_connect_timeout=0.5)  # nothing listens there
+    app = create_app(reader, gone, settings.shards, pages=CONSOLE, settings=settings)  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        for path in ("/ui", "/ui/projects/apollo", "/ui/pools"):
+            answer = client.get(path)
+            assert answer.status_code == 503, (path, answer.text)
+            assert "A store is unavailable" in answer.text and "Redis did not answer" in answer.text
+            assert "Traceback" not in answer.text and answer.headers["content-type"].startswith("text/html")
