@@ -522,6 +522,18 @@ class LogWriter:
             self._projects.clear()
 
 
+def _counted(seg: Path, offset: int, payload: bytes, seq: int) -> LogRecord:
+    """The record at `offset`, which counting from a known seq says is `seq`: a record that says otherwise means
+    the segment's seqs are not contiguous, and every record skipped uncounted may be wrong, so it is an error."""
+    record = _decode_record(payload)
+    if record.seq != seq:
+        raise LogError(
+            f"{seg}: the record at byte {offset} holds seq {record.seq} where seq {seq} belongs; the segment's "
+            "seqs are not contiguous, as the log writes them: restore the log from backup"
+        )
+    return record
+
+
 class LogReader:
     """Reads the log while writers append. Safe to share between threads of one process."""
 
@@ -601,7 +613,7 @@ class LogReader:
             if seq % MARK_EVERY == 0:
                 marks[seq] = offset
             if before_seq is None or seq < before_seq:
-                yield _decode_record(payload)
+                yield _counted(seg, offset, payload, seq)
 
     def count(self, project_id: str) -> int:
         """How many minutes the project's log holds."""
@@ -649,7 +661,7 @@ class LogReader:
             if seq % MARK_EVERY == 0:
                 marks[seq] = start
             if seq > after_seq:
-                yield _decode_record(payload)
+                yield _counted(seg, start, payload, seq)
             seq += 1
 
     def _refresh_index(self, project_id: str) -> dict[str, tuple[Path, int]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts import Minute, encode_minute
-from pvm.frames import iter_frames
+from pvm.frames import iter_frames, pack_frame
 from pvm.stores import log as log_store
 from pvm.stores.log import LogError, LogReader, LogWriter
 
@@ -93,6 +93,21 @@ def test_corruption_inside_a_sealed_segment_is_an_error(tmp_path: Path) -> None:
     segments[0].write_bytes(bytes(data))
     with pytest.raises(LogError, match="sealed segment"):
         LogWriter(tmp_path).open("p")
+
+
+def test_a_segment_whose_seqs_skip_one_is_an_error_never_a_record_misread(tmp_path: Path) -> None:
+    # Reading counts seqs from a known one instead of decoding what it steps over; a segment that breaks the
+    # writer's contiguity (a third record cut out by hand) must fail loudly, not shift every seq after the gap.
+    LogWriter(tmp_path).append("p", entries("p", 6))
+    [segment] = (tmp_path / "p").glob("*.seg")
+    with open(segment, "rb") as f:
+        payloads = [payload for _, _, payload in iter_frames(f)]
+    segment.write_bytes(b"".join(pack_frame(p) for i, p in enumerate(payloads) if i != 2))  # seqs 1, 2, 4, 5, 6
+    reader = LogReader(tmp_path)
+    with pytest.raises(LogError, match="not contiguous"):
+        list(reader.history("p"))
+    with pytest.raises(LogError, match="not contiguous"):
+        list(reader.backward("p"))
 
 
 def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
