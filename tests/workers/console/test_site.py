@@ -117,3 +117,16 @@ def test_a_redis_that_does_not_answer_is_a_page_that_says_so_never_a_traceback(r
             assert answer.status_code == 503, (path, answer.text)
             assert "A store is unavailable" in answer.text and "Redis did not answer" in answer.text
             assert "Traceback" not in answer.text and answer.headers["content-type"].startswith("text/html")
+
+
+def test_every_pvm_command_a_page_names_is_one_the_cli_has() -> None:
+    import argparse
+    import re
+    from pathlib import Path
+
+    from workers.ops.cli import build_parser
+
+    [commands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    templates = Path(__file__).resolve().parents[3] / "workers" / "console" / "templates"
+    named = {m for t in templates.glob("*.html") for m in re.findall(r"<code>pvm ([a-z-]+)", t.read_text())}
+    assert named and named <= set(commands.choices), named - set(commands.choices)
