@@ -205,6 +205,14 @@ def knowledge_change_refused(event_type: str) -> str:
     )
 
 
+def prefer_param(request: Request) -> str | None:
+    """The `prefer` query parameter: one of `pvm.search.PREFERENCES`, or None when absent; 400 naming it otherwise."""
+    prefer = request.query_params.get("prefer") or None
+    if prefer is not None and prefer not in PREFERENCES:
+        raise BadRequest(f"query parameter prefer={prefer!r} is not one of {', '.join(PREFERENCES)} (or absent)")
+    return prefer
+
+
 def thread_param(request: Request, value: str | None = None) -> ThreadRef | None:
     """The thread a request names (the `thread` query parameter unless given), or None; 400 naming it otherwise."""
     raw = request.query_params.get("thread") if value is None else value
@@ -425,12 +433,6 @@ def create_app(
         if request.query_params.get("format") == "text":
             return Response(package.render(), media_type="text/plain; charset=utf-8")
         return package.to_dict()
-
-    def prefer_param(request: Request) -> str | None:
-        prefer = request.query_params.get("prefer") or None
-        if prefer is not None and prefer not in PREFERENCES:
-            raise BadRequest(f"query parameter prefer={prefer!r} is not one of {', '.join(PREFERENCES)} (or absent)")
-        return prefer
 
     def search(request: Request, body: bytes) -> Any:
         query = request.query_params.get("q")

@@ -15,8 +15,8 @@ from starlette.routing import Route
 from contracts.memory import FactHit, SearchHit, SummaryHit
 from pvm.search import DEFAULT_KINDS, KINDS, PREFERENCES, Hit
 from workers.api import fields
-from workers.api.app import filters_from_query
-from workers.api.request import BadRequest, Unavailable, list_param
+from workers.api.app import filters_from_query, prefer_param
+from workers.api.request import Unavailable, list_param
 from workers.console.site import Page, Site, Visit
 
 SOURCES_SHOWN = 12  # source minutes a fact or summary hit links; the rest are counted
@@ -100,14 +100,6 @@ def part_names(rows: list[HitRow]) -> list[str]:
     return [p for p in PARTS if p in seen] + sorted(seen - set(PARTS))
 
 
-def prefer_param(visit: Visit) -> str | None:
-    """`prefer` as the API reads it: one of PREFERENCES, or None when absent."""
-    prefer = visit.param("prefer") or None
-    if prefer is not None and prefer not in PREFERENCES:
-        raise BadRequest(f"query parameter prefer={prefer!r} is not one of {', '.join(PREFERENCES)} (or absent)")
-    return prefer
-
-
 def form_values(visit: Visit, kinds: tuple[str, ...]) -> dict[str, Any]:
     """The form's fields as sent, to show them again."""
     names = ("q", "k", "prefer", "task_id", "thread_id", "since_ms", "until_ms", "min_composite", "include_pruned")
@@ -125,7 +117,7 @@ def search_page(visit: Visit) -> Page:
     kinds = fields.SEARCH_KINDS.choices(request) or DEFAULT_KINDS
     k = fields.SEARCH_K.integer(request)
     filters = filters_from_query(request)
-    prefer = prefer_param(visit)
+    prefer = prefer_param(visit.request)
     form = form_values(visit, kinds)
     values: dict[str, Any] = {
         "form": form,
