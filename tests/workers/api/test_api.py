@@ -28,26 +28,16 @@ from pvm.stores.log import LogReader, LogWriter
 from pvm.stores.summaries import SummaryStore
 from pvm.vectors.edge import EdgeEngine
 from tests import openai_server as fake_provider
-from tests.memory_helpers import log_minutes, run_index_worker, use_settings
+from tests.memory_helpers import run_index_worker, use_settings
 from tests.openai_server import OpenAIServer, embed_text
 from tests.pvm.test_search import memory_point
 from workers.api.app import MAX_BODY_BYTES, bearer_token_matches, create_app, is_loopback
 from workers.api.auth import TokenFile, token_sha256
-from workers.ops.demo import sample_session
 from workers.runtime.queues import pool_queue
 from workers.summarize.pool import SummarizeContext, summarize_batch
 from workers.summarize.threads import ThreadShape
 
 TOKEN = "s3cret-pvm-test-token"
-
-
-@pytest.fixture
-def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContextReader]:
-    use_settings(settings, monkeypatch)
-    log_minutes(redis_client, settings, list(sample_session("apollo", 80, seed=2)))
-    log_minutes(redis_client, settings, list(sample_session("borealis", 20, seed=4)))
-    yield ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
-    engines.close_shared()
 
 
 @pytest.fixture

@@ -10,30 +10,17 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from pvm import engines
 from pvm.config import Settings
 from pvm.reader import ContextReader
-from pvm.stores.log import LogReader
-from tests.memory_helpers import log_minutes, use_settings
 from tests.workers.api.test_api import write_tokens
 from workers.api.app import create_app
 from workers.api.auth import TokenFile
 from workers.console.routes import CONSOLE
-from workers.ops.demo import sample_session
 
 TEAM_A = "team-a-console-token"
 OPS = "ops-console-token"
 # What a browser sends with a form of this console (TestClient's base URL is http://testserver).
 ORIGIN = {"Origin": "http://testserver"}
-
-
-@pytest.fixture
-def reader(redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContextReader]:
-    use_settings(settings, monkeypatch)
-    log_minutes(redis_client, settings, list(sample_session("apollo", 80, seed=2)))
-    log_minutes(redis_client, settings, list(sample_session("borealis", 20, seed=4)))
-    yield ContextReader(redis_client, LogReader(settings.log_dir), engines.searcher_for(settings))  # type: ignore[arg-type]
-    engines.close_shared()
 
 
 @pytest.fixture
