@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,7 @@ from contracts.fact_changes import LEARNED_SUBJECT
 from contracts.facts import FACT_ID_PATTERN, GLOBAL_KEY, FactStatus, FactType, Tier, TierKey
 from contracts.minute import ID_PATTERN, MAX_ID_LENGTH
 from pvm.stores.fact_projection import StoredFact, order_key_ms
+from workers.api.auth import TokenScope
 from workers.api.request import BadRequest, NotFound
 from workers.console.site import Page, Site, Visit
 
@@ -297,26 +299,30 @@ def learn_action(visit: Visit) -> Page | Response:
 
 def promote_action(visit: Visit) -> Page | Response:
     """Promote a pending fact in place, or copy a current one a tier up (``POST …/facts/{id}/promote``)."""
-    body = _filled(visit.form, ("to_tier",))
-    try:
-        answer = _answer(visit.stores.facts.promote(visit.request, _json(body), visit.scope))
-    except NotFound:
-        raise
-    except BadRequest as exc:
-        return _fact(visit, _problem("promote", exc))
-    return _back(visit, f"facts/{visit.request.path_params['fact_id']}", "promoted", answer)
+    return _fact_change(visit, visit.stores.facts.promote, ("to_tier",), "promote", "promoted")
 
 
 def retract_action(visit: Visit) -> Page | Response:
     """Retract a fact, with an optional reason (``POST …/facts/{id}/retract``)."""
-    body = _filled(visit.form, ("reason",))
+    return _fact_change(visit, visit.stores.facts.retract, ("reason",), "retract", "retracted")
+
+
+def _fact_change(
+    visit: Visit,
+    handler: Callable[[Request, bytes, TokenScope], Any],
+    fields: tuple[str, ...],
+    form: str,
+    done: str,
+) -> Page | Response:
+    """A change to one fact through the API's `handler`: back to the fact page with the change's minute, or the
+    fact page again with the API's refusal at its buttons (an unknown fact stays a 404 page)."""
     try:
-        answer = _answer(visit.stores.facts.retract(visit.request, _json(body), visit.scope))
+        answer = _answer(handler(visit.request, _json(_filled(visit.form, fields)), visit.scope))
     except NotFound:
         raise
     except BadRequest as exc:
-        return _fact(visit, _problem("retract", exc))
-    return _back(visit, f"facts/{visit.request.path_params['fact_id']}", "retracted", answer)
+        return _fact(visit, _problem(form, exc))
+    return _back(visit, f"facts/{visit.request.path_params['fact_id']}", done, answer)
 
 
 def routes(site: Site) -> list[Route]:

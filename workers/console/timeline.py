@@ -25,6 +25,7 @@ from contracts import FACT_EVENT_TYPES, KNOWN_EVENT_TYPES, Minute, keys
 from contracts.errors import InvalidMinute
 from contracts.fact_changes import fact_change
 from contracts.facts import GLOBAL_KEY, Fact, Tier, TierKey
+from contracts.minute import parse_timestamp
 from contracts.summaries import THREAD_SOURCES, Chunk, Episode, SummaryError, ThreadKind, ThreadRef, thread_of
 from pvm.stores.log import LogRecord
 from workers.api.request import OUTAGES, BadRequest, NotFound
@@ -72,10 +73,9 @@ def minute_ms(timestamp: object) -> int | None:
     if not isinstance(timestamp, str):
         return None
     try:
-        at = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+        return int(parse_timestamp(timestamp).timestamp() * 1000)
+    except InvalidMinute:
         return None
-    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 @dataclass(frozen=True)
