@@ -35,10 +35,10 @@ def test_the_pipeline_target_depends_on_the_number_of_projects() -> None:
 @pytest.mark.slow
 def test_the_pipeline_phase_makes_every_minute_durable_and_reports_each_process_cpu() -> None:
     # 5,000 minutes through a real dispatcher, log worker and Valkey: every minute durable once, and the CPU each
-    # of the three used per minute read from /proc from the first durable minute on (never None on Linux). /proc
-    # counts in 10 ms ticks and on a fast host the whole run is ~125 ms, so only the log worker, which does the
-    # work, is sure to show any: the dispatcher may have read every entry by then and Valkey may use under a tick
-    # (it showed 0 at 40k minutes/s on an AMD EPYC host).
+    # of the three used per minute read from /proc from the last poll before the first durable minute (never None
+    # on Linux, even when every minute is durable by the first poll that sees any, as on a fast host, where the
+    # run takes ~125 ms). /proc counts in 10 ms ticks, so only the log worker, which does the work, is sure to
+    # show any: Valkey may use under a tick (it showed 0 at 40k minutes/s on an AMD EPYC host).
     from bench.harness import Progress
     from bench.ingest import build_minutes, phase_pipeline
 
