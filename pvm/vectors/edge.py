@@ -146,6 +146,7 @@ from pvm.vectors import (
 )
 from pvm.vectors.hot import GENERATIONS, HOT_DIRECTORY, HOT_INDEXED, HotWindow
 from pvm.vectors.lexical import LexicalEncoder
+from pvm.vectors.ranking_memo import RankingMemo
 from pvm.vectors.thread_reads import ThreadReads
 
 try:
@@ -234,6 +235,7 @@ class EdgeEngine:
         self._closed = False
         self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
         self._thread_reads = ThreadReads()  # what search read of threads, until a write could change it
+        self._ranking = RankingMemo()  # candidates' ranking payloads, until a write could change them
         self._sweep()
         self._hot: HotWindow | None = None
         if hot_minutes:
@@ -301,8 +303,11 @@ class EdgeEngine:
         """Upsert points already built for the project's shard (created on first use), in chunks."""
         with self._shard(project_id, create=True) as shard:
             assert shard is not None
-            for start in range(0, len(points), UPSERT_CHUNK):
-                shard.update(qe.UpdateOperation.upsert_points(list(points[start : start + UPSERT_CHUNK])))
+            try:
+                for start in range(0, len(points), UPSERT_CHUNK):
+                    shard.update(qe.UpdateOperation.upsert_points(list(points[start : start + UPSERT_CHUNK])))
+            finally:  # after the write (a read that began before it is not kept), and when it failed part-way
+                self._ranking.written(project_id, [p.id for p in points])
 
     def query(
         self,
@@ -366,8 +371,22 @@ class EdgeEngine:
         with self._shard(require_project(project_id), create=False) as shard:
             if shard is None or not point_ids:
                 return {}
-            records = shard.retrieve(list(point_ids), with_payload=_RANKING_SELECTOR, with_vector=False)
-        return {str(r.id): _ranking_payload(r.payload) for r in records if r.payload}
+            found = self._ranking_of(shard, project_id, point_ids)
+        return {str(pid): payload for pid, payload in found.items()}
+
+    def _ranking_of(self, shard: qe.EdgeShard, project_id: str, point_ids: Iterable[Any]) -> dict[Any, dict[str, Any]]:
+        """The ranking payloads of these points of the shard, by point id: those kept (`RankingMemo`), and the rest
+        read by id in one call and kept. A point that is not there is absent."""
+        wanted = list(dict.fromkeys(point_ids))
+        generation = self._ranking.generation(project_id)
+        found = self._ranking.get(project_id, wanted)
+        missing = [pid for pid in wanted if pid not in found]
+        if missing:
+            records = shard.retrieve(missing, with_payload=_RANKING_SELECTOR, with_vector=False)
+            read = {r.id: _ranking_payload(r.payload) for r in records if r.payload}
+            self._ranking.keep(project_id, generation, read)
+            found.update(read)
+        return found
 
     def _legs(
         self,
@@ -382,14 +401,15 @@ class EdgeEngine:
         fused: bool = False,
     ) -> tuple[list[Hit], list[Hit], list[Hit] | None]:
         """`query`'s legs on the project's shard: the lexical hits, the dense hits and the engine's fused ones
-        (None unless both legs ran fused). Payloads whole (`with_payload` True), their ranking fields (False) or
-        none (None: each hit's payload is None)."""
+        (None unless both legs ran fused). Payloads whole (`with_payload` True), their ranking fields (False: the
+        legs return ids and scores, and the payloads come from `_ranking_of`) or none (None: each hit's payload
+        is None)."""
         must = _edge_filter(conditions(project_id, filters, facts))
         sparse = self._lexical.query(text or "")
         lexical_query = qe.Query.Nearest(sparse, using=LEXICAL) if sparse.indices else None
         dense_query = qe.Query.Nearest(dense_vector, using=DENSE) if dense_vector is not None else None
         both = lexical_query is not None and dense_query is not None
-        selector: Any = True if with_payload else _RANKING_SELECTOR if with_payload is False else False
+        selector: Any = bool(with_payload)
         fuse = both and fused
 
         def leg(query: Any, fetch: int, payload: Any = selector, at_least: float | None = None) -> Any:
@@ -426,12 +446,16 @@ class EdgeEngine:
                 results = shard.query_batch(qe.QueryBatchRequest([*legs, fused_request]))
             asked = [functools.partial(leg, q) for q in leg_queries]
             hits = _whole_ties(shard, asked, results[: len(legs)], limit, selector)
-        read = _unpack if with_payload else _ranking_payload
+            if fused_request is not None:
+                hits.append([(p.id, p.score, p.payload) for p in results[2]])
+            read: Callable[[dict[str, Any]], dict[str, Any]] = _unpack
+            if with_payload is False:
+                kept = self._ranking_of(shard, project_id, (pid for leg_hits in hits for pid, _, _ in leg_hits))
+                hits = [[(pid, score, kept.get(pid)) for pid, score, _ in leg_hits] for leg_hits in hits]
+                read = _as_is
         lexical_hits = self._lexical_hits(hits[0], read) if lexical_query is not None else []
         dense_hits = _hits(hits[1 if both else 0], read) if dense_query is not None else []
-        fused_hits = (
-            _hits(((p.id, p.score, p.payload) for p in results[2]), read) if fused_request is not None else None
-        )
+        fused_hits = _hits(hits[-1], read) if fused_request is not None else None
         return lexical_hits, dense_hits, fused_hits
 
     def _lexical_hits(self, points: Iterable[Hit], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:
@@ -611,14 +635,17 @@ class EdgeEngine:
         with self._shard(project_id, create=False) as shard:
             if shard is None:
                 return 0
-            for pid, stored in updates:
-                try:
-                    shard.update(qe.UpdateOperation.set_payload([pid], stored))
-                except Exception as exc:
-                    if "No point with id" not in str(exc):
-                        raise _edge_error(self.path / project_id, exc) from exc
-                    continue
-                done += 1
+            try:
+                for pid, stored in updates:
+                    try:
+                        shard.update(qe.UpdateOperation.set_payload([pid], stored))
+                    except Exception as exc:
+                        if "No point with id" not in str(exc):
+                            raise _edge_error(self.path / project_id, exc) from exc
+                        continue
+                    done += 1
+            finally:
+                self._ranking.written(project_id, [pid for pid, _ in updates])
         return done
 
     def delete_project(self, project_id: str) -> None:
@@ -639,6 +666,7 @@ class EdgeEngine:
             if (self.path / project_id).exists():
                 shutil.rmtree(self.path / project_id)
             self._thread_reads.forget(project_id)
+            self._ranking.forget(project_id)
         if self._hot is not None:
             self._hot.drop(project_id)
 
@@ -786,6 +814,7 @@ class EdgeEngine:
                 ) from exc
             self._set_aside(project_id, directory, exc)
             self._thread_reads.forget(project_id)
+            self._ranking.forget(project_id)
             return self._create(project_id, directory)
         try:
             self._configure(shard, directory)
@@ -956,6 +985,10 @@ def _whole_ties(
                 hits = with_payloads(hits, read)
         out.append(hits)
     return out
+
+
+def _as_is(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload
 
 
 def _hits(points: Iterable[Hit], read: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Hit]:

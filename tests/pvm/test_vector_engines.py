@@ -412,6 +412,62 @@ def test_thread_reads_see_every_write_since_the_last_read(engine: Any) -> None:
     assert whole("th-a") == ["n0"]
 
 
+def test_ranking_payloads_see_every_write_since_the_last_read(engine: Any) -> None:
+    # The embedded engine keeps the candidates' ranking payloads (`RankingMemo`); every engine must answer as if it
+    # read them each time: new scores from an annotation, a minute written again with another thread and time, the
+    # project deleted and written anew.
+    engine.upsert([memory_point("alpha", f"a{i}", "gateway step", timestamp_ms=T0 + i) for i in range(3)])
+
+    def slim() -> dict[str, tuple[Any, ...]]:
+        found = engine.query("alpha", "gateway", None, SearchFilters(), 10, with_payload=False)
+        return {
+            c.minute_id: (c.payload["timestamp_ms"], c.payload.get("thread_id"), c.payload["scores"]["composite"])
+            for c in found
+        }
+
+    for _ in range(2):  # read twice: the second may come from what the first kept
+        assert slim() == {f"a{i}": (T0 + i, "th-1", 0.5) for i in range(3)}
+    engine.annotate("alpha", {"a1": {"scores": {"composite": 0.9, "relevance": 0.9}}})
+    assert slim()["a1"][2] == 0.9
+    engine.upsert([memory_point("alpha", "a2", "gateway step", timestamp_ms=T0 + 50, thread_id="th-2")])
+    assert slim()["a2"] == (T0 + 50, "th-2", 0.5)
+    engine.delete_project("alpha")
+    assert slim() == {}
+    engine.upsert([memory_point("alpha", "a0", "gateway step", timestamp_ms=T0 + 7, thread_id="th-3", composite=0.2)])
+    assert slim() == {"a0": (T0 + 7, "th-3", 0.2)}
+
+
+def test_edge_reads_a_candidates_ranking_payload_once_until_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = EdgeEngine(tmp_path / "edge")
+    try:
+        engine.upsert([memory_point("alpha", f"a{i}", "gateway step", timestamp_ms=T0 + i) for i in range(3)])
+        read: list[int] = []
+        ranking_of = engine._ranking_of
+
+        def counted(shard: Any, project_id: str, point_ids: Any) -> Any:
+            found = ranking_of(shard, project_id, point_ids)
+            read.append(len(engine._ranking))
+            return found
+
+        monkeypatch.setattr(engine, "_ranking_of", counted)
+        first = engine.query("alpha", "gateway", None, SearchFilters(), 10, with_payload=False)
+        again = engine.query("alpha", "gateway", None, SearchFilters(), 10, with_payload=False)
+        assert [c.payload for c in again] == [c.payload for c in first]
+        assert all(a.payload is b.payload for a, b in zip(again, first, strict=True))  # the kept ones, not re-read
+        assert read == [3, 3]
+        engine.upsert([memory_point("alpha", "a0", "gateway step", timestamp_ms=T0 + 9)])
+        assert len(engine._ranking) == 2  # the written point is let go; the others stay
+        after = {
+            c.minute_id: c.payload["timestamp_ms"]
+            for c in engine.query("alpha", "gateway", None, SearchFilters(), 10, with_payload=False)
+        }
+        assert after == {"a0": T0 + 9, "a1": T0 + 1, "a2": T0 + 2}
+    finally:
+        engine.close()
+
+
 def test_edge_reads_a_thread_nobody_wrote_since_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = EdgeEngine(tmp_path / "edge")
     try:

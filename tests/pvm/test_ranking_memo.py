@@ -1,0 +1,46 @@
+"""`RankingMemo`: the candidates' ranking payloads the embedded engine keeps, and when it lets them go."""
+
+from __future__ import annotations
+
+from pvm.vectors.ranking_memo import RankingMemo
+
+
+def payload(n: int) -> dict[str, object]:
+    return {"minute_id": f"m{n}", "scores": {"composite": n / 10}}
+
+
+def test_a_read_that_a_write_overtook_is_used_but_not_kept() -> None:
+    memo = RankingMemo()
+    taken = memo.generation("alpha")
+    memo.written("alpha", [7])  # lands while the read runs: the payloads it read may predate it
+    memo.keep("alpha", taken, {1: payload(1)})
+    assert memo.get("alpha", [1]) == {}
+    # A write to another project does not hold this one's reads back.
+    taken = memo.generation("alpha")
+    memo.written("beta", [1])
+    memo.keep("alpha", taken, {1: payload(1)})
+    assert memo.get("alpha", [1]) == {1: payload(1)}
+    assert memo.get("beta", [1]) == {}
+
+
+def test_a_write_drops_the_points_it_touches_and_a_forget_the_project() -> None:
+    memo = RankingMemo()
+    memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2)})
+    memo.keep("beta", memo.generation("beta"), {1: payload(1)})
+    memo.written("alpha", [2, 99])
+    assert memo.get("alpha", [1, 2]) == {1: payload(1)}
+    memo.forget("alpha")
+    assert memo.get("alpha", [1, 2]) == {}
+    assert memo.get("beta", [1]) == {1: payload(1)}  # the same point id in another project is its own
+
+
+def test_what_is_kept_is_bounded_least_recently_used_first() -> None:
+    memo = RankingMemo(kept=3)
+    memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2), 3: payload(3)})
+    assert set(memo.get("alpha", [1])) == {1}  # 1 is now the most recently used
+    memo.keep("alpha", memo.generation("alpha"), {4: payload(4)})
+    assert len(memo) == 3
+    assert set(memo.get("alpha", [1, 2, 3, 4])) == {1, 3, 4}
+    nothing = RankingMemo(kept=0)
+    nothing.keep("alpha", nothing.generation("alpha"), {1: payload(1)})
+    assert len(nothing) == 0
