@@ -213,10 +213,13 @@ class EdgeEngine:
         lexical: LexicalEncoder | None = None,
         hot_minutes: int = 0,
         indexed: Collection[str] | None = None,
+        ranking: RankingMemo | None = None,
     ) -> None:
         """`hot_minutes` > 0 keeps, under ``<path>/.hot``, a hot window of each large project's newest `hot_minutes`
         to twice that many minutes, which its lexical searches read first (`pvm.vectors.hot`).
-        `indexed`: the payload fields new shards index (None: every filtered one, `_payload_indexes`)."""
+        `indexed`: the payload fields new shards index (None: every filtered one, `_payload_indexes`).
+        `ranking`: where the candidates' ranking payloads are kept (`RankingMemo`; a new one by default): the hot
+        window's generations share their archive's, whose points they copy, so a point is kept once."""
         if dense_dimensions is not None and dense_dimensions < 1:
             raise ValueError(f"dense_dimensions must be positive or None, got {dense_dimensions}")
         if hot_minutes < 0:
@@ -235,7 +238,7 @@ class EdgeEngine:
         self._closed = False
         self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
         self._thread_reads = ThreadReads()  # what search read of threads, until a write could change it
-        self._ranking = RankingMemo()  # candidates' ranking payloads, until a write could change them
+        self._ranking = RankingMemo() if ranking is None else ranking  # until a write could change them
         self._sweep()
         self._hot: HotWindow | None = None
         if hot_minutes:
@@ -251,6 +254,7 @@ class EdgeEngine:
                             search_threads=search_threads,
                             lexical=self._lexical,
                             indexed=HOT_INDEXED,
+                            ranking=self._ranking,
                         )
                     )
             except BaseException:

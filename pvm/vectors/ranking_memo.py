@@ -18,7 +18,9 @@ so it knows every write, and this never serves a payload older than the point:
   used for that search and not kept.
 
 At most `RANKING_PAYLOADS_KEPT` points are kept (~0.9 KB each with their
-payloads: ~45 MB), least recently used dropped first. The payloads are shared
+payloads: ~45 MB), least recently used dropped first. The hot window's
+generations (`pvm.vectors.hot`) share their archive's memo: they hold copies
+of the same points, and a write to any of them drops the point for all. The payloads are shared
 by every search that finds the point: read them, never write them (as the
 thread reads' candidates, `pvm.vectors.thread_reads`).
 """
