@@ -191,7 +191,7 @@ class MinuteMemo:
     def __init__(self, size: int = defaults.CONTEXT_MINUTE_MEMO) -> None:
         self.size = size
         self._known: dict[bytes, tuple[dict[str, Any], str]] = {}
-        self._lines: dict[str, str] = {}
+        self._lines: dict[tuple[Any, str], str] = {}  # (project, minute id): ids are unique within a project only
         self._lock = threading.Lock()
 
     def fields(self, raw: bytes) -> dict[str, Any]:
@@ -206,13 +206,13 @@ class MinuteMemo:
                     self._lines.clear()
                 self._known[raw] = found
                 if isinstance(fields.get("id"), str):
-                    self._lines[fields["id"]] = found[1]
+                    self._lines[(fields.get("project_id"), fields["id"])] = found[1]
         return dict(found[0])
 
     def line(self, minute: dict[str, Any]) -> str:
         """`minute_line(minute)`: remembered for a minute this memo decoded, written anew for any other."""
         minute_id = minute.get("id")
-        found = self._lines.get(minute_id) if isinstance(minute_id, str) else None
+        found = self._lines.get((minute.get("project_id"), minute_id)) if isinstance(minute_id, str) else None
         return found if found is not None else minute_line(minute)
 
 

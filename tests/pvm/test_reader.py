@@ -365,6 +365,22 @@ def test_a_second_context_reads_remembered_minutes_as_the_first_and_callers_get_
     assert [m["id"] for m in second.recent] == [m.id for m in minutes[-50:]]
 
 
+def test_a_minute_id_another_project_also_used_is_costed_by_this_projects_minute(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    # Minute ids are unique within a project, not across projects: the reader's memo of prompt lines must not
+    # cost beta's minute by alpha's line of the same id (a long note against a short one).
+    alpha = Minute(project_id="alpha", event_type="message", agent_id="coder", memory_note="long " * 200)
+    beta = Minute(id=alpha.id, project_id="beta", event_type="message", agent_id="coder", memory_note="short")
+    log_minutes(redis_client, settings, [alpha, beta], index=False)
+    redis_client.delete(keys.recent_window("beta"), keys.minute_by_id("beta"))  # beta's minute comes from the log
+    reader.build_context("alpha", "coder")
+    costed = reader.build_context("beta", "coder").budget
+    fresh = ContextReader(redis_client, LogReader(settings.log_dir), reader.searcher)
+    assert costed == fresh.build_context("beta", "coder").budget
+    assert costed.sections["recent"] < 100  # alpha's note alone is ~250 tokens
+
+
 def _clients(connection: redis.Redis) -> int:
     return len(connection.client_list())
 
