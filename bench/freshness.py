@@ -31,7 +31,13 @@ index pool), and this process is an agent beside it:
               it made, their mean size and the mean time a job took, and the
               pools' own mean time from a stream entry to each stage
               (stages_<rate>), and whether the pipeline kept up (every probe found while the offer ran, or soon
-              after). When the pipeline cannot keep up with a rate, the latency
+              after). And what each process used of the machine over the offer
+              and its drain (cpu_<rate>, from /proc): per process of the stack
+              with its children, Valkey, this process (emitter and poller) and
+              the whole machine, as cores and as CPU µs per minute offered;
+              stack_us_per_minute, all of them per minute, is the work a rate
+              asks of the machine (at 5,000/s, 200 µs a minute is one core).
+              When the pipeline cannot keep up with a rate, the latency
               is a backlog that grows with the run's length: it is reported as
               measured, with `kept_up` false.
 
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import random
 import sys
 import threading
@@ -67,14 +74,17 @@ from bench.harness import (
     BenchError,
     Progress,
     argument_parser,
+    machine_busy,
     machine_line,
     measuring,
     parse,
     percentile,
     polls,
+    process_table,
     report,
     target_texts,
     temp_home,
+    tree_cpu,
     verdicts,
 )
 from bench.machine import machine
@@ -360,6 +370,33 @@ def stage_figures(before: Counts, after: Counts) -> dict[str, Any]:
     return {"batches": batches, "freshness_mean_ms": fresh}
 
 
+def cpu_now(stack: Stack, valkey_pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far, by role: each process of the stack with its descendants (by its name in
+    `Stack.children`), Valkey, this process (the emitter and the poller), and the whole machine (busy time of all
+    its cores, `machine`)."""
+    table = process_table()
+    out = {name: tree_cpu(table, [child.pid]) for name, child in stack.children.items()}
+    if valkey_pid is not None and valkey_pid in table:
+        out["valkey"] = table[valkey_pid][1]
+    own = os.times()
+    out["bench"] = own.user + own.system
+    out["machine"] = machine_busy()[0]
+    return out
+
+
+def cpu_figures(before: dict[str, float], after: dict[str, float], wall_s: float, minutes: int) -> dict[str, Any]:
+    """Between two `cpu_now`: each role's cores (CPU seconds / wall seconds) and CPU per minute offered (µs), over
+    the whole offer and its drain, so a backlog's work counts too. `machine` is every core's busy time: on 2 cores
+    2.0 means the machine had nothing left."""
+    used = {role: after[role] - before[role] for role in after if role in before}
+    return {
+        "seconds": round(wall_s, 2),
+        "cores": {role: round(cpu / wall_s, 2) for role, cpu in used.items()},
+        "us_per_minute": {role: round(cpu / minutes * 1e6, 1) for role, cpu in used.items()},
+        "stack_us_per_minute": round(sum(v for k, v in used.items() if k != "machine") / minutes * 1e6, 1),
+    }
+
+
 def _label(rate: float) -> str:
     return f"{rate / 1000:g}k" if rate >= 1000 else f"{rate:g}"
 
@@ -374,6 +411,8 @@ def run(
         live = stack.start()
         try:
             connection = redis.Redis.from_url(str(live.redis_url))
+            valkey_pid = connection.info("server").get("process_id")
+            valkey_pid = valkey_pid if isinstance(valkey_pid, int) else None
             with Client(settings=live, retries=0) as api:
                 for _ in polls(60.0, 0.1):
                     try:
@@ -392,9 +431,12 @@ def run(
                     minutes, probes = offer_minutes(f"fresh-{label}", n, sample, seed + 1 + i)
                     progress.tick(f"{label}: offering {n:,} minutes at {rate:,.0f}/s, {len(probes)} probes", True)
                     before = stage_counts(connection)
+                    cpu_before, started = cpu_now(stack, valkey_pid), time.perf_counter()
                     seen = offer(live, api, stack, minutes, probes, rate, drain_s, progress)
+                    cpu = cpu_figures(cpu_before, cpu_now(stack, valkey_pid), time.perf_counter() - started, n)
                     result.update(rate_result(label, rate, n, seen))
                     result[f"stages_{label}"] = stage_figures(before, stage_counts(connection))
+                    result[f"cpu_{label}"] = cpu
                     progress.tick(
                         f"{label}: searchable p99 {result[f'emit_to_searchable_p99_ms_{label}']} ms, fact p99 "
                         f"{result[f'emit_to_fact_p99_ms_{label}']} ms, kept up: {result[f'kept_up_{label}']}",

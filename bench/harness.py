@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,6 +163,42 @@ def proc_stat(pid: int) -> tuple[int, float] | None:
         return None
     # After the command: state ppid ... utime (14th field overall) stime (15th).
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def process_table() -> dict[int, tuple[int, float]]:
+    """Every live process's (parent pid, CPU seconds used), by pid."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = proc_stat(int(name))
+            if stat is not None:
+                table[int(name)] = stat
+    return table
+
+
+def tree_cpu(table: dict[int, tuple[int, float]], roots: Sequence[int]) -> float:
+    """CPU seconds used by these processes and all their live descendants (`table`: `process_table()`)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    total, todo, seen = 0.0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in table:
+            continue
+        seen.add(pid)
+        total += table[pid][1]
+        todo.extend(children[pid])
+    return total
+
+
+def machine_busy() -> tuple[float, float]:
+    """CPU seconds the whole machine spent busy since boot (all cores; idle and iowait excluded),
+    and how many of them went to interrupts (time /proc/<pid>/stat charges to no process)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        parts = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK, (irq + softirq) / CLK_TCK
 
 
 # -- processes under test ---------------------------------------------------------------

@@ -77,7 +77,6 @@ from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
 from bench.harness import (
-    CLK_TCK,
     BenchError,
     CliProcesses,
     ProcessDied,
@@ -85,14 +84,16 @@ from bench.harness import (
     Workspace,
     argument_parser,
     footer,
+    machine_busy,
     measuring,
     parse,
     percentile,
     polls,
-    proc_stat,
+    process_table,
     report,
     running,
     say,
+    tree_cpu,
     workspace,
 )
 from bench.ingest import build_minutes, pick_projects, preload
@@ -129,45 +130,11 @@ INDEX_NEEDS_SERVER = (
 # -- CPU accounting from /proc ------------------------------------------------------------
 
 
-def _process_table() -> dict[int, tuple[int, float]]:
-    table = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = proc_stat(int(name))
-            if stat is not None:
-                table[int(name)] = stat
-    return table
-
-
-def _tree_cpu(table: dict[int, tuple[int, float]], roots: Sequence[int]) -> float:
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, _) in table.items():
-        children[ppid].append(pid)
-    total, todo, seen = 0.0, list(roots), set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen or pid not in table:
-            continue
-        seen.add(pid)
-        total += table[pid][1]
-        todo.extend(children[pid])
-    return total
-
-
-def _machine_busy() -> tuple[float, float]:
-    """CPU seconds the whole machine spent busy since boot (all cores; idle and iowait excluded),
-    and how many of them went to interrupts (time /proc/<pid>/stat charges to no process)."""
-    with open("/proc/stat", encoding="ascii") as f:
-        parts = [int(v) for v in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (parts + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK, (irq + softirq) / CLK_TCK
-
-
 KTHREADD_PID = 2  # parent of every kernel thread (jbd2, kworker, ...): fsync work shows up there
 
 
 def _kernel_cpu(table: dict[int, tuple[int, float]], interrupts: float) -> float:
-    return _tree_cpu(table, [KTHREADD_PID]) + interrupts
+    return tree_cpu(table, [KTHREADD_PID]) + interrupts
 
 
 @dataclass
@@ -181,14 +148,14 @@ class CpuSnapshot:
 
 
 def cpu_snapshot(procs: CliProcesses, valkey_pid: int) -> CpuSnapshot:
-    table = _process_table()
+    table = process_table()
     own = os.times()
-    busy, interrupts = _machine_busy()
+    busy, interrupts = machine_busy()
     return CpuSnapshot(
         at=time.monotonic(),
         machine=busy,
         kernel=_kernel_cpu(table, interrupts),
-        workers=_tree_cpu(table, [c.pid for c in procs.children]),
+        workers=tree_cpu(table, [c.pid for c in procs.children]),
         valkey=table.get(valkey_pid, (0, 0.0))[1],
         bench=own.user + own.system,
     )
@@ -663,9 +630,9 @@ def foreign_cores(seconds: float = 1.0) -> float:
     """Cores other users' processes kept busy over `seconds` (this process and the kernel's threads left out)."""
 
     def sample() -> tuple[float, float, float]:
-        busy, interrupts = _machine_busy()
+        busy, interrupts = machine_busy()
         own = os.times()
-        return busy, _kernel_cpu(_process_table(), interrupts), own.user + own.system
+        return busy, _kernel_cpu(process_table(), interrupts), own.user + own.system
 
     t0, before = time.monotonic(), sample()
     time.sleep(seconds)

@@ -53,3 +53,11 @@ def test_a_small_offer_through_the_whole_stack_finds_every_probe(capsys: pytest.
     assert stages["batches"]["index"]["mean_batch_ms"] > 0
     assert {"durable", "indexed", "facts"} <= set(stages["freshness_mean_ms"])
     assert 0 < stages["freshness_mean_ms"]["durable"] <= stages["freshness_mean_ms"]["indexed"]
+    # What each process used, from /proc: every process of the stack, Valkey, the bench and the machine; the
+    # processes that did work show it (/proc counts 10 ms ticks: the idle scheduler may show none).
+    cpu = out["cpu_100"]
+    assert {"serve", "worker-log", "worker-facts", "valkey", "bench", "machine"} <= set(cpu["cores"])
+    assert all(v >= 0 for v in cpu["us_per_minute"].values())
+    assert cpu["us_per_minute"]["serve"] > 0 and cpu["us_per_minute"]["worker-facts"] > 0
+    assert cpu["cores"]["machine"] > 0 and cpu["seconds"] > 0
+    assert cpu["stack_us_per_minute"] >= cpu["us_per_minute"]["serve"]
