@@ -35,7 +35,9 @@ without it.
               the target's; each call's CPU time in the reader's thread is reported
               beside it (context_reader_cpu_p50/p99_ms_*: Redis's work and the
               waits for it left out), which a neighbour on a shared machine cannot
-              stretch.
+              stretch. ranking_payloads: the candidates' ranking payloads the
+              engine kept at the end, and over the run how many it was asked
+              for that it had (hits) and read from a shard (misses).
               Then `--phase-calls` more build_context calls, each timed phase by
               phase (wall and the thread's CPU; context_phases_*): `reads` (the
               one pipeline of scripts: recent window, caches, heads, agent
@@ -479,6 +481,12 @@ def run(
                 result["profile_context"] = profile_context(reader, min(calls, 300), seed + 2)
             hot = getattr(engine, "hot", None)
             result["hot_window_searches"] = dict(hot.searches) if hot is not None else {}
+            # The candidates' ranking payloads the engine kept, and how many it was asked for that it had (hits)
+            # or read from a shard (misses), over the whole run.
+            memo = getattr(engine, "ranking", None)
+            result["ranking_payloads"] = (
+                {"kept": len(memo), "hits": memo.hits, "misses": memo.misses} if memo is not None else {}
+            )
             result["points_main"] = engine.count(MAIN_PROJECT)
             result["points_total"] = sum(engine.count(p) for p in (MAIN_PROJECT, *SIDE_PROJECTS))
             result["machine"] = machine(connection)

@@ -265,6 +265,11 @@ class EdgeEngine:
             self._hot = HotWindow(generations, hot_minutes, self.count, self.newest_points)
 
     @property
+    def ranking(self) -> RankingMemo:
+        """The candidates' ranking payloads this engine keeps (`pvm.vectors.ranking_memo`), with its counts."""
+        return self._ranking
+
+    @property
     def hot(self) -> HotWindow | None:
         """The hot window (`pvm.vectors.hot`), None when the engine keeps none."""
         return self._hot

@@ -43,6 +43,8 @@ class RankingMemo:
         self._lock = threading.Lock()
         self._payloads: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._generation: dict[str, int] = {}  # project -> writes seen
+        self.hits = 0  # points asked for that were kept, since the memo was made
+        self.misses = 0  # ... and that were not (read from the shard)
 
     def __len__(self) -> int:
         return len(self._payloads)
@@ -63,6 +65,9 @@ class RankingMemo:
                 if payload is not None:
                     payloads.move_to_end(key)
                     out[pid] = payload
+                else:
+                    self.misses += 1
+            self.hits += len(out)
         return out
 
     def keep(self, project_id: str, generation: int, payloads: Mapping[Any, dict[str, Any]]) -> None:

@@ -28,7 +28,9 @@ def test_a_write_drops_the_points_it_touches_and_a_forget_the_project() -> None:
     memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2)})
     memo.keep("beta", memo.generation("beta"), {1: payload(1)})
     memo.written("alpha", [2, 99])
+    hits, misses = memo.hits, memo.misses
     assert memo.get("alpha", [1, 2]) == {1: payload(1)}
+    assert (memo.hits - hits, memo.misses - misses) == (1, 1)
     memo.forget("alpha")
     assert memo.get("alpha", [1, 2]) == {}
     assert memo.get("beta", [1]) == {1: payload(1)}  # the same point id in another project is its own
