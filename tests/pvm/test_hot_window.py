@@ -137,6 +137,22 @@ def test_filters_and_annotations_apply_in_the_window(engines: tuple[EdgeEngine, 
     assert best in [c.minute_id for c in pruned]
 
 
+def test_the_windows_answers_carry_new_scores_once_kept(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    # The window's generations share the archive's kept ranking payloads (`RankingMemo`): an annotation's new
+    # scores, written to the archive and the window, show in the next search however often the point was read.
+    hot, _ = engines
+    write(hot, MANY)
+    assert hot.ranking.generation(P) > 0
+    for _ in range(2):  # the second search reads the payloads kept by the first
+        found = query(hot, "deployed the payments service")
+        assert {c.payload["scores"]["composite"] for c in found} == {0.5}
+    assert hot.hot is not None and hot.hot.searches == {"window": 2} and hot.ranking.hits > 0
+    best = found[0].minute_id
+    assert hot.annotate(P, {best: {"scores": {"composite": 0.9, "relevance": 0.9}}}) == 1
+    again = {c.minute_id: c.payload["scores"]["composite"] for c in query(hot, "deployed the payments service")}
+    assert again[best] == 0.9 and hot.hot.searches == {"window": 3}
+
+
 def test_deleting_the_project_drops_its_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, _ = engines
     write(hot, MANY)
