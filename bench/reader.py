@@ -326,13 +326,16 @@ def measure(reader: ContextReader, calls: int, seed: int, label: str, progress: 
 class PhaseClock:
     """Wall and thread-CPU time of each phase of the build_context calls made while it is `on` (ms per call).
 
-    It wraps, on one reader, the methods each phase runs in: `_run_scripts` (reads), the searcher's
+    It wraps, on one reader, the methods each phase runs in: `_send_scripts` and `_script_replies` (reads: the
+    first pipeline is sent before the search and its replies read after it, so the wait Redis's work overlapped
+    with the search is not in this phase), the searcher's
     `search_result` (search), `_by_ids` (referenced); what the call takes beyond them is `assemble`."""
 
     def __init__(self, reader: ContextReader) -> None:
         self.calls: list[dict[str, tuple[float, float]]] = []
         self._current: dict[str, list[float]] = {}
-        self._wrap(reader, "_run_scripts", "reads")
+        self._wrap(reader, "_send_scripts", "reads")
+        self._wrap(reader, "_script_replies", "reads")
         if reader.searcher is not None:
             self._wrap(reader.searcher, "search_result", "search")
         self._wrap(reader, "_by_ids", "referenced")

@@ -436,7 +436,8 @@ class ContextReader:
 
         Two Redis round trips besides the search: one pipeline reads the recent
         window, its cached minutes, both heads, the agent's memory and the
-        current facts of every tier read; one pipeline reads the referenced
+        current facts of every tier read (sent before the search and read
+        after it, so Redis answers while the search runs); one pipeline reads the referenced
         minutes and counts access to the experience and facts that fit the
         budget (which the referenced minutes, last in priority, cannot change).
         """
@@ -462,7 +463,14 @@ class ContextReader:
         calls += [(self._current_read, k, [PROMOTED_MARKER]) for k in context_facts.read_keys(tier_keys)]
         if thread_ref is not None:  # in the same round trip
             calls.append((self._thread_read, thread_keys(project_id, thread_ref), [max(0, self.thread_recent)]))
-        (bodies, log_head, index_head, memory_hash, capabilities), *fact_replies = self._run_scripts(calls)
+        sent = self._send_scripts(calls)  # its replies are read after the search: Redis works while it runs
+        try:
+            experience, search_error, degraded = self._experience(project_id, agent_id, task)
+        except BaseException:
+            self._drop_sent(sent)
+            raise
+        replies = self._script_replies(sent)
+        (bodies, log_head, index_head, memory_hash, capabilities), *fact_replies = replies
         view = parse_thread_read(project_id, thread_ref, fact_replies.pop()) if thread_ref is not None else None
         recent = list(view.recent) if view is not None else self._recent(project_id, self.recent_n, bodies)
         freshness = _freshness(_decoded(_hash(log_head)), _decoded(_hash(index_head)), read_at)
@@ -481,20 +489,6 @@ class ContextReader:
             for ref in m.get("context_references") or ():
                 if ref not in recent_ids and ref not in wanted:
                     wanted.append(ref)
-        experience: list[SearchHit] = []
-        search_error = degraded = None
-        if task and self.searcher is not None:
-            try:
-                found = self.searcher.search_result(
-                    project_id, task, SearchFilters(), self.experience_k * defaults.CONTEXT_EXPERIENCE_OVERFETCH
-                )
-            except Exception as exc:  # the vector store is down: the rest of the context still answers
-                log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
-                search_error = f"{type(exc).__name__}: {exc}"
-            else:
-                # Knowledge changes are minutes too (and minute points); what they say is the facts section's.
-                said = [h for h in found.hits if windowed(h.minute)]
-                experience, degraded = diverse(said, self.experience_k), found.degraded
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section(
@@ -585,6 +579,70 @@ class ContextReader:
             _Section("episodes", episodes, [episode_line(e.to_dict()) for e in episodes], limit=retrieved_room - used),
         ]
 
+    def _experience(
+        self, project_id: str, agent_id: str, task: str | None
+    ) -> tuple[list[SearchHit], str | None, str | None]:
+        """The context's relevant experience for `task`: its hits, the search's error (the vector store is down: the
+        rest of the context still answers) and why it degraded to lexical-only, if it did."""
+        if not task or self.searcher is None:
+            return [], None, None
+        try:
+            found = self.searcher.search_result(
+                project_id, task, SearchFilters(), self.experience_k * defaults.CONTEXT_EXPERIENCE_OVERFETCH
+            )
+        except Exception as exc:
+            log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
+            return [], f"{type(exc).__name__}: {exc}", None
+        # Knowledge changes are minutes too (and minute points); what they say is the facts section's.
+        said = [h for h in found.hits if windowed(h.minute)]
+        return diverse(said, self.experience_k), None, found.degraded
+
+    def _send_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> _SentScripts:
+        """Send registered scripts in one pipeline, their replies to be read later (`_script_replies`): the caller
+        works while Redis runs them. Where the send fails, the replies are read the plain way (`_run_scripts`)."""
+        pool = self.connection.connection_pool
+        try:
+            connection = pool.get_connection()
+        except redis.RedisError:
+            return _SentScripts(calls, None)
+        try:
+            commands = [("EVALSHA", script.sha, len(names), *names, *args) for script, names, args in calls]
+            connection.send_packed_command(connection.pack_commands(commands))
+        except redis.RedisError:
+            connection.disconnect()
+            pool.release(connection)
+            return _SentScripts(calls, None)
+        return _SentScripts(calls, connection)
+
+    def _script_replies(self, sent: _SentScripts) -> list[Any]:
+        """The replies of scripts `_send_scripts` sent, in order; as `_run_scripts` where they could not all be read
+        (a connection lost, a script Redis no longer holds)."""
+        connection, sent.connection = sent.connection, None
+        if connection is None:
+            return self._run_scripts(sent.calls)
+        replies: list[Any] = []
+        try:
+            for _ in sent.calls:
+                try:
+                    replies.append(self.connection.parse_response(connection, "EVALSHA"))
+                except redis.ResponseError as exc:  # read on: every reply is on the wire
+                    replies.append(exc)
+        except redis.RedisError:
+            connection.disconnect()
+            return self._run_scripts(sent.calls)
+        finally:
+            self.connection.connection_pool.release(connection)
+        if any(isinstance(r, Exception) for r in replies):
+            return self._run_scripts(sent.calls)  # loads a script Redis lost; raises any other error
+        return replies
+
+    def _drop_sent(self, sent: _SentScripts) -> None:
+        """Give back the connection of scripts sent whose replies will not be read (closed: it holds them)."""
+        connection, sent.connection = sent.connection, None
+        if connection is not None:
+            connection.disconnect()
+            self.connection.connection_pool.release(connection)
+
     def _run_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run registered scripts in one pipeline (one round trip) and return their replies, in order.
 
@@ -624,6 +682,15 @@ class ContextReader:
         for minute_id in minute_ids:
             pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
         pipe.execute()
+
+
+@dataclass
+class _SentScripts:
+    """Scripts sent in one pipeline (`ContextReader._send_scripts`) on `connection`, their replies not read yet;
+    None where the send failed."""
+
+    calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]
+    connection: Any
 
 
 def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float) -> dict[str, Any]:

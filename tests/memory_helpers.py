@@ -65,3 +65,20 @@ def log_minutes(connection: redis.Redis, settings: Settings, minutes: Sequence[M
 
 def run_index_worker(connection: redis.Redis) -> None:
     PvmWorker([pool_queue("index", connection)], connection).work(burst=True)
+
+
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Record every write to a Redis connection from now on: one a round trip (a command alone, or a pipeline
+    whatever it holds, or commands sent now whose replies are read later). Each entry is the first command's name.
+    """
+    sent: list[bytes] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: redis.connection.AbstractConnection, command: object, check_health: bool = True) -> None:
+        chunks = command if isinstance(command, list | tuple) else [command]
+        first = bytes(chunks[0]) if chunks else b""
+        sent.append(first.split(b"\r\n")[2] if first.startswith(b"*") else first)  # RESP: *<n>, $<len>, <name>
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    return sent

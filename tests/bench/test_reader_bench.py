@@ -45,7 +45,10 @@ def test_the_phase_clock_leaves_the_class_and_other_readers_alone() -> None:
     class Reads:
         searcher = None
 
-        def _run_scripts(self) -> str:
+        def _send_scripts(self) -> str:
+            return "sent"
+
+        def _script_replies(self) -> str:
             return "read"
 
         def _by_ids(self) -> list[str]:
@@ -53,9 +56,9 @@ def test_the_phase_clock_leaves_the_class_and_other_readers_alone() -> None:
 
     timed, plain = Reads(), Reads()
     clock = reader.PhaseClock(timed)  # type: ignore[arg-type]
-    clock.call(lambda: (timed._run_scripts(), timed._by_ids()))
+    clock.call(lambda: (timed._send_scripts(), timed._script_replies(), timed._by_ids()))
     assert "reads" in clock.calls[0] and "referenced" in clock.calls[0]
-    assert plain._run_scripts.__func__ is Reads._run_scripts  # type: ignore[attr-defined]
+    assert plain._script_replies.__func__ is Reads._script_replies  # type: ignore[attr-defined]
     assert clock.calls[0]["total"][0] >= clock.calls[0]["reads"][0]
 
 

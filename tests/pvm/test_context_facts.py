@@ -22,6 +22,7 @@ from pvm.knowledge import promote_minute
 from pvm.reader import ContextReader, line_cost
 from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
+from tests.memory_helpers import round_trips
 from workers.facts.pool import FactsContext, facts_batch
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # every fact here holds from a time already past
@@ -385,22 +386,10 @@ def test_a_context_with_facts_is_still_two_round_trips(
     _tiered(store, 5)
     put(store, rule("deploying to production", "run the smoke tests first", 0.6))
     reader.build_context("p1", "a1", task="deploy", task_id="T-7", include_global=True)  # loads the scripts
-    trips: list[str] = []
-    command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
-
-    def counted_command(self: redis.Redis, *args: Any, **kwargs: Any) -> Any:
-        trips.append(str(args[0]))
-        return command(self, *args, **kwargs)
-
-    def counted_execute(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
-        trips.append("pipeline")
-        return execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
+    trips = round_trips(monkeypatch)
     pkg = reader.build_context("p1", "a1", task="deploying to production", task_id="T-7", include_global=True)
     assert pkg.facts and pkg.rules
-    assert trips == ["pipeline", "pipeline"]
+    assert trips == [b"EVALSHA", b"EVAL"]  # the scripts' pipeline (sent before the search); the reads counted
 
 
 _projects = st.sampled_from(["p1", "p2", "p3"])

@@ -112,6 +112,49 @@ def test_freshness_shows_how_far_the_index_is_behind(
     assert reader.build_context("apollo", "coder").recent[-1]["memory_note"] == "late 6"  # read-your-writes
 
 
+def test_the_scripts_sent_before_the_search_survive_a_flush_a_failed_search_and_a_lost_connection(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The context's first pipeline is sent before its search and read after it (Redis answers while the search
+    # runs); whatever happens in between, every context answers as the first did and no reply is read out of turn.
+    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=3)))
+
+    def context() -> tuple[object, ...]:
+        pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+        assert pkg.freshness["durable"]["seq"] == 120
+        return pkg.recent, [h.minute for h in pkg.relevant_experience], pkg.agent_memory  # scores age with the clock
+
+    first = context()
+    redis_client.script_flush()  # the scripts sent are gone: loaded again, and the pipeline sent again
+    assert context() == first
+    searcher = reader.searcher
+    assert searcher is not None
+    search = searcher.search_result
+
+    class Stop(BaseException):  # not an Exception: the context does not turn it into a failed search
+        pass
+
+    def stopped(*args: object, **kwargs: object) -> object:
+        raise Stop
+
+    monkeypatch.setattr(searcher, "search_result", stopped)
+    with pytest.raises(Stop):
+        reader.build_context("apollo", "coder", task="fix the login bug")
+    monkeypatch.setattr(searcher, "search_result", search)
+    assert context() == first  # the replies left unread went with their connection
+
+    pool = redis_client.connection_pool
+
+    def cut_off(*args: object, **kwargs: object) -> object:
+        (sent_on,) = pool._in_use_connections  # type: ignore[attr-defined]
+        sent_on.disconnect()  # the connection is lost with the replies on it
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(searcher, "search_result", cut_off)
+    assert context() == first  # read again the plain way
+    assert not pool._in_use_connections  # type: ignore[attr-defined]  # every connection given back
+
+
 def test_access_is_counted_for_the_experience_that_fits(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings
 ) -> None:

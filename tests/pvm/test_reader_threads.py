@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pytest
 import redis
@@ -13,6 +12,7 @@ from contracts.summaries import chunk_line, episode_line
 from pvm.config import Settings
 from pvm.reader import ContextReader, line_cost
 from pvm.stores.log import LogReader
+from tests.memory_helpers import round_trips
 from tests.workers.summarize.test_summarize_pool import conversation, records
 from workers.summarize.pool import SummarizeContext, summarize_batch
 
@@ -73,21 +73,9 @@ def test_the_split_is_configurable(redis_client: redis.Redis, settings: Settings
 
 def test_a_thread_context_is_still_two_round_trips(reader: ContextReader, monkeypatch: pytest.MonkeyPatch) -> None:
     reader.build_context("p1", "a1", thread="deploy-42")  # loads the scripts
-    trips: list[str] = []
-    command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
-
-    def counted_command(self: redis.Redis, *args: Any, **kwargs: Any) -> Any:
-        trips.append(str(args[0]))
-        return command(self, *args, **kwargs)
-
-    def counted_execute(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
-        trips.append("pipeline")
-        return execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
+    trips = round_trips(monkeypatch)
     pkg = reader.build_context("p1", "a1", thread="deploy-42")
-    assert pkg.summaries and len(trips) <= 2 and set(trips) == {"pipeline"}
+    assert pkg.summaries and trips == [b"EVALSHA"]  # the scripts' pipeline; no search, so nothing counted
 
 
 def test_without_a_thread_the_context_is_as_before(reader: ContextReader) -> None:

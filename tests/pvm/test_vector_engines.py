@@ -425,16 +425,25 @@ def test_ranking_payloads_see_every_write_since_the_last_read(engine: Any) -> No
             for c in found
         }
 
+    def whole(minute_id: str) -> tuple[Any, ...]:  # a winner's whole payload, read by id
+        (found,) = engine.retrieve("alpha", [minute_id])
+        return found.payload["timestamp_ms"], found.payload.get("thread_id"), found.payload["scores"]["composite"]
+
     for _ in range(2):  # read twice: the second may come from what the first kept
         assert slim() == {f"a{i}": (T0 + i, "th-1", 0.5) for i in range(3)}
+        assert whole("a1") == (T0 + 1, "th-1", 0.5)
     engine.annotate("alpha", {"a1": {"scores": {"composite": 0.9, "relevance": 0.9}}})
     assert slim()["a1"][2] == 0.9
+    assert whole("a1") == (T0 + 1, "th-1", 0.9)
     engine.upsert([memory_point("alpha", "a2", "gateway step", timestamp_ms=T0 + 50, thread_id="th-2")])
     assert slim()["a2"] == (T0 + 50, "th-2", 0.5)
+    assert whole("a2") == (T0 + 50, "th-2", 0.5)
     engine.delete_project("alpha")
     assert slim() == {}
+    assert engine.retrieve("alpha", ["a1"]) == []
     engine.upsert([memory_point("alpha", "a0", "gateway step", timestamp_ms=T0 + 7, thread_id="th-3", composite=0.2)])
     assert slim() == {"a0": (T0 + 7, "th-3", 0.2)}
+    assert whole("a0") == (T0 + 7, "th-3", 0.2)
 
 
 def test_edge_reads_a_candidates_ranking_payload_once_until_it_is_written(
