@@ -184,9 +184,8 @@ _DIRECT = frozenset(DIRECT_FIELDS)
 _OWN = frozenset(("project_id", "minute_id"))  # payload keys `_pack` takes from the point itself
 # RANKING_FIELDS as stored: the minute id is read from the front of PACKED_FIELD (or a legacy _packed JSON).
 _RANKING_DIRECT = tuple(f for f in RANKING_FIELDS if f in _DIRECT)
-_RANKING_SELECTOR = qe.PayloadSelector.Include(
-    [*_RANKING_DIRECT, COMPOSITE_FIELD, IMPORTANCE_FIELD, PACKED_FIELD, JSON_PACKED_FIELD]
-)
+_RANKING_STORED = (*_RANKING_DIRECT, COMPOSITE_FIELD, IMPORTANCE_FIELD, PACKED_FIELD, JSON_PACKED_FIELD)
+_RANKING_SELECTOR = qe.PayloadSelector.Include(list(_RANKING_STORED))
 
 
 @dataclass
@@ -281,6 +280,7 @@ class EdgeEngine:
         by_project: dict[str, list[qe.Point]] = {}
         hot: dict[str, list[qe.Point]] = {}  # project -> its minutes' points, for the hot window
         written: dict[str, list[tuple[str, str]]] = {}  # project -> (minute id, thread id) of each point
+        ranking: dict[str, dict[Any, dict[str, Any]]] = {}  # project -> point id -> its ranking payload, as written
         document = self._lexical.document
         packer = msgpack.Packer()  # one per call: a Packer is not thread-safe, and packb makes one per payload
         for point in points:
@@ -293,20 +293,25 @@ class EdgeEngine:
             if batch is None:
                 batch = by_project[point.project_id] = []
                 written[point.project_id] = []
-            built = qe.Point(stored_id, vectors, _pack(point, packer))
+                ranking[point.project_id] = {}
+            stored = _pack(point, packer)
+            built = qe.Point(stored_id, vectors, stored)
             batch.append(built)
+            ranking[point.project_id][stored_id] = _ranking_payload(_ranking_stored(stored))
             if self._hot is not None and point.kind == MINUTE:
                 # The same Point: qdrant-edge converted its payload once; the window's copy costs only the insert.
                 hot.setdefault(point.project_id, []).append(built)
             thread = point.payload.get("thread_id")
             written[point.project_id].append((point.minute_id, thread if isinstance(thread, str) else ""))
-        for project_id, batch in by_project.items():
-            try:
-                self.write_points(project_id, batch)
-            finally:  # a write that failed part-way may have landed in part
-                self._thread_reads.written(project_id, written[project_id])
-            if self._hot is not None:
-                self._hot.write(project_id, hot.get(project_id, []))
+        with self._ranking.writes:  # the memo sees this write's points in the shards' order
+            for project_id, batch in by_project.items():
+                try:
+                    self.write_points(project_id, batch)
+                finally:  # a write that failed part-way may have landed in part
+                    self._thread_reads.written(project_id, written[project_id])
+                if self._hot is not None:
+                    self._hot.write(project_id, hot.get(project_id, []))
+                self._ranking.keep_written(project_id, ranking[project_id])
 
     def write_points(self, project_id: str, points: Sequence[qe.Point]) -> None:
         """Upsert points already built for the project's shard (created on first use), in chunks."""
@@ -641,7 +646,7 @@ class EdgeEngine:
     def set_payloads(self, project_id: str, updates: Sequence[tuple[Any, dict[str, Any]]]) -> int:
         """Set these payload fields on each of these points of the project that exists; how many did."""
         done = 0
-        with self._shard(project_id, create=False) as shard:
+        with self._ranking.writes, self._shard(project_id, create=False) as shard:
             if shard is None:
                 return 0
             try:
@@ -1046,6 +1051,11 @@ def _packed_parts(packed: str) -> tuple[str, str]:
     length, _, rest = packed.partition(":")
     n = int(length)
     return rest[:n], rest[n:]
+
+
+def _ranking_stored(stored: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a payload as stored that `_RANKING_SELECTOR` reads (those present)."""
+    return {f: stored[f] for f in _RANKING_STORED if f in stored}
 
 
 def _ranking_payload(stored: dict[str, Any]) -> dict[str, Any]:

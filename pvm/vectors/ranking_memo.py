@@ -15,10 +15,15 @@ so it knows every write, and this never serves a payload older than the point:
 - a project deleted or its shard set aside drops the project;
 - a read is kept only if no write to its project landed while it ran: each
   write bumps the project's generation, and payloads read at an older one are
-  used for that search and not kept.
+  used for that search and not kept;
+- an upsert keeps the ranking payloads of the points it wrote, as written
+  (`keep_written`): a search finds new minutes most, and reading them back
+  point by point was most of what a search paid for its candidates' payloads.
+  Writers hold `writes` across their write and its bookkeeping, so the memo
+  sees the points' writes in the order the shards did.
 
 At most `RANKING_PAYLOADS_KEPT` points are kept (~0.9 KB each with their
-payloads: ~45 MB), least recently used dropped first. The hot window's
+payloads: ~90 MB), least recently used dropped first. The hot window's
 generations (`pvm.vectors.hot`) share their archive's memo: they hold copies
 of the same points, and a write to any of them drops the point for all. The payloads are shared
 by every search that finds the point: read them, never write them (as the
@@ -32,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-RANKING_PAYLOADS_KEPT = 50_000
+RANKING_PAYLOADS_KEPT = 100_000
 
 
 class RankingMemo:
@@ -43,6 +48,8 @@ class RankingMemo:
         self._lock = threading.Lock()
         self._payloads: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._generation: dict[str, int] = {}  # project -> writes seen
+        # Held by every writer of the shards sharing this memo across a write and its `written` / `keep_written`.
+        self.writes = threading.RLock()
         self.hits = 0  # points asked for that were kept, since the memo was made
         self.misses = 0  # ... and that were not (read from the shard)
 
@@ -79,6 +86,19 @@ class RankingMemo:
                 return
             for pid, payload in payloads.items():
                 self._payloads[(project_id, pid)] = payload
+            while len(self._payloads) > self._kept:
+                self._payloads.popitem(last=False)
+
+    def keep_written(self, project_id: str, payloads: Mapping[Any, dict[str, Any]]) -> None:
+        """Keep the ranking payloads of points just written (by point id), as written. The caller holds `writes`
+        across the write and this call, and the write has called `written`."""
+        if not self._kept or not payloads:
+            return
+        with self._lock:
+            for pid, payload in payloads.items():
+                key = (project_id, pid)
+                self._payloads[key] = payload
+                self._payloads.move_to_end(key)
             while len(self._payloads) > self._kept:
                 self._payloads.popitem(last=False)
 

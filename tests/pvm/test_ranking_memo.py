@@ -46,3 +46,15 @@ def test_what_is_kept_is_bounded_least_recently_used_first() -> None:
     nothing = RankingMemo(kept=0)
     nothing.keep("alpha", nothing.generation("alpha"), {1: payload(1)})
     assert len(nothing) == 0
+
+
+def test_a_write_keeps_what_it_wrote_as_the_most_recently_used_within_the_bound() -> None:
+    memo = RankingMemo(kept=3)
+    memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2)})
+    with memo.writes:
+        memo.written("alpha", [2, 3, 4])
+        memo.keep_written("alpha", {2: payload(20), 3: payload(3), 4: payload(4)})
+    assert memo.get("alpha", [1, 2, 3, 4]) == {2: payload(20), 3: payload(3), 4: payload(4)}  # 1 was the oldest
+    nothing = RankingMemo(kept=0)
+    nothing.keep_written("alpha", {1: payload(1)})
+    assert len(nothing) == 0

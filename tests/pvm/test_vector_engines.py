@@ -42,6 +42,7 @@ from pvm.vectors import (
     VectorStoreError,
     importance,
     point_id,
+    stored_point_id,
 )
 from pvm.vectors.edge import EdgeEngine
 from pvm.vectors.edge import stored_dense_dimensions as edge_dense_dimensions
@@ -452,6 +453,8 @@ def test_edge_reads_a_candidates_ranking_payload_once_until_it_is_written(
     engine = EdgeEngine(tmp_path / "edge")
     try:
         engine.upsert([memory_point("alpha", f"a{i}", "gateway step", timestamp_ms=T0 + i) for i in range(3)])
+        assert len(engine._ranking) == 3  # the write kept what it wrote
+        engine._ranking.forget("alpha")  # as a process that did not write them: read, then kept
         read: list[int] = []
         ranking_of = engine._ranking_of
 
@@ -466,13 +469,43 @@ def test_edge_reads_a_candidates_ranking_payload_once_until_it_is_written(
         assert [c.payload for c in again] == [c.payload for c in first]
         assert all(a.payload is b.payload for a, b in zip(again, first, strict=True))  # the kept ones, not re-read
         assert read == [3, 3]
-        engine.upsert([memory_point("alpha", "a0", "gateway step", timestamp_ms=T0 + 9)])
-        assert len(engine._ranking) == 2  # the written point is let go; the others stay
+        misses = engine._ranking.misses
+        engine.set_payloads("alpha", [(point_id("alpha", "a0"), {"_composite": 0.1})])
+        assert len(engine._ranking) == 2  # the point whose payload was set is let go; the others stay
+        engine.upsert([memory_point("alpha", "a1", "gateway step", timestamp_ms=T0 + 9)])
         after = {
-            c.minute_id: c.payload["timestamp_ms"]
+            c.minute_id: (c.payload["timestamp_ms"], c.payload["scores"]["composite"])
             for c in engine.query("alpha", "gateway", None, SearchFilters(), 10, with_payload=False)
         }
-        assert after == {"a0": T0 + 9, "a1": T0 + 1, "a2": T0 + 2}
+        assert after == {"a0": (T0, 0.1), "a1": (T0 + 9, 0.5), "a2": (T0 + 2, 0.5)}
+        assert engine._ranking.misses == misses + 1  # a0 read again; a1 as the upsert kept it
+    finally:
+        engine.close()
+
+
+def test_what_an_upsert_keeps_is_what_a_read_of_the_point_returns(tmp_path: Path) -> None:
+    # The edge engine keeps the ranking payloads of the points it writes, as it packed them (`RankingMemo`); a
+    # search must rank them as if it had read them back: minutes (with and without a thread), facts, a point with
+    # no scores.
+    engine = EdgeEngine(tmp_path / "edge")
+    try:
+        points = [
+            memory_point("alpha", "m1", "gateway step", timestamp_ms=T0 + 1, composite=0.25),
+            memory_point("alpha", "m2", "gateway step", timestamp_ms=T0 + 2, thread_id=None, task_id=None),
+            fact_point("alpha", 1, "gateway owner", importance=0.9),
+            MemoryPoint(minute_id="m3", project_id="alpha", text="gateway bare", payload={}),
+        ]
+        engine.upsert(points)
+        ids = [stored_point_id(p) for p in points]
+        kept = engine._ranking.get("alpha", ids)
+        assert set(kept) == set(ids)
+        engine._ranking.forget("alpha")
+        with engine._shard("alpha", create=False) as shard:
+            read = engine._ranking_of(shard, "alpha", ids)
+        assert read == kept
+        assert [type(v) for p in kept.values() for v in p.values()] == [
+            type(v) for p in read.values() for v in p.values()
+        ]
     finally:
         engine.close()
 
