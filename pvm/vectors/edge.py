@@ -380,13 +380,12 @@ class EdgeEngine:
             found, _ = shard.scroll(request) if shard is not None else ([], None)
         return [qe.Point(r.id, r.vector, r.payload) for r in found if r.vector is not None]
 
-    def ranking_payloads(self, project_id: str, point_ids: Sequence[Any]) -> dict[str, dict[str, Any]]:
-        """The ranking payloads (`RANKING_FIELDS`) of these points of the project, by point id as a string."""
+    def ranking_payloads(self, project_id: str, point_ids: Sequence[Any]) -> dict[Any, dict[str, Any]]:
+        """The ranking payloads (`RANKING_FIELDS`) of these points of the project, by point id (as given)."""
         with self._shard(require_project(project_id), create=False) as shard:
             if shard is None or not point_ids:
                 return {}
-            found = self._ranking_of(shard, project_id, point_ids)
-        return {str(pid): payload for pid, payload in found.items()}
+            return self._ranking_of(shard, project_id, point_ids)
 
     def _ranking_of(self, shard: qe.EdgeShard, project_id: str, point_ids: Iterable[Any]) -> dict[Any, dict[str, Any]]:
         """The ranking payloads of these points of the shard, by point id: those kept (`RankingMemo`), and the rest
