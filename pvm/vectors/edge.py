@@ -238,6 +238,9 @@ class EdgeEngine:
         self._broken: dict[str, list[Path]] = {}  # project -> its set-aside shards whose rebuild is not queued yet
         self._thread_reads = ThreadReads()  # what search read of threads, until a write could change it
         self._ranking = RankingMemo() if ranking is None else ranking  # until a write could change them
+        # A hot window's generation shares its archive's memo: its points are copies of the archive's, and every
+        # write to either drops them, so a generation's shard deleted (a rotation) or set aside forgets nothing.
+        self._forgets = ranking is None
         self._sweep()
         self._hot: HotWindow | None = None
         if hot_minutes:
@@ -679,7 +682,8 @@ class EdgeEngine:
             if (self.path / project_id).exists():
                 shutil.rmtree(self.path / project_id)
             self._thread_reads.forget(project_id)
-            self._ranking.forget(project_id)
+            if self._forgets:
+                self._ranking.forget(project_id)
         if self._hot is not None:
             self._hot.drop(project_id)
 
@@ -827,7 +831,8 @@ class EdgeEngine:
                 ) from exc
             self._set_aside(project_id, directory, exc)
             self._thread_reads.forget(project_id)
-            self._ranking.forget(project_id)
+            if self._forgets:
+                self._ranking.forget(project_id)
             return self._create(project_id, directory)
         try:
             self._configure(shard, directory)

@@ -153,6 +153,26 @@ def test_the_windows_answers_carry_new_scores_once_kept(engines: tuple[EdgeEngin
     assert again[best] == 0.9 and hot.hot.searches == {"window": 3}
 
 
+def test_a_rotation_keeps_what_the_archive_kept(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
+    # A generation's points are copies of the archive's: a rotation (the older generation deleted) lets go of none
+    # of the payloads the memo they share keeps, and the window answers as it does reading every payload.
+    hot, _ = engines
+    write(hot, MANY)
+    assert hot.hot is not None
+    kept = len(hot.ranking)
+    assert kept >= MANY - 2 * HOT  # every upsert kept its points; a seeding's copies were let go and read again
+    more = [point(n, f"deployed the payments service, step {n}") for n in range(MANY, MANY + 2 * HOT)]
+    for start in range(0, len(more), BATCH):  # rotates the window again
+        hot.upsert(more[start : start + BATCH])
+    assert len(hot.ranking) == kept + 2 * HOT
+    misses = hot.ranking.misses
+    found = [(c.minute_id, c.payload) for c in query(hot, "deployed the payments service")]
+    assert hot.hot.searches == {"window": 1} and hot.ranking.misses == misses  # every candidate's payload kept
+    hot.ranking.forget(P)
+    assert [(c.minute_id, c.payload) for c in query(hot, "deployed the payments service")] == found
+    assert hot.ranking.misses > misses
+
+
 def test_deleting_the_project_drops_its_window(engines: tuple[EdgeEngine, EdgeEngine]) -> None:
     hot, _ = engines
     write(hot, MANY)
