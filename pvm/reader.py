@@ -41,6 +41,7 @@ from pvm.stores.facts import FactStore
 from pvm.stores.log import LogReader
 from pvm.stores.minutes import DurableMinutes
 from pvm.stores.summaries import THREAD_READ, ThreadView, parse_thread_read, thread_keys
+from pvm.wire import Sent, Unanswered
 
 if TYPE_CHECKING:
     from pvm.search import SearchResult
@@ -238,6 +239,7 @@ class ContextReader:
         `retrieved_share` (PVM_CONTEXT_RETRIEVED_SHARE) plus what the recent minutes left.
         """
         self.connection = connection
+        self._unanswered = Unanswered(connection)  # counters: sent without waiting for their replies
         self.cache = MinuteCache(connection)
         self.log = log
         self.agents = AgentMemoryStore(connection)
@@ -434,12 +436,15 @@ class ContextReader:
         project's, followed by its chunk summaries, newest first, and its
         episodes, most significant first (the budget split in `__init__`).
 
-        Two Redis round trips besides the search: one pipeline reads the recent
-        window, its cached minutes, both heads, the agent's memory and the
-        current facts of every tier read (sent before the search and read
-        after it, so Redis answers while the search runs); one pipeline reads the referenced
-        minutes and counts access to the experience and facts that fit the
-        budget (which the referenced minutes, last in priority, cannot change).
+        Besides the search, it waits on Redis at most twice, and mostly not at
+        all (`pvm.wire`): one write reads the recent window, its cached
+        minutes, both heads, the agent's memory and the current facts of every
+        tier read, sent before the search and read after it; one reads the
+        referenced minutes, sent as soon as the recent minutes name them and
+        read when their section (last in priority) is built; and the access
+        counts of the experience and facts that fit the budget are sent
+        without waiting for replies (``CLIENT REPLY SKIP``, where the server
+        has it).
         """
         require_project(project_id)
         if not isinstance(agent_id, str) or not agent_id:
@@ -467,9 +472,9 @@ class ContextReader:
         try:
             experience, search_error, degraded = self._experience(project_id, agent_id, task)
         except BaseException:
-            self._drop_sent(sent)
+            sent.drop()
             raise
-        replies = self._script_replies(sent)
+        replies = self._script_replies(sent, calls)
         (bodies, log_head, index_head, memory_hash, capabilities), *fact_replies = replies
         view = parse_thread_read(project_id, thread_ref, fact_replies.pop()) if thread_ref is not None else None
         recent = list(view.recent) if view is not None else self._recent(project_id, self.recent_n, bodies)
@@ -489,6 +494,8 @@ class ContextReader:
             for ref in m.get("context_references") or ():
                 if ref not in recent_ids and ref not in wanted:
                     wanted.append(ref)
+        # Read while the sections before them are built: the referenced minutes come last in priority.
+        referenced_sent = Sent(self.connection, [("HMGET", keys.minute_by_id(project_id), *wanted)]) if wanted else None
         sections = [
             _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
             _Section(
@@ -513,15 +520,10 @@ class ContextReader:
         sections.append(_Section("relevant_experience", experience, [hit_line(h) for h in experience]))
         head = fit_budget(sections, budget_tokens)[0]
         counted = [h.minute_id for h in head["relevant_experience"]]
-        pipe = self.connection.pipeline(transaction=False)
-        if wanted:
-            pipe.hmget(keys.minute_by_id(project_id), wanted)
-        for minute_id in counted:
-            pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
-        read = _count_fact_reads(pipe, [*head["rules"], *head["facts"]], utc_now_iso())
-        replies = pipe.execute() if wanted or counted or read else []
-        cached = {i: b for i, b in zip(wanted, replies[0], strict=True) if b is not None} if wanted else {}
-        referenced = self._by_ids(project_id, wanted, cached) if wanted else []
+        counters = [("HINCRBY", keys.access_counts(project_id), minute_id, 1) for minute_id in counted]
+        counters += _fact_read_counters([*head["rules"], *head["facts"]], utc_now_iso())
+        self._unanswered.send(counters)  # nobody waits on a counter
+        referenced = self._referenced(project_id, wanted, referenced_sent)
         newest_first = list(reversed(recent))
         if view is None:
             sections.append(_Section("recent", newest_first, [self._minutes.line(m) for m in newest_first]))
@@ -597,51 +599,19 @@ class ContextReader:
         said = [h for h in found.hits if windowed(h.minute)]
         return diverse(said, self.experience_k), None, found.degraded
 
-    def _send_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> _SentScripts:
-        """Send registered scripts in one pipeline, their replies to be read later (`_script_replies`): the caller
-        works while Redis runs them. Where the send fails, the replies are read the plain way (`_run_scripts`)."""
-        pool = self.connection.connection_pool
-        try:
-            connection = pool.get_connection()
-        except redis.RedisError:
-            return _SentScripts(calls, None)
-        try:
-            commands = [("EVALSHA", script.sha, len(names), *names, *args) for script, names, args in calls]
-            connection.send_packed_command(connection.pack_commands(commands))
-        except redis.RedisError:
-            connection.disconnect()
-            pool.release(connection)
-            return _SentScripts(calls, None)
-        return _SentScripts(calls, connection)
+    def _send_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> Sent:
+        """Send registered scripts in one write, their replies to be read later (`_script_replies`): the caller
+        works while Redis runs them."""
+        return Sent(self.connection, [("EVALSHA", s.sha, len(names), *names, *args) for s, names, args in calls])
 
-    def _script_replies(self, sent: _SentScripts) -> list[Any]:
+    def _script_replies(self, sent: Sent, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> list[Any]:
         """The replies of scripts `_send_scripts` sent, in order; as `_run_scripts` where they could not all be read
-        (a connection lost, a script Redis no longer holds)."""
-        connection, sent.connection = sent.connection, None
-        if connection is None:
-            return self._run_scripts(sent.calls)
-        replies: list[Any] = []
-        try:
-            for _ in sent.calls:
-                try:
-                    replies.append(self.connection.parse_response(connection, "EVALSHA"))
-                except redis.ResponseError as exc:  # read on: every reply is on the wire
-                    replies.append(exc)
-        except redis.RedisError:
-            connection.disconnect()
-            return self._run_scripts(sent.calls)
-        finally:
-            self.connection.connection_pool.release(connection)
-        if any(isinstance(r, Exception) for r in replies):
-            return self._run_scripts(sent.calls)  # loads a script Redis lost; raises any other error
+        (nothing sent, a connection lost) or one failed (a script Redis no longer holds is loaded; any other error
+        raises)."""
+        replies = sent.replies()
+        if replies is None or any(isinstance(r, Exception) for r in replies):
+            return self._run_scripts(calls)
         return replies
-
-    def _drop_sent(self, sent: _SentScripts) -> None:
-        """Give back the connection of scripts sent whose replies will not be read (closed: it holds them)."""
-        connection, sent.connection = sent.connection, None
-        if connection is not None:
-            connection.disconnect()
-            self.connection.connection_pool.release(connection)
 
     def _run_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run registered scripts in one pipeline (one round trip) and return their replies, in order.
@@ -676,21 +646,19 @@ class ContextReader:
         return _freshness(log_head, index_head, now)
 
     def _count_access(self, project_id: str, minute_ids: Sequence[str]) -> None:
-        if not minute_ids:
-            return
-        pipe = self.connection.pipeline(transaction=False)
-        for minute_id in minute_ids:
-            pipe.hincrby(keys.access_counts(project_id), minute_id, 1)
-        pipe.execute()
+        self._unanswered.send([("HINCRBY", keys.access_counts(project_id), m, 1) for m in minute_ids])
 
-
-@dataclass
-class _SentScripts:
-    """Scripts sent in one pipeline (`ContextReader._send_scripts`) on `connection`, their replies not read yet;
-    None where the send failed."""
-
-    calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]
-    connection: Any
+    def _referenced(self, project_id: str, wanted: list[str], sent: Sent | None) -> list[dict[str, Any]]:
+        """The referenced minutes a context wants, from the cache's reply `sent` read now (read again the plain way
+        where it could not be) or the log."""
+        if not wanted or sent is None:
+            return []
+        replies = sent.replies()
+        values = replies[0] if replies is not None else None
+        if not isinstance(values, list):
+            values = self.connection.hmget(keys.minute_by_id(project_id), wanted)
+        cached = {i: b for i, b in zip(wanted, values, strict=True) if b is not None}
+        return self._by_ids(project_id, wanted, cached)
 
 
 def _freshness(log_head: dict[str, str], index_head: dict[str, str], now: float) -> dict[str, Any]:
@@ -795,14 +763,12 @@ return #ARGV - 1
 """
 
 
-def _count_fact_reads(pipe: redis.client.Pipeline, kept: Sequence[KnownFact], at: str) -> int:
-    """Queue on `pipe` the read statistics of the facts a context keeps (`keys.fact_reads`); how many."""
+def _fact_read_counters(kept: Sequence[KnownFact], at: str) -> list[tuple[Any, ...]]:
+    """The commands that count the reads of the facts a context keeps (`keys.fact_reads`), one a tier's hash."""
     by_hash: dict[str, list[str]] = {}
     for known in kept:
         by_hash.setdefault(keys.fact_reads(known.fact.tier_key), []).append(known.fact.id)
-    for name, ids in by_hash.items():
-        pipe.eval(_FACT_READS, 1, name, at, *ids)
-    return len(kept)
+    return [("EVAL", _FACT_READS, 1, name, at, *ids) for name, ids in by_hash.items()]
 
 
 def _hash(flat: Sequence[bytes]) -> dict[bytes, bytes]:

@@ -30,9 +30,9 @@ def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: p
     assert out["met"]["context_p99_ms_1m"] is None  # not measured at this size: no verdict
     # Past 800 minutes (8 windows of 100) the project keeps a window: the searches at 1k and 2k read it.
     assert out["config"]["search_hot_minutes"] == 100 and out["hot_window_searches"]["window"] > 0
-    # The engine kept candidates' ranking payloads, and later searches found some of them kept.
+    # The engine kept candidates' ranking payloads (the upserts' own, and those read), and searches found them kept.
     kept = out["ranking_payloads"]
-    assert kept["kept"] > 0 and kept["hits"] > 0 and kept["misses"] >= kept["kept"]
+    assert kept["kept"] > 0 and kept["hits"] > kept["misses"]
 
 
 def test_a_negative_hot_window_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
