@@ -496,34 +496,42 @@ class ContextReader:
                     wanted.append(ref)
         # Read while the sections before them are built: the referenced minutes come last in priority.
         referenced_sent = Sent(self.connection, [("HMGET", keys.minute_by_id(project_id), *wanted)]) if wanted else None
-        sections = [
-            _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
-            _Section(
-                "rules", rules, [k.line for k in rules], limit=math.floor(budget_tokens * defaults.CONTEXT_RULE_SHARE)
-            ),
-        ]
-        room = min(
-            math.floor(budget_tokens * defaults.CONTEXT_FACT_SHARE),
-            budget_tokens - fit_budget(sections, budget_tokens)[1].used_tokens,
-        )
-        facts_by_tier = {
-            tier: [k for k in facts if k.fact.type is not FactType.PROCEDURE] for tier, facts in grouped.items()
-        }
-        chosen = context_facts.choose_facts(facts_by_tier, task_words, room, self.fact_tier_split)
-        sections.append(
-            _Section(
-                "facts", chosen.facts, [k.line for k in chosen.facts], limit=room, dropped=sum(chosen.cut.values())
+        try:  # a connection holding an unread reply never goes back to the pool
+            sections = [
+                _Section("agent_memory", [memory], ["\n".join(agent_lines(memory))]),
+                _Section(
+                    "rules",
+                    rules,
+                    [k.line for k in rules],
+                    limit=math.floor(budget_tokens * defaults.CONTEXT_RULE_SHARE),
+                ),
+            ]
+            room = min(
+                math.floor(budget_tokens * defaults.CONTEXT_FACT_SHARE),
+                budget_tokens - fit_budget(sections, budget_tokens)[1].used_tokens,
             )
-        )
-        if view is not None:  # a thread's share is of what the agent's memory, the rules and what we know leave
-            sections += self._thread_sections(view, recent, sections, budget_tokens)
-        sections.append(_Section("relevant_experience", experience, [hit_line(h) for h in experience]))
-        head = fit_budget(sections, budget_tokens)[0]
-        counted = [h.minute_id for h in head["relevant_experience"]]
-        counters = [("HINCRBY", keys.access_counts(project_id), minute_id, 1) for minute_id in counted]
-        counters += _fact_read_counters([*head["rules"], *head["facts"]], utc_now_iso())
-        self._unanswered.send(counters)  # nobody waits on a counter
-        referenced = self._referenced(project_id, wanted, referenced_sent)
+            facts_by_tier = {
+                tier: [k for k in facts if k.fact.type is not FactType.PROCEDURE] for tier, facts in grouped.items()
+            }
+            chosen = context_facts.choose_facts(facts_by_tier, task_words, room, self.fact_tier_split)
+            sections.append(
+                _Section(
+                    "facts", chosen.facts, [k.line for k in chosen.facts], limit=room, dropped=sum(chosen.cut.values())
+                )
+            )
+            if view is not None:  # a thread's share is of what the agent's memory, the rules and what we know leave
+                sections += self._thread_sections(view, recent, sections, budget_tokens)
+            sections.append(_Section("relevant_experience", experience, [hit_line(h) for h in experience]))
+            head = fit_budget(sections, budget_tokens)[0]
+            counted = [h.minute_id for h in head["relevant_experience"]]
+            counters = [("HINCRBY", keys.access_counts(project_id), minute_id, 1) for minute_id in counted]
+            counters += _fact_read_counters([*head["rules"], *head["facts"]], utc_now_iso())
+            self._unanswered.send(counters)  # nobody waits on a counter
+            referenced = self._referenced(project_id, wanted, referenced_sent)
+        except BaseException:
+            if referenced_sent is not None:
+                referenced_sent.drop()
+            raise
         newest_first = list(reversed(recent))
         if view is None:
             sections.append(_Section("recent", newest_first, [self._minutes.line(m) for m in newest_first]))

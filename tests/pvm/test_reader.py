@@ -155,6 +155,27 @@ def test_the_scripts_sent_before_the_search_survive_a_flush_a_failed_search_and_
     assert not pool._in_use_connections  # type: ignore[attr-defined]  # every connection given back
 
 
+def test_a_context_that_fails_after_asking_for_its_referenced_minutes_gives_every_connection_back(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The referenced minutes are asked for before the sections ahead of them are built, and read after: a failure in
+    # between (here the counters cannot be sent) closes the connection that holds the unread reply.
+    log_minutes(redis_client, settings, list(sample_session("apollo", 120, seed=3)))
+    first = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert first.referenced
+
+    def down(commands: object) -> None:
+        raise redis.ConnectionError("the server went away")
+
+    monkeypatch.setattr(reader._unanswered, "send", down)
+    with pytest.raises(redis.ConnectionError):
+        reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert not redis_client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    again = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    assert again.referenced == first.referenced
+
+
 def test_access_is_counted_for_the_experience_that_fits(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings
 ) -> None:
