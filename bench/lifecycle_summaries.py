@@ -248,6 +248,7 @@ def pool_phase(threads: int, seed: int, progress: Progress) -> dict[str, Any]:
     summary_tokens = sum(estimate_tokens(c.summary) for c in chunks)
     line_tokens = sum(estimate_tokens(chunk_line(c.to_dict())) for c in chunks)
     chunk_tokens = sum(c.tokens for c in chunks)
+    seconds = max(round(seconds, 6), 1e-6)  # the rate from the seconds reported: the JSON's figures agree
     return {
         "summarize_per_s": round(len(stream) / seconds),
         "summary_ratio": round(summary_tokens / chunk_tokens, 4),
@@ -256,7 +257,7 @@ def pool_phase(threads: int, seed: int, progress: Progress) -> dict[str, Any]:
             "threads": threads,
             "projects": min(threads, PROJECTS),
             "batches": batches,
-            "seconds": round(seconds, 6),
+            "seconds": seconds,
             "basis": "minutes / seconds inside summarize_batch (extractive summarizer, 1 process)",
         },
         "ratio": {
