@@ -524,7 +524,7 @@ class ContextReader:
             sections.append(_Section("relevant_experience", experience, [hit_line(h) for h in experience]))
             head = fit_budget(sections, budget_tokens)[0]
             counted = [h.minute_id for h in head["relevant_experience"]]
-            counters = [("HINCRBY", keys.access_counts(project_id), minute_id, 1) for minute_id in counted]
+            counters = _access_counters(project_id, counted)
             counters += _fact_read_counters([*head["rules"], *head["facts"]], utc_now_iso())
             self._unanswered.send(counters)  # nobody waits on a counter
             referenced = self._referenced(project_id, wanted, referenced_sent)
@@ -654,7 +654,7 @@ class ContextReader:
         return _freshness(log_head, index_head, now)
 
     def _count_access(self, project_id: str, minute_ids: Sequence[str]) -> None:
-        self._unanswered.send([("HINCRBY", keys.access_counts(project_id), m, 1) for m in minute_ids])
+        self._unanswered.send(_access_counters(project_id, minute_ids))
 
     def _referenced(self, project_id: str, wanted: list[str], sent: Sent | None) -> list[dict[str, Any]]:
         """The referenced minutes a context wants, from the cache's reply `sent` read now (read again the plain way
@@ -769,6 +769,11 @@ for i = 2, #ARGV do
 end
 return #ARGV - 1
 """
+
+
+def _access_counters(project_id: str, minute_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The commands that count one access to each of these minutes (`keys.access_counts`)."""
+    return [("HINCRBY", keys.access_counts(project_id), minute_id, 1) for minute_id in minute_ids]
 
 
 def _fact_read_counters(kept: Sequence[KnownFact], at: str) -> list[tuple[Any, ...]]:
