@@ -47,7 +47,9 @@ without it.
               the budget packed, access counted). And the process's resident
               memory (reader_rss_mb_*: the whole bench process, so the loader's
               and the embedded engine's memory is in it; `pvm serve` holds the
-              engine too).
+              engine too), and how much of it is mapped files
+              (reader_rss_file_mb_*: the shards' payloads and point ids, kept
+              warm in the page cache, which the kernel can take back).
                                                         target: build_context p99 <= 4 ms at 100k,
                                                         <= 5 ms at 1m; search p99 <= 3 ms at 1m
 
@@ -398,14 +400,17 @@ def measure_phases(reader: ContextReader, calls: int, seed: int, label: str, pro
     return {f"context_phases_{label}": clock.summary()}
 
 
-def rss_mb() -> float:
-    """This process's resident memory now (VmRSS), in MiB; its peak where /proc is not there."""
+def rss_mb(field: str = "VmRSS") -> float | None:
+    """This process's resident memory now (`field` of /proc/self/status: VmRSS, or RssFile for the mapped files
+    in it), in MiB. Where /proc is not there: VmRSS's peak, and None for any other field."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
+    if field != "VmRSS":
+        return None
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -479,6 +484,7 @@ def run(
                     phased = ContextReader(connection, LogReader(live.log_dir), engines.searcher_for(live))  # type: ignore[arg-type]
                     result.update(measure_phases(phased, phase_calls, seed + 100 + i, label, progress))
                 result[f"reader_rss_mb_{label}"] = rss_mb()
+                result[f"reader_rss_file_mb_{label}"] = rss_mb("RssFile")
                 gc.unfreeze()
             if profile:
                 result["profile_context"] = profile_context(reader, min(calls, 300), seed + 2)
@@ -535,7 +541,8 @@ def table(result: dict[str, Any]) -> str:
             (f"search p50 / p99 @{label}", f"{result[f'search_p50_ms_{label}']} / "
              f"{result[f'search_p99_ms_{label}']} ms", f"search_p99_ms_{label}"),
             (f"optimize @{label}", f"{result[f'optimize_s_{label}']} s", ""),
-            (f"process memory @{label}", f"{result[f'reader_rss_mb_{label}']:,} MiB", ""),
+            (f"process memory @{label}", f"{result[f'reader_rss_mb_{label}']:,} MiB "
+             f"({result[f'reader_rss_file_mb_{label}']} MiB mapped files)", ""),
         ]  # fmt: skip
         phases = result.get(f"context_phases_{label}")
         if phases:

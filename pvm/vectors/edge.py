@@ -38,6 +38,17 @@ Writes go through the WAL (kept on). Segments are only merged and HNSW graphs
 only built by `optimize()`, which is explicit and blocking: call it after a
 bulk load or from a periodic job, never on the query path.
 
+Payloads and point ids are memory-mapped and warmed into the page cache
+(`PLACEMENT`, Qdrant's "cached" tier) when a segment opens or is built. The
+engine's default tier, "cold", drops them from the page cache, and every first
+read of a point then came from the disk: on a 100k-minute shard on disk, a
+context's search took ~9 major page faults and ~0.6 ms more at the median,
+twice that at p99. The cost is the page cache those files take (about 1 KB a
+minute) and reading them in when a shard opens (~50 ms at 100k minutes).
+A shard written before (its configuration names no tier) opens with the
+placement, which its segments take as the engine writes or merges them;
+`pvm replay` rebuilds it whole.
+
 Open shards are bounded (least recently used ones are closed beyond
 ``max_open_shards``), and each searches with ``search_threads`` threads: the
 engine's default is one pool of CPU-count threads per shard, which a process
@@ -162,6 +173,10 @@ UPSERT_CHUNK = 1024
 SCROLL_PAGE = 256  # points per page when reading a tier key's points back
 LOCK_FILE = ".lock"
 SHARD_CONFIG_FILE = "edge_config.json"  # where qdrant-edge keeps a shard's configuration, vectors included
+# Payloads and point ids: memory-mapped and warmed into the page cache when a segment opens or is built. The
+# engine's default (cold) drops them from the page cache, and every first read of a point came from the disk.
+PLACEMENT = qe.Memory.Cached
+PLACEMENT_NAME = "cached"  # as SHARD_CONFIG_FILE spells it
 TEMP_PREFIX = ".tmp-"  # <path>/.tmp-<project>-<hex>: a shard being created, renamed to <project> when whole
 BROKEN_PREFIX = ".broken-"  # <path>/.broken-<unix ms>-<project>: a shard that did not load, set aside
 REINDEXED_PREFIX = ".broken-reindexed-"  # ... renamed so once its project's rebuild from the log is queued
@@ -818,7 +833,7 @@ class EdgeEngine:
                 return None
             return self._create(project_id, directory)
         try:
-            shard = qe.EdgeShard.load(str(directory))
+            shard = qe.EdgeShard.load(str(directory), self._placed(directory))
         except Exception as exc:
             error = _edge_error(directory, exc)
             if isinstance(error, ShardLockedError):
@@ -856,8 +871,9 @@ class EdgeEngine:
     def _create(self, project_id: str, directory: Path) -> qe.EdgeShard:
         """A new shard at `directory`, made whole in a temporary directory first (see the module docstring)."""
         temporary = self.path / f"{TEMP_PREFIX}{project_id}-{uuid.uuid4().hex}"
+        config = self._config(self.dense_dimensions)
         try:
-            shard = _edge_call(temporary, lambda: qe.EdgeShard.create(str(temporary), self._config()))
+            shard = _edge_call(temporary, lambda: qe.EdgeShard.create(str(temporary), config))
             try:
                 self._configure(shard, temporary)
             finally:
@@ -902,10 +918,27 @@ class EdgeEngine:
             pending = ", ".join(sorted(self._broken))
             log.error("vector store %s: shards set aside and not rebuilt yet for %s", self.path, pending)
 
-    def _config(self) -> qe.EdgeConfig:
+    def _placed(self, directory: Path) -> qe.EdgeConfig | None:
+        """The configuration to load a shard written with cold payloads (before `PLACEMENT`) with, so that its
+        segments from now on are warmed; None for a shard placed so already, or one whose configuration does not
+        read (it loads as it is, or fails as it would have)."""
+        try:
+            stored = json.loads((directory / SHARD_CONFIG_FILE).read_text())
+            if stored.get("payload_memory") == PLACEMENT_NAME and stored.get("id_tracker_memory") == PLACEMENT_NAME:
+                return None
+            size = stored["vectors"][DENSE]["size"] if DENSE in (stored.get("vectors") or {}) else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            return None
+        return self._config(size)
+
+    def _config(self, dense_dimensions: int | None = None) -> qe.EdgeConfig:
+        """A shard's configuration: the lexical leg, a dense vector of `dense_dimensions` (None: none), and the
+        payloads and point ids memory-mapped and warmed into the page cache (`PLACEMENT`)."""
         vectors = (
-            {DENSE: qe.EdgeVectorParams(size=self.dense_dimensions, distance=qe.Distance.Cosine)}
-            if self.dense_dimensions is not None
+            {DENSE: qe.EdgeVectorParams(size=dense_dimensions, distance=qe.Distance.Cosine)}
+            if dense_dimensions is not None
             else None
         )
         return qe.EdgeConfig(
@@ -913,6 +946,8 @@ class EdgeEngine:
             sparse_vectors={LEXICAL: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
             wal_enabled=True,
             max_search_threads=self._search_threads,
+            payload_memory=PLACEMENT,
+            id_tracker_memory=PLACEMENT,
         )
 
     def _check_open(self) -> None:

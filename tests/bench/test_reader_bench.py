@@ -20,6 +20,7 @@ def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: p
         assert 0 < out[f"context_p50_ms_{label}"] <= out[f"context_p99_ms_{label}"]
         assert 0 < out[f"search_p50_ms_{label}"] <= out[f"search_p99_ms_{label}"]
         assert out[f"reader_rss_mb_{label}"] > 0
+        assert 0 < out[f"reader_rss_file_mb_{label}"] < out[f"reader_rss_mb_{label}"]
         phases = out[f"context_phases_{label}"]
         assert set(phases) == {*reader.PHASES, "total"}
         assert phases["search"]["wall_p50_ms"] > 0 and phases["reads"]["wall_p50_ms"] > 0

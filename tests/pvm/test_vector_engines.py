@@ -718,6 +718,55 @@ def test_edge_reads_points_stored_by_earlier_versions(tmp_path: Path) -> None:
     engine.close()
 
 
+def _placement(shard: Path) -> tuple[Any, Any]:
+    stored = json.loads((shard / edge_module.SHARD_CONFIG_FILE).read_text())
+    return stored.get("payload_memory"), stored.get("id_tracker_memory")
+
+
+def test_edge_warms_the_payloads_and_point_ids_of_the_shards_it_makes(tmp_path: Path) -> None:
+    """Cold payloads were dropped from the page cache: each first read of a point was a read from the disk."""
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", f"a{i}", f"deploy step {i}") for i in range(20)])
+    engine.optimize()
+    assert _placement(tmp_path / "alpha") == ("cached", "cached")
+    segments = [json.loads(p.read_text()) for p in (tmp_path / "alpha").glob("segments/*/segment.json")]
+    assert segments and {s["config"]["payload_storage_type"]["type"] for s in segments} == {"in_ram_mmap"}
+    engine.close()
+
+
+@pytest.mark.parametrize(("stored_dense", "engine_dense"), [(4, 4), (None, 4), (None, None)])
+def test_edge_warms_a_cold_shard_from_when_it_opens_it(
+    tmp_path: Path, stored_dense: int | None, engine_dense: int | None
+) -> None:
+    """A shard written before the placement (no memory placement in its configuration) opens with it, keeps its
+    points and its dense vector, and gains the vector when the engine has one and the shard had none."""
+    import qdrant_edge as qe
+
+    dense_config = None
+    if stored_dense is not None:
+        dense_config = {vectors.DENSE: qe.EdgeVectorParams(size=stored_dense, distance=qe.Distance.Cosine)}
+    old = qe.EdgeShard.create(
+        str(tmp_path / "alpha"),
+        qe.EdgeConfig(
+            vectors=dense_config,
+            sparse_vectors={"lexical": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            wal_enabled=True,
+        ),
+    )
+    old.close()
+    assert _placement(tmp_path / "alpha") == (None, None)
+    dense = [1.0, 0.0, 0.0, 0.0] if engine_dense else None
+    engine = EdgeEngine(tmp_path, dense_dimensions=engine_dense)
+    engine.upsert([memory_point("alpha", f"a{i}", f"deploy step {i}", dense=dense) for i in range(5)])
+    assert _placement(tmp_path / "alpha") == ("cached", "cached")
+    engine.close()
+    engine = EdgeEngine(tmp_path, dense_dimensions=engine_dense)
+    assert engine.count("alpha") == 5
+    assert len(engine.query("alpha", "deploy", dense, SearchFilters(), 10)) == 5
+    assert edge_dense_dimensions(tmp_path) == engine_dense
+    engine.close()
+
+
 def test_edge_allows_one_owner_per_directory(tmp_path: Path) -> None:
     engine = EdgeEngine(tmp_path)
     engine.upsert([memory_point("alpha", "a1", "deploy")])
