@@ -137,6 +137,22 @@ class MinuteSource(Protocol):
         """The minutes of the project with these ids, as `Minute.to_dict` gives them; ids found nowhere are absent."""
         ...
 
+    def ask(self, project_id: str, ids: Sequence[str]) -> AskedMinutes:
+        """`minutes_by_id` in two steps: asked now, read later (`AskedMinutes.read`); the caller works meanwhile."""
+        ...
+
+
+class AskedMinutes(Protocol):
+    """Minutes asked of a `MinuteSource` and not read yet: `read` them once, or `drop` them."""
+
+    def read(self, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """`minutes_by_id` of `ids` (every id asked, by default)."""
+        ...
+
+    def drop(self) -> None:
+        """Leave the answer unread (the caller failed in between)."""
+        ...
+
 
 class VectorEngine(Protocol):
     """A vector store. Every read names a project and filters on it; a missing project is an error."""

@@ -87,6 +87,7 @@ from pvm.protocols import (
     FACT,
     MINUTE,
     SUMMARY,
+    AskedMinutes,
     Candidate,
     Embedder,
     FactFilters,
@@ -328,8 +329,15 @@ class HybridSearch:
             best = _with_adjacent(best, k, window)
         if not best:
             return SearchResult([], degraded)
-        winners = self.engine.retrieve(project_id, [c.minute_id for _, c, _ in best])
-        stored = self._whole(project_id, {c.minute_id: c.payload for c in winners})
+        ids = [c.minute_id for _, c, _ in best]
+        asked = self.minutes.ask(project_id, ids) if self.minutes is not None else None  # answered meanwhile
+        try:
+            winners = self.engine.retrieve(project_id, ids)
+        except BaseException:
+            if asked is not None:
+                asked.drop()
+            raise
+        stored = self._whole(project_id, {c.minute_id: c.payload for c in winners}, asked)
         hits = [
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
@@ -478,8 +486,11 @@ class HybridSearch:
                 summary_hits.append(_summary_hit(c.minute_id, payload, score, parts))
         return SearchResult(hits, degraded, fact_hits, summary_hits)
 
-    def _whole(self, project_id: str, payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Minute payloads with their whole minute, read in one call from `minutes` for those that lack it.
+    def _whole(
+        self, project_id: str, payloads: dict[str, dict[str, Any]], asked: AskedMinutes | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Minute payloads with their whole minute, read in one call from `minutes` for those that lack it (or
+        from `asked`, the winners' minutes asked of it before their points were read: read here either way).
 
         A point written before points were made light holds its minute and
         keeps it. A minute found nowhere (its log gone) is left out, as a
@@ -489,8 +500,13 @@ class HybridSearch:
         """
         lacking = {key for key, payload in payloads.items() if not isinstance(payload.get("minute"), dict)}
         if not lacking or self.minutes is None:
+            if asked is not None:
+                asked.read(())  # nothing wanted of it: its reply is taken off the connection
             return payloads
-        found = self.minutes.minutes_by_id(project_id, sorted(lacking))
+        if asked is not None:
+            found = asked.read(sorted(lacking))
+        else:
+            found = self.minutes.minutes_by_id(project_id, sorted(lacking))
         out = {}
         for key, payload in payloads.items():
             if key not in lacking:

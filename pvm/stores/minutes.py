@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from contracts import keys
 from contracts.codec import decode_durable_fields
 from pvm.stores.cache import MinuteCache
 from pvm.stores.log import LogReader
+from pvm.wire import Sent
 
 
 class DurableMinutes:
@@ -33,6 +35,11 @@ class DurableMinutes:
         """The minutes of the project with these ids (`Minute.to_dict` fields); ids found nowhere are absent."""
         return self.found(project_id, ids, self.cache.get_many(project_id, list(ids)))
 
+    def ask(self, project_id: str, ids: Sequence[str]) -> Asked:
+        """`minutes_by_id` in two steps: the cache's HMGET is sent now and its reply read by `Asked.read`, so Redis
+        answers while the caller works (search reads its winners' points meanwhile)."""
+        return Asked(self, project_id, ids)
+
     def found(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> dict[str, dict[str, Any]]:
         """`minutes_by_id` given the cached bytes already read for the ids (a reader reads them with other keys)."""
         out = {i: self._decode(b) for i, b in cached.items()}
@@ -41,3 +48,39 @@ class DurableMinutes:
             for minute_id, record in self.log.get_by_ids(project_id, missing).items():
                 out[minute_id] = record.fields
         return out
+
+
+class Asked:
+    """Minutes asked of `DurableMinutes`: the cache's HMGET sent (`pvm.wire.Sent`), its reply read by `read`.
+
+    Where nothing could be sent, the connection was lost in between, or the cache answered an error, `read` reads
+    the plain way (`minutes_by_id`: an error raises there). `drop` closes the connection holding the reply.
+    """
+
+    def __init__(self, source: DurableMinutes, project_id: str, ids: Sequence[str]) -> None:
+        self._source = source
+        self.project_id = project_id
+        self.ids = list(ids)
+        command = ("HMGET", keys.minute_by_id(project_id), *self.ids)
+        self._sent: Sent | None = Sent(source.cache.connection, [command]) if self.ids else None
+
+    def read(self, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The minutes of `ids` (every id asked, by default; an id not asked is read from the cache now), as
+        `DurableMinutes.minutes_by_id` gives them. Once: a second read reads the plain way."""
+        wanted = self.ids if ids is None else list(ids)
+        sent, self._sent = self._sent, None
+        replies = sent.replies() if sent is not None else None
+        if replies is None or isinstance(replies[0], Exception):
+            return self._source.minutes_by_id(self.project_id, wanted)
+        answered = dict(zip(self.ids, replies[0], strict=True))
+        cached = {i: answered[i] for i in wanted if answered.get(i) is not None}
+        unasked = [i for i in wanted if i not in answered]
+        if unasked:
+            cached.update(self._source.cache.get_many(self.project_id, unasked))
+        return self._source.found(self.project_id, wanted, cached)
+
+    def drop(self) -> None:
+        """Leave the reply unread: its connection is closed."""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            sent.drop()

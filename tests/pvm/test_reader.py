@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -17,7 +18,7 @@ from pvm.reader import ContextReader, ReaderError, SearchUnavailable, estimate_t
 from pvm.stores.log import LogReader
 from pvm.vectors import ShardLockedError
 from pvm.vectors.edge import EdgeEngine
-from tests.memory_helpers import log_minutes, use_settings
+from tests.memory_helpers import log_minutes, round_trips, use_settings
 from tests.openai_server import OpenAIServer, delay, status
 from workers.ops.demo import sample_session
 
@@ -496,3 +497,56 @@ def test_search_hits_carry_the_whole_minute_from_the_cache_or_the_log(
     assert all(h.minute == by_id[h.minute_id] for h in again)
     alone = engines.searcher_for(settings).search("apollo", "login bug", SearchFilters(), 5)  # type: ignore[attr-defined]
     assert [h.minute for h in alone] == [h.minute for h in hits]
+
+
+def test_search_asks_for_its_winners_minutes_before_reading_their_points_whatever_happens_in_between(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The winners' minutes are asked of the cache (one HMGET sent) before the engine reads the winners' points,
+    # and the reply is read after: Redis answers meanwhile. A lost connection, a failed read of the points or an
+    # error reply in between leave no reply unread and no connection out of the pool.
+    log_minutes(redis_client, settings, list(sample_session("apollo", 80, seed=5)))
+    first = [(h.minute_id, h.minute) for h in reader.search("apollo", "login bug", k=5)]
+    assert first
+    searcher = reader.searcher
+    assert searcher is not None
+    retrieve = searcher.engine.retrieve
+    pool = searcher.minutes.cache.connection.connection_pool  # type: ignore[attr-defined]
+    trips = round_trips(monkeypatch)
+    asked_first: list[bool] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        asked_first.append(trips[-1:] == [b"HMGET"])
+        return retrieve(*args, **kwargs)
+
+    monkeypatch.setattr(searcher.engine, "retrieve", watched)
+    assert [(h.minute_id, h.minute) for h in reader.search("apollo", "login bug", k=5)] == first
+    assert asked_first == [True] and trips.count(b"HMGET") == 1  # and read once
+
+    def cut_off(*args: Any, **kwargs: Any) -> Any:
+        (sent_on,) = pool._in_use_connections  # type: ignore[attr-defined]
+        sent_on.disconnect()  # lost with the reply on it
+        return retrieve(*args, **kwargs)
+
+    monkeypatch.setattr(searcher.engine, "retrieve", cut_off)
+    assert [(h.minute_id, h.minute) for h in reader.search("apollo", "login bug", k=5)] == first  # the plain way
+    assert not pool._in_use_connections  # type: ignore[attr-defined]
+
+    class Stop(BaseException):
+        pass
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        raise Stop
+
+    monkeypatch.setattr(searcher.engine, "retrieve", stopped)
+    with pytest.raises(Stop):
+        reader.search("apollo", "login bug", k=5)
+    assert not pool._in_use_connections  # type: ignore[attr-defined]
+    monkeypatch.setattr(searcher.engine, "retrieve", retrieve)
+    redis_client.delete(keys.minute_by_id("apollo"))
+    redis_client.set(keys.minute_by_id("apollo"), b"not a hash")  # the cache answers an error: it raises, as before
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        reader.search("apollo", "login bug", k=5)
+    assert not pool._in_use_connections  # type: ignore[attr-defined]
+    redis_client.delete(keys.minute_by_id("apollo"))
+    assert [(h.minute_id, h.minute) for h in reader.search("apollo", "login bug", k=5)] == first  # from the log

@@ -7,7 +7,7 @@ import math
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -1249,6 +1249,25 @@ class DurableMinutesDouble:
         self.calls.append(list(ids))
         mine = {i: m for i, m in self.minutes.items() if m["project_id"] == project_id}
         return {i: dict(mine[i]) for i in ids if i in mine}
+
+    def ask(self, project_id: str, ids: Sequence[str]) -> AskedDouble:
+        return AskedDouble(self, project_id, list(ids))
+
+
+@dataclass
+class AskedDouble:
+    """What `DurableMinutesDouble.ask` answers: the minutes read when `read` is called (a call of its source)."""
+
+    source: DurableMinutesDouble
+    project_id: str
+    ids: list[str]
+
+    def read(self, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        wanted = self.ids if ids is None else list(ids)
+        return self.source.minutes_by_id(self.project_id, wanted) if wanted else {}
+
+    def drop(self) -> None:
+        pass
 
 
 def light_point(project_id: str, minute_id: str, text: str) -> MemoryPoint:
