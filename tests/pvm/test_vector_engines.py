@@ -767,6 +767,33 @@ def test_edge_warms_a_cold_shard_from_when_it_opens_it(
     engine.close()
 
 
+def test_edge_opens_a_shard_that_refuses_the_placement_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The placement is a speed: a shard the engine will not load with it opens as it is, never set aside."""
+    import qdrant_edge as qe
+
+    engine = EdgeEngine(tmp_path)
+    engine.upsert([memory_point("alpha", f"a{i}", f"deploy step {i}") for i in range(5)])
+    engine.close()
+    stored = json.loads((tmp_path / "alpha" / edge_module.SHARD_CONFIG_FILE).read_text())
+    del stored["payload_memory"]
+    (tmp_path / "alpha" / edge_module.SHARD_CONFIG_FILE).write_text(json.dumps(stored))
+
+    def refused(self: EdgeEngine, directory: Path) -> qe.EdgeConfig:  # a dense vector the shard does not hold
+        return EdgeEngine._config(self, 8)
+
+    monkeypatch.setattr(EdgeEngine, "_placed", refused)
+    engine = EdgeEngine(tmp_path)
+    with caplog.at_level("WARNING", logger=edge_module.__name__):
+        assert engine.count("alpha") == 5
+    assert "opened as it was" in caplog.text and "pvm replay --project alpha" in caplog.text
+    assert engine.broken_projects() == [] and not list(tmp_path.glob(".broken-*"))
+    engine.upsert([memory_point("alpha", "a9", "deploy step 9")])
+    assert engine.count("alpha") == 6
+    engine.close()
+
+
 def test_edge_allows_one_owner_per_directory(tmp_path: Path) -> None:
     engine = EdgeEngine(tmp_path)
     engine.upsert([memory_point("alpha", "a1", "deploy")])
