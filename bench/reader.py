@@ -35,9 +35,13 @@ without it.
               the target's; each call's CPU time in the reader's thread is reported
               beside it (context_reader_cpu_p50/p99_ms_*: Redis's work and the
               waits for it left out), which a neighbour on a shared machine cannot
-              stretch. ranking_payloads: the candidates' ranking payloads the
-              engine kept at the end, and over the run how many it was asked
-              for that it had (hits) and read from a shard (misses).
+              stretch, and the major page faults a context took
+              (context_major_faults_*: reads from the disk; home_filesystem
+              says what the temporary home, under $TMPDIR, is on: tmpfs has
+              none to take). ranking_payloads: the candidates' ranking
+              payloads the engine kept at the end, and over the run how many
+              it was asked for that it had (hits) and read from a shard
+              (misses).
               Then `--phase-calls` more build_context calls, each timed phase by
               phase (wall and the thread's CPU; context_phases_*): `reads` (the
               one pipeline of scripts: recent window, caches, heads, agent
@@ -70,6 +74,7 @@ import math
 import os
 import pstats
 import random
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -249,6 +254,28 @@ def load(loader: Loader, feed: Feed, main_target: int, progress: Progress) -> No
 # -- measure ------------------------------------------------------------------------
 
 
+def major_faults() -> int:
+    """This process's major page faults so far: each a read from the disk."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
+def home_filesystem(path: str) -> str | None:
+    """The type of the filesystem `path` is on (ext4, tmpfs, ...), from /proc/mounts; None where it cannot tell."""
+    try:
+        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best: tuple[int, str] | None = None
+    for fields in mounts:
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and (best is None or len(point) > best[0]):
+            best = (len(point), fields[2])
+    return best[1] if best is not None else None
+
+
 def timed_calls(calls: Sequence[Callable[[], Any]], cpu: list[float] | None = None) -> list[float]:
     """Each call's wall time in ms, sorted; with `cpu`, each call's CPU time in this thread (ms, sorted) is put
     in it too: what the reader itself spent, which a neighbour on a shared machine cannot stretch (Redis's own
@@ -286,7 +313,9 @@ def measure(reader: ContextReader, calls: int, seed: int, label: str, progress: 
     load_before = os.getloadavg()[0]
     progress.tick(f"{label}: timing {calls:,} build_context calls", force=True)
     context_cpu_ms: list[float] = []
+    faults_before = major_faults()
     context_ms = timed_calls(contexts[WARMUP_CALLS:], context_cpu_ms)
+    faults = major_faults() - faults_before
     progress.tick(f"{label}: timing {calls:,} search calls", force=True)
     search_ms = timed_calls(searches[WARMUP_CALLS:])
     load_after = os.getloadavg()[0]
@@ -300,6 +329,8 @@ def measure(reader: ContextReader, calls: int, seed: int, label: str, progress: 
         # The reader thread's CPU time per call (Redis's work and waits left out), beside the wall time above.
         f"context_reader_cpu_p50_ms_{label}": round(percentile(context_cpu_ms, 50), 3),
         f"context_reader_cpu_p99_ms_{label}": round(percentile(context_cpu_ms, 99), 3),
+        # Reads from the disk the contexts waited on (the process's major page faults over the timed calls).
+        f"context_major_faults_{label}": round(faults / max(1, len(context_ms)), 2),
         f"search_p50_ms_{label}": round(percentile(search_ms, 50), 3),
         f"search_p99_ms_{label}": round(percentile(search_ms, 99), 3),
         f"search_mean_ms_{label}": round(sum(search_ms) / len(search_ms), 3),
@@ -411,8 +442,6 @@ def rss_mb(field: str = "VmRSS") -> float | None:
         pass
     if field != "VmRSS":
         return None
-    import resource
-
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -499,6 +528,7 @@ def run(
             result["points_main"] = engine.count(MAIN_PROJECT)
             result["points_total"] = sum(engine.count(p) for p in (MAIN_PROJECT, *SIDE_PROJECTS))
             result["machine"] = machine(connection)
+            result["home_filesystem"] = home_filesystem(live.home)  # the shards' and the log's: tmpfs hides disk reads
         finally:
             engines.close_shared()
             loader.writer.close()
@@ -541,6 +571,7 @@ def table(result: dict[str, Any]) -> str:
             (f"search p50 / p99 @{label}", f"{result[f'search_p50_ms_{label}']} / "
              f"{result[f'search_p99_ms_{label}']} ms", f"search_p99_ms_{label}"),
             (f"optimize @{label}", f"{result[f'optimize_s_{label}']} s", ""),
+            (f"major page faults a context @{label}", f"{result[f'context_major_faults_{label}']}", ""),
             (f"process memory @{label}", f"{result[f'reader_rss_mb_{label}']:,} MiB "
              f"({result[f'reader_rss_file_mb_{label}']} MiB mapped files)", ""),
         ]  # fmt: skip

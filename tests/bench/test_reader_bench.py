@@ -4,6 +4,7 @@ context call and the process's memory; and --minutes refused with the reason whe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,12 +22,14 @@ def test_each_checkpoint_gives_latencies_phases_that_add_up_and_memory(capsys: p
         assert 0 < out[f"search_p50_ms_{label}"] <= out[f"search_p99_ms_{label}"]
         assert out[f"reader_rss_mb_{label}"] > 0
         assert 0 < out[f"reader_rss_file_mb_{label}"] < out[f"reader_rss_mb_{label}"]
+        assert out[f"context_major_faults_{label}"] >= 0
         phases = out[f"context_phases_{label}"]
         assert set(phases) == {*reader.PHASES, "total"}
         assert phases["search"]["wall_p50_ms"] > 0 and phases["reads"]["wall_p50_ms"] > 0
         # Every call's time is in one phase or another: the shares add up to the whole.
         assert sum(phases[p]["share"] for p in reader.PHASES) == pytest.approx(1.0, abs=0.01)
     assert out["context_p99_ms_largest"] == out["context_p99_ms_2k"]
+    assert isinstance(out["home_filesystem"], str) and out["home_filesystem"]
     assert set(out["targets"]) == {"context_p99_ms_100k", "context_p99_ms_1m", "search_p99_ms_1m", "index_per_s"}
     assert out["met"]["context_p99_ms_1m"] is None  # not measured at this size: no verdict
     # Past 800 minutes (8 windows of 100) the project keeps a window: the searches at 1k and 2k read it.
@@ -68,3 +71,11 @@ def test_minutes_that_name_no_sizes_are_refused_with_the_reason(value: str, caps
     with pytest.raises(SystemExit):
         reader.main(["--minutes", value])
     assert "--minutes" in capsys.readouterr().err
+
+
+def test_the_home_filesystem_is_the_type_of_the_mount_the_path_is_under(tmp_path: Path) -> None:
+    assert reader.home_filesystem("/proc/self/status") == "proc"  # a path under a mount, not the mount itself
+    assert reader.home_filesystem("/proc") == "proc"
+    lines = Path("/proc/mounts").read_text().splitlines()
+    mounts = {fields[1]: fields[2] for fields in (line.split() for line in lines) if len(fields) > 2}
+    assert reader.home_filesystem(str(tmp_path)) in mounts.values()
