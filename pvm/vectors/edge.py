@@ -46,8 +46,8 @@ context took ~9 major page faults, ~0.6 ms more at the median and ~2.3 ms
 more at p99. The cost is the page cache those files take (about 1 KB a
 minute) and reading them in when a shard opens (~50 ms at 100k minutes).
 A shard written before (its configuration names no tier) opens with the
-placement, which its segments take as the engine writes or merges them;
-`pvm replay` rebuilds it whole.
+placement: the segments written from then on are warm, those already built
+stay cold until a merge rewrites them, and `pvm replay` rebuilds it warm.
 
 Open shards are bounded (least recently used ones are closed beyond
 ``max_open_shards``), and each searches with ``search_threads`` threads: the
