@@ -65,18 +65,15 @@ class Asked:
         self._sent: Sent | None = Sent(source.cache.connection, [command]) if self.ids else None
 
     def read(self, ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
-        """The minutes of `ids` (every id asked, by default; an id not asked is read from the cache now), as
-        `DurableMinutes.minutes_by_id` gives them. Once: a second read reads the plain way."""
+        """The minutes of `ids` (every id asked, by default), as `DurableMinutes.minutes_by_id` gives them. Once: a
+        second read, or one naming an id not asked, reads the plain way."""
         wanted = self.ids if ids is None else list(ids)
         sent, self._sent = self._sent, None
         replies = sent.replies() if sent is not None else None
-        if replies is None or isinstance(replies[0], Exception):
+        answered = dict(zip(self.ids, replies[0], strict=True)) if replies and isinstance(replies[0], list) else None
+        if answered is None or not answered.keys() >= set(wanted):
             return self._source.minutes_by_id(self.project_id, wanted)
-        answered = dict(zip(self.ids, replies[0], strict=True))
-        cached = {i: answered[i] for i in wanted if answered.get(i) is not None}
-        unasked = [i for i in wanted if i not in answered]
-        if unasked:
-            cached.update(self._source.cache.get_many(self.project_id, unasked))
+        cached = {i: answered[i] for i in wanted if answered[i] is not None}
         return self._source.found(self.project_id, wanted, cached)
 
     def drop(self) -> None:

@@ -941,14 +941,11 @@ class EdgeEngine:
         """The configuration to load a shard written with cold payloads (before `PLACEMENT`) with, so that its
         segments from now on are warmed; None for a shard placed so already, or one whose configuration does not
         read (it loads as it is, or fails as it would have)."""
-        try:
-            stored = json.loads((directory / SHARD_CONFIG_FILE).read_text())
-            if stored.get("payload_memory") == PLACEMENT_NAME and stored.get("id_tracker_memory") == PLACEMENT_NAME:
-                return None
-            size = stored["vectors"][DENSE]["size"] if DENSE in (stored.get("vectors") or {}) else None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        stored = _stored_config(directory)
+        if stored is None:
             return None
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        config, size = stored
+        if config.get("payload_memory") == PLACEMENT_NAME and config.get("id_tracker_memory") == PLACEMENT_NAME:
             return None
         return self._config(size)
 
@@ -988,14 +985,24 @@ def stored_dense_dimensions(path: Path) -> int | None:
     except OSError:
         return None
     for directory in directories:
-        try:
-            config = json.loads((directory / SHARD_CONFIG_FILE).read_text())
-            size = config["vectors"][DENSE]["size"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a lexical-only shard, or one being written
-        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            sizes.add(size)
+        stored = _stored_config(directory)
+        if stored is not None and stored[1] is not None:  # else a lexical-only shard, or one being written
+            sizes.add(stored[1])
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def _stored_config(directory: Path) -> tuple[dict[str, Any], int | None] | None:
+    """A shard's saved configuration (SHARD_CONFIG_FILE) and the length of its dense vectors (None: it holds
+    none); None where it does not read as one."""
+    try:
+        config = json.loads((directory / SHARD_CONFIG_FILE).read_text())
+        vectors = config.get("vectors") or {}
+        size = vectors[DENSE]["size"] if DENSE in vectors else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        return None
+    return config, size
 
 
 def _payload_indexes() -> Iterable[tuple[str, Any]]:

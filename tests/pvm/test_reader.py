@@ -499,6 +499,30 @@ def test_search_hits_carry_the_whole_minute_from_the_cache_or_the_log(
     assert [h.minute for h in alone] == [h.minute for h in hits]
 
 
+def test_minutes_asked_read_as_minutes_by_id_reads_them(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings
+) -> None:
+    # `DurableMinutes.ask` sends the cache's HMGET now; `read` answers what `minutes_by_id` would, for every id asked,
+    # some of them, none, or one not asked (read the plain way), and leaves no connection out of the pool.
+    minutes = list(sample_session("apollo", 30, seed=2))
+    log_minutes(redis_client, settings, minutes)
+    ids = [m.id for m in minutes[:6]]
+    redis_client.hdel(keys.minute_by_id("apollo"), ids[0], ids[1])  # two only in the log
+    whole = reader.minutes.minutes_by_id("apollo", [*ids, "nobody"])
+    assert set(whole) == set(ids)
+    assert reader.minutes.ask("apollo", [*ids, "nobody"]).read() == whole
+    assert reader.minutes.ask("apollo", ids).read(ids[:3]) == {i: whole[i] for i in ids[:3]}
+    assert reader.minutes.ask("apollo", ids).read(()) == {}
+    unasked = minutes[10].id
+    assert reader.minutes.ask("apollo", ids[:2]).read([ids[0], unasked]) == reader.minutes.minutes_by_id(
+        "apollo", [ids[0], unasked]
+    )
+    asked = reader.minutes.ask("apollo", ids)
+    assert asked.read() == asked.read() == {i: whole[i] for i in ids}  # a second read, the plain way
+    reader.minutes.ask("apollo", ids).drop()
+    assert not redis_client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+
+
 def test_search_asks_for_its_winners_minutes_before_reading_their_points_whatever_happens_in_between(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
