@@ -544,6 +544,7 @@ class LogReader:
         self._indexed_to: dict[str, dict[Path, int]] = {}
         # segment -> {seq: offset where that record starts}, every MARK_EVERY-th seq this reader went past
         self._marks: dict[Path, dict[int, int]] = {}
+        self._segment_seen: dict[str, str] = {}  # project -> a segment of its log `has_project` found
         self._lock = threading.Lock()
 
     def projects(self) -> list[str]:
@@ -554,14 +555,26 @@ class LogReader:
             return []
 
     def has_project(self, project_id: str) -> bool:
-        """Whether the project has a log (one directory looked at, where `projects` lists them all)."""
+        """Whether the project has a log (one directory looked at, where `projects` lists them all).
+
+        Every context asks it: the segment found last time is looked at first (one stat, where listing the
+        directory took ~50 µs), and the directory is listed again only when that segment is gone."""
         if not is_valid_project_id(project_id):
             return False  # never a path outside the log directory
+        seen = self._segment_seen.get(project_id)
+        if seen is not None and os.path.isfile(seen):
+            return True
+        directory = os.path.join(self.log_dir, project_id)
         try:
-            with os.scandir(self.log_dir / project_id) as entries:
-                return any(e.name.endswith(SEGMENT_SUFFIX) for e in entries)
+            with os.scandir(directory) as entries:
+                found = next((e.path for e in entries if e.name.endswith(SEGMENT_SUFFIX)), None)
         except (FileNotFoundError, NotADirectoryError):
+            found = None
+        if found is None:
+            self._segment_seen.pop(project_id, None)
             return False
+        self._segment_seen[project_id] = found
+        return True
 
     def backward(self, project_id: str, before_seq: int | None = None) -> Iterator[LogRecord]:
         """The project's records newest first; with `before_seq`, only those below it (a pager's cursor).

@@ -54,6 +54,20 @@ def test_has_project_looks_at_one_directory_inside_the_log(tmp_path: Path) -> No
     assert not LogReader(tmp_path / "missing").has_project("p")
 
 
+def test_has_project_sees_a_log_that_went_or_moved_to_other_segments(tmp_path: Path) -> None:
+    # It looks at the segment it found last time first: gone, the directory is listed again.
+    LogWriter(tmp_path).append("p", entries("p", 1))
+    reader = LogReader(tmp_path)
+    assert reader.has_project("p")
+    (segment,) = (tmp_path / "p").glob("*.seg")
+    segment.rename(tmp_path / "p" / "00000000000000999999.seg")
+    assert reader.has_project("p")
+    shutil.rmtree(tmp_path / "p")
+    assert not reader.has_project("p")
+    LogWriter(tmp_path).append("p", entries("p", 1))
+    assert reader.has_project("p")
+
+
 def test_redelivered_ids_are_skipped(tmp_path: Path) -> None:
     writer = LogWriter(tmp_path)
     writer.append("p", entries("p", 5))
