@@ -23,10 +23,7 @@ so it knows every write, and this never serves a payload older than the point:
   sees the points' writes in the order the shards did.
 
 At most `RANKING_PAYLOADS_KEPT` points are kept (~0.9 KB each with their
-payloads: ~90 MB), the longest kept dropped first. Not the least recently
-used: moving each hit to the end of an ordered dict cost ~0.7 µs a candidate at
-100k points (its links are all over memory), ~50 µs a context, and a point
-dropped while still asked for is read again once, by id. The hot window's
+payloads: ~90 MB), least recently used dropped first. The hot window's
 generations (`pvm.vectors.hot`) share their archive's memo: they hold copies
 of the same points, and a write to any of them drops the point for all. The payloads are shared
 by every search that finds the point: read them, never write them (as the
@@ -35,8 +32,8 @@ thread reads' candidates, `pvm.vectors.thread_reads`).
 
 from __future__ import annotations
 
-import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,7 +46,7 @@ class RankingMemo:
     def __init__(self, kept: int = RANKING_PAYLOADS_KEPT) -> None:
         self._kept = max(0, kept)
         self._lock = threading.Lock()
-        self._payloads: dict[tuple[str, Any], dict[str, Any]] = {}  # in the order kept: oldest first
+        self._payloads: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._generation: dict[str, int] = {}  # project -> writes seen
         # Held by every writer of the shards sharing this memo across a write and its `written` / `keep_written`.
         self.writes = threading.RLock()
@@ -65,13 +62,15 @@ class RankingMemo:
             return self._generation.get(project_id, 0)
 
     def get(self, project_id: str, point_ids: Iterable[Any]) -> dict[Any, dict[str, Any]]:
-        """The kept payloads of these points, by point id (the others absent)."""
+        """The kept payloads of these points, by point id (the others absent), now the most recently used."""
         out: dict[Any, dict[str, Any]] = {}
         with self._lock:
             payloads = self._payloads
             for pid in point_ids:
-                payload = payloads.get((project_id, pid))
+                key = (project_id, pid)
+                payload = payloads.get(key)
                 if payload is not None:
+                    payloads.move_to_end(key)
                     out[pid] = payload
                 else:
                     self.misses += 1
@@ -87,7 +86,8 @@ class RankingMemo:
                 return
             for pid, payload in payloads.items():
                 self._payloads[(project_id, pid)] = payload
-            self._bound()
+            while len(self._payloads) > self._kept:
+                self._payloads.popitem(last=False)
 
     def keep_written(self, project_id: str, payloads: Mapping[Any, dict[str, Any]]) -> None:
         """Keep the ranking payloads of points just written (by point id), as written. The caller holds `writes`
@@ -97,17 +97,10 @@ class RankingMemo:
         with self._lock:
             for pid, payload in payloads.items():
                 key = (project_id, pid)
-                self._payloads.pop(key, None)  # kept again: now the newest
                 self._payloads[key] = payload
-            self._bound()
-
-    def _bound(self) -> None:
-        """Past `kept`, drop the longest kept down to `kept` less an eighth of it, in one pass from the front (the
-        caller holds the lock): dropping one at a time would walk the dict's freed slots again each time."""
-        over = len(self._payloads) - self._kept
-        if over > 0:
-            for key in list(itertools.islice(self._payloads, over + self._kept // 8)):
-                del self._payloads[key]
+                self._payloads.move_to_end(key)
+            while len(self._payloads) > self._kept:
+                self._payloads.popitem(last=False)
 
     def written(self, project_id: str, point_ids: Iterable[Any]) -> None:
         """These points of the project were written (upserted or their payload set): drop them."""

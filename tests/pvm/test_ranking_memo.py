@@ -36,29 +36,19 @@ def test_a_write_drops_the_points_it_touches_and_a_forget_the_project() -> None:
     assert memo.get("beta", [1]) == {1: payload(1)}  # the same point id in another project is its own
 
 
-def test_what_is_kept_is_bounded_the_longest_kept_dropped_first() -> None:
+def test_what_is_kept_is_bounded_least_recently_used_first() -> None:
     memo = RankingMemo(kept=3)
     memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2), 3: payload(3)})
-    assert set(memo.get("alpha", [1])) == {1}  # asked for, but still the longest kept
+    assert set(memo.get("alpha", [1])) == {1}  # 1 is now the most recently used
     memo.keep("alpha", memo.generation("alpha"), {4: payload(4)})
     assert len(memo) == 3
-    assert set(memo.get("alpha", [1, 2, 3, 4])) == {2, 3, 4}
+    assert set(memo.get("alpha", [1, 2, 3, 4])) == {1, 3, 4}
     nothing = RankingMemo(kept=0)
     nothing.keep("alpha", nothing.generation("alpha"), {1: payload(1)})
     assert len(nothing) == 0
 
 
-def test_past_the_bound_an_eighth_more_is_dropped_at_once_oldest_first() -> None:
-    memo = RankingMemo(kept=16)
-    memo.keep("alpha", memo.generation("alpha"), {i: payload(i) for i in range(16)})
-    assert len(memo) == 16
-    memo.keep("beta", memo.generation("beta"), {0: payload(0)})
-    assert len(memo) == 16 - 2  # one over, and 16 // 8 more
-    assert set(memo.get("alpha", range(16))) == set(range(3, 16))
-    assert memo.get("beta", [0]) == {0: payload(0)}
-
-
-def test_a_write_keeps_what_it_wrote_as_the_newest_within_the_bound() -> None:
+def test_a_write_keeps_what_it_wrote_as_the_most_recently_used_within_the_bound() -> None:
     memo = RankingMemo(kept=3)
     memo.keep("alpha", memo.generation("alpha"), {1: payload(1), 2: payload(2)})
     with memo.writes:
