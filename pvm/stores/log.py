@@ -557,8 +557,9 @@ class LogReader:
     def has_project(self, project_id: str) -> bool:
         """Whether the project has a log (one directory looked at, where `projects` lists them all).
 
-        Every context asks it: the segment found last time is looked at first (one stat, where listing the
-        directory took ~50 µs), and the directory is listed again only when that segment is gone."""
+        Every context asks it: the segment found last time is looked at first (one stat: ~2.5 µs, where listing
+        the directory took ~10 µs at 100k minutes), and the directory is listed again only when that segment is
+        gone."""
         if not is_valid_project_id(project_id):
             return False  # never a path outside the log directory
         seen = self._segment_seen.get(project_id)
