@@ -261,10 +261,37 @@ def test_pvm_serve_refuses_a_planted_job_on_the_index_queue(
             assert time.monotonic() < deadline, "pvm serve never took the planted job"
             time.sleep(0.1)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
+        stopped(server)
     assert not target.exists()
     assert "job function 'os.mkdir' is not a PVM job; refused" in refusal(redis_client, job_id)
+
+
+@pytest.mark.slow
+def test_pvm_serve_prints_every_threads_stack_on_sigusr1(settings: Settings) -> None:
+    # What a server that does not stop is waiting on (`stopped` asks for it before killing one).
+    server = spawn(["serve", "--port", str(free_port()), "--index-worker", "no"], settings, {})
+    assert server.stdout is not None
+    first = server.stdout.readline()
+    assert "pvm serve: reader API on" in first, first
+    server.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    assert server.poll() is None  # it keeps serving
+    out = stopped(server)
+    assert "(most recent call first)" in out and 'File "' in out, out
+    assert server.returncode == 0, out
+
+
+def stopped(server: subprocess.Popen[str], within_s: float = 30) -> str:
+    """SIGTERM `server` and its output once it exited; one that has not within `within_s` fails the test with every
+    thread's stack (`pvm serve` prints them on SIGUSR1), then is killed."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        return server.communicate(timeout=within_s)[0]
+    except subprocess.TimeoutExpired:
+        server.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        server.kill()
+        pytest.fail(f"pvm serve did not stop within {within_s:g} s of SIGTERM; its threads:\n{server.communicate()[0]}")
 
 
 @pytest.mark.parametrize("pools", [["log"], list(keys.QUEUES)], ids=["one-queue", "all-queues"])
