@@ -26,6 +26,12 @@ without it.
 2. optimize   when the measured project holds 10k (then 100k) minutes, or each
               size `--minutes` names, loading pauses and `engine.optimize()`
               runs once, explicitly, as an operator would after a bulk load (timed).
+              Then the file systems are synced (`os.sync`, timed: settle_s_*):
+              the load's dirty pages would otherwise be written back by the
+              kernel during the measured calls, 5-30 s after the load. On the
+              2-core VM that writeback (ext4's extent conversion, discards)
+              ran on the other core and slowed the reader's own thread 2-3x
+              in ~2% of calls (docs/performance.md, issue 26 session 33).
 3. measure    `ContextReader.build_context(project, agent, task, budget_tokens=2000)`
               and `ContextReader.search(project, query, k=5)`, each timed call by
               call over `--calls` calls (after a warm-up) with agents and
@@ -474,6 +480,16 @@ def optimize(engine: Any, label: str, progress: Progress) -> dict[str, Any]:
     return {f"optimize_s_{label}": round(seconds, 3), f"optimize_did_work_{label}": bool(done.get(MAIN_PROJECT))}
 
 
+def settle(label: str, progress: Progress) -> dict[str, Any]:
+    """Write the load's dirty pages back now (`os.sync`, timed), not during the measured calls: the kernel's
+    writeback of a bulk load, 5-30 s later, would run beside them and slow the reader's thread."""
+    started = time.perf_counter()
+    os.sync()
+    seconds = time.perf_counter() - started
+    progress.tick(f"{label}: file systems synced in {seconds:.2f} s", force=True)
+    return {f"settle_s_{label}": round(seconds, 3)}
+
+
 def run(
     checkpoints: Sequence[int],
     calls: int,
@@ -505,6 +521,7 @@ def run(
                 label = _label(checkpoint)
                 load(loader, feed, checkpoint, progress)
                 result.update(optimize(engine, label, progress))
+                result.update(settle(label, progress))
                 gc.collect()
                 gc.freeze()  # what the load left is not the reader's garbage
                 result.update(measure(reader, calls, seed + i, label, progress))
