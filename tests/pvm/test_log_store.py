@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import shutil
@@ -139,6 +140,22 @@ def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
     got = reader.get_by_ids("p", asked)
     assert list(got) == [i for i in asked if i != "nope"]
     assert [got[i].seq for i in got] == [60, 4, 31, 3, 32]
+
+
+def test_the_index_by_id_is_nothing_the_garbage_collector_walks(tmp_path: Path) -> None:
+    # A reader indexes every minute of a project it was asked for by id (a million at a million minutes): the
+    # places are plain ints, so the collector has nothing to walk there; and they still find every segment's records.
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    for start in range(0, 60, 6):
+        writer.append("p", entries("p", 6, start=start))
+    reader = LogReader(tmp_path)
+    assert reader.get_by_ids("p", ["m000000"])["m000000"].seq == 1
+    writer.append("p", entries("p", 6, start=60))  # a new segment, indexed when first asked for
+    got = reader.get_by_ids("p", [f"m{i:06d}" for i in range(66)])
+    assert [r.seq for r in got.values()] == list(range(1, 67))
+    assert len({r.seq for r in got.values()}) == 66 and len(list((tmp_path / "p").glob("*.seg"))) > 4
+    index = reader._index["p"]
+    assert len(index) == 66 and not gc.is_tracked(index)
 
 
 def test_backward_reads_newest_first_and_from_a_cursor_down(tmp_path: Path) -> None:
