@@ -408,10 +408,8 @@ class EdgeEngine:
     def _ranking_of(self, shard: qe.EdgeShard, project_id: str, point_ids: Iterable[Any]) -> dict[Any, dict[str, Any]]:
         """The ranking payloads of these points of the shard, by point id: those kept (`RankingMemo`), and the rest
         read by id in one call and kept. A point that is not there is absent."""
-        wanted = list(dict.fromkeys(point_ids))
         generation = self._ranking.generation(project_id)
-        found = self._ranking.get(project_id, wanted)
-        missing = [pid for pid in wanted if pid not in found]
+        found, missing = self._ranking.lookup(project_id, point_ids)
         if missing:
             records = shard.retrieve(missing, with_payload=_RANKING_SELECTOR, with_vector=False)
             read = {r.id: _ranking_payload(r.payload) for r in records if r.payload}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from pvm.vectors.ranking_memo import RankingMemo
 
 
@@ -58,3 +60,21 @@ def test_a_write_keeps_what_it_wrote_as_the_most_recently_used_within_the_bound(
     nothing = RankingMemo(kept=0)
     nothing.keep_written("alpha", {1: payload(1)})
     assert len(nothing) == 0
+
+
+def test_uuid_point_ids_are_one_point_whichever_object_names_them_and_lookup_says_what_was_missing() -> None:
+    # The engine hands the memo a new UUID object for a point at every query; the memo keeps a UUID's integer, so
+    # keeping, finding and dropping a point agree whichever object names it.
+    ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"m{i}") for i in range(4)]
+    again = [uuid.UUID(str(pid)) for pid in ids]
+    memo = RankingMemo()
+    memo.keep("alpha", memo.generation("alpha"), {ids[0]: payload(0), ids[1]: payload(1)})
+    hits, misses = memo.hits, memo.misses
+    found, missing = memo.lookup("alpha", [again[2], again[1], again[0], again[2], again[3], again[1]])
+    assert found == {ids[0]: payload(0), ids[1]: payload(1)}
+    assert missing == [ids[2], ids[3]]  # each once, in the order asked
+    assert (memo.hits - hits, memo.misses - misses) == (2, 2)
+    with memo.writes:
+        memo.written("alpha", [again[0]])
+        memo.keep_written("alpha", {again[3]: payload(3)})
+    assert memo.get("alpha", ids) == {ids[1]: payload(1), ids[3]: payload(3)}
