@@ -281,9 +281,31 @@ def test_pvm_serve_prints_every_threads_stack_on_sigusr1(settings: Settings) -> 
     assert server.returncode == 0, out
 
 
+def test_a_pvm_worker_prints_every_threads_stack_on_sigusr1_and_goes_on(
+    redis_client: redis.Redis, settings: Settings
+) -> None:
+    # Registered by the CLI's entry, so every long-running command has it, not only `pvm serve`.
+    from rq import Worker
+
+    worker = spawn(["worker", "log", "--name", f"usr1-{uuid.uuid4().hex[:8]}"], settings, {})
+    try:
+        deadline = time.monotonic() + 30
+        while not Worker.all(connection=redis_client):  # registered: past its start, waiting for work
+            assert worker.poll() is None, worker.communicate()[0]
+            assert time.monotonic() < deadline, "pvm worker never registered"
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert worker.poll() is None  # it keeps working
+    finally:
+        out = stopped(worker)
+    assert "(most recent call first)" in out and 'File "' in out, out
+    assert worker.returncode == 0, out
+
+
 def stopped(server: subprocess.Popen[str], within_s: float = 30) -> str:
     """SIGTERM `server` and its output once it exited; one that has not within `within_s` fails the test with every
-    thread's stack (`pvm serve` prints them on SIGUSR1), then is killed."""
+    thread's stack (every `pvm` command prints them on SIGUSR1), then is killed."""
     server.send_signal(signal.SIGTERM)
     try:
         return server.communicate(timeout=within_s)[0]
@@ -291,7 +313,9 @@ def stopped(server: subprocess.Popen[str], within_s: float = 30) -> str:
         server.send_signal(signal.SIGUSR1)
         time.sleep(1)
         server.kill()
-        pytest.fail(f"pvm serve did not stop within {within_s:g} s of SIGTERM; its threads:\n{server.communicate()[0]}")
+        pytest.fail(
+            f"the pvm command did not stop within {within_s:g} s of SIGTERM; its threads:\n{server.communicate()[0]}"
+        )
 
 
 @pytest.mark.parametrize("pools", [["log"], list(keys.QUEUES)], ids=["one-queue", "all-queues"])

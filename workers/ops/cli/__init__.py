@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -118,6 +120,9 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr, and the process goes on: what a server, worker,
+    # dispatcher or scheduler that does not stop (or does not move) is waiting on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

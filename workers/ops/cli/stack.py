@@ -4,9 +4,7 @@ stack, or one of its processes."""
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -207,8 +205,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         where = "and runs an index and evaluate worker"
     else:
         where = "(stateless: run index workers with `pvm worker index`)"
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a server that does not stop is waiting on.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     print(f"pvm serve: reader API on http://{args.addr}:{args.port} {where}")
     sys.stdout.flush()
     if args.mcp:
