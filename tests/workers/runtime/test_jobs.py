@@ -287,10 +287,12 @@ def test_a_pvm_worker_prints_every_threads_stack_on_sigusr1_and_goes_on(
     # Registered by the CLI's entry, so every long-running command has it, not only `pvm serve`.
     from rq import Worker
 
-    worker = spawn(["worker", "log", "--name", f"usr1-{uuid.uuid4().hex[:8]}"], settings, {})
+    name = f"usr1-{uuid.uuid4().hex[:8]}"
+    worker = spawn(["worker", "log", "--name", name], settings, {})
     try:
         deadline = time.monotonic() + 30
-        while not Worker.all(connection=redis_client):  # registered: past its start, waiting for work
+        # Registered under its name: past its start, waiting for work.
+        while name not in {w.name for w in Worker.all(connection=redis_client)}:
             assert worker.poll() is None, worker.communicate()[0]
             assert time.monotonic() < deadline, "pvm worker never registered"
             time.sleep(0.1)
