@@ -117,12 +117,18 @@ def _describe(parser: argparse.ArgumentParser) -> None:
                 _describe(child)
 
 
+def _stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's stack to stderr, and the process goes on: what a server, worker,
+    dispatcher or scheduler that does not stop (or does not move) is waiting on. Not where stderr is no file
+    (`main` called in a process whose stderr was replaced, as a test's captured output)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no fileno
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # `kill -USR1 <pid>` prints every thread's stack to stderr, and the process goes on: what a server, worker,
-    # dispatcher or scheduler that does not stop (or does not move) is waiting on.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _stacks_on_sigusr1()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
