@@ -85,7 +85,7 @@ class RankingMemo:
         with self._lock:
             payloads = self._payloads
             for pid in point_ids:
-                key = (project_id, pid.int if type(pid) is _UUID else pid)
+                key = (project_id, _key(pid))
                 payload = payloads.get(key)
                 if payload is not None:
                     payloads.move_to_end(key)
