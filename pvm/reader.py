@@ -89,7 +89,10 @@ class Searcher(Protocol):
         *,
         prefer: Any = ...,
         kinds: Collection[str] = ...,
+        payloads: bool = ...,
     ) -> SearchResult: ...
+
+    def with_payloads(self, project_id: str, hits: Sequence[SearchHit]) -> list[SearchHit]: ...
 
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -597,15 +600,21 @@ class ContextReader:
         if not task or self.searcher is None:
             return [], None, None
         try:
+            # The hits' minutes decide which are kept; only the kept ones' points are read (their category, insights).
             found = self.searcher.search_result(
-                project_id, task, SearchFilters(), self.experience_k * defaults.CONTEXT_EXPERIENCE_OVERFETCH
+                project_id,
+                task,
+                SearchFilters(),
+                self.experience_k * defaults.CONTEXT_EXPERIENCE_OVERFETCH,
+                payloads=False,
             )
+            # Knowledge changes are minutes too (and minute points); what they say is the facts section's.
+            said = [h for h in found.hits if windowed(h.minute)]
+            kept = self.searcher.with_payloads(project_id, diverse(said, self.experience_k))
         except Exception as exc:
             log.warning("context for %s/%s without relevant experience: %s", project_id, agent_id, exc)
             return [], f"{type(exc).__name__}: {exc}", None
-        # Knowledge changes are minutes too (and minute points); what they say is the facts section's.
-        said = [h for h in found.hits if windowed(h.minute)]
-        return diverse(said, self.experience_k), None, found.degraded
+        return kept, None, found.degraded
 
     def _send_scripts(self, calls: Sequence[tuple[Script, Sequence[str], Sequence[Any]]]) -> Sent:
         """Send registered scripts in one write, their replies to be read later (`_script_replies`): the caller

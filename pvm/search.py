@@ -262,6 +262,7 @@ class HybridSearch:
         statuses: Collection[str] | None = None,
         as_of: str | datetime | int | None = None,
         prefer: Prefer | None = None,
+        payloads: bool = True,
     ) -> SearchResult:
         """The best `k` minutes and/or facts of the project for `query` within `filters`, and whether it degraded.
 
@@ -290,6 +291,12 @@ class HybridSearch:
         Candidates come with only what ranking reads (`RANKING_FIELDS`); the
         whole payloads are retrieved for the `k` that rank highest. A winner
         deleted in between (its project reset for a replay) is left out.
+
+        With ``payloads=False`` a minute hit holds its minute, score and parts
+        but not what only its point holds (``category`` empty, no insights or
+        scores): a caller that keeps a few of the hits by their minutes (the
+        context keeps 5 of 15 distinct ones) reads those few points with
+        `with_payloads`. Facts and summaries always come whole.
         """
         project_id = require_project(project_id)
         if not isinstance(k, int) or k < 1:
@@ -330,6 +337,8 @@ class HybridSearch:
         if not best:
             return SearchResult([], degraded)
         ids = [c.minute_id for _, c, _ in best]
+        if not payloads and self.minutes is not None:
+            return SearchResult(self._light_hits(project_id, best, self.minutes), degraded)
         asked = self.minutes.ask(project_id, ids) if self.minutes is not None else None  # answered meanwhile
         try:
             winners = self.engine.retrieve(project_id, ids)
@@ -342,6 +351,39 @@ class HybridSearch:
             _hit(c.minute_id, stored[c.minute_id], score, parts) for score, c, parts in best if c.minute_id in stored
         ]
         return SearchResult(hits, degraded)
+
+    def with_payloads(self, project_id: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
+        """`hits` (of ``search_result(..., payloads=False)``) with what their points hold: category, insights, scores,
+        in one read by id. A hit whose point is gone (its project reset for a replay) is left out, as
+        `search_result` leaves out a winner deleted in between."""
+        if not hits:
+            return []
+        points = {c.minute_id: c.payload for c in self.engine.retrieve(project_id, [h.minute_id for h in hits])}
+        return [
+            _hit(h.minute_id, {**points[h.minute_id], "minute": h.minute}, h.score, h.parts)
+            for h in hits
+            if h.minute_id in points
+        ]
+
+    def _light_hits(
+        self, project_id: str, best: list[tuple[float, Candidate, dict[str, float]]], minutes: MinuteSource
+    ) -> list[SearchHit]:
+        """The hits of `best` with their whole minutes and without their points' payloads (``payloads=False``). A
+        minute found in neither the cache nor the log is looked for in its point (a point written before points
+        were made light holds it), as `search_result` does."""
+        found = minutes.minutes_by_id(project_id, [c.minute_id for _, c, _ in best])
+        lacking = [c.minute_id for _, c, _ in best if c.minute_id not in found]
+        if lacking:
+            points = self.engine.retrieve(project_id, lacking)
+            found.update(
+                (key, p["minute"])
+                for key, p in self._whole(project_id, {c.minute_id: c.payload for c in points}).items()
+            )
+        return [
+            SearchHit(c.minute_id, score, found[c.minute_id], "", parts=parts)
+            for score, c, parts in best
+            if c.minute_id in found
+        ]
 
     def _with_neighbours(
         self,
