@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from contracts.memory import ContextPackage, SearchFilters, agent_lines, hit_lin
 from pvm import engines
 from pvm.config import Settings
 from pvm.embedders import EmbeddingConfigError
-from pvm.reader import ContextReader, ReaderError, SearchUnavailable, estimate_tokens
+from pvm.reader import ContextReader, ReaderError, SearchUnavailable, diverse, estimate_tokens, windowed
 from pvm.stores.log import LogReader
 from pvm.vectors import ShardLockedError
 from pvm.vectors.edge import EdgeEngine
@@ -395,6 +395,32 @@ def test_relevant_experience_does_not_repeat_one_note(
     # The search itself still finds every echo: only the context leaves the repeats out.
     found = reader.search("apollo", "session cookie expires after 5 minutes", k=10)
     assert len([h for h in found if "expires after 5 minutes" in h.minute["memory_note"]]) == 4
+
+
+def test_the_context_reads_the_points_of_the_experience_it_keeps_only(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minutes = list(sample_session("apollo", 120, seed=3))
+    log_minutes(redis_client, settings, minutes)
+    engine = reader.searcher.engine  # type: ignore[union-attr]
+    retrieved: list[list[str]] = []
+    retrieve = engine.retrieve
+
+    def recording(project_id: str, minute_ids: Sequence[str]) -> Any:
+        retrieved.append(list(minute_ids))
+        return retrieve(project_id, minute_ids)
+
+    monkeypatch.setattr(engine, "retrieve", recording)
+    pkg = reader.build_context("apollo", "coder", task="fix the login bug", budget_tokens=100_000)
+    kept = pkg.relevant_experience
+    assert 0 < len(kept) <= 5 and retrieved == [[h.minute_id for h in kept]]
+    # The same experience, whole, as keeping distinct notes among the search's whole hits.
+    found = reader.searcher.search_result("apollo", "fix the login bug", SearchFilters(), 15).hits  # type: ignore[union-attr]
+    same = diverse([h for h in found if windowed(h.minute)], 5)
+    assert [(h.minute_id, h.minute, h.category, h.insights, h.scores) for h in kept] == [
+        (h.minute_id, h.minute, h.category, h.insights, h.scores) for h in same
+    ]
+    assert all(h.category for h in kept)
 
 
 def test_relevant_experience_leaves_out_knowledge_changes(

@@ -1310,6 +1310,41 @@ def test_a_light_hit_whose_minute_is_found_nowhere_is_left_out(engine: EdgeEngin
     assert sorted(h.minute_id for h in without) == ["m1", "m2"] and all(h.minute == {} for h in without)
 
 
+def test_hits_without_payloads_hold_their_minutes_and_with_payloads_reads_only_the_points_of_the_hits_given(
+    engine: EdgeEngine,
+) -> None:
+    engine.upsert([light_point("alpha", f"m{i}", f"gateway rollback step {i}") for i in range(6)])
+    engine.upsert([memory_point("alpha", "old", "gateway rollback plan")])  # holds its minute; in no minute source
+    source = DurableMinutesDouble(
+        {f"m{i}": {"id": f"m{i}", "project_id": "alpha", "memory_note": f"{i}"} for i in range(6)}
+    )
+    counting = CountingEngine(engine)
+    search = HybridSearch(counting, minutes=source)  # type: ignore[arg-type]
+    whole = search.search_result("alpha", "gateway rollback", k=7, now_ms=NOW).hits
+    counting.retrieved.clear()
+    light = search.search_result("alpha", "gateway rollback", k=7, now_ms=NOW, payloads=False).hits
+    assert len(whole) == 7
+    assert [(h.minute_id, h.score, h.parts, h.minute) for h in light] == [
+        (h.minute_id, h.score, h.parts, h.minute) for h in whole
+    ]
+    assert all(h.category == "" and h.insights == () and h.scores is None for h in light)
+    assert counting.retrieved == [["old"]]  # only the point that holds its minute, for the minute
+    chosen = [light[4], light[1]]
+    counting.retrieved.clear()
+    assert search.with_payloads("alpha", chosen) == [whole[4], whole[1]]
+    assert counting.retrieved == [[light[4].minute_id, light[1].minute_id]]
+    # A point deleted in between is left out, not returned half-read.
+    counting.forget = {light[4].minute_id}
+    assert search.with_payloads("alpha", chosen) == [whole[1]]
+    assert search.with_payloads("alpha", []) == []
+    # No minute source (a caller that indexed its own points): the hits as stored, whole.
+    plain = HybridSearch(engine)
+    assert (
+        plain.search_result("alpha", "gateway rollback", k=7, now_ms=NOW, payloads=False).hits
+        == plain.search_result("alpha", "gateway rollback", k=7, now_ms=NOW).hits
+    )
+
+
 @pytest.mark.parametrize("kind", ["edge", "server"])
 def test_only_fusion_engine_asks_the_engine_to_fuse_and_the_legs_alone_find_the_same(tmp_path: Path, kind: str) -> None:
     # Qdrant's fusion runs each leg a second time inside the engine; only fusion "engine" reads its score.
