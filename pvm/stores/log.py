@@ -709,12 +709,15 @@ class LogReader:
             done[seg] = end
         return index
 
-    def get_by_ids(self, project_id: str, ids: Iterable[str]) -> dict[str, LogRecord]:
-        """The records with these minute ids (missing ids are absent from the result)."""
+    def get_by_ids(self, project_id: str, ids: Iterable[str], *, refresh: bool = True) -> dict[str, LogRecord]:
+        """The records with these minute ids (missing ids are absent from the result).
+
+        With ``refresh=False`` only the minutes this reader has indexed already: the segments are not looked at
+        for records written since (a dict lookup an id, and the reads)."""
         wanted = list(ids)
         with self._lock:
             index = self._index.get(project_id, {})
-            if any(i not in index for i in wanted):
+            if refresh and any(i not in index for i in wanted):
                 index = self._refresh_index(project_id)
             slots = self._slots.get(project_id, [])
             places = [(i, index[i]) for i in wanted if i in index]

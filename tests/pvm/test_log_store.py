@@ -142,6 +142,20 @@ def test_segments_roll_over_and_read_as_one_log(tmp_path: Path) -> None:
     assert [got[i].seq for i in got] == [60, 4, 31, 3, 32]
 
 
+def test_get_by_ids_without_refresh_reads_only_the_minutes_the_reader_has_indexed(tmp_path: Path) -> None:
+    writer = LogWriter(tmp_path, segment_bytes=2_000)
+    writer.append("p", entries("p", 12))
+    reader = LogReader(tmp_path)
+    assert reader.get_by_ids("p", ["m000003"], refresh=False) == {}  # nothing indexed yet: the segments not read
+    assert reader.get_by_ids("p", ["m000003"])["m000003"].seq == 4  # indexes the project
+    writer.append("p", entries("p", 6, start=12))
+    got = reader.get_by_ids("p", ["m000015", "m000001", "m000011"], refresh=False)
+    assert list(got) == ["m000001", "m000011"] and got["m000011"].seq == 12  # written since: not looked for
+    assert reader.get_by_ids("p", ["m000015"])["m000015"].seq == 16
+    assert reader.get_by_ids("p", ["m000015"], refresh=False)["m000015"].seq == 16
+    assert reader.get_by_ids("q", ["m000001"], refresh=False) == {}
+
+
 def test_the_index_by_id_is_nothing_the_garbage_collector_walks(tmp_path: Path) -> None:
     # A reader indexes every minute of a project it was asked for by id (a million at a million minutes): the
     # places are plain ints, so the collector has nothing to walk there; and they still find every segment's records.

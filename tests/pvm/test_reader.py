@@ -549,6 +549,40 @@ def test_minutes_asked_read_as_minutes_by_id_reads_them(
     assert not redis_client.connection_pool._in_use_connections  # type: ignore[attr-defined]
 
 
+def test_minutes_the_log_has_indexed_are_read_there_and_only_the_rest_are_asked_of_the_cache(
+    reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    minutes = list(sample_session("apollo", 30, seed=2))
+    log_minutes(redis_client, settings, minutes, index=False)
+    by_id = {m.id: m.to_dict() for m in minutes}
+    ids = [m.id for m in minutes[:6]]
+    trips = round_trips(monkeypatch)
+    assert reader.minutes.minutes_by_id("apollo", ids) == {i: by_id[i] for i in ids}
+    assert trips == [b"HMGET"]  # the log not indexed yet: all from the cache
+    redis_client.hdel(keys.minute_by_id("apollo"), ids[0])
+    assert reader.minutes.minutes_by_id("apollo", ids[:2])[ids[0]] == by_id[ids[0]]  # the log indexed for it
+    trips.clear()
+    assert reader.minutes.minutes_by_id("apollo", ids) == {i: by_id[i] for i in ids}
+    assert reader.minutes.ask("apollo", ids).read() == {i: by_id[i] for i in ids}
+    assert trips == []  # every one from the log: no round trip
+    later = list(sample_session("apollo", 3, seed=9))
+    log_minutes(redis_client, settings, later, index=False)
+    fresh = later[0].id
+    sent: list[list[bytes]] = []
+    hmget = redis.Redis.hmget
+
+    def recorded(self: redis.Redis, name: Any, fields: Any, *args: Any) -> Any:
+        sent.append(list(fields))
+        return hmget(self, name, fields, *args)
+
+    monkeypatch.setattr(redis.Redis, "hmget", recorded)
+    assert reader.minutes.minutes_by_id("apollo", [ids[1], fresh]) == {ids[1]: by_id[ids[1]], fresh: later[0].to_dict()}
+    assert sent == [[fresh]]  # written since the log was indexed: the cache answers for it alone
+    asked = reader.minutes.ask("apollo", [fresh, ids[2]])
+    assert trips[-1:] == [b"HMGET"] and asked.read() == {fresh: later[0].to_dict(), ids[2]: by_id[ids[2]]}
+    assert not redis_client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+
+
 def test_search_asks_for_its_winners_minutes_before_reading_their_points_whatever_happens_in_between(
     reader: ContextReader, redis_client: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
