@@ -43,8 +43,12 @@ class DurableMinutes:
         out = self.logged(project_id, ids)
         rest = [i for i in ids if i not in out]
         if rest:
-            out.update(self.found(project_id, rest, self.cache.get_many(project_id, rest)))
+            out.update(self.from_cache(project_id, rest))
         return out
+
+    def from_cache(self, project_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The minutes of these ids from the cache's HMGET, and from the log (looked at again) for what it lacks."""
+        return self.found(project_id, ids, self.cache.get_many(project_id, list(ids)))
 
     def logged(self, project_id: str, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The minutes of these ids that the log's reader has indexed already, read from the log."""
@@ -97,10 +101,10 @@ class Asked:
         if not rest:
             return out
         if not (replies and isinstance(replies[0], list)):
-            cached = self._source.cache.get_many(self.project_id, rest)  # the plain way
-        else:
-            answered = dict(zip(self._asked, replies[0], strict=True))
-            cached = {i: answered[i] for i in rest if answered[i] is not None}
+            out.update(self._source.from_cache(self.project_id, rest))  # the plain way
+            return out
+        answered = dict(zip(self._asked, replies[0], strict=True))
+        cached = {i: answered[i] for i in rest if answered[i] is not None}
         out.update(self._source.found(self.project_id, rest, cached))
         return out
 
