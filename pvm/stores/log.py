@@ -39,7 +39,7 @@ from contracts import Minute, decode_durable_fields, decode_durable_minute
 from contracts.errors import PvmError
 from contracts.minute import is_valid_project_id
 from pvm import defaults
-from pvm.frames import intact_end, iter_frames, iter_frames_backward, pack_frame
+from pvm.frames import frame_at, intact_end, iter_frames, iter_frames_backward, pack_frame
 from pvm.fsync import fsync_dir, fsync_file
 
 SEGMENT_SUFFIX = ".seg"
@@ -726,9 +726,12 @@ class LogReader:
             by_segment.setdefault(slots[place >> _OFFSET_BITS], []).append((place & _OFFSET_MASK, minute_id))
         out: dict[str, LogRecord] = {}
         for seg, at in by_segment.items():  # each segment opened once, read in file order
-            with open(seg, "rb") as f:
+            fd = os.open(seg, os.O_RDONLY)
+            try:
                 for offset, minute_id in sorted(at):
-                    for _, _, payload in iter_frames(f, offset):
+                    payload = frame_at(fd, offset)
+                    if payload is not None:
                         out[minute_id] = _decode_record(payload)
-                        break
+            finally:
+                os.close(fd)
         return {i: out[i] for i in wanted if i in out}
