@@ -39,16 +39,15 @@ def iter_frames(f: BinaryIO, start: int = 0, end: int | None = None) -> Iterator
     offset = start
     while end is None or offset + OVERHEAD <= end:
         header = f.read(HEADER_SIZE)
-        if len(header) < HEADER_SIZE:
+        said = _header(header) if len(header) == HEADER_SIZE else None
+        if said is None:
             return
-        magic, length, crc = _HEADER.unpack(header)
-        if magic != MAGIC or length > MAX_PAYLOAD:
-            return
+        length, crc = said
         body = f.read(length + _TRAILER.size)
         if len(body) < length + _TRAILER.size:
             return
-        payload = body[:length]
-        if zlib.crc32(payload) != crc or _TRAILER.unpack_from(body, length)[0] != length:
+        payload = _payload(body, 0, length, crc)
+        if payload is None:
             return
         next_offset = offset + HEADER_SIZE + len(body)
         if end is not None and next_offset > end:
@@ -62,19 +61,13 @@ def frame_at(fd: int, offset: int, guess: int = 4096) -> bytes | None:
     (a short, torn or corrupt frame, as `iter_frames` stops at). Read with `os.pread`: one call for a frame of up to
     `guess` bytes, where a seek and two buffered reads through a file object cost about twice as much."""
     head = os.pread(fd, max(guess, OVERHEAD), offset)
-    if len(head) < HEADER_SIZE:
+    said = _header(head) if len(head) >= HEADER_SIZE else None
+    if said is None:
         return None
-    magic, length, crc = _HEADER.unpack_from(head)
-    if magic != MAGIC or length > MAX_PAYLOAD:
-        return None
+    length, crc = said
     total = OVERHEAD + length
     frame = head if len(head) >= total else head + os.pread(fd, total - len(head), offset + len(head))
-    if len(frame) < total:
-        return None
-    payload = frame[HEADER_SIZE : HEADER_SIZE + length]
-    if zlib.crc32(payload) != crc or _TRAILER.unpack_from(frame, HEADER_SIZE + length)[0] != length:
-        return None
-    return payload
+    return _payload(frame, HEADER_SIZE, length, crc) if len(frame) >= total else None
 
 
 def intact_end(f: BinaryIO, start: int = 0) -> int:
@@ -98,9 +91,26 @@ def iter_frames_backward(f: BinaryIO, end: int) -> Iterator[tuple[int, bytes]]:
             return
         f.seek(start)
         frame = f.read(OVERHEAD + length)
-        magic, hlen, crc = _HEADER.unpack_from(frame)
-        payload = frame[HEADER_SIZE : HEADER_SIZE + length]
-        if magic != MAGIC or hlen != length or zlib.crc32(payload) != crc:
+        if len(frame) < OVERHEAD + length:
+            return
+        said = _header(frame)
+        payload = _payload(frame, HEADER_SIZE, length, said[1]) if said is not None and said[0] == length else None
+        if payload is None:
             return
         yield start, payload
         offset = start
+
+
+def _header(header: bytes) -> tuple[int, int] | None:
+    """The payload length and checksum a frame's header states, or None where these bytes do not start a frame."""
+    magic, length, crc = _HEADER.unpack_from(header)
+    return (length, crc) if magic == MAGIC and length <= MAX_PAYLOAD else None
+
+
+def _payload(frame: bytes, at: int, length: int, crc: int) -> bytes | None:
+    """The `length` bytes of payload at `at` of `frame`, or None where their checksum is not `crc` or the trailer
+    after them does not repeat the length."""
+    payload = frame[at : at + length]
+    if zlib.crc32(payload) != crc or _TRAILER.unpack_from(frame, at + length)[0] != length:
+        return None
+    return payload
