@@ -347,12 +347,15 @@ class ContextReader:
         return minutes
 
     def get_by_ids(self, project_id: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-        """Minutes of the project with these ids, in the order asked (Redis cache, then the log)."""
+        """Minutes of the project with these ids, in the order asked (`DurableMinutes.minutes_by_id`: the log for
+        those this reader has indexed, the Redis cache for the rest, then the log again)."""
         require_project(project_id)
-        return self._by_ids(project_id, ids, self.cache.get_many(project_id, list(ids)))
+        found = self.minutes.minutes_by_id(project_id, list(ids))
+        return [found[i] for i in ids if i in found]
 
     def _by_ids(self, project_id: str, ids: Sequence[str], cached: dict[str, bytes]) -> list[dict[str, Any]]:
-        """`get_by_ids` given the cached bytes found for the ids."""
+        """The referenced minutes given the cached bytes found for the ids (the cache's HMGET went out with the
+        context's first reads), the log for the rest."""
         found = self.minutes.found(project_id, ids, cached)
         return [found[i] for i in ids if i in found]
 

@@ -564,6 +564,7 @@ def test_minutes_the_log_has_indexed_are_read_there_and_only_the_rest_are_asked_
     trips.clear()
     assert reader.minutes.minutes_by_id("apollo", ids) == {i: by_id[i] for i in ids}
     assert reader.minutes.ask("apollo", ids).read() == {i: by_id[i] for i in ids}
+    assert reader.get_by_ids("apollo", ids[::-1]) == [by_id[i] for i in ids[::-1]]
     assert trips == []  # every one from the log: no round trip
     later = list(sample_session("apollo", 3, seed=9))
     log_minutes(redis_client, settings, later, index=False)
